@@ -1,0 +1,9 @@
+"""iofeed: keep GPUs fed — prepare images once, load them fast, and prove it with a benchmark."""
+from __future__ import annotations
+
+__version__ = "0.1.0"
+
+from .errors import IofeedError  # noqa: E402
+from .loader import Loader, loader  # noqa: E402
+
+__all__ = ["IofeedError", "Loader", "__version__", "loader"]

@@ -1,0 +1,153 @@
+"""The `iofeed` command line."""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from .errors import IofeedError
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
+def _cmd_synth(args: argparse.Namespace) -> None:
+    from .synth import synth_caltech256
+
+    summary = synth_caltech256(
+        args.out, per_class=args.per_class, seed=args.seed, workers=args.workers, overwrite=args.overwrite
+    )
+    print(
+        f"wrote {summary.images} images in {summary.classes} classes to {summary.root} "
+        f"({summary.bytes / 2**20:.1f} MiB, {summary.seconds:.1f} s)"
+    )
+
+
+def _cmd_preprocess(args: argparse.Namespace) -> None:
+    from .preprocess import ImagePolicy, preprocess
+    from .report import print_preprocess_summary
+
+    summary = preprocess(
+        args.src,
+        args.out,
+        policy=ImagePolicy(shorter_side=args.size, quality=args.quality),
+        seed=args.seed,
+        val_per_class=args.val_per_class,
+        val_fraction=args.val_fraction,
+        shard_bytes=int(args.shard_mb * 2**20),
+        workers=args.workers,
+        overwrite=args.overwrite,
+        strict=args.strict,
+        engine=args.engine,
+        address=args.address,
+    )
+    print_preprocess_summary(summary)
+
+
+def _cmd_inspect(args: argparse.Namespace) -> None:
+    from .manifest import Manifest
+    from .report import print_manifest
+
+    print_manifest(args.dataset, Manifest.read(args.dataset))
+
+
+def _cmd_bench(args: argparse.Namespace) -> None:
+    from .benchmark.options import BenchOptions, parse_feeds
+    from .benchmark.report import table
+    from .benchmark.run import run_benchmark
+
+    options = BenchOptions(
+        source=args.source, model=args.model, batch_size=args.batch_size, image_size=args.image_size,
+        feeds=parse_feeds(args.feeds), seconds=args.seconds, rounds=args.rounds, warmup=args.warmup,
+        workers=args.workers, seed=args.seed, warm_cache=not args.no_warm_cache,
+        json_path=args.json, plot_path=args.plot,
+    )
+    flags = {"--model": args.model, "--batch-size": args.batch_size, "--image-size": args.image_size,
+             "--feeds": args.feeds, "--seconds": args.seconds, "--rounds": args.rounds, "--warmup": args.warmup,
+             "--workers": args.workers, "--seed": args.seed, "--json": args.json, "--plot": args.plot}
+    command = " ".join(["iofeed bench", *([str(args.source)] if args.source else []),
+                        *(f"{flag} {value}" for flag, value in flags.items() if value is not None),
+                        *(["--no-warm-cache"] if args.no_warm_cache else [])])
+    record, json_path, png_path = run_benchmark(options, command)
+    print(table(record))
+    print(f"page cache: {record['page_cache']['state']}; results: {json_path} and {png_path}")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of every subcommand."""
+    parser = argparse.ArgumentParser(prog="iofeed", description="Keep GPUs fed during image training.")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    synth = sub.add_parser("synth", help="make a Caltech-256-shaped stand-in dataset")
+    synth.add_argument("kind", choices=["caltech256"])
+    synth.add_argument("out", type=Path)
+    synth.add_argument("--per-class", type=_positive_int, default=None, help="images per class (default: the real counts)")
+    synth.add_argument("--seed", type=int, default=0)
+    synth.add_argument("--workers", type=_positive_int, default=None, help="processes (default: all cores)")
+    synth.add_argument("--overwrite", action="store_true", help="replace an existing stand-in")
+    synth.set_defaults(func=_cmd_synth)
+
+    prep = sub.add_parser("preprocess", help="validate, convert, resize, split and pack a folder once")
+    prep.add_argument("src", type=Path, help="folder with one subfolder per class (Caltech-256 layout accepted)")
+    prep.add_argument("-o", "--out", type=Path, default=None, help="output dataset (default: SRC.iof beside SRC)")
+    prep.add_argument("--size", type=int, default=256, help="shorter side in pixels, never upscaled (default 256)")
+    prep.add_argument("--quality", type=int, default=90, help="JPEG quality (default 90)")
+    prep.add_argument("--seed", type=int, default=0, help="seed of the train/val split and shard order")
+    split = prep.add_mutually_exclusive_group()
+    split.add_argument("--val-per-class", type=int, default=None, help="validation images per class")
+    split.add_argument("--val-fraction", type=float, default=None, help="validation share of each class (default 0.1)")
+    prep.add_argument("--shard-mb", type=float, default=128.0, help="maximum shard size in MiB (default 128)")
+    prep.add_argument("--workers", type=_positive_int, default=None, help="processes (default: all cores)")
+    prep.add_argument("--overwrite", action="store_true", help="replace an existing output")
+    prep.add_argument("--strict", action="store_true", help="fail if any input is rejected")
+    prep.add_argument("--engine", choices=["local", "ray"], default="local",
+                      help="local: process pool on this machine (default); ray: Ray Data tasks on a Ray cluster")
+    prep.add_argument("--address", default=None,
+                      help="Ray cluster to use with --engine ray (default: RAY_ADDRESS, else a local one of --workers CPUs)")
+    prep.set_defaults(func=_cmd_preprocess)
+
+    inspect = sub.add_parser("inspect", help="print the summary of an iofeed dataset")
+    inspect.add_argument("dataset", type=Path)
+    inspect.set_defaults(func=_cmd_inspect)
+
+    from .benchmark.feeds import CATALOGUE
+
+    bench = sub.add_parser("bench", help="measure loaders side by side: images/sec, CPU, memory (and GPU)")
+    bench.add_argument("source", type=Path, nargs="?", default=None,
+                       help="image folder or iofeed dataset (default: the Caltech-256 stand-in in data/c256, made if missing)")
+    bench.add_argument("--model", default=None, help="resnet50, resnet18 or none (default: resnet50 with a GPU, none without)")
+    bench.add_argument("--batch-size", type=int, default=64)
+    bench.add_argument("--image-size", type=int, default=224, help="output side in pixels (default 224)")
+    bench.add_argument("--feeds", default=None, help=f"comma-separated, from: {', '.join(CATALOGUE)} (default: all that can run)")
+    bench.add_argument("--seconds", type=float, default=10.0, help="timed seconds per feed, split over the rounds (default 10)")
+    bench.add_argument("--rounds", type=int, default=3, help="windows per feed, feeds alternating (default 3)")
+    bench.add_argument("--warmup", type=float, default=2.0, help="untimed seconds per feed before its first window (default 2)")
+    bench.add_argument("--workers", type=int, default=None, help="worker processes/threads per feed (default: all cores)")
+    bench.add_argument("--seed", type=int, default=0)
+    bench.add_argument("--json", type=Path, default=None, help="results file (default bench/results/bench-<date>.json)")
+    bench.add_argument("--plot", type=Path, default=None, help="PNG plot (default: beside the JSON)")
+    bench.add_argument("--no-warm-cache", action="store_true", help="do not read the data once before measuring")
+    bench.set_defaults(func=_cmd_bench)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the command line; bad input prints one line and returns a non-zero status."""
+    args = build_parser().parse_args(argv)
+    try:
+        args.func(args)
+    except IofeedError as exc:
+        print(f"iofeed: error: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("iofeed: interrupted", file=sys.stderr)
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,65 @@
+"""`iofeed.json`: the manifest of an iofeed dataset, its format version, read and write."""
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .errors import DatasetError
+
+MANIFEST_NAME = "iofeed.json"
+FORMAT_NAME = "iofeed-dataset"
+FORMAT_VERSION = 1
+
+
+@dataclass
+class SplitInfo:
+    """One split: its sample count, shard files and sample table."""
+
+    samples: int
+    shards: list[dict[str, Any]]  # ShardInfo fields: name, index, samples, bytes
+    table: str  # the .npz sample table file
+
+
+@dataclass
+class Manifest:
+    """Everything needed to read an iofeed dataset, and how it was made."""
+
+    classes: list[str]
+    class_dirs: list[str]
+    splits: dict[str, SplitInfo]
+    image: dict[str, Any]  # policy: encoding, shorter side, quality, progressive, colour
+    split_policy: dict[str, Any]
+    source: dict[str, Any]  # statistics of the input
+    format: str = FORMAT_NAME
+    version: int = FORMAT_VERSION
+    created_by: str = field(default="")
+
+    def write(self, directory: Path) -> None:
+        """Write `iofeed.json` into `directory`."""
+        text = json.dumps(asdict(self), indent=2, sort_keys=False)
+        (Path(directory) / MANIFEST_NAME).write_text(text + "\n", encoding="utf-8")
+
+    @classmethod
+    def read(cls, directory: Path) -> Manifest:
+        """Read and validate `directory/iofeed.json`; DatasetError says what is wrong."""
+        path = Path(directory) / MANIFEST_NAME
+        if not path.is_file():
+            raise DatasetError(f"not an iofeed dataset: {path} is missing (make one with `iofeed preprocess`)")
+        try:
+            raw = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            raise DatasetError(f"unreadable manifest {path}: {exc}") from None
+        if raw.get("format") != FORMAT_NAME:
+            raise DatasetError(f"{path} is not an iofeed manifest (format={raw.get('format')!r})")
+        if raw.get("version") != FORMAT_VERSION:
+            raise DatasetError(
+                f"{path} has format version {raw.get('version')}; this iofeed reads version "
+                f"{FORMAT_VERSION}: run `iofeed preprocess` again"
+            )
+        try:
+            raw["splits"] = {name: SplitInfo(**info) for name, info in raw["splits"].items()}
+            return cls(**raw)
+        except (KeyError, TypeError) as exc:
+            raise DatasetError(f"malformed manifest {path}: {exc}") from None

@@ -1,0 +1,315 @@
+"""`iofeed preprocess`: validate → RGB → resize → split → pack into indexed WebDataset shards."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+from tqdm import tqdm
+
+from . import __version__
+from .errors import IofeedError, OptionError, SampleError
+from .imaging import encode_jpeg, open_rgb, resize_shorter
+from .manifest import Manifest, SplitInfo
+from .parallel import worker_pool
+from .shards import ShardWriter
+from .sources import FolderScan, Rejection, display_path, reason_kind, scan_folder
+from .splits import validation_mask, write_order
+from .table import new_table, save_table
+
+REJECTED_NAME = "rejected.jsonl"
+ENGINES = ("local", "ray")
+
+
+@dataclass(frozen=True)
+class ImagePolicy:
+    """How images are stored: shorter side, JPEG quality."""
+
+    shorter_side: int = 256
+    quality: int = 90
+
+    def check(self) -> None:
+        """Raise OptionError for values that make no sense."""
+        if self.shorter_side < 8:
+            raise OptionError(f"--size must be at least 8 pixels, got {self.shorter_side}")
+        if not 1 <= self.quality <= 100:
+            raise OptionError(f"--quality must be between 1 and 100, got {self.quality}")
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """The result of preparing one source file: JPEG bytes or a rejection reason, and facts."""
+
+    index: int
+    jpeg: bytes | None
+    reason: str | None = None
+    facts: dict = field(default_factory=dict)
+
+
+@dataclass
+class PreprocessSummary:
+    """What a preprocess run did."""
+
+    out: Path
+    found: int
+    written: dict[str, int]
+    rejected: dict[str, int]
+    bytes_in: int
+    bytes_out: int
+    seconds: float
+
+    @property
+    def images_per_sec(self) -> float:
+        """Accepted-or-rejected images handled per second."""
+        return self.found / self.seconds if self.seconds > 0 else 0.0
+
+
+def prepare_file(index: int, path: str, policy: ImagePolicy) -> Prepared:
+    """Decode, convert and resize one file (runs in a worker process)."""
+    try:
+        data = Path(path).read_bytes()
+        target = policy.shorter_side
+        decoded = open_rgb(data, min_size=(target, target))
+    except SampleError as exc:
+        return Prepared(index, None, str(exc))
+    except OSError as exc:
+        return Prepared(index, None, f"unreadable ({exc.strerror})")
+    facts = {
+        "bytes_in": len(data),
+        "width_in": decoded.original_size[0],
+        "height_in": decoded.original_size[1],
+        "mode_in": decoded.original_mode,
+        "format_in": decoded.format,
+        "progressive_in": decoded.progressive,
+        "oriented": decoded.oriented,
+    }
+    keep = (
+        decoded.format == "JPEG"
+        and decoded.original_mode == "RGB"
+        and not decoded.progressive
+        and not decoded.oriented
+        and min(decoded.original_size) <= target
+    )
+    if keep:
+        jpeg, size = data, decoded.original_size
+    else:
+        image = resize_shorter(decoded.image, target)
+        jpeg, size = encode_jpeg(image, policy.quality), image.size
+    facts.update(width=size[0], height=size[1], kept_original=keep)
+    return Prepared(index, jpeg, None, facts)
+
+
+Task = tuple[int, str, ImagePolicy]
+
+
+def _prepare_task(task: Task) -> Prepared:
+    return prepare_file(*task)
+
+
+@contextmanager
+def local_engine(
+    tasks: list[Task], *, workers: int | None = None, address: str | None = None
+) -> Iterator[Iterator[Prepared]]:
+    """`prepare_file` over `tasks` in a process pool of this machine; results in task order."""
+    with worker_pool(workers) as pool:
+        yield pool.imap(_prepare_task, tasks, chunksize=16)
+
+
+def select_engine(
+    engine: str, address: str | None
+) -> Callable[..., AbstractContextManager[Iterator[Prepared]]]:
+    """The engine that maps `prepare_file` over the tasks, in order: `local` or `ray`."""
+    if engine not in ENGINES:
+        raise OptionError(f"unknown engine {engine!r}: use one of {', '.join(ENGINES)}")
+    if address is not None and engine != "ray":
+        raise OptionError(f"--address {address} needs --engine ray")
+    if engine == "ray":
+        from .ray_engine import ray_engine
+
+        return ray_engine
+    return local_engine
+
+
+def default_output(src: Path) -> Path:
+    """`caltech256/` → `caltech256.iof` beside it."""
+    src = Path(src).resolve()
+    return src.with_name(src.name + ".iof")
+
+
+def preprocess(
+    src: Path,
+    out: Path | None = None,
+    *,
+    policy: ImagePolicy = ImagePolicy(),
+    seed: int = 0,
+    val_per_class: int | None = None,
+    val_fraction: float | None = None,
+    shard_bytes: int = 128 << 20,
+    workers: int | None = None,
+    overwrite: bool = False,
+    strict: bool = False,
+    progress: bool = True,
+    engine: str = "local",
+    address: str | None = None,
+) -> PreprocessSummary:
+    """Prepare `src` once into an iofeed dataset at `out` (written aside, then renamed).
+
+    `engine="local"` prepares files in a process pool of `workers` processes; `engine="ray"`
+    spreads them as Ray Data tasks over the Ray cluster at `address` (a local one of `workers`
+    CPUs when None). Both give the same dataset: shard assignment and write order are fixed
+    before the work is spread.
+    """
+    policy.check()
+    run_engine = select_engine(engine, address)
+    out = Path(out) if out is not None else default_output(src)
+    if out.exists() and not overwrite:
+        raise OptionError(f"output already exists: {out} (pass --overwrite to replace it)")
+    if shard_bytes < 1 << 16:
+        raise OptionError(f"shard size must be at least 64 KiB, got {shard_bytes} bytes")
+    start = time.perf_counter()
+    scan = scan_folder(src)
+    if strict and scan.rejected:
+        _fail_strict(scan.rejected)
+    labels = np.asarray(scan.labels, dtype=np.int64)
+    is_val = validation_mask(labels, seed, val_per_class, val_fraction)
+    orders = {
+        "train": write_order(np.flatnonzero(~is_val), seed, shuffle=True),
+        "val": write_order(np.flatnonzero(is_val), seed, shuffle=False),
+    }
+    orders = {name: order for name, order in orders.items() if len(order)}
+    staging = out.parent / f".{out.name}.partial-{os.getpid()}"
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir(parents=True)
+    try:
+        results = _pack(scan, orders, policy, staging, shard_bytes, progress,
+                        lambda tasks: run_engine(tasks, workers=workers, address=address))
+        rejected = scan.rejected + results.rejected
+        if strict and rejected:
+            _fail_strict(rejected)
+        _write_rejected(staging / REJECTED_NAME, rejected)
+        seconds = time.perf_counter() - start
+        manifest = Manifest(
+            classes=scan.class_names,
+            class_dirs=scan.class_dirs,
+            splits=results.splits,
+            image={"encoding": "jpeg", "progressive": False, "colour": "RGB", **asdict(policy)},
+            split_policy={"seed": seed, "val_per_class": val_per_class, "val_fraction": val_fraction},
+            source=_source_stats(scan, results.facts, rejected),
+            created_by=f"iofeed {__version__}",
+        )
+        manifest.write(staging)
+        if out.exists():
+            shutil.rmtree(out)
+        os.replace(staging, out)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return PreprocessSummary(
+        out=out,
+        found=len(scan.files) + len(scan.rejected),
+        written={name: info.samples for name, info in results.splits.items()},
+        rejected=dict(Counter(reason_kind(r.reason) for r in rejected)),
+        bytes_in=sum(f["bytes_in"] for f in results.facts),
+        bytes_out=sum(s["bytes"] for info in results.splits.values() for s in info.shards),
+        seconds=seconds,
+    )
+
+
+@dataclass
+class _PackResult:
+    splits: dict[str, SplitInfo]
+    rejected: list[Rejection]
+    facts: list[dict]
+
+
+def _pack(
+    scan: FolderScan,
+    orders: dict[str, np.ndarray],
+    policy: ImagePolicy,
+    staging: Path,
+    shard_bytes: int,
+    progress: bool,
+    run_engine: Callable[[list[Task]], AbstractContextManager[Iterator[Prepared]]],
+) -> _PackResult:
+    """Prepare every file in parallel, in write order, and append it to its split's shards."""
+    writers = {name: ShardWriter(staging, name, max_bytes=shard_bytes) for name in orders}
+    tables = {name: new_table(len(order)) for name, order in orders.items()}
+    sources: dict[str, list[str]] = {name: [] for name in orders}
+    tasks = [
+        (int(i), str(scan.root / scan.files[i]), policy) for order in orders.values() for i in order
+    ]
+    split_of = {int(i): name for name, order in orders.items() for i in order}
+    rejected: list[Rejection] = []
+    facts: list[dict] = []
+    with run_engine(tasks) as results:
+        for prepared in tqdm(results, total=len(tasks), unit="img", desc="preprocess", disable=not progress):
+            rel = scan.files[prepared.index]
+            if prepared.jpeg is None:
+                rejected.append(Rejection(rel, prepared.reason or "unknown"))
+                continue
+            name = split_of[prepared.index]
+            label = scan.labels[prepared.index]
+            shard, offset, size = writers[name].add(
+                f"{prepared.index:07d}", {"jpg": prepared.jpeg, "cls": str(label).encode()}
+            )
+            row = tables[name][len(sources[name])]
+            row["shard"], row["offset"], row["size"], row["label"] = shard, offset, size, label
+            row["width"], row["height"] = prepared.facts["width"], prepared.facts["height"]
+            sources[name].append(display_path(rel))
+            facts.append(prepared.facts)
+    splits = {}
+    for name, writer in writers.items():
+        shards = writer.close()
+        table_name = f"{name}-samples.npy"
+        save_table(staging / table_name, tables[name][: len(sources[name])], sources[name])
+        splits[name] = SplitInfo(
+            samples=len(sources[name]), shards=[asdict(s) for s in shards], table=table_name
+        )
+    return _PackResult(splits, rejected, facts)
+
+
+def _write_rejected(path: Path, rejected: list[Rejection]) -> None:
+    """One JSON line per rejected input, sorted by path."""
+    lines = [
+        json.dumps({"path": display_path(r.path), "reason": r.reason})
+        for r in sorted(rejected, key=lambda r: r.path)
+    ]
+    path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+
+
+def _fail_strict(rejected: list[Rejection]) -> None:
+    first = rejected[0]
+    raise IofeedError(
+        f"--strict: {len(rejected)} input(s) rejected, first {display_path(first.path)}: "
+        f"{first.reason} (fix or remove them, or drop --strict)"
+    )
+
+
+def _source_stats(scan: FolderScan, facts: list[dict], rejected: list[Rejection]) -> dict:
+    """Statistics of the input a user would want to see in `iofeed inspect`."""
+    modes = Counter(f["mode_in"] for f in facts)
+    widths = np.array([f["width_in"] for f in facts] or [0])
+    heights = np.array([f["height_in"] for f in facts] or [0])
+    return {
+        "path": display_path(str(scan.root)),
+        "found": len(scan.files) + len(scan.rejected),
+        "accepted": len(facts),
+        "rejected": len(rejected),
+        "rejected_by_reason": dict(Counter(reason_kind(r.reason) for r in rejected)),
+        "bytes_in": int(sum(f["bytes_in"] for f in facts)),
+        "modes": dict(modes),
+        "formats": dict(Counter(f["format_in"] for f in facts)),
+        "progressive": sum(f["progressive_in"] for f in facts),
+        "exif_rotated": sum(f["oriented"] for f in facts),
+        "kept_original_bytes": sum(f["kept_original"] for f in facts),
+        "mean_size": [float(widths.mean()), float(heights.mean())],
+        "median_size": [float(np.median(widths)), float(np.median(heights))],
+        "max_size": [int(widths.max()), int(heights.max())],
+    }

@@ -1,0 +1,133 @@
+"""Scan a class-per-subfolder image tree (Caltech-256 layout included) by magic bytes."""
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .errors import SourceError
+from .sniff import sniff_file
+
+CALTECH_SUBFOLDER = "256_ObjectCategories"
+_NUMBERED_CLASS = re.compile(r"^\d+\.(.+)$")
+
+
+@dataclass(frozen=True)
+class Rejection:
+    """An input left out, with the reason."""
+
+    path: str  # relative to the scanned root
+    reason: str
+
+
+@dataclass
+class FolderScan:
+    """What a scan found: accepted image files with labels, and every rejected entry."""
+
+    root: Path
+    class_dirs: list[str]
+    files: list[str] = field(default_factory=list)  # relative to root, sorted
+    labels: list[int] = field(default_factory=list)
+    rejected: list[Rejection] = field(default_factory=list)
+
+    @property
+    def class_names(self) -> list[str]:
+        """Display names: `001.ak47` → `ak47`."""
+        return [class_name(d) for d in self.class_dirs]
+
+
+def class_name(folder: str) -> str:
+    """The class name of a folder: Caltech's numbered `001.ak47` gives `ak47`."""
+    match = _NUMBERED_CLASS.match(folder)
+    return match.group(1) if match else folder
+
+
+def reason_kind(reason: str) -> str:
+    """The reason without its detail in parentheses, for counting."""
+    return reason.split(" (")[0]
+
+
+def display_path(path: str) -> str:
+    """A path printable as UTF-8 even when the file name is not valid UTF-8."""
+    return os.fsencode(path).decode("utf-8", "backslashreplace")
+
+
+def find_class_root(src: Path) -> Path:
+    """The folder that holds the class folders (`src/256_ObjectCategories` when present)."""
+    src = Path(src)
+    if not src.exists():
+        raise SourceError(f"source folder not found: {src} (pass a folder with one subfolder per class)")
+    if not src.is_dir():
+        raise SourceError(f"source is not a folder: {src} (pass a folder with one subfolder per class)")
+    nested = src / CALTECH_SUBFOLDER
+    return nested if nested.is_dir() else src
+
+
+def scan_folder(src: Path) -> FolderScan:
+    """Scan `src` into accepted images (recognised by their bytes) and rejections with reasons.
+
+    Labels follow the sorted class folder names. Files in nested folders belong to their
+    top-level class. Raises SourceError when no class folder or no image is found.
+    """
+    root = find_class_root(src)
+    scan = FolderScan(root=root, class_dirs=[])
+    entries = sorted(os.scandir(root), key=lambda e: e.name)
+    for entry in entries:
+        if entry.name.startswith("."):
+            scan.rejected.append(Rejection(entry.name, "hidden file or folder"))
+        elif entry.is_dir(follow_symlinks=False):
+            scan.class_dirs.append(entry.name)
+        elif entry.is_symlink() and entry.is_dir():
+            scan.rejected.append(Rejection(entry.name, "symlinked folder (not followed)"))
+        else:
+            scan.rejected.append(Rejection(entry.name, "not in a class folder"))
+    for label, folder in enumerate(scan.class_dirs):
+        _scan_class(root, folder, label, scan)
+    if not scan.class_dirs:
+        raise SourceError(f"no class folders in {root} (expected one subfolder per class)")
+    if not scan.files:
+        raise SourceError(f"no images found in {root} ({len(scan.rejected)} files rejected)")
+    return scan
+
+
+def _scan_class(root: Path, rel_dir: str, label: int, scan: FolderScan) -> None:
+    """Add the files under `root/rel_dir` (recursively) to `scan` with `label`."""
+    try:
+        entries = sorted(os.scandir(root / rel_dir), key=lambda e: e.name)
+    except OSError as exc:
+        scan.rejected.append(Rejection(rel_dir, f"unreadable folder ({exc.strerror})"))
+        return
+    for entry in entries:
+        rel = f"{rel_dir}/{entry.name}"
+        reason = _rejection_reason(entry)
+        if reason == "folder":
+            _scan_class(root, rel, label, scan)
+        elif reason:
+            scan.rejected.append(Rejection(rel, reason))
+        else:
+            scan.files.append(rel)
+            scan.labels.append(label)
+
+
+def _rejection_reason(entry: os.DirEntry) -> str | None:
+    """Why `entry` is not an image sample ("folder" to descend into it), or None if it is one."""
+    if entry.name.startswith("."):
+        return "hidden file or folder"
+    try:
+        if entry.is_symlink():
+            if not os.path.exists(entry.path):
+                return "broken symlink"
+            if entry.is_dir():
+                return "symlinked folder (not followed)"
+        if entry.is_dir():
+            return "folder"
+        if not entry.is_file():
+            return "not a regular file"
+        if entry.stat().st_size == 0:
+            return "empty file"
+        if sniff_file(Path(entry.path)) is None:
+            return "not an image (unrecognised bytes)"
+    except OSError as exc:
+        return f"unreadable ({exc.strerror})"
+    return None

@@ -1,0 +1,42 @@
+"""The per-split sample table: one numpy structured row per sample, saved as `.npy`."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+SAMPLE_DTYPE = np.dtype(
+    [
+        ("shard", np.int32),  # shard number within the split
+        ("offset", np.int64),  # byte offset of the image data inside the shard
+        ("size", np.int64),  # byte size of the image data
+        ("label", np.int64),
+        ("width", np.int32),
+        ("height", np.int32),
+    ]
+)
+
+
+def new_table(rows: int) -> np.ndarray:
+    """An all-zero table with `rows` rows."""
+    return np.zeros(rows, dtype=SAMPLE_DTYPE)
+
+
+def save_table(path: Path, table: np.ndarray, sources: list[str]) -> None:
+    """Save the table and, beside it, the source path of each row (one per line)."""
+    np.save(Path(path), table, allow_pickle=False)
+    text = "".join(f"{s}\n" for s in sources)
+    Path(path).with_suffix(".sources.txt").write_text(text, encoding="utf-8", errors="backslashreplace")
+
+
+def load_table(path: Path) -> np.ndarray:
+    """Load a table saved by `save_table`."""
+    table = np.load(Path(path), allow_pickle=False)
+    if table.dtype != SAMPLE_DTYPE:
+        raise ValueError(f"{path}: unexpected sample table layout {table.dtype}")
+    return table
+
+
+def load_sources(path: Path) -> list[str]:
+    """The source path of each row of the table at `path`."""
+    return Path(path).with_suffix(".sources.txt").read_text(encoding="utf-8").splitlines()

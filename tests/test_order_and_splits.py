@@ -1,0 +1,73 @@
+"""Pure functions: train/val split, epoch order, crop boxes."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from iofeed.augment import Augment, center_box, random_resized_box
+from iofeed.errors import OptionError
+from iofeed.order import OrderSpec
+from iofeed.splits import validation_mask
+
+
+def test_validation_mask_per_class_and_deterministic():
+    labels = np.repeat(np.arange(5), [1, 2, 10, 30, 100])
+    mask = validation_mask(labels, seed=3)
+    counts = [int(mask[labels == c].sum()) for c in range(5)]
+    assert counts == [0, 1, 1, 3, 10]
+    assert np.array_equal(mask, validation_mask(labels, seed=3))
+    assert not np.array_equal(mask, validation_mask(labels, seed=4))
+    fixed = validation_mask(labels, seed=0, val_per_class=5)
+    assert [int(fixed[labels == c].sum()) for c in range(5)] == [0, 1, 5, 5, 5]
+
+
+@pytest.mark.parametrize("kwargs", [{"val_fraction": 1.0}, {"val_per_class": -1}, {"val_per_class": 1, "val_fraction": 0.1}])
+def test_validation_mask_rejects_bad_options(kwargs):
+    with pytest.raises(OptionError):
+        validation_mask(np.zeros(4), seed=0, **kwargs)
+
+
+@pytest.mark.parametrize("samples, world, batch, drop_last", [(103, 4, 8, False), (103, 4, 8, True), (10, 3, 4, False)])
+def test_order_ranks_equal_disjoint_covering(samples, world, batch, drop_last):
+    specs = [OrderSpec(samples, batch, True, drop_last, seed=1, rank=r, world_size=world) for r in range(world)]
+    per_rank = [np.concatenate(s.batches(epoch=2)) for s in specs]
+    assert len({len(s) for s in specs}) == 1
+    assert len({len(p) for p in per_rank}) == 1
+    together = np.concatenate(per_rank)
+    if drop_last:
+        assert len(set(together.tolist())) == len(together)
+    else:
+        assert set(together.tolist()) == set(range(samples))
+        assert len(together) - samples < world * batch
+
+
+def test_order_is_a_function_of_seed_and_epoch():
+    spec = OrderSpec(50, 4, True, False, seed=9)
+    assert np.array_equal(spec.rank_indices(1), OrderSpec(50, 4, True, False, seed=9).rank_indices(1))
+    assert not np.array_equal(spec.rank_indices(1), spec.rank_indices(2))
+    assert np.array_equal(OrderSpec(50, 4, False, False).rank_indices(5), np.arange(50))
+
+
+def test_order_rejects_bad_values():
+    with pytest.raises(OptionError):
+        OrderSpec(10, 0, True, False)
+    with pytest.raises(OptionError):
+        OrderSpec(10, 2, True, False, rank=2, world_size=2)
+
+
+def test_random_resized_box_within_image_scale_and_ratio():
+    rng = np.random.default_rng(0)
+    for _ in range(500):
+        w, h = int(rng.integers(20, 900)), int(rng.integers(20, 900))
+        left, top, right, bottom = random_resized_box(w, h, rng, (0.08, 1.0), (3 / 4, 4 / 3))
+        assert 0 <= left < right <= w and 0 <= top < bottom <= h
+        bw, bh = right - left, bottom - top
+        fallback = bw == w or bh == h  # centre crop clamped to the ratio range after ten misses
+        assert fallback or 0.08 * w * h * 0.8 <= bw * bh
+        assert 3 / 4 * 0.8 <= bw / bh <= 4 / 3 * 1.25 or (fallback and (bw, bh) == (w, h))
+
+
+def test_center_box_and_eval_has_no_flip():
+    assert center_box(300, 200, 0.875) == (62.5, 12.5, 237.5, 187.5)
+    box, flip = Augment(train=False).box(300, 200, np.random.default_rng(0))
+    assert not flip and box == center_box(300, 200, 0.875)
