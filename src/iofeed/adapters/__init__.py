@@ -1,0 +1,1 @@
+"""Adapters: the only framework-specific code, turning backend batches into framework tensors."""

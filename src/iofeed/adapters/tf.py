@@ -1,0 +1,76 @@
+"""TensorFlow adapter: a `tf.data.Dataset` over a numpy loader, normalised with TF ops."""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from ..errors import require
+from .torch import IMAGENET_MEAN, IMAGENET_STD  # plain tuples: that module imports torch lazily
+
+if TYPE_CHECKING:
+    from ..loader import Loader
+
+
+def to_tf_dataset(loader: Loader) -> Any:
+    """A `tf.data.Dataset` of (images float32 NHWC (None, S, S, 3), labels int64 (None,)).
+
+    `loader` is a numpy-framework Loader. Each batch is copied out of shared memory (the view
+    is reused at the next batch) into `from_generator`; a `.map` converts and normalises it
+    with ImageNet mean/std using TF ops, then `.prefetch(tf.data.AUTOTUNE)`. (tf.data runs
+    its `.map` on the host CPU; the uint8 → float32 conversion happens there.)
+
+    Every new iteration of the dataset (each Keras epoch, each `for` loop) runs the loader's
+    next epoch: the Loader advances its epoch after each full pass. An iteration abandoned
+    before its end (`take`, `break`, a distribution strategy peeking at one batch) cannot be
+    resumed exactly, because prefetching has pulled batches the consumer never saw: the next
+    iteration restarts that epoch from its first batch. A Loader already positioned mid-epoch
+    (`load_state_dict`) before the dataset is made is resumed from there by the first
+    iteration. Iterate one iterator at a time: starting a new one ends the previous one.
+
+    The Loader is kept as `dataset.iofeed_loader` (for `set_epoch`, `state_dict`, `stats`);
+    datasets derived with further transformations do not carry that attribute, so keep the
+    returned object. Close it when done with `dataset.iofeed_loader.close()`; otherwise its
+    workers and shared memory are released when it is garbage-collected or at exit.
+    """
+    tf = require("tensorflow", "tf")
+    size = loader.image_size
+    state: dict[str, Any] = {"active": None}  # the token of the iteration now running
+
+    def generate() -> Any:
+        token = object()
+        if state["active"] is not None:  # the previous iteration did not reach its end
+            loader.set_epoch(loader.epoch)
+        state["active"] = token
+        batches = iter(loader)
+        try:
+            while state["active"] is token:  # a newer iteration ends this one
+                try:
+                    images, labels = next(batches)
+                except StopIteration:
+                    state["active"] = None
+                    return
+                if len(labels) == 0:  # every sample of the batch was skipped
+                    continue
+                yield np.array(images, copy=True, order="C"), np.array(labels, np.int64, copy=True)
+        finally:
+            batches.close()
+
+    signature = (
+        tf.TensorSpec(shape=(None, size, size, 3), dtype=tf.uint8),
+        tf.TensorSpec(shape=(None,), dtype=tf.int64),
+    )
+    scale = tf.constant([1.0 / (255.0 * s) for s in IMAGENET_STD], tf.float32)
+    shift = tf.constant([-m / s for m, s in zip(IMAGENET_MEAN, IMAGENET_STD)], tf.float32)
+
+    def normalise(images: Any, labels: Any) -> tuple[Any, Any]:
+        # per-channel affine in NHWC order: x * scale + shift == (x / 255 - mean) / std
+        return tf.cast(images, tf.float32) * scale + shift, labels
+
+    dataset = (
+        tf.data.Dataset.from_generator(generate, output_signature=signature)
+        .map(normalise, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+        .prefetch(tf.data.AUTOTUNE)
+    )
+    dataset.iofeed_loader = loader
+    return dataset

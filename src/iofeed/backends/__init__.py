@@ -1,0 +1,1 @@
+"""Backends produce batches of images; adapters turn them into framework tensors."""

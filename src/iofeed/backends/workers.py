@@ -1,0 +1,377 @@
+"""The `workers` engine: processes (forkserver/spawn) decode whole batches into shared memory."""
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import time
+import traceback
+import weakref
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
+from multiprocessing import shared_memory
+from multiprocessing.connection import Connection, wait
+from typing import Any
+
+import numpy as np
+
+from ..augment import Augment
+from ..autotune import Window, decide
+from ..dataset import SampleReader, SampleSource
+from ..decode import decode_augmented
+from ..errors import OptionError, SampleError, WorkerError
+from ..parallel import resolve_workers, safe_context
+from .base import Batch
+
+TUNE_SECONDS = 1.0
+
+@dataclass(frozen=True)
+class SlotLayout:
+    """Where batch slots live in one shared-memory block."""
+
+    slots: int
+    batch_size: int
+    side: int
+
+    @property
+    def image_bytes(self) -> int:
+        return self.slots * self.batch_size * self.side * self.side * 3
+
+    @property
+    def total_bytes(self) -> int:
+        return self.image_bytes + self.slots * self.batch_size * 8
+
+    def views(self, buffer: memoryview) -> tuple[np.ndarray, np.ndarray]:
+        """(images[slot, i, y, x, c] uint8, labels[slot, i] int64) over `buffer`."""
+        images = np.ndarray((self.slots, self.batch_size, self.side, self.side, 3), np.uint8, buffer)
+        labels = np.ndarray((self.slots, self.batch_size), np.int64, buffer, offset=self.image_bytes)
+        return images, labels
+
+
+@dataclass(frozen=True)
+class _Task:
+    generation: int
+    batch_no: int
+    slot: int
+    indices: np.ndarray
+    rng_key: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class _Done:
+    generation: int
+    batch_no: int
+    slot: int
+    delivered: np.ndarray
+    skipped: list[tuple[int, str]]
+    error: str | None = None
+    sample_error: bool = False
+    busy_seconds: float = 0.0
+
+
+def _worker_main(
+    shm_name: str, layout: SlotLayout, source: SampleSource, augment: Augment, on_error: str, conn: Connection
+) -> None:
+    """Worker loop: take a task, decode its samples into the slot, report. Exits with its parent."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    shm = shared_memory.SharedMemory(name=shm_name)
+    images, labels = layout.views(shm.buf)
+    reader = SampleReader(source)
+    try:
+        while True:
+            try:
+                task = conn.recv()
+            except (EOFError, OSError):
+                return  # the consumer is gone
+            if task is None:
+                return
+            started = time.perf_counter()
+            done = _run_task(task, reader, source, augment, on_error, images[task.slot], labels[task.slot])
+            conn.send(replace(done, busy_seconds=time.perf_counter() - started))
+    finally:
+        del images, labels
+        reader.close()
+        shm.close()
+
+
+def _run_task(
+    task: _Task, reader: SampleReader, source: SampleSource, augment: Augment, on_error: str,
+    images: np.ndarray, labels: np.ndarray,
+) -> _Done:
+    """Fill one slot; failures become `skipped` entries or an error report, never an exception."""
+    rng = np.random.default_rng(task.rng_key)
+    delivered: list[int] = []
+    skipped: list[tuple[int, str]] = []
+    for index in task.indices:
+        index = int(index)
+        try:
+            decode_augmented(reader.read(index), augment, rng, images[len(delivered)])
+        except SampleError as exc:
+            if on_error == "raise":
+                error = f"{source.path_of(index)}: {exc} (pass on_error='skip' to skip such samples)"
+                return _Done(task.generation, task.batch_no, task.slot, np.empty(0, np.int64), [], error, True)
+            skipped.append((index, str(exc)))
+            continue
+        except Exception:  # noqa: BLE001 - reported to the consumer with the traceback
+            error = f"{source.path_of(index)}: {traceback.format_exc(limit=-3)}"
+            return _Done(task.generation, task.batch_no, task.slot, np.empty(0, np.int64), [], error)
+        labels[len(delivered)] = source.label[index]
+        delivered.append(index)
+    return _Done(task.generation, task.batch_no, task.slot, np.asarray(delivered, np.int64), skipped)
+
+
+@dataclass
+class _Worker:
+    """One worker process, its pipe, and the tasks it has not answered yet."""
+
+    proc: Any
+    conn: Connection
+    busy: int = 0
+    retiring: bool = False
+
+
+class WorkerEngine:
+    """Worker processes decoding whole batches into a bounded ring of shared-memory slots.
+
+    With `autotune`, it starts with one worker and, once per `TUNE_SECONDS`, settles the
+    count that keeps the consumer from waiting (see `autotune.decide`), up to `max_workers`.
+    """
+
+    name = "workers"
+
+    def __init__(
+        self, source: SampleSource, augment: Augment, batch_size: int, workers: int, max_workers: int,
+        slots: int, on_error: str, seed: int, autotune: bool = False,
+    ) -> None:
+        self._source, self._augment, self._on_error, self._seed = source, augment, on_error, seed
+        self._initial, self.max_workers, self.autotune = workers, max_workers, autotune
+        self.layout = SlotLayout(slots=slots, batch_size=batch_size, side=augment.size)
+        self._generation = 0
+        self._workers: list[_Worker] = []
+        self._shm: shared_memory.SharedMemory | None = None
+        self._finalizer: weakref.finalize | None = None
+        self._window = _WindowMeter()
+        self.decisions: list[str] = []
+
+    @property
+    def workers(self) -> int:
+        """Workers taking new tasks now."""
+        return sum(not w.retiring for w in self._workers) if self._workers else self._initial
+
+    def processes(self) -> list[Any]:
+        """The live worker processes."""
+        return [w.proc for w in self._workers]
+
+    def describe(self) -> dict[str, Any]:
+        """Worker count, prefetch depth and shared memory, for `loader.stats`."""
+        return {
+            "backend": self.name,
+            "workers": self.workers,
+            "autotune": self.autotune,
+            "max_workers": self.max_workers,
+            "prefetch_batches": self._depth(),
+            "shared_memory_bytes": self.layout.total_bytes,
+            "decisions": list(self.decisions[-5:]),
+        }
+
+    def _depth(self) -> int:
+        """Batches in flight or ready at most: two per worker, within the slots allocated."""
+        return min(self.layout.slots - 1, 2 * self.workers) if self.autotune else self.layout.slots - 1
+
+    def _start(self) -> None:
+        self._shm = shared_memory.SharedMemory(create=True, size=self.layout.total_bytes)
+        self._images, self._labels = self.layout.views(self._shm.buf)
+        self._finalizer = weakref.finalize(self, _shutdown, self._workers, self._shm)
+        for _ in range(self._initial):
+            self._add_worker()
+
+    def _add_worker(self) -> None:
+        ctx = safe_context()
+        mine, theirs = ctx.Pipe(duplex=True)
+        proc = ctx.Process(
+            target=_worker_main,
+            args=(self._shm.name, self.layout, self._source, self._augment, self._on_error, theirs),
+            daemon=True,
+        )
+        proc.start()
+        theirs.close()
+        self._workers.append(_Worker(proc, mine))
+
+    def _resize(self, count: int) -> None:
+        """Grow to `count` workers at once, or retire the surplus as they become idle."""
+        active = [w for w in self._workers if not w.retiring]
+        for _ in range(count - len(active)):
+            self._add_worker()
+        for worker in active[count:]:
+            worker.retiring = True
+            self._retire_if_idle(worker)
+
+    def _retire_if_idle(self, worker: _Worker) -> None:
+        if worker.retiring and worker.busy == 0:
+            worker.conn.send(None)
+            worker.conn.close()
+            self._workers.remove(worker)
+            worker.proc.join(timeout=5.0)
+
+    def run(self, epoch: int, batches: list[np.ndarray], start: int, rank: int) -> Iterator[Batch]:
+        """Yield `batches[start:]` in order; a view stays valid until the next batch is asked for."""
+        if self._shm is None:
+            self._start()
+        self._drain()
+        self._generation += 1
+        generation = self._generation
+        free = list(range(self.layout.slots))
+        ready: dict[int, _Done] = {}
+        submitted = needed = start
+        while needed < len(batches):
+            while free and submitted < len(batches) and submitted - needed < self._depth():
+                key = (self._seed, epoch, rank, submitted)
+                self._send(_Task(generation, submitted, free.pop(), batches[submitted], key))
+                submitted += 1
+            asked = time.perf_counter()
+            while needed not in ready:
+                done = self._receive()
+                if done.generation == generation:
+                    ready[done.batch_no] = done
+            done = ready.pop(needed)
+            if done.error is not None:
+                raise (SampleError if done.sample_error else WorkerError)(done.error)
+            self._window.add(len(done.delivered), time.perf_counter() - asked, done.busy_seconds)
+            n = len(done.delivered)
+            yield Batch(self._images[done.slot, :n], self._labels[done.slot, :n], done.delivered, done.skipped)
+            free.append(done.slot)
+            needed += 1
+            if self.autotune and self._window.elapsed() >= TUNE_SECONDS:
+                self._tune()
+
+    def _tune(self) -> None:
+        decision = decide(self._window.close(self.workers), self.max_workers)
+        if decision.workers != self.workers or not self.decisions:
+            self.decisions.append(decision.reason)
+        self._resize(decision.workers)
+
+    def _send(self, task: _Task) -> None:
+        """Give `task` to the least busy worker that is not retiring."""
+        worker = min((w for w in self._workers if not w.retiring), key=lambda w: w.busy)
+        worker.conn.send(task)
+        worker.busy += 1
+
+    def _receive(self) -> _Done:
+        """The next finished task; raises WorkerError as soon as a worker dies."""
+        while True:
+            by_handle = {w.conn: w for w in self._workers} | {w.proc.sentinel: w for w in self._workers}
+            for handle in wait(list(by_handle)):
+                worker = by_handle[handle]
+                if isinstance(handle, Connection):
+                    try:
+                        done = handle.recv()
+                    except (EOFError, OSError):
+                        continue  # it died: its sentinel says how
+                    worker.busy -= 1
+                    self._retire_if_idle(worker)
+                    return done
+                self._raise_dead(worker)
+
+    def _raise_dead(self, worker: _Worker) -> None:
+        proc = worker.proc
+        proc.join(timeout=1.0)
+        code = proc.exitcode if proc.exitcode is not None else 0
+        how = f"signal {signal.Signals(-code).name}" if code < 0 else f"exit code {code}"
+        self.close()
+        raise WorkerError(
+            f"loader worker (pid {proc.pid}) died with {how}; "
+            "if it was killed for memory, lower workers or batch_size"
+        )
+
+    def _drain(self) -> None:
+        """Wait for tasks of an abandoned epoch, so that their slots can be reused."""
+        while any(w.busy for w in self._workers):
+            self._receive()
+
+    def close(self) -> None:
+        """Stop the workers and free the shared memory (also on garbage collection and exit)."""
+        if self._finalizer is not None:
+            self._images = self._labels = None
+            self._finalizer()
+            self._finalizer = None
+
+
+class _WindowMeter:
+    """Delivered images, consumer wait and worker busy time since the window began."""
+
+    def __init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
+        self._start = time.perf_counter()
+        self._images = 0
+        self._wait = self._busy = 0.0
+
+    def add(self, images: int, wait: float, busy: float) -> None:
+        self._images += images
+        self._wait += wait
+        self._busy += busy
+
+    def elapsed(self) -> float:
+        return time.perf_counter() - self._start
+
+    def close(self, workers: int) -> Window:
+        """The finished window; a new one begins."""
+        window = Window(self._images, self.elapsed(), self._wait, self._busy, workers)
+        self.reset()
+        return window
+
+
+def _shutdown(workers: list[_Worker], shm: shared_memory.SharedMemory) -> None:
+    """Stop workers (politely, then by force) and unlink the shared memory block."""
+    for worker in workers:
+        try:
+            worker.conn.send(None)
+        except (OSError, ValueError):
+            pass
+    for worker in workers:
+        worker.proc.join(timeout=1.0)
+        if worker.proc.is_alive():
+            worker.proc.kill()
+            worker.proc.join(timeout=1.0)
+        worker.conn.close()
+    try:
+        shm.close()
+    except BufferError:
+        pass  # a caller still holds a view; the name is unlinked all the same
+    try:
+        shm.unlink()
+    except FileNotFoundError:
+        pass
+
+
+def default_memory_budget() -> int:
+    """A quarter of what is free in RAM and in /dev/shm, whichever is smaller."""
+    free_ram = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    try:
+        free_shm = shutil.disk_usage("/dev/shm").free
+    except OSError:
+        free_shm = free_ram
+    return min(free_ram, free_shm) // 4
+
+
+def make_worker_engine(
+    source: SampleSource, augment: Augment, batch_size: int, workers: int | None, prefetch: int | None,
+    on_error: str, seed: int, memory_budget: int | None,
+) -> WorkerEngine:
+    """A workers engine: `workers=None` autotunes up to all cores; slots fit `memory_budget`."""
+    max_workers = resolve_workers(workers)
+    if prefetch is not None and prefetch < 1:
+        raise OptionError(f"prefetch must be >= 1, got {prefetch}")
+    budget = default_memory_budget() if memory_budget is None else memory_budget
+    slot_bytes = SlotLayout(1, batch_size, augment.size).total_bytes
+    wanted = (2 * max_workers if prefetch is None else prefetch) + 1
+    slots = min(wanted, budget // slot_bytes)
+    if slots < 2:
+        raise OptionError(
+            f"memory_budget={budget:,} bytes holds fewer than 2 batches of {slot_bytes:,} bytes: "
+            "raise it, or lower batch_size or image_size"
+        )
+    autotune = workers is None
+    return WorkerEngine(source, augment, batch_size, 1 if autotune else max_workers, max_workers,
+                        slots, on_error, seed, autotune)

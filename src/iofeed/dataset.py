@@ -1,0 +1,124 @@
+"""Opening a source — an image folder or an iofeed dataset — as one flat table of samples."""
+from __future__ import annotations
+
+import os
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from .errors import OptionError, SampleError, SourceError
+from .manifest import MANIFEST_NAME, Manifest
+from .sources import display_path, reason_kind, scan_folder
+from .table import load_table
+
+
+@dataclass
+class SampleSource:
+    """Samples as numpy arrays only: read `size` bytes at `offset` of `files[file_id]`.
+
+    `size` is -1 for "the whole file" (image folders). Workers receive these arrays,
+    never lists of Python objects.
+    """
+
+    files: np.ndarray  # bytes paths (numpy "S" array)
+    file_id: np.ndarray  # int32
+    offset: np.ndarray  # int64
+    size: np.ndarray  # int64
+    label: np.ndarray  # int64
+    classes: list[str]
+    kind: str  # "folder" or "dataset"
+    rejected: Counter = field(default_factory=Counter)  # reason kind -> count, found before loading
+
+    def __len__(self) -> int:
+        return len(self.label)
+
+    def path_of(self, index: int) -> str:
+        """A printable path naming sample `index` (with its offset inside a shard)."""
+        path = display_path(self.files[self.file_id[index]].decode("utf-8", "surrogateescape"))
+        return path if self.size[index] < 0 else f"{path}@{int(self.offset[index])}"
+
+
+def is_iofeed_dataset(path: Path) -> bool:
+    """Whether `path` holds an iofeed dataset (a manifest)."""
+    return (Path(path) / MANIFEST_NAME).is_file()
+
+
+def open_source(source: Path | str, split: str = "train") -> SampleSource:
+    """Open an iofeed dataset's split, or scan an image folder (then `split` is ignored)."""
+    path = Path(source)
+    if not path.exists():
+        raise SourceError(f"source not found: {path} (pass an image folder or an iofeed dataset)")
+    if is_iofeed_dataset(path):
+        return _open_dataset(path, split)
+    return _open_folder(path)
+
+
+def _open_dataset(path: Path, split: str) -> SampleSource:
+    manifest = Manifest.read(path)
+    if split not in manifest.splits:
+        raise OptionError(f"split {split!r} not in {path} (it has: {', '.join(manifest.splits)})")
+    info = manifest.splits[split]
+    table = load_table(path / info.table)
+    files = np.array([str(path / s["name"]).encode() for s in info.shards], dtype=np.bytes_)
+    missing = [s["name"] for s in info.shards if not (path / s["name"]).is_file()]
+    if missing:
+        raise SourceError(f"{path} is incomplete: shard {missing[0]} is missing (run `iofeed preprocess` again)")
+    return SampleSource(
+        files=files,
+        file_id=table["shard"].astype(np.int32),
+        offset=table["offset"].copy(),
+        size=table["size"].copy(),
+        label=table["label"].copy(),
+        classes=list(manifest.classes),
+        kind="dataset",
+    )
+
+
+def _open_folder(path: Path) -> SampleSource:
+    scan = scan_folder(path)
+    count = len(scan.files)
+    files = np.array([str(scan.root / f).encode("utf-8", "surrogateescape") for f in scan.files], dtype=np.bytes_)
+    return SampleSource(
+        files=files,
+        file_id=np.arange(count, dtype=np.int32),
+        offset=np.zeros(count, dtype=np.int64),
+        size=np.full(count, -1, dtype=np.int64),
+        label=np.asarray(scan.labels, dtype=np.int64),
+        classes=scan.class_names,
+        kind="folder",
+        rejected=Counter(reason_kind(r.reason) for r in scan.rejected),
+    )
+
+
+class SampleReader:
+    """Reads the encoded bytes of samples, keeping shard files open (one reader per process)."""
+
+    def __init__(self, source: SampleSource) -> None:
+        self._source = source
+        self._handles: dict[int, int] = {}
+
+    def read(self, index: int) -> bytes:
+        """The encoded bytes of sample `index`; SampleError says why it cannot be read."""
+        src = self._source
+        file_id, size = int(src.file_id[index]), int(src.size[index])
+        try:
+            if size < 0:
+                with open(src.files[file_id], "rb") as f:
+                    return f.read()
+            fd = self._handles.get(file_id)
+            if fd is None:
+                fd = self._handles[file_id] = os.open(src.files[file_id], os.O_RDONLY)
+            data = os.pread(fd, size, int(src.offset[index]))
+        except OSError as exc:
+            raise SampleError(f"unreadable ({exc.strerror})") from None
+        if len(data) != size:
+            raise SampleError("shard is truncated (run `iofeed preprocess` again)")
+        return data
+
+    def close(self) -> None:
+        """Close the shard files."""
+        for fd in self._handles.values():
+            os.close(fd)
+        self._handles.clear()

@@ -1,0 +1,143 @@
+"""Distributed sharding in real processes: 2 DDP ranks over gloo (rank and world size taken from
+torch.distributed), and 2 "nodes" x 2 processes told only by RANK / WORLD_SIZE."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import iofeed
+from conftest import label_from_pixels
+
+pytestmark = pytest.mark.torch
+
+SIZE = 32
+DIST_ENV = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "MASTER_ADDR", "MASTER_PORT")
+
+
+def _check_shards(per_rank: list[dict], total: int) -> None:
+    """Equal batch counts, same sample count per rank, disjoint apart from padding, covering."""
+    world = len(per_rank)
+    assert len({r["batches"] for r in per_rank}) == 1, [r["batches"] for r in per_rank]
+    samples = [[i for batch in r["indices"] for i in batch] for r in per_rank]
+    assert len({len(s) for s in samples}) == 1
+    everything = [i for s in samples for i in s]
+    assert set(everything) == set(range(total)), "the ranks together cover the split"
+    padding = len(everything) - total
+    assert 0 <= padding < world
+    assert len(everything) - len(set(everything)) == padding, "only the padding repeats a sample"
+
+
+def _ddp_worker(rank: int, world: int, init: str, source: str, out: str) -> None:
+    """One DDP rank: read an epoch with the rank taken from the process group, train a few steps."""
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel
+
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=init, rank=rank, world_size=world)
+    try:
+        torch.manual_seed(0)  # DDP also broadcasts rank 0's parameters
+        model = DistributedDataParallel(torch.nn.Sequential(
+            torch.nn.Conv2d(3, 8, 3), torch.nn.ReLU(), torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(),
+            torch.nn.Linear(8, 4),
+        ))
+        optimiser = torch.optim.SGD(model.parameters(), lr=0.1)
+        indices, losses, labels_ok = [], [], True
+        with iofeed.loader(source, batch_size=4, image_size=SIZE, framework="torch", workers=1,
+                           drop_last=False) as ld:
+            settings = {k: ld.stats.settings[k] for k in ("rank", "world_size")}
+            for images, labels in ld:
+                indices.append(ld.last_indices.tolist())
+                labels_ok &= labels.tolist() == ld.source.label[ld.last_indices].tolist()
+                optimiser.zero_grad()
+                loss = torch.nn.functional.cross_entropy(model(images), labels)
+                loss.backward()  # DDP all-reduces the gradients here
+                optimiser.step()
+                losses.append(loss.item())
+            batches = len(indices)
+            assert batches == len(ld)
+        checksum = float(sum(p.detach().double().sum() for p in model.parameters()))
+        mine = {"rank": rank, "settings": settings, "indices": indices, "batches": batches, "losses": losses,
+                "labels_ok": labels_ok, "checksum": checksum}
+        gathered: list = [None] * world
+        dist.all_gather_object(gathered, mine)
+        if rank == 0:
+            Path(out).write_text(json.dumps(gathered))
+        dist.barrier()
+    finally:
+        dist.destroy_process_group()
+
+
+def test_ddp_two_ranks_shard_from_the_process_group(colour_dataset, tmp_path, monkeypatch):
+    torch = pytest.importorskip("torch")
+    import torch.multiprocessing as tmp
+
+    if not torch.distributed.is_available():
+        pytest.skip("torch.distributed is not available")
+    for name in DIST_ENV:  # the ranks must come from torch.distributed, not from these
+        monkeypatch.delenv(name, raising=False)
+    out = tmp_path / "ranks.json"
+    init = f"file://{tmp_path / 'rendezvous'}"
+    tmp.spawn(_ddp_worker, args=(2, init, str(colour_dataset), str(out)), nprocs=2, join=True)
+
+    per_rank = json.loads(out.read_text())
+    assert [r["rank"] for r in per_rank] == [0, 1]
+    assert [r["settings"] for r in per_rank] == [{"rank": r, "world_size": 2} for r in range(2)]
+    total = len(iofeed.loader(colour_dataset, batch_size=4, workers=1).source)
+    _check_shards(per_rank, total)
+    assert per_rank[0]["batches"] == 4  # 32 train samples / 2 ranks / batch 4
+    assert all(r["labels_ok"] for r in per_rank)
+    assert all(np.isfinite(r["losses"]).all() and len(r["losses"]) == r["batches"] for r in per_rank)
+    assert per_rank[0]["losses"] != per_rank[1]["losses"], "each rank trained on its own samples"
+    assert per_rank[0]["checksum"] == pytest.approx(per_rank[1]["checksum"], rel=1e-9), \
+        "DDP kept the replicas identical"
+
+
+_ENV_SCRIPT = """
+import json, sys
+import numpy as np
+import iofeed
+from conftest import label_from_pixels
+with iofeed.loader(sys.argv[1], batch_size=4, image_size=32, workers=1, drop_last=False) as ld:
+    indices, labels_ok = [], True
+    for images, labels in ld:
+        indices.append(ld.last_indices.tolist())
+        labels_ok &= all(label_from_pixels(image) == label for image, label in zip(np.asarray(images), labels))
+    print(json.dumps({"indices": indices, "batches": len(indices), "len": len(ld), "labels_ok": labels_ok,
+                      "images": ld.stats.images, "torch": "torch" in sys.modules,
+                      "settings": {k: ld.stats.settings[k] for k in ("rank", "world_size")}}))
+"""
+
+
+def test_two_nodes_two_processes_from_env_only(colour_dataset):
+    """torchrun-style RANK / WORLD_SIZE, no process group: each of 4 processes reads only its share."""
+    world, per_node = 4, 2
+    tests = str(Path(__file__).parent)
+    procs = []
+    for rank in range(world):
+        env = {k: v for k, v in os.environ.items() if k not in DIST_ENV}
+        env.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank % per_node),
+                   LOCAL_WORLD_SIZE=str(per_node), GROUP_RANK=str(rank // per_node),
+                   PYTHONPATH=os.pathsep.join([tests, env.get("PYTHONPATH", "")]))
+        procs.append(subprocess.Popen([sys.executable, "-c", textwrap.dedent(_ENV_SCRIPT), str(colour_dataset)],
+                                      env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    per_rank = []
+    for rank, proc in enumerate(procs):
+        stdout, stderr = proc.communicate(timeout=60)
+        assert proc.returncode == 0, f"rank {rank}: {stderr[-2000:]}"
+        per_rank.append(json.loads(stdout.strip().splitlines()[-1]))
+
+    assert [r["settings"] for r in per_rank] == [{"rank": r, "world_size": world} for r in range(world)]
+    assert not any(r["torch"] for r in per_rank), "RANK / WORLD_SIZE work without torch"
+    total = len(iofeed.loader(colour_dataset, batch_size=4, workers=1).source)
+    _check_shards(per_rank, total)
+    assert all(r["batches"] == r["len"] == 2 for r in per_rank)  # 32 / 4 ranks / batch 4
+    assert all(r["images"] == total // world for r in per_rank), "each process decoded only its own share"
+    assert all(r["labels_ok"] for r in per_rank)

@@ -1,0 +1,188 @@
+"""The loader contract: counts, labels, order, sharding, resume, errors, clean shutdown."""
+from __future__ import annotations
+
+import hashlib
+
+import numpy as np
+import pytest
+
+import iofeed
+from iofeed.errors import OptionError, SampleError, SourceError
+from conftest import label_from_pixels, make_colour_tree, shm_entries
+
+BACKENDS = ["workers", pytest.param("dali", marks=pytest.mark.dali)]
+
+
+def _make(source, backend, **options):
+    if backend == "dali":
+        pytest.importorskip("nvidia.dali")
+    options.setdefault("workers", 2)
+    return iofeed.loader(source, backend=backend, **options)
+
+
+def _epoch(ld) -> list[tuple[np.ndarray, np.ndarray, str]]:
+    """(indices, labels, pixel digest) of every batch of one epoch, copied out of shared memory."""
+    out = []
+    for images, labels in ld:
+        out.append((ld.last_indices.copy(), np.array(labels), hashlib.sha256(np.ascontiguousarray(images)).hexdigest()))
+    return out
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("which", ["folder", "dataset"])
+def test_counts_and_labels(colour_tree, colour_dataset, backend, which):
+    source = colour_tree if which == "folder" else colour_dataset
+    with _make(source, backend, batch_size=4, drop_last=False) as ld:
+        seen = []
+        batches = 0
+        for images, labels in ld:
+            images = np.asarray(images)
+            assert images.dtype == np.uint8 and images.shape[1:] == (224, 224, 3)
+            assert labels.dtype == np.int64
+            for image, label in zip(images, labels):
+                assert label_from_pixels(image) == label
+            seen.extend(ld.last_indices.tolist())
+            batches += 1
+        assert batches == len(ld)
+        assert sorted(seen) == list(range(len(ld.source)))
+        assert ld.stats.images == len(ld.source)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_order_independent_of_worker_count(colour_dataset, backend):
+    runs = []
+    for workers in (1, 2):
+        with _make(colour_dataset, backend, batch_size=4, workers=workers, seed=7) as ld:
+            ld.set_epoch(3)
+            runs.append(_epoch(ld))
+    for (i1, l1, d1), (i2, l2, d2) in zip(*runs, strict=True):
+        assert np.array_equal(i1, i2) and np.array_equal(l1, l2) and d1 == d2
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_epochs_differ_and_repeat(colour_dataset, backend):
+    with _make(colour_dataset, backend, batch_size=4, seed=1) as ld:
+        first, second = _epoch(ld), _epoch(ld)
+        ld.set_epoch(0)
+        again = _epoch(ld)
+    assert [b[0].tolist() for b in first] != [b[0].tolist() for b in second]
+    assert [b[2] for b in first] == [b[2] for b in again]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_resume_mid_epoch_yields_the_rest(colour_dataset, backend):
+    with _make(colour_dataset, backend, batch_size=4, seed=5) as ld:
+        ld.set_epoch(2)
+        full = _epoch(ld)
+        ld.set_epoch(2)
+        for k, _ in enumerate(ld):
+            if k == 2:
+                state = ld.state_dict()
+                break
+    with _make(colour_dataset, backend, batch_size=4, seed=5) as resumed:
+        resumed.load_state_dict(state)
+        rest = _epoch(resumed)
+    assert [b[2] for b in rest] == [b[2] for b in full[3:]]
+    assert [b[0].tolist() for b in rest] == [b[0].tolist() for b in full[3:]]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_ranks_equal_disjoint_and_covering(colour_dataset, backend):
+    per_rank = []
+    for rank in range(3):
+        with _make(colour_dataset, backend, batch_size=4, rank=rank, world_size=3, drop_last=False) as ld:
+            per_rank.append([i for batch in _epoch(ld) for i in batch[0].tolist()])
+            assert len(ld) == 3
+    assert len({len(r) for r in per_rank}) == 1
+    everything = [i for r in per_rank for i in r]
+    total = len(iofeed.loader(colour_dataset, batch_size=4, workers=1).source)
+    assert set(everything) == set(range(total))
+    assert len(everything) - total == len(everything) - len(set(everything)) < 3, "only padding repeats"
+
+
+def test_corrupt_images_are_skipped_and_counted(tmp_path):
+    root = make_colour_tree(tmp_path / "t", per_class=3, corrupt=2)
+    with iofeed.loader(root, batch_size=4, workers=2, drop_last=False) as ld:
+        delivered = sum(len(labels) for _, labels in ld)
+        assert delivered == 12
+        assert ld.stats.skipped["corrupt or truncated image"] == 2
+        assert all("bad" in example for example in ld.stats.skipped_examples)
+
+
+def test_on_error_raise_names_the_file(tmp_path):
+    root = make_colour_tree(tmp_path / "t", per_class=3, corrupt=1)
+    with iofeed.loader(root, batch_size=14, workers=1, on_error="raise", drop_last=False) as ld:
+        with pytest.raises(SampleError, match="bad0.jpg"):
+            list(ld)
+
+
+def test_val_split_is_centre_cropped_and_ordered(colour_dataset):
+    with iofeed.loader(colour_dataset, split="val", batch_size=3, workers=1) as ld:
+        batches = _epoch(ld)
+        assert [i for b in batches for i in b[0].tolist()] == list(range(8))
+        assert len(ld) == 3 and ld.stats.images == 8
+
+
+def test_torch_adapter_normalises_on_device_layout(colour_dataset):
+    torch = pytest.importorskip("torch")
+    with iofeed.loader(colour_dataset, batch_size=4, workers=1, seed=2) as raw:
+        uint8 = np.array(next(iter(raw))[0])
+    with iofeed.loader(colour_dataset, batch_size=4, workers=1, seed=2, framework="torch") as ld:
+        images, labels = next(iter(ld))
+    assert images.shape == (4, 3, 224, 224) and images.dtype == torch.float32
+    assert images.is_contiguous(memory_format=torch.channels_last)
+    assert labels.dtype == torch.int64
+    mean = torch.tensor([0.485, 0.456, 0.406]).view(1, 3, 1, 1)
+    std = torch.tensor([0.229, 0.224, 0.225]).view(1, 3, 1, 1)
+    expected = (torch.from_numpy(uint8).permute(0, 3, 1, 2).float() / 255 - mean) / std
+    assert torch.allclose(images, expected, atol=1e-4)
+
+
+def test_bad_options_and_sources(colour_dataset, tmp_path):
+    with pytest.raises(OptionError, match="framework"):
+        iofeed.loader(colour_dataset, batch_size=4, framework="jax")
+    with pytest.raises(OptionError, match="on_error"):
+        iofeed.loader(colour_dataset, batch_size=4, on_error="ignore")
+    with pytest.raises(OptionError, match="split"):
+        iofeed.loader(colour_dataset, batch_size=4, split="test")
+    with pytest.raises(OptionError, match="batch_size"):
+        iofeed.loader(colour_dataset, batch_size=0)
+    with pytest.raises(SourceError, match="not found"):
+        iofeed.loader(tmp_path / "missing", batch_size=4)
+
+
+def test_no_shared_memory_left_after_close_and_break(colour_dataset):
+    before = shm_entries()
+    ld = iofeed.loader(colour_dataset, batch_size=4, workers=2)
+    for k, _ in enumerate(ld):
+        if k == 1:
+            break
+    procs = list(ld.backend.processes())
+    assert shm_entries() - before, "a live loader holds a segment"
+    ld.close()
+    assert not any(p.is_alive() for p in procs)
+    assert shm_entries() - before == set()
+
+
+def test_torch_cpu_outputs_kept_by_the_caller_are_never_overwritten(colour_dataset):
+    torch = pytest.importorskip("torch")
+    with iofeed.loader(colour_dataset, batch_size=4, workers=2, seed=4, framework="torch") as ld:
+        kept = [images for images, _ in ld]
+        slices = [images[:1] for images, _ in ld]  # only a view survives each step
+        ld.set_epoch(0)
+        again = [images.clone() for images, _ in ld]
+        ld.set_epoch(1)
+        again_slices = [images[:1].clone() for images, _ in ld]
+    assert len({t.data_ptr() for t in kept}) == len(kept)
+    assert all(torch.equal(a, b) for a, b in zip(kept, again, strict=True))
+    assert all(torch.equal(a, b) for a, b in zip(slices, again_slices, strict=True))
+
+
+def test_a_second_live_iteration_stops_the_first(colour_dataset):
+    with iofeed.loader(colour_dataset, batch_size=4, workers=1) as ld:
+        first = iter(ld)
+        next(first)
+        second = iter(ld)
+        next(second)
+        with pytest.raises(RuntimeError, match="one iteration at a time"):
+            next(first)

@@ -1,0 +1,126 @@
+"""The TensorFlow adapter: a tf.data.Dataset with a fixed signature, normalised like the others,
+one loader epoch per iteration, and Keras training on it."""
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+
+import numpy as np
+import pytest
+
+import iofeed
+from conftest import label_from_pixels
+
+tf = pytest.importorskip("tensorflow")
+pytestmark = pytest.mark.tf
+
+SIZE = 32
+MEAN = np.array([0.485, 0.456, 0.406])
+STD = np.array([0.229, 0.224, 0.225])
+
+
+def _dataset(source, **options):
+    options = {"batch_size": 4, "image_size": SIZE, "workers": 1, "seed": 3, **options}
+    return iofeed.loader(source, framework="tf", **options)
+
+
+def _numpy_epochs(source, epochs, **options):
+    """[(labels, normalised float images)] per batch of each epoch from the numpy loader."""
+    options = {"batch_size": 4, "image_size": SIZE, "workers": 1, "seed": 3, **options}
+    out = []
+    with iofeed.loader(source, **options) as ld:
+        for _ in range(epochs):
+            out.append([(np.array(labels), (np.array(images) / 255.0 - MEAN) / STD) for images, labels in ld])
+    return out
+
+
+def _pass(dataset):
+    return [(labels.numpy(), images.numpy()) for images, labels in dataset]
+
+
+def test_signature_shapes_and_dtypes(colour_dataset):
+    dataset = _dataset(colour_dataset)
+    try:
+        images_spec, labels_spec = dataset.element_spec
+        assert images_spec.shape.as_list() == [None, SIZE, SIZE, 3] and images_spec.dtype == tf.float32
+        assert labels_spec.shape.as_list() == [None] and labels_spec.dtype == tf.int64
+        loader = dataset.iofeed_loader
+        assert isinstance(loader, iofeed.Loader)
+        batches = 0
+        for images, labels in dataset:
+            assert images.shape == (4, SIZE, SIZE, 3) and images.dtype == tf.float32
+            assert labels.shape == (4,) and labels.dtype == tf.int64
+            uint8 = np.clip(np.rint((images.numpy() * STD + MEAN) * 255), 0, 255)
+            assert [label_from_pixels(image) for image in uint8] == labels.numpy().tolist()
+            batches += 1
+        assert batches == len(loader) == 8
+    finally:
+        dataset.iofeed_loader.close()
+
+
+def test_values_equal_numpy_loader_and_epochs_differ(colour_dataset):
+    expected = _numpy_epochs(colour_dataset, 2)
+    dataset = _dataset(colour_dataset)
+    with dataset.iofeed_loader as loader:
+        got = [_pass(dataset), _pass(dataset)]
+        assert loader.epoch == 2
+    for epoch_got, epoch_expected in zip(got, expected, strict=True):
+        for (labels, images), (labels_np, images_np) in zip(epoch_got, epoch_expected, strict=True):
+            assert np.array_equal(labels, labels_np)
+            np.testing.assert_allclose(images, images_np, atol=1e-4)
+    first, second = ([labels.tolist() for labels, _ in epoch] for epoch in got)
+    assert first != second, "each iteration runs the next epoch, in a new order"
+    assert not np.allclose(got[0][0][1], got[1][0][1])
+
+
+def test_abandoned_iteration_restarts_its_epoch(colour_dataset):
+    expected = _numpy_epochs(colour_dataset, 2)
+    dataset = _dataset(colour_dataset)
+    with dataset.iofeed_loader as loader:
+        peeked = _pass(dataset.take(1))
+        full = [_pass(dataset), _pass(dataset)]
+        assert loader.epoch == 2
+    assert np.array_equal(peeked[0][0], expected[0][0][0])
+    for epoch_got, epoch_expected in zip(full, expected, strict=True):
+        assert [labels.tolist() for labels, _ in epoch_got] == [labels.tolist() for labels, _ in epoch_expected]
+
+
+def test_val_split_in_file_order(colour_dataset):
+    dataset = _dataset(colour_dataset, split="val", batch_size=3)
+    with dataset.iofeed_loader:
+        labels = np.concatenate([labels for labels, _ in _pass(dataset)])
+    assert labels.tolist() == [0, 0, 1, 1, 2, 2, 3, 3]
+
+
+# Keras warns at the end of the first epoch over any dataset of unknown length (from_generator)
+@pytest.mark.filterwarnings("ignore:Your input ran out of data")
+def test_keras_fit_two_epochs(colour_dataset):
+    keras = pytest.importorskip("keras")
+    keras.utils.set_random_seed(0)
+    dataset = _dataset(colour_dataset, seed=11)
+    with dataset.iofeed_loader as loader:
+        model = keras.Sequential([
+            keras.Input((SIZE, SIZE, 3)),
+            keras.layers.Conv2D(8, 3, activation="relu"),
+            keras.layers.GlobalAveragePooling2D(),
+            keras.layers.Dense(4),
+        ])
+        model.compile(optimizer=keras.optimizers.Adam(1e-2),
+                      loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+        history = model.fit(dataset, epochs=2, shuffle=False, verbose=0)  # the loader shuffles
+        # Keras opens (and abandons) an iterator for a third epoch: it restarts epoch 2 if used
+        assert loader.epoch == 2, "each Keras epoch ran one loader epoch"
+    losses = history.history["loss"]
+    assert len(losses) == 2 and all(np.isfinite(losses))
+
+
+def test_tensorflow_and_torch_share_a_process(colour_dataset):
+    torch = pytest.importorskip("torch")
+    with iofeed.loader(colour_dataset, batch_size=4, image_size=SIZE, workers=1, seed=3, framework="torch") as ld:
+        torch_images, _ = next(iter(ld))
+    dataset = _dataset(colour_dataset)
+    with dataset.iofeed_loader:
+        tf_images, _ = next(iter(dataset))
+    np.testing.assert_allclose(torch_images.permute(0, 2, 3, 1).numpy(), tf_images.numpy(), atol=1e-4)
