@@ -1,0 +1,230 @@
+"""The DALI engine beyond the shared contract: validation, failures, selection, GPU hand-over."""
+from __future__ import annotations
+
+import io
+import sys
+
+import numpy as np
+import pytest
+from PIL import Image
+
+import iofeed
+from iofeed.backends import dali as dali_engine
+from iofeed.errors import MissingDependencyError, OptionError, SampleError
+from conftest import exif_rotated_jpeg, jpeg_bytes, make_colour_tree, png_bytes, smooth_rgb
+
+pytestmark = pytest.mark.dali
+pytest.importorskip("nvidia.dali")
+
+
+def _cuda() -> bool:
+    try:
+        import torch
+    except ImportError:
+        return False
+    return torch.cuda.is_available()
+
+
+gpu = pytest.mark.skipif(not _cuda(), reason="needs a CUDA GPU")
+
+
+def _images_by_index(ld) -> dict[int, np.ndarray]:
+    """{sample index: image as float array} over one epoch."""
+    out = {}
+    for images, _ in ld:
+        for index, image in zip(ld.last_indices.tolist(), np.asarray(images)):
+            out[index] = image.astype(np.float64)
+    return out
+
+
+def _coarse_difference(a: np.ndarray, b: np.ndarray) -> float:
+    """Mean difference of 8x8-pixel block means: the same box and flip give a few levels at most,
+    whatever the resampling kernel; another box or a missed flip gives tens."""
+    side = a.shape[0] // 8
+    blocks = [x[: side * 8, : side * 8].reshape(side, 8, side, 8, 3).mean(axis=(1, 3)) for x in (a, b)]
+    return float(np.abs(blocks[0] - blocks[1]).mean())
+
+
+@pytest.mark.parametrize("train", [True, False])
+def test_same_crops_as_workers(image_tree, train):
+    """Same boxes and flips as the workers engine: only the resampling differs (by a few levels)."""
+    root, _ = image_tree
+    runs = {}
+    for backend in ("workers", "dali"):
+        with iofeed.loader(root, batch_size=5, backend=backend, workers=2, augment=train, seed=4) as ld:
+            runs[backend] = _images_by_index(ld)
+    assert runs["dali"].keys() == runs["workers"].keys()
+    for index, image in runs["dali"].items():
+        assert _coarse_difference(image, runs["workers"][index]) < 2.0, index
+
+
+def test_quirky_inputs_match_workers(quirky_tree):
+    """Alpha, palette, 16-bit, CMYK, EXIF rotation, odd names: the same pixels as the workers engine."""
+    src, valid, _ = quirky_tree
+    runs = {}
+    for backend in ("workers", "dali"):
+        with iofeed.loader(src, batch_size=4, backend=backend, workers=1, augment=False, split="val") as ld:
+            runs[backend] = (_images_by_index(ld), dict(ld.stats.skipped))
+    assert runs["dali"][1] == runs["workers"][1]
+    assert len(runs["dali"][0]) == len(valid)
+    for index, image in runs["dali"][0].items():
+        assert _coarse_difference(image, runs["workers"][0][index]) < 2.0, index
+
+
+@pytest.mark.parametrize("inline", [True, False])
+def test_corrupt_folder_files_are_found_at_index_time(tmp_path, monkeypatch, inline):
+    if not inline:
+        monkeypatch.setattr(dali_engine, "INLINE_CHECK_FILES", 0)  # validate in a process pool
+    root = make_colour_tree(tmp_path / "t", per_class=3, corrupt=2)
+    with iofeed.loader(root, batch_size=4, backend="dali", workers=2, drop_last=False) as ld:
+        settings = ld.stats.settings
+        assert settings["validated_files"] == 14 and settings["invalid_files"] == 2
+        delivered = sum(len(labels) for _, labels in ld)
+        assert delivered == 12
+        assert ld.stats.skipped["corrupt or truncated image"] == 2
+        assert all("bad" in example for example in ld.stats.skipped_examples)
+
+
+def test_batches_of_only_bad_files_come_out_empty(tmp_path):
+    root = make_colour_tree(tmp_path / "t", per_class=3, corrupt=2)  # unshuffled: samples 3, 4 are bad
+    with iofeed.loader(root, split="val", batch_size=1, backend="dali", workers=1) as ld:
+        sizes = [len(labels) for _, labels in ld]
+    assert len(sizes) == 14 and sizes[3] == sizes[4] == 0 and sum(sizes) == 12
+
+
+def test_on_error_raise_names_the_file(tmp_path):
+    root = make_colour_tree(tmp_path / "t", per_class=3, corrupt=1)
+    with iofeed.loader(root, batch_size=14, backend="dali", workers=1, on_error="raise", drop_last=False) as ld:
+        with pytest.raises(SampleError, match="bad0.jpg"):
+            list(ld)
+
+
+@pytest.mark.parametrize("on_error", ["skip", "raise"])
+def test_a_file_dali_cannot_decode_mid_epoch(tmp_path, monkeypatch, on_error):
+    """Validation bypassed: DALI stops on the file; the engine names it, then skips it or raises."""
+    monkeypatch.setattr(dali_engine, "validate_folder", lambda source, workers: {})
+    root = make_colour_tree(tmp_path / "t", per_class=3, corrupt=1)
+    with iofeed.loader(root, batch_size=4, backend="dali", workers=2, on_error=on_error, drop_last=False) as ld:
+        if on_error == "raise":
+            with pytest.raises(SampleError, match="bad0.jpg"):
+                list(ld)
+            return
+        first = [(ld.last_indices.copy(), np.array(images)) for images, _ in ld]
+        assert sum(len(i) for i, _ in first) == 12
+        assert ld.stats.skipped["corrupt or truncated image"] == 1
+        assert "bad0.jpg" in ld.stats.skipped_examples[0]
+        ld.set_epoch(0)
+        again = [(ld.last_indices.copy(), np.array(images)) for images, _ in ld]  # now known bad: no restart
+    for (i1, x1), (i2, x2) in zip(first, again, strict=True):
+        assert np.array_equal(i1, i2) and np.array_equal(x1, x2)
+
+
+def test_abandoned_epoch_then_next_one(colour_dataset):
+    with iofeed.loader(colour_dataset, batch_size=4, backend="dali", workers=2, seed=9) as ld:
+        ld.set_epoch(1)
+        expected = [(ld.last_indices.copy(), np.array(images)) for images, _ in ld]
+        ld.set_epoch(1)
+        for k, _ in enumerate(ld):
+            if k == 1:
+                break
+        ld.set_epoch(1)
+        got = [(ld.last_indices.copy(), np.array(images)) for images, _ in ld]
+        ld.close()
+        ld.close()
+    for (i1, x1), (i2, x2) in zip(expected, got, strict=True):
+        assert np.array_equal(i1, i2) and np.array_equal(x1, x2)
+
+
+def test_settings_and_dataset_sources_are_not_revalidated(colour_dataset):
+    with iofeed.loader(colour_dataset, batch_size=4, backend="dali", workers=2, prefetch=3) as ld:
+        settings = ld.stats.settings
+    assert settings["backend"] == "dali" and settings["device"] == "cpu" and settings["decoder"] == "cpu"
+    assert settings["num_threads"] == 2 and settings["prefetch_batches"] == 3
+    assert settings["hw_decoder_load"] is None and settings["validated_files"] == 0
+
+
+def test_torch_adapter_on_cpu(colour_dataset):
+    torch = pytest.importorskip("torch")
+    with iofeed.loader(colour_dataset, batch_size=4, backend="dali", workers=1, seed=2) as raw:
+        uint8 = np.array(next(iter(raw))[0])
+    with iofeed.loader(colour_dataset, batch_size=4, backend="dali", workers=1, seed=2, framework="torch") as ld:
+        images, labels = next(iter(ld))
+    assert images.shape == (4, 3, 224, 224) and images.dtype == torch.float32 and labels.dtype == torch.int64
+    mean = torch.tensor([0.485, 0.456, 0.406]).view(1, 3, 1, 1)
+    std = torch.tensor([0.229, 0.224, 0.225]).view(1, 3, 1, 1)
+    expected = (torch.from_numpy(uint8).permute(0, 3, 1, 2).float() / 255 - mean) / std
+    assert torch.allclose(images, expected, atol=1e-4)
+
+
+def test_missing_dali_is_a_one_line_error(colour_dataset, monkeypatch):
+    monkeypatch.setitem(sys.modules, "nvidia.dali", None)  # makes `import nvidia.dali` fail
+    with pytest.raises(MissingDependencyError, match=r"pip install 'iofeed\[dali\]'") as info:
+        iofeed.loader(colour_dataset, batch_size=4, backend="dali")
+    assert "\n" not in str(info.value)
+
+
+def test_auto_without_gpu_picks_workers(colour_dataset, monkeypatch):
+    monkeypatch.setattr(dali_engine, "gpu_present", lambda: False)
+    for device in (None, "cpu", "cuda"):
+        with iofeed.loader(colour_dataset, batch_size=4, backend="auto", workers=1, device=device) as ld:
+            assert ld.stats.settings["backend"] == "workers"
+
+
+def test_auto_choice(monkeypatch):
+    monkeypatch.setattr(dali_engine, "gpu_present", lambda: True)
+    assert dali_engine.dali_fits("cuda") and dali_engine.dali_fits("cuda:1")
+    assert not dali_engine.dali_fits(None) and not dali_engine.dali_fits("cpu")
+    monkeypatch.setitem(sys.modules, "nvidia.dali", None)
+    assert not dali_engine.dali_fits("cuda")
+
+
+def test_device_ids():
+    assert dali_engine.cuda_device_id(None) is None and dali_engine.cuda_device_id("cpu") is None
+    assert dali_engine.cuda_device_id("cuda:3") == 3 and dali_engine.cuda_device_id(2) == 2
+    with pytest.raises(OptionError, match="device"):
+        dali_engine.cuda_device_id("tpu")
+
+
+def test_jpeg_header_agrees_with_pillow():
+    plain = [jpeg_bytes(smooth_rgb(131, 77, 1)), jpeg_bytes(smooth_rgb(64, 200, 2).convert("L")),
+             jpeg_bytes(smooth_rgb(90, 91, 3), progressive=True)]
+    for data in plain:
+        assert dali_engine.jpeg_header(data) == Image.open(io.BytesIO(data)).size
+    others = [jpeg_bytes(smooth_rgb(50, 40, 4).convert("CMYK")), exif_rotated_jpeg(smooth_rgb(60, 30, 5), 6),
+              png_bytes(smooth_rgb(20, 20, 6)), b"\xff\xd8\xff", b""]
+    for data in others:
+        assert dali_engine.jpeg_header(data) is None
+
+
+@pytest.mark.gpu
+@gpu
+def test_mixed_decode_on_gpu_matches_cpu(colour_dataset):
+    """device="cuda": decoded by nvJPEG on the GPU, handed over by DLPack, close to the CPU decode."""
+    torch = pytest.importorskip("torch")
+    with iofeed.loader(colour_dataset, batch_size=4, backend="dali", workers=2, seed=3) as cpu:
+        expected = np.array(next(iter(cpu))[0])
+    with iofeed.loader(colour_dataset, batch_size=4, backend="dali", workers=2, seed=3, device="cuda:0") as ld:
+        assert ld.stats.settings["decoder"] == "mixed" and ld.stats.settings["device"] == "cuda:0"
+        batch = next(ld.backend.run(0, ld.order.batches(0), 0, 0))
+        images = torch.from_dlpack(batch.images)
+        assert images.is_cuda and images.dtype == torch.uint8 and tuple(images.shape) == (4, 224, 224, 3)
+        assert (images.cpu().numpy().astype(int) - expected).__abs__().mean() < 3.0
+
+
+@pytest.mark.gpu
+@gpu
+def test_torch_on_cuda_gets_gpu_tensors(colour_dataset):
+    torch = pytest.importorskip("torch")
+    with iofeed.loader(colour_dataset, batch_size=4, backend="dali", workers=2, framework="torch",
+                       device="cuda") as ld:
+        for images, labels in ld:
+            assert images.is_cuda and images.dtype == torch.float32 and images.shape[1:] == (3, 224, 224)
+            assert labels.is_cuda and labels.dtype == torch.int64
+        assert ld.stats.images == len(ld.source) - len(ld.source) % 4
+
+
+@pytest.mark.gpu
+@gpu
+def test_auto_with_gpu_picks_dali(colour_dataset):
+    with iofeed.loader(colour_dataset, batch_size=4, backend="auto", device="cuda") as ld:
+        assert ld.stats.settings["backend"] == "dali"
