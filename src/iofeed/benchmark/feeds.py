@@ -1,0 +1,180 @@
+"""The loaders under test ("feeds"): each yields (float normalised NCHW images, int64 labels) forever.
+
+Every feed does the same work: 224 px random-resized-crop (area 0.08–1, ratio 3/4–4/3),
+horizontal flip, ImageNet normalisation, batches of the same size, on the same device.
+"""
+from __future__ import annotations
+
+import importlib.util
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from ..errors import IofeedError
+
+MEAN = (0.485, 0.456, 0.406)
+STD = (0.229, 0.224, 0.225)
+BASELINE = "torchvision-Nw"
+CEILING = "synthetic"
+
+
+@dataclass(frozen=True)
+class Entry:
+    """A feed in the catalogue: its kind, which form of the data it reads, and what it needs."""
+
+    kind: str  # "torchvision", "iofeed", "dali-peer" or "synthetic"
+    reads: str  # "folder", "dataset" or "" (synthetic)
+    about: str
+    needs_dali: bool = False
+
+
+CATALOGUE: dict[str, Entry] = {
+    "torchvision-1w": Entry("torchvision", "folder", "torchvision ImageFolder + DataLoader, 1 worker"),
+    "torchvision-Nw": Entry("torchvision", "folder", "torchvision ImageFolder + DataLoader, all cores"),
+    "iofeed-folder": Entry("iofeed", "folder", "iofeed workers engine on the JPEG folder"),
+    "iofeed-dataset": Entry("iofeed", "dataset", "iofeed workers engine on the preprocessed dataset"),
+    "iofeed-dali": Entry("iofeed", "dataset", "iofeed DALI backend on the preprocessed dataset", True),
+    "dali-folder": Entry("dali-peer", "folder", "plain DALI pipeline on the JPEG folder", True),
+}
+EXTRA = {CEILING: Entry("synthetic", "", "synthetic tensors already on the device (the ceiling)")}
+
+
+@dataclass(frozen=True)
+class FeedSpec:
+    """Everything a host process needs to build one feed (picklable)."""
+
+    name: str
+    source: str  # folder or dataset path ("" for synthetic)
+    workers: int
+    batch_size: int
+    image_size: int
+    device: str  # "cpu" or "cuda"
+    seed: int = 0
+    model: str = "none"
+    classes: int = 1000
+
+    @property
+    def entry(self) -> Entry:
+        """The catalogue entry of this feed."""
+        return CATALOGUE.get(self.name) or EXTRA[self.name]
+
+
+class FeedUnavailable(IofeedError):
+    """A feed that cannot run here (the reason is shown in the results, the run goes on)."""
+
+
+class Feed(Protocol):
+    """A running feed."""
+
+    capacity: int  # batches it may hold ready before the consumer asks (its prefetch buffer)
+    settings: dict[str, Any]
+
+    def batches(self) -> Iterator[tuple[Any, Any]]:
+        """(images float NCHW, labels int64) on the feed's device, epoch after epoch."""
+
+    def close(self) -> None:
+        """Stop workers and threads."""
+
+
+def dali_installed() -> bool:
+    """Whether NVIDIA DALI can be imported."""
+    return importlib.util.find_spec("nvidia") is not None and importlib.util.find_spec("nvidia.dali") is not None
+
+
+def open_feed(spec: FeedSpec) -> Feed:
+    """Build the feed `spec` names (in the calling process); FeedUnavailable if it cannot run."""
+    kind = spec.entry.kind
+    if spec.entry.needs_dali and not dali_installed():
+        raise FeedUnavailable("NVIDIA DALI is not installed")
+    if kind == "torchvision":
+        return TorchvisionFeed(spec)
+    if kind == "iofeed":
+        return IofeedFeed(spec)
+    if kind == "dali-peer":
+        from .dali_peer import DaliFolderFeed
+
+        return DaliFolderFeed(spec)
+    return SyntheticFeed(spec)
+
+
+class TorchvisionFeed:
+    """Plain torchvision: ImageFolder + standard transforms + DataLoader (forkserver workers)."""
+
+    def __init__(self, spec: FeedSpec) -> None:
+        import torch
+        from torchvision import datasets, transforms
+
+        from ..sources import find_class_root
+
+        transform = transforms.Compose([
+            transforms.RandomResizedCrop(spec.image_size),
+            transforms.RandomHorizontalFlip(),
+            transforms.ToTensor(),
+            transforms.Normalize(MEAN, STD),
+        ])
+        torch.manual_seed(spec.seed)
+        self._device = torch.device(spec.device)
+        dataset = datasets.ImageFolder(str(find_class_root(spec.source)), transform=transform)
+        self._loader = torch.utils.data.DataLoader(
+            dataset, batch_size=spec.batch_size, shuffle=True, drop_last=True, num_workers=spec.workers,
+            multiprocessing_context="forkserver", persistent_workers=True, prefetch_factor=2,
+            pin_memory=self._device.type == "cuda",
+        )
+        self.capacity = spec.workers * 2
+        self.settings = {"workers": spec.workers, "prefetch_factor": 2, "samples": len(dataset)}
+
+    def batches(self) -> Iterator[tuple[Any, Any]]:
+        while True:
+            for images, labels in self._loader:
+                yield images.to(self._device, non_blocking=True), labels.to(self._device, non_blocking=True)
+
+    def close(self) -> None:
+        self._loader = None  # persistent workers stop with their iterator
+
+
+class IofeedFeed:
+    """`iofeed.loader(..., framework="torch")` with the workers or the DALI backend."""
+
+    def __init__(self, spec: FeedSpec) -> None:
+        import iofeed
+
+        backend = "dali" if spec.entry.needs_dali else "workers"
+        self._loader = iofeed.loader(
+            spec.source, split="train", batch_size=spec.batch_size, image_size=spec.image_size,
+            framework="torch", device=spec.device, backend=backend, workers=spec.workers, seed=spec.seed,
+        )
+        self.settings = dict(self._loader.stats.settings)
+        if self.settings.get("backend") != backend:
+            self._loader.close()
+            raise FeedUnavailable(f"iofeed.loader(backend={backend!r}) built the "
+                                  f"{self.settings.get('backend')!r} backend: the {backend} backend is not available")
+        self.capacity = int(self.settings.get("prefetch_batches", 2))
+
+    def batches(self) -> Iterator[tuple[Any, Any]]:
+        while True:
+            yield from self._loader
+
+    def close(self) -> None:
+        self._loader.close()
+
+
+class SyntheticFeed:
+    """The same random batch again and again, already on the device: the training ceiling."""
+
+    def __init__(self, spec: FeedSpec) -> None:
+        import torch
+
+        generator = torch.Generator().manual_seed(spec.seed)
+        shape = (spec.batch_size, 3, spec.image_size, spec.image_size)
+        images = torch.randn(shape, generator=generator).contiguous(memory_format=torch.channels_last)
+        labels = torch.randint(0, spec.classes, (spec.batch_size,), generator=generator)
+        self._batch = (images.to(spec.device), labels.to(spec.device))
+        self.capacity = 0
+        self.settings: dict[str, Any] = {}
+
+    def batches(self) -> Iterator[tuple[Any, Any]]:
+        while True:
+            yield self._batch
+
+    def close(self) -> None:
+        self._batch = None

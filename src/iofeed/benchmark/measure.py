@@ -1,0 +1,213 @@
+"""Measuring feeds in alternation: warm-up, then rounds of windows, each window first draining the
+feed's prefetch buffer untimed, then timing whole batches. CPU per core and peak memory per feed."""
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import psutil
+from tqdm import tqdm
+
+from .feeds import FeedSpec, FeedUnavailable
+from .host import FeedHost, HostFailed, Tally
+
+CALL_SLACK = 300.0  # seconds a host may take beyond the asked duration before it counts as hung
+
+
+@dataclass(frozen=True)
+class CpuUse:
+    """CPU seconds over one timed window."""
+
+    core_busy: list[float]  # per core, the whole machine
+    core_total: list[float]
+    feed: float  # the feed's processes
+    other: float  # every other process, the benchmark's own included
+
+    @property
+    def other_share(self) -> float:
+        """Share of the machine (0–1) that other processes used."""
+        return self.other / sum(self.core_total) if sum(self.core_total) > 0 else 0.0
+
+
+@dataclass
+class Window:
+    """One timed window of one feed."""
+
+    round: int
+    drained: Tally  # untimed: emptied the prefetch buffer
+    timed: Tally
+    cpu: CpuUse
+
+
+@dataclass
+class FeedRun:
+    """Everything measured for one feed."""
+
+    spec: FeedSpec
+    status: str = "ok"  # "ok", "skipped" (cannot run here) or "failed"
+    reason: str | None = None
+    capacity: int | None = None
+    settings: dict[str, Any] = field(default_factory=dict)
+    warmup: Tally | None = None
+    windows: list[Window] = field(default_factory=list)
+    peak_memory_bytes: int = 0
+    processes: int = 0  # most processes the feed had at once
+
+    def stop(self, status: str, reason: str) -> None:
+        """Mark the feed as not measured (further)."""
+        self.status, self.reason = status, reason
+
+
+class MemoryWatch:
+    """A background thread summing the memory of the watched feed's processes (PSS where the
+    kernel gives it — shared pages counted once — else RSS) and keeping each feed's peak.
+
+    Reading PSS costs ~8 ms per process with PyTorch loaded, hence one sample a second (plus
+    one as each window starts and ends): about 3% of one core, the same for every feed.
+    """
+
+    def __init__(self, interval: float = 1.0) -> None:
+        self.metric = "pss" if hasattr(psutil.Process().memory_full_info(), "pss") else "rss"
+        self._interval = interval
+        self._target: tuple[FeedRun, FeedHost] | None = None
+        self._lock = threading.Lock()
+        self._stopped = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="iofeed-bench-memory", daemon=True)
+        self._thread.start()
+
+    @contextmanager
+    def watching(self, run: FeedRun, host: FeedHost) -> Iterator[None]:
+        """Sample `host`'s processes into `run` while the block runs (and once at each end)."""
+        self._sample(run, host)
+        with self._lock:
+            self._target = (run, host)
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._target = None
+            self._sample(run, host)
+
+    def _loop(self) -> None:
+        while not self._stopped.wait(self._interval):
+            with self._lock:
+                target = self._target
+            if target is not None:
+                self._sample(*target)
+
+    def _sample(self, run: FeedRun, host: FeedHost) -> None:
+        total = count = 0
+        for pid in host.pids():
+            try:
+                info = psutil.Process(pid).memory_full_info()
+            except psutil.Error:
+                continue
+            total += getattr(info, self.metric)
+            count += 1
+        run.peak_memory_bytes = max(run.peak_memory_bytes, total)
+        run.processes = max(run.processes, count)
+
+    def close(self) -> None:
+        """Stop the thread."""
+        self._stopped.set()
+        self._thread.join()
+
+
+def _process_cpu(pids: list[int]) -> dict[int, float]:
+    """User + system CPU seconds of each live process."""
+    out = {}
+    for pid in pids:
+        try:
+            times = psutil.Process(pid).cpu_times()
+        except psutil.Error:
+            continue
+        out[pid] = times.user + times.system
+    return out
+
+
+def _total_idle(times: Any) -> tuple[float, float]:
+    """(all CPU seconds, idle + iowait seconds) of one core; guest time is already in user time."""
+    total = sum(times) - getattr(times, "guest", 0.0) - getattr(times, "guest_nice", 0.0)
+    return total, times.idle + getattr(times, "iowait", 0.0)
+
+
+class _CpuMeter:
+    """Per-core busy time of the machine and CPU time of one feed's processes, over one window."""
+
+    def __init__(self, host: FeedHost) -> None:
+        self._host = host
+        self._cores = psutil.cpu_times(percpu=True)
+        self._procs = _process_cpu(host.pids())
+
+    def read(self) -> CpuUse:
+        """CPU use since construction."""
+        busy, total = [], []
+        for before, after in zip(self._cores, psutil.cpu_times(percpu=True)):
+            (all1, idle1), (all0, idle0) = _total_idle(after), _total_idle(before)
+            busy.append(max((all1 - idle1) - (all0 - idle0), 0.0))
+            total.append(max(all1 - all0, 0.0))
+        procs = _process_cpu(self._host.pids())
+        mine = sum(max(t - self._procs.get(pid, 0.0), 0.0) for pid, t in procs.items())
+        return CpuUse(busy, total, mine, max(sum(busy) - mine, 0.0))
+
+
+def measure(specs: list[FeedSpec], rounds: int, window_seconds: float, warmup_seconds: float,
+            gpu: Any = None, progress: bool = True) -> tuple[list[FeedRun], str]:
+    """Start every feed, warm each up, then run `rounds` rounds of one window per feed, the
+    order rotating each round. Returns the runs (in `specs` order) and the memory metric."""
+    runs = [FeedRun(spec) for spec in specs]
+    hosts: dict[str, FeedHost] = {}
+    watch = MemoryWatch()
+    try:
+        for run in tqdm(runs, desc="starting feeds", unit="feed", disable=not progress):
+            try:
+                hosts[run.spec.name] = host = FeedHost(run.spec)
+                run.capacity, run.settings = host.capacity, host.settings
+                with watch.watching(run, host):  # the first batch (start-up), then `warmup_seconds` more
+                    first = host.consume(timeout=CALL_SLACK, batches=1)
+                    rest = host.consume(timeout=warmup_seconds + CALL_SLACK, seconds=warmup_seconds)
+                run.warmup = Tally(first.images + rest.images, first.batches + rest.batches,
+                                   first.seconds + rest.seconds, first.wait_seconds + rest.wait_seconds)
+            except FeedUnavailable as exc:
+                run.stop("skipped", str(exc))
+            except HostFailed as exc:
+                run.stop("failed", str(exc))
+        live = [run for run in runs if run.status == "ok"]
+        bar = tqdm(total=rounds * len(live), desc="measuring", unit="window", disable=not progress)
+        for number in range(rounds):
+            shift = number % max(len(live), 1)
+            for run in live[shift:] + live[:shift]:
+                if run.status != "ok":
+                    continue
+                bar.set_postfix_str(run.spec.name)
+                try:
+                    _window(run, hosts[run.spec.name], number, window_seconds, watch, gpu)
+                except HostFailed as exc:
+                    run.stop("failed", str(exc))
+                    hosts.pop(run.spec.name).close()
+                bar.update(1)
+        bar.close()
+    finally:
+        watch.close()
+        for host in hosts.values():
+            host.close()
+    return runs, watch.metric
+
+
+def _window(run: FeedRun, host: FeedHost, number: int, seconds: float, watch: MemoryWatch, gpu: Any) -> None:
+    """Drain the prefetch buffer (capacity + 1 batches, untimed), then time at least `seconds`."""
+    with watch.watching(run, host):
+        drained = host.consume(timeout=CALL_SLACK, batches=(run.capacity or 0) + 1)
+        meter = _CpuMeter(host)
+        if gpu is not None:
+            gpu.label = run.spec.name
+        try:
+            timed = host.consume(timeout=seconds + CALL_SLACK, seconds=seconds)
+        finally:
+            if gpu is not None:
+                gpu.label = None
+        cpu = meter.read()
+    run.windows.append(Window(number, drained, timed, cpu))

@@ -1,0 +1,75 @@
+"""What a benchmark run measures: feeds, sizes, durations, outputs — checked before any work."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+
+from ..errors import OptionError, SourceError
+
+MODELS = ("resnet50", "resnet18", "none")
+DEFAULT_SOURCE = Path("data/c256")
+RESULTS_DIR = Path("bench/results")
+
+
+@dataclass(frozen=True)
+class BenchOptions:
+    """Settings of one `iofeed bench` run.
+
+    `seconds` is the timed time per feed, split evenly over `rounds` windows; `feeds` None
+    means every feed that can run here; `model` None means resnet50 with a GPU, none without.
+    """
+
+    source: Path | None = None
+    model: str | None = None
+    batch_size: int = 64
+    image_size: int = 224
+    feeds: tuple[str, ...] | None = None
+    seconds: float = 10.0
+    rounds: int = 3
+    warmup: float = 2.0
+    workers: int | None = None
+    seed: int = 0
+    warm_cache: bool = True
+    json_path: Path | None = None
+    plot_path: Path | None = None
+    progress: bool = True
+
+    @property
+    def window_seconds(self) -> float:
+        """Timed seconds of each window (at least; a window ends on a batch boundary)."""
+        return self.seconds / self.rounds
+
+    def check(self, known_feeds: tuple[str, ...]) -> None:
+        """Raise OptionError or SourceError (one line, naming the value) for bad settings."""
+        if self.source is not None and not Path(self.source).exists():
+            raise SourceError(f"source not found: {self.source} (pass an image folder or an iofeed dataset)")
+        if self.model is not None and self.model not in MODELS:
+            raise OptionError(f"--model {self.model!r} is not one of {', '.join(MODELS)}")
+        for name in self.feeds or ():
+            if name not in known_feeds:
+                raise OptionError(f"unknown feed {name!r} (choose from {', '.join(known_feeds)})")
+        if self.feeds is not None and not self.feeds:
+            raise OptionError("--feeds is empty (name at least one feed)")
+        if not self.seconds > 0:
+            raise OptionError(f"--seconds must be > 0, got {self.seconds}")
+        if not self.warmup >= 0:
+            raise OptionError(f"--warmup must be >= 0, got {self.warmup}")
+        for flag, value, least in (("--rounds", self.rounds, 1), ("--batch-size", self.batch_size, 1),
+                                   ("--image-size", self.image_size, 8)):
+            if value < least:
+                raise OptionError(f"{flag} must be >= {least}, got {value}")
+        if self.workers is not None and self.workers < 1:
+            raise OptionError(f"--workers must be >= 1, got {self.workers}")
+
+    def outputs(self, now: datetime) -> tuple[Path, Path]:
+        """(JSON path, PNG path): bench/results/bench-<date>.json and a PNG beside it by default."""
+        json_path = self.json_path or RESULTS_DIR / f"bench-{now:%Y-%m-%d-%H%M%S}.json"
+        return json_path, self.plot_path or json_path.with_suffix(".png")
+
+
+def parse_feeds(text: str | None) -> tuple[str, ...] | None:
+    """`"a,b"` → ("a", "b"); None stays None (every feed)."""
+    if text is None:
+        return None
+    return tuple(dict.fromkeys(part.strip() for part in text.split(",") if part.strip()))

@@ -1,0 +1,120 @@
+"""Results: the JSON record (see `schema`), the terminal table, and writing the file."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from .feeds import BASELINE, CEILING
+from .measure import FeedRun
+from .schema import FORMAT, VERSION, validate
+
+
+def _rate(run: FeedRun) -> float | None:
+    seconds = sum(w.timed.seconds for w in run.windows)
+    return sum(w.timed.images for w in run.windows) / seconds if run.status == "ok" and seconds > 0 else None
+
+
+def feed_record(run: FeedRun, image_size: int, baseline: float | None, ceiling: float | None,
+                gpu: Any = None) -> dict[str, Any]:
+    """One feed's entry in the results file."""
+    rate = _rate(run)
+    images = sum(w.timed.images for w in run.windows)
+    seconds = sum(w.timed.seconds for w in run.windows)
+    busy = [sum(core) for core in zip(*(w.cpu.core_busy for w in run.windows))]
+    total = [sum(core) for core in zip(*(w.cpu.core_total for w in run.windows))]
+    cores = [100.0 * b / t if t > 0 else 0.0 for b, t in zip(busy, total)]
+    feed_cpu = sum(w.cpu.feed for w in run.windows)
+    other_cpu = sum(w.cpu.other for w in run.windows)
+    training = None
+    if run.spec.model != "none" and rate is not None:
+        wait = sum(w.timed.wait_seconds for w in run.windows)
+        training = {"model": run.spec.model, "data_wait_fraction": wait / seconds,
+                    "gpu_util_mean": gpu.mean(run.spec.name) if gpu is not None else None,
+                    "percent_of_ceiling": 100.0 * rate / ceiling if ceiling else None}
+    return {
+        "name": run.spec.name, "about": run.spec.entry.about, "kind": run.spec.entry.kind,
+        "source": run.spec.source or None, "status": run.status, "reason": run.reason,
+        "workers": run.spec.workers if run.spec.entry.kind != "synthetic" else None,
+        "prefetch_batches": run.capacity, "settings": run.settings,
+        "images": images, "batches": sum(w.timed.batches for w in run.windows), "seconds": seconds,
+        "images_per_sec": rate,
+        "mpix_per_sec": rate * image_size**2 / 1e6 if rate is not None else None,
+        "vs_baseline": rate / baseline if rate is not None and baseline else None,
+        "cpu_percent_per_core": cores, "cpu_percent": sum(cores) / len(cores) if cores else None,
+        "cpu_ms_per_image": 1000.0 * feed_cpu / images if images else None,
+        "other_cpu_percent": 100.0 * other_cpu / sum(total) if sum(total) > 0 else None,
+        "peak_memory_bytes": run.peak_memory_bytes if run.status == "ok" else None,
+        "processes": run.processes if run.status == "ok" else None,
+        "warmup": None if run.warmup is None else
+        {"images": run.warmup.images, "batches": run.warmup.batches, "seconds": run.warmup.seconds},
+        "windows": [{"round": w.round, "images": w.timed.images, "batches": w.timed.batches,
+                     "seconds": w.timed.seconds, "images_per_sec": w.timed.images / w.timed.seconds,
+                     "drained_images": w.drained.images, "drained_batches": w.drained.batches,
+                     "other_cpu_percent": 100.0 * w.cpu.other_share}
+                    for w in run.windows],
+        "training": training,
+    }
+
+
+def feed_records(runs: list[FeedRun], image_size: int, gpu: Any = None) -> list[dict[str, Any]]:
+    """Every feed's entry, with the ratio to the baseline and the share of the ceiling."""
+    rates = {run.spec.name: _rate(run) for run in runs}
+    return [feed_record(run, image_size, rates.get(BASELINE), rates.get(CEILING), gpu) for run in runs]
+
+
+def build_record(**parts: Any) -> dict[str, Any]:
+    """The whole results document (keys as in `schema.SCHEMA`)."""
+    return {"format": FORMAT, "version": VERSION, **parts}
+
+
+def write_json(record: dict[str, Any], path: Path) -> None:
+    """Check `record` against the schema, then write it (folders made as needed)."""
+    problems = validate(record)
+    if problems:
+        raise ValueError("benchmark record breaks its schema: " + "; ".join(problems[:5]))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+
+
+NOISY_PERCENT = 10.0  # other processes' share of the machine above which a window is flagged
+
+
+def _num(value: float | None, fmt: str) -> str:
+    return "—" if value is None else format(value, fmt)
+
+
+def table(record: dict[str, Any]) -> str:
+    """The results as a fixed-width text table (one row per feed)."""
+    training = record["settings"]["model"] != "none"
+    head = ["feed", "workers", "img/s", f"x {record['baseline']}", "MPix/s", "CPU % per core", "CPU ms/img",
+            "other CPU %", "peak MiB"]
+    if training:
+        head += ["GPU util %", "data wait %", "% of ceiling"]
+    rows = [head]
+    notes = []
+    for feed in record["feeds"]:
+        if feed["status"] != "ok":
+            rows.append([feed["name"]] + [""] * (len(head) - 1))
+            notes.append(f"  {feed['name']}: {feed['status']}: {feed['reason']}")
+            continue
+        row = [feed["name"], _num(feed["workers"], "d"), _num(feed["images_per_sec"], ",.0f"),
+               _num(feed["vs_baseline"], ".2f"), _num(feed["mpix_per_sec"], ".1f"),
+               "/".join(f"{c:.0f}" for c in feed["cpu_percent_per_core"]), _num(feed["cpu_ms_per_image"], ".2f"),
+               _num(feed["other_cpu_percent"], ".0f"),
+               _num(None if feed["peak_memory_bytes"] is None else feed["peak_memory_bytes"] / 2**20, ",.0f")]
+        if training:
+            t = feed["training"] or {}
+            row += [_num(t.get("gpu_util_mean"), ".0f"), _num(100 * t.get("data_wait_fraction", 0), ".0f"),
+                    _num(t.get("percent_of_ceiling"), ".0f")]
+        rows.append(row)
+        busy = [w for w in feed["windows"] if w["other_cpu_percent"] > NOISY_PERCENT]
+        if busy:
+            notes.append(f"  {feed['name']}: other processes used "
+                         + ", ".join(f"{w['other_cpu_percent']:.0f}%" for w in busy)
+                         + f" of the machine in {len(busy)} of its {len(feed['windows'])} windows")
+    widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
+    lines = ["  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths)))
+             for r in rows]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines + notes)

@@ -1,0 +1,137 @@
+"""`iofeed bench`: honest counts, a valid results file and plot, the training path, one-line errors."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from iofeed.benchmark.feeds import FeedSpec, FeedUnavailable, open_feed
+from iofeed.benchmark.host import consume
+from iofeed.benchmark.schema import validate
+from iofeed.cli import main
+from conftest import make_colour_tree
+
+SIZE, BATCH = 64, 8
+
+
+class Counting:
+    """Wraps a feed's stream and counts, independently of `consume`, the images it really yields."""
+
+    def __init__(self, stream) -> None:
+        self.stream, self.images, self.batches = stream, 0, 0
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        images, labels = next(self.stream)
+        assert tuple(images.shape[1:]) == (3, SIZE, SIZE) and str(images.dtype) == "torch.float32"
+        assert len(labels) == images.shape[0] and str(labels.dtype) == "torch.int64"
+        self.images += len(labels)
+        self.batches += 1
+        return images, labels
+
+
+def _counted_windows(spec: FeedSpec, windows: int = 2) -> list[tuple[int, int, int]]:
+    """(reported images, really delivered images, batches) of each timed window, drains included."""
+    if spec.entry.needs_dali:
+        pytest.importorskip("nvidia.dali")
+    try:
+        feed = open_feed(spec)
+    except FeedUnavailable as exc:
+        pytest.skip(str(exc))
+    counter = Counting(feed.batches())
+    out = []
+    try:
+        for _ in range(windows):
+            before = counter.images
+            drained = consume(counter, batches=feed.capacity + 1)
+            assert drained.batches == feed.capacity + 1 and drained.images == counter.images - before
+            before = counter.images
+            timed = consume(counter, seconds=0.3)
+            out.append((timed.images, counter.images - before, timed.batches))
+    finally:
+        counter.stream.close()
+        feed.close()
+    return out
+
+
+@pytest.mark.parametrize("name", ["torchvision-1w", "iofeed-dataset", pytest.param("iofeed-dali", marks=pytest.mark.dali)])
+def test_reported_count_is_what_was_delivered(name, colour_tree, colour_dataset):
+    source = colour_dataset if name.endswith(("dataset", "dali")) else colour_tree
+    workers = 1 if name == "torchvision-1w" else 2
+    for reported, delivered, batches in _counted_windows(FeedSpec(name, str(source), workers, BATCH, SIZE, "cpu")):
+        assert batches > 0 and reported == delivered
+
+
+def test_short_batches_are_counted_by_what_they_hold(tmp_path):
+    tree = make_colour_tree(tmp_path / "t", per_class=6, corrupt=6)  # skipped samples shorten batches
+    windows = _counted_windows(FeedSpec("iofeed-folder", str(tree), 2, BATCH, SIZE, "cpu"))
+    assert all(reported == delivered for reported, delivered, _ in windows)
+    assert any(delivered < batches * BATCH for _, delivered, batches in windows)
+
+
+def _bench(tmp_path, capsys, *args: str) -> dict:
+    out = tmp_path / "res" / "bench.json"
+    code = main(["bench", *args, "--batch-size", str(BATCH), "--image-size", str(SIZE), "--rounds", "2",
+                 "--warmup", "0", "--json", str(out)])
+    printed = capsys.readouterr()
+    assert code == 0, printed.err
+    record = json.loads(out.read_text())
+    assert validate(record) == []
+    assert out.with_suffix(".png").read_bytes()[:4] == b"\x89PNG"
+    for feed in record["feeds"]:
+        assert feed["status"] == "ok", feed["reason"]
+        assert feed["name"] in printed.out
+        assert len(feed["windows"]) == 2
+        assert feed["images"] == sum(w["images"] for w in feed["windows"]) > 0
+        assert feed["images_per_sec"] == pytest.approx(feed["images"] / feed["seconds"])
+        assert all(w["drained_batches"] == feed["prefetch_batches"] + 1 for w in feed["windows"])
+        assert feed["peak_memory_bytes"] > 0 and len(feed["cpu_percent_per_core"]) == record["machine"]["cores"]
+    return record
+
+
+@pytest.mark.parametrize("feeds", ["torchvision-1w,iofeed-dataset",
+                                   pytest.param("iofeed-dali,dali-folder", marks=pytest.mark.dali)])
+def test_cli_writes_valid_results_and_plot(tmp_path, capsys, feeds):
+    if "dali" in feeds:
+        pytest.importorskip("nvidia.dali")
+    tree = make_colour_tree(tmp_path / "tree", per_class=10)
+    record = _bench(tmp_path, capsys, str(tree), "--feeds", feeds, "--seconds", "0.6")
+    assert [f["name"] for f in record["feeds"]] == feeds.split(",")
+    assert (tmp_path / "tree.iof" / "iofeed.json").is_file()  # preprocessed beside the folder
+    assert record["settings"]["model"] == "none" and record["page_cache"]["state"] == "warm"
+
+
+def test_training_step_runs_on_cpu(tmp_path, capsys, colour_dataset):
+    record = _bench(tmp_path, capsys, str(colour_dataset), "--feeds", "iofeed-dataset", "--model", "resnet18",
+                    "--seconds", "0.4", "--no-warm-cache")
+    feed, ceiling = record["feeds"]
+    assert ceiling["name"] == "synthetic" and record["page_cache"]["state"] == "as found"
+    assert 0 <= feed["training"]["data_wait_fraction"] <= 1
+    assert feed["training"]["percent_of_ceiling"] > 0 and feed["training"]["gpu_util_mean"] is None
+
+
+@pytest.mark.parametrize("args", [
+    ["--feeds", "torchvision-9w"],
+    ["--seconds", "0"],
+    ["--seconds", "-1"],
+    ["--model", "vgg16"],
+    ["--batch-size", "0"],
+])
+def test_bad_options_fail_with_one_line(args, colour_tree, capsys):
+    assert main(["bench", str(colour_tree), *args]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("iofeed: error:") and err.count("\n") == 1
+
+
+def test_missing_source_fails_with_one_line(tmp_path, capsys):
+    assert main(["bench", str(tmp_path / "nowhere")]) == 1
+    err = capsys.readouterr().err
+    assert "nowhere" in err and err.count("\n") == 1
+
+
+def test_validator_names_what_is_wrong():
+    problems = validate({"format": "iofeed-bench", "version": 1, "feeds": [{"name": 3}]})
+    assert "$: missing 'machine'" in problems
+    assert any(p.startswith("$.feeds[0].name: expected string") for p in problems)
