@@ -34,7 +34,8 @@ def _cmd_preprocess(args: argparse.Namespace) -> None:
     summary = preprocess(
         args.src,
         args.out,
-        policy=ImagePolicy(shorter_side=args.size, quality=args.quality),
+        policy=ImagePolicy(shorter_side=args.size, quality=args.quality, format=args.format,
+                           raw_max_pixels=args.raw_max_pixels),
         seed=args.seed,
         val_per_class=args.val_per_class,
         val_fraction=args.val_fraction,
@@ -77,6 +78,13 @@ def _cmd_bench(args: argparse.Namespace) -> None:
     print(f"page cache: {record['page_cache']['state']}; results: {json_path} and {png_path}")
 
 
+def _cmd_doctor(args: argparse.Namespace) -> None:
+    from .doctor.report import render
+    from .doctor.run import run_doctor
+
+    print(render(run_doctor(args.source, args.child, args.interval, args.json, args.plot)))
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of every subcommand."""
     parser = argparse.ArgumentParser(prog="iofeed", description="Keep GPUs fed during image training.")
@@ -96,6 +104,11 @@ def build_parser() -> argparse.ArgumentParser:
     prep.add_argument("-o", "--out", type=Path, default=None, help="output dataset (default: SRC.iof beside SRC)")
     prep.add_argument("--size", type=int, default=256, help="shorter side in pixels, never upscaled (default 256)")
     prep.add_argument("--quality", type=int, default=90, help="JPEG quality (default 90)")
+    prep.add_argument("--format", choices=["jpeg", "raw", "mixed"], default="jpeg",
+                      help="jpeg (default); raw: uint8 RGB pixels, decode-free, ~5x the disk; "
+                           "mixed: raw up to --raw-max-pixels, JPEG above")
+    prep.add_argument("--raw-max-pixels", type=int, default=256 * 320,
+                      help="with --format mixed: largest stored image (width x height) kept raw (default 81920)")
     prep.add_argument("--seed", type=int, default=0, help="seed of the train/val split and shard order")
     split = prep.add_mutually_exclusive_group()
     split.add_argument("--val-per-class", type=int, default=None, help="validation images per class")
@@ -132,12 +145,26 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--plot", type=Path, default=None, help="PNG plot (default: beside the JSON)")
     bench.add_argument("--no-warm-cache", action="store_true", help="do not read the data once before measuring")
     bench.set_defaults(func=_cmd_bench)
+
+    doctor = sub.add_parser("doctor", usage="iofeed doctor [SOURCE] [options] [-- COMMAND ...]",
+                            help="check the machine and data, and trace a training command for feeding problems")
+    doctor.add_argument("source", type=Path, nargs="?", default=None, help="image folder or iofeed dataset to check")
+    doctor.add_argument("--json", type=Path, default=None, help="write the findings and the trace as JSON")
+    doctor.add_argument("--plot", type=Path, default=None, help="utilisation timeline PNG (default: beside --json)")
+    doctor.add_argument("--interval", type=float, default=0.1, help="seconds between samples (default 0.1)")
+    doctor.set_defaults(func=_cmd_doctor, child=None)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     """Run the command line; bad input prints one line and returns a non-zero status."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    child = None
+    if argv[:1] == ["doctor"] and "--" in argv:  # `iofeed doctor ... -- COMMAND ...`: the command to trace
+        argv, child = argv[:argv.index("--")], argv[argv.index("--") + 1:]
     args = build_parser().parse_args(argv)
+    if child is not None:
+        args.child = child
     try:
         args.func(args)
     except IofeedError as exc:

@@ -1,6 +1,7 @@
 """Opening a source — an image folder or an iofeed dataset — as one flat table of samples."""
 from __future__ import annotations
 
+import mmap
 import os
 from collections import Counter
 from dataclasses import dataclass, field
@@ -11,15 +12,16 @@ import numpy as np
 from .errors import OptionError, SampleError, SourceError
 from .manifest import MANIFEST_NAME, Manifest
 from .sources import display_path, reason_kind, scan_folder
-from .table import load_table
+from .table import RAW, load_table
 
 
 @dataclass
 class SampleSource:
     """Samples as numpy arrays only: read `size` bytes at `offset` of `files[file_id]`.
 
-    `size` is -1 for "the whole file" (image folders). Workers receive these arrays,
-    never lists of Python objects.
+    `size` is -1 for "the whole file" (image folders). `encoding` indexes `table.ENCODINGS`:
+    raw samples are `height` x `width` x 3 uint8 pixels (width and height are 0 when unknown,
+    as in image folders). Workers receive these arrays, never lists of Python objects.
     """
 
     files: np.ndarray  # bytes paths (numpy "S" array)
@@ -29,6 +31,9 @@ class SampleSource:
     label: np.ndarray  # int64
     classes: list[str]
     kind: str  # "folder" or "dataset"
+    encoding: np.ndarray  # uint8
+    width: np.ndarray  # int32
+    height: np.ndarray  # int32
     rejected: Counter = field(default_factory=Counter)  # reason kind -> count, found before loading
 
     def __len__(self) -> int:
@@ -38,6 +43,10 @@ class SampleSource:
         """A printable path naming sample `index` (with its offset inside a shard)."""
         path = display_path(self.files[self.file_id[index]].decode("utf-8", "surrogateescape"))
         return path if self.size[index] < 0 else f"{path}@{int(self.offset[index])}"
+
+    def has_raw(self) -> bool:
+        """Whether any sample is stored as raw pixels."""
+        return bool((self.encoding == RAW).any())
 
 
 def is_iofeed_dataset(path: Path) -> bool:
@@ -73,6 +82,9 @@ def _open_dataset(path: Path, split: str) -> SampleSource:
         label=table["label"].copy(),
         classes=list(manifest.classes),
         kind="dataset",
+        encoding=table["encoding"].copy(),
+        width=table["width"].copy(),
+        height=table["height"].copy(),
     )
 
 
@@ -88,16 +100,37 @@ def _open_folder(path: Path) -> SampleSource:
         label=np.asarray(scan.labels, dtype=np.int64),
         classes=scan.class_names,
         kind="folder",
+        encoding=np.zeros(count, dtype=np.uint8),
+        width=np.zeros(count, dtype=np.int32),
+        height=np.zeros(count, dtype=np.int32),
         rejected=Counter(reason_kind(r.reason) for r in scan.rejected),
     )
 
 
 class SampleReader:
-    """Reads the encoded bytes of samples, keeping shard files open (one reader per process)."""
+    """Reads samples: encoded bytes, or raw pixels as views of memory-mapped shards. Keeps
+    shard files open and mapped (one reader per process)."""
 
     def __init__(self, source: SampleSource) -> None:
         self._source = source
         self._handles: dict[int, int] = {}
+        self._maps: dict[int, mmap.mmap] = {}
+
+    def pixels(self, index: int) -> np.ndarray:
+        """Raw sample `index` as a read-only (height, width, 3) uint8 view of its shard's map."""
+        src = self._source
+        file_id, offset = int(src.file_id[index]), int(src.offset[index])
+        shape = (int(src.height[index]), int(src.width[index]), 3)
+        mapped = self._maps.get(file_id)
+        try:
+            if mapped is None:
+                with open(src.files[file_id], "rb") as f:
+                    mapped = self._maps[file_id] = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        except OSError as exc:
+            raise SampleError(f"unreadable ({exc.strerror})") from None
+        if offset + int(src.size[index]) > len(mapped) or shape[0] * shape[1] * 3 != int(src.size[index]):
+            raise SampleError("shard is truncated or the index does not match it (run `iofeed preprocess` again)")
+        return np.frombuffer(mapped, np.uint8, count=int(src.size[index]), offset=offset).reshape(shape)
 
     def read(self, index: int) -> bytes:
         """The encoded bytes of sample `index`; SampleError says why it cannot be read."""
@@ -118,7 +151,13 @@ class SampleReader:
         return data
 
     def close(self) -> None:
-        """Close the shard files."""
+        """Close the shard files and maps (a map still viewed by an array stays until it is freed)."""
         for fd in self._handles.values():
             os.close(fd)
         self._handles.clear()
+        for mapped in self._maps.values():
+            try:
+                mapped.close()
+            except BufferError:
+                pass
+        self._maps.clear()

@@ -1,4 +1,5 @@
-"""CPU decode for the loader: JPEG at the smallest DCT scale covering the crop, crop+resize, flip."""
+"""CPU decode for the loader: JPEG at the smallest DCT scale covering the crop, or raw pixels
+sliced from a memory map; then crop+resize and flip."""
 from __future__ import annotations
 
 import math
@@ -6,8 +7,23 @@ import math
 import numpy as np
 
 from .augment import Augment
+from .dataset import SampleReader, SampleSource
 from .imaging import decode_rgb, open_image
 from .resize import crop_resize_into
+from .table import RAW
+
+
+def load_augmented(
+    reader: SampleReader, source: SampleSource, index: int, augment: Augment, rng: np.random.Generator,
+    out: np.ndarray,
+) -> None:
+    """Sample `index`, augmented into `out`: raw pixels need no decode. Raises SampleError."""
+    if source.encoding[index] == RAW:
+        pixels = reader.pixels(index)
+        box, flip = augment.box(pixels.shape[1], pixels.shape[0], rng)
+        crop_resize_into(pixels, box, flip, out)
+    else:
+        decode_augmented(reader.read(index), augment, rng, out)
 
 
 def decode_augmented(data: bytes, augment: Augment, rng: np.random.Generator, out: np.ndarray) -> None:

@@ -162,6 +162,7 @@ def loader(
     drop_last: bool | None = None,
     on_error: str = "skip",
     memory_budget: int | None = None,
+    gpu_augment: bool = False,
 ) -> Any:
     """A loader over an iofeed dataset or an image folder.
 
@@ -174,6 +175,9 @@ def loader(
     keeps the consumer from waiting, up to all cores; see `stats.settings["decisions"]`);
     an int fixes it. Prefetch slots are bounded by `memory_budget` bytes (default: a quarter
     of free RAM or /dev/shm). Breaking out of an epoch and iterating again continues it.
+
+    `gpu_augment=True` (torch, workers engine, an iofeed dataset, best with `--format raw`):
+    workers only gather each sample's stored pixels; the crop, resize and flip run on `device`.
     """
     _choose("framework", framework, FRAMEWORKS)
     _choose("backend", backend, BACKENDS)
@@ -187,12 +191,14 @@ def loader(
     order = OrderSpec(len(data), batch_size, shuffle=split == "train",
                       drop_last=(split == "train") if drop_last is None else drop_last,
                       seed=seed, rank=rank, world_size=world_size)
-    engine = _make_backend(backend, data, Augment(size=image_size, train=train), batch_size, workers, prefetch,
-                           on_error, seed, device, memory_budget)
+    if gpu_augment and (framework != "torch" or backend == "dali"):
+        raise OptionError("gpu_augment=True needs framework='torch' and the workers backend")
+    engine = _make_backend("workers" if gpu_augment else backend, data, Augment(size=image_size, train=train),
+                           batch_size, workers, prefetch, on_error, seed, device, memory_budget, gpu_augment)
     if framework == "torch":
         from .adapters.torch import TorchAdapter
 
-        return Loader(data, order, engine, TorchAdapter(device, dtype), image_size)
+        return Loader(data, order, engine, TorchAdapter(device, dtype, image_size), image_size)
     from .adapters.numpy import to_numpy
 
     result = Loader(data, order, engine, to_numpy, image_size)
@@ -204,18 +210,22 @@ def loader(
 
 
 def _make_backend(name: str, data: SampleSource, augment: Augment, batch_size: int, workers: int | None,
-                  prefetch: int | None, on_error: str, seed: int, device: Any, memory_budget: int | None) -> Backend:
+                  prefetch: int | None, on_error: str, seed: int, device: Any, memory_budget: int | None,
+                  packed: bool = False) -> Backend:
     count = resolve_workers(workers)
     if prefetch is not None and prefetch < 1:
         raise OptionError(f"prefetch must be >= 1, got {prefetch}")
     if name == "auto":
         from .backends.dali import dali_fits
 
-        name = "dali" if dali_fits(device) else "workers"
+        name = "dali" if dali_fits(device) and not data.has_raw() else "workers"
+    if name == "dali" and data.has_raw():
+        raise OptionError("backend='dali' decodes JPEGs, and this dataset holds raw pixels: use backend='workers' "
+                          "(raw needs no decoding), or preprocess with --format jpeg for DALI")
     if name == "dali":  # `workers` is DALI's thread count; prefetch its queue depth
         from .backends.dali import DaliEngine
 
         return DaliEngine(data, augment, batch_size, count, 2 if prefetch is None else prefetch, on_error, seed, device)
     from .backends.workers import make_worker_engine
 
-    return make_worker_engine(data, augment, batch_size, workers, prefetch, on_error, seed, memory_budget)
+    return make_worker_engine(data, augment, batch_size, workers, prefetch, on_error, seed, memory_budget, packed)

@@ -10,7 +10,8 @@ from .errors import DatasetError
 
 MANIFEST_NAME = "iofeed.json"
 FORMAT_NAME = "iofeed-dataset"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2 added raw-pixel samples (the `encoding` column)
+READABLE_VERSIONS = (1, 2)
 
 
 @dataclass
@@ -29,7 +30,7 @@ class Manifest:
     classes: list[str]
     class_dirs: list[str]
     splits: dict[str, SplitInfo]
-    image: dict[str, Any]  # policy: encoding, shorter side, quality, progressive, colour
+    image: dict[str, Any]  # policy: encoding (jpeg, raw or mixed), shorter side, quality, raw_max_pixels
     split_policy: dict[str, Any]
     source: dict[str, Any]  # statistics of the input
     format: str = FORMAT_NAME
@@ -53,10 +54,10 @@ class Manifest:
             raise DatasetError(f"unreadable manifest {path}: {exc}") from None
         if raw.get("format") != FORMAT_NAME:
             raise DatasetError(f"{path} is not an iofeed manifest (format={raw.get('format')!r})")
-        if raw.get("version") != FORMAT_VERSION:
+        if raw.get("version") not in READABLE_VERSIONS:
             raise DatasetError(
-                f"{path} has format version {raw.get('version')}; this iofeed reads version "
-                f"{FORMAT_VERSION}: run `iofeed preprocess` again"
+                f"{path} has format version {raw.get('version')}; this iofeed reads versions "
+                f"{', '.join(map(str, READABLE_VERSIONS))}: run `iofeed preprocess` again"
             )
         try:
             raw["splits"] = {name: SplitInfo(**info) for name, info in raw["splits"].items()}

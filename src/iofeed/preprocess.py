@@ -22,18 +22,26 @@ from .parallel import worker_pool
 from .shards import ShardWriter
 from .sources import FolderScan, Rejection, display_path, reason_kind, scan_folder
 from .splits import validation_mask, write_order
-from .table import new_table, save_table
+from .table import ENCODINGS, MEMBER_EXTENSIONS, new_table, save_table
 
 REJECTED_NAME = "rejected.jsonl"
 ENGINES = ("local", "ray")
+FORMATS = ("jpeg", "raw", "mixed")
+JPEG_SIZE_SAMPLING = 16  # one raw sample in this many is also encoded, to estimate the JPEG form's size
 
 
 @dataclass(frozen=True)
 class ImagePolicy:
-    """How images are stored: shorter side, JPEG quality."""
+    """How images are stored: shorter side, JPEG quality, and the format.
+
+    `format` "jpeg" stores baseline JPEGs; "raw" stores uint8 RGB pixels (decode-free, several
+    times larger); "mixed" stores raw the images of at most `raw_max_pixels` pixels, JPEG the rest.
+    """
 
     shorter_side: int = 256
     quality: int = 90
+    format: str = "jpeg"
+    raw_max_pixels: int = 256 * 320
 
     def check(self) -> None:
         """Raise OptionError for values that make no sense."""
@@ -41,16 +49,26 @@ class ImagePolicy:
             raise OptionError(f"--size must be at least 8 pixels, got {self.shorter_side}")
         if not 1 <= self.quality <= 100:
             raise OptionError(f"--quality must be between 1 and 100, got {self.quality}")
+        if self.format not in FORMATS:
+            raise OptionError(f"--format {self.format!r} is not one of {', '.join(FORMATS)}")
+        if self.raw_max_pixels < 1:
+            raise OptionError(f"--raw-max-pixels must be >= 1, got {self.raw_max_pixels}")
+
+    def stores_raw(self, width: int, height: int) -> bool:
+        """Whether an image of this stored size is kept as raw pixels."""
+        return self.format == "raw" or (self.format == "mixed" and width * height <= self.raw_max_pixels)
 
 
 @dataclass(frozen=True)
 class Prepared:
-    """The result of preparing one source file: JPEG bytes or a rejection reason, and facts."""
+    """The result of preparing one source file: its encoded data (`encoding` "jpeg" or "raw")
+    or a rejection reason, and facts."""
 
     index: int
-    jpeg: bytes | None
+    data: bytes | None
     reason: str | None = None
     facts: dict = field(default_factory=dict)
+    encoding: str = "jpeg"
 
 
 @dataclass
@@ -90,6 +108,12 @@ def prepare_file(index: int, path: str, policy: ImagePolicy) -> Prepared:
         "progressive_in": decoded.progressive,
         "oriented": decoded.oriented,
     }
+    image = resize_shorter(decoded.image, target)
+    if policy.stores_raw(*image.size):
+        facts.update(width=image.width, height=image.height, kept_original=False)
+        if index % JPEG_SIZE_SAMPLING == 0:  # for the disk size of the same dataset as JPEG
+            facts["jpeg_bytes"] = len(encode_jpeg(image, policy.quality))
+        return Prepared(index, image.tobytes(), None, facts, "raw")
     keep = (
         decoded.format == "JPEG"
         and decoded.original_mode == "RGB"
@@ -97,13 +121,9 @@ def prepare_file(index: int, path: str, policy: ImagePolicy) -> Prepared:
         and not decoded.oriented
         and min(decoded.original_size) <= target
     )
-    if keep:
-        jpeg, size = data, decoded.original_size
-    else:
-        image = resize_shorter(decoded.image, target)
-        jpeg, size = encode_jpeg(image, policy.quality), image.size
-    facts.update(width=size[0], height=size[1], kept_original=keep)
-    return Prepared(index, jpeg, None, facts)
+    encoded = data if keep else encode_jpeg(image, policy.quality)
+    facts.update(width=image.width, height=image.height, kept_original=keep)
+    return Prepared(index, encoded, None, facts)
 
 
 Task = tuple[int, str, ImagePolicy]
@@ -199,7 +219,9 @@ def preprocess(
             classes=scan.class_names,
             class_dirs=scan.class_dirs,
             splits=results.splits,
-            image={"encoding": "jpeg", "progressive": False, "colour": "RGB", **asdict(policy)},
+            image={"encoding": policy.format, "progressive": False, "colour": "RGB",
+                   "shorter_side": policy.shorter_side, "quality": policy.quality,
+                   "raw_max_pixels": policy.raw_max_pixels if policy.format == "mixed" else None},
             split_policy={"seed": seed, "val_per_class": val_per_class, "val_fraction": val_fraction},
             source=_source_stats(scan, results.facts, rejected),
             created_by=f"iofeed {__version__}",
@@ -251,19 +273,21 @@ def _pack(
     with run_engine(tasks) as results:
         for prepared in tqdm(results, total=len(tasks), unit="img", desc="preprocess", disable=not progress):
             rel = scan.files[prepared.index]
-            if prepared.jpeg is None:
+            if prepared.data is None:
                 rejected.append(Rejection(rel, prepared.reason or "unknown"))
                 continue
             name = split_of[prepared.index]
             label = scan.labels[prepared.index]
             shard, offset, size = writers[name].add(
-                f"{prepared.index:07d}", {"jpg": prepared.jpeg, "cls": str(label).encode()}
+                f"{prepared.index:07d}",
+                {MEMBER_EXTENSIONS[prepared.encoding]: prepared.data, "cls": str(label).encode()},
             )
             row = tables[name][len(sources[name])]
             row["shard"], row["offset"], row["size"], row["label"] = shard, offset, size, label
+            row["encoding"] = ENCODINGS.index(prepared.encoding)
             row["width"], row["height"] = prepared.facts["width"], prepared.facts["height"]
             sources[name].append(display_path(rel))
-            facts.append(prepared.facts)
+            facts.append({**prepared.facts, "encoding": prepared.encoding, "stored_bytes": size})
     splits = {}
     for name, writer in writers.items():
         shards = writer.close()
@@ -312,4 +336,19 @@ def _source_stats(scan: FolderScan, facts: list[dict], rejected: list[Rejection]
         "mean_size": [float(widths.mean()), float(heights.mean())],
         "median_size": [float(np.median(widths)), float(np.median(heights))],
         "max_size": [int(widths.max()), int(heights.max())],
+        "stored": _storage_stats(facts),
+    }
+
+
+def _storage_stats(facts: list[dict]) -> dict:
+    """Samples and bytes stored per encoding, and the estimated size of the all-JPEG form."""
+    stored = {enc: [f for f in facts if f["encoding"] == enc] for enc in ENCODINGS}
+    raw_bytes = sum(f["stored_bytes"] for f in stored["raw"])
+    sampled = [f for f in stored["raw"] if "jpeg_bytes" in f]
+    ratio = sum(f["jpeg_bytes"] for f in sampled) / max(sum(f["stored_bytes"] for f in sampled), 1)
+    jpeg_bytes = sum(f["stored_bytes"] for f in stored["jpeg"])
+    return {
+        "samples": {enc: len(group) for enc, group in stored.items()},
+        "bytes": {"jpeg": jpeg_bytes, "raw": raw_bytes},
+        "as_jpeg_bytes_estimate": int(jpeg_bytes + raw_bytes * ratio),
     }

@@ -35,6 +35,12 @@ def print_manifest(path: Path, manifest: Manifest) -> None:
         print(f"  {name:<13} {info.samples:,} samples in {len(info.shards)} shards, {_mib(size)}")
     image = manifest.image
     print(f"  images        {image['encoding']}, shorter side {image['shorter_side']}, quality {image['quality']}")
+    stored = src.get("stored")
+    if stored and stored["samples"]["raw"]:
+        on_disk = stored["bytes"]["jpeg"] + stored["bytes"]["raw"]
+        print(f"  stored        {stored['samples']['raw']:,} raw, {stored['samples']['jpeg']:,} JPEG: "
+              f"{_mib(on_disk)} on disk against ~{_mib(stored['as_jpeg_bytes_estimate'])} as JPEG "
+              f"({on_disk / max(stored['as_jpeg_bytes_estimate'], 1):.1f}x); the page cache should hold it")
     print(f"  source        {src['path']}: {src['found']:,} found, {src['accepted']:,} accepted, {src['rejected']:,} rejected")
     for reason, count in src["rejected_by_reason"].items():
         print(f"    {count:>6,}  {reason}")

@@ -13,8 +13,12 @@ SAMPLE_DTYPE = np.dtype(
         ("label", np.int64),
         ("width", np.int32),
         ("height", np.int32),
+        ("encoding", np.uint8),  # index into ENCODINGS
     ]
 )
+ENCODINGS = ("jpeg", "raw")  # raw: height x width x 3 uint8 RGB, row-major, no header
+RAW = ENCODINGS.index("raw")
+MEMBER_EXTENSIONS = {"jpeg": "jpg", "raw": "rgb"}  # the tar member holding each encoding
 
 
 def new_table(rows: int) -> np.ndarray:
@@ -32,9 +36,14 @@ def save_table(path: Path, table: np.ndarray, sources: list[str]) -> None:
 def load_table(path: Path) -> np.ndarray:
     """Load a table saved by `save_table`."""
     table = np.load(Path(path), allow_pickle=False)
-    if table.dtype != SAMPLE_DTYPE:
-        raise ValueError(f"{path}: unexpected sample table layout {table.dtype}")
-    return table
+    if table.dtype == SAMPLE_DTYPE:
+        return table
+    if set(table.dtype.names or ()) == set(SAMPLE_DTYPE.names) - {"encoding"}:  # format version 1: all JPEG
+        upgraded = new_table(len(table))
+        for name in table.dtype.names:
+            upgraded[name] = table[name]
+        return upgraded
+    raise ValueError(f"{path}: unexpected sample table layout {table.dtype}")
 
 
 def load_sources(path: Path) -> list[str]:

@@ -7,7 +7,9 @@ from typing import Any
 import numpy as np
 
 from ..backends.base import Batch
+from ..backends.packing import PackedImages
 from ..errors import require
+from ..gpu_augment import crop_resize_packed
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
@@ -21,9 +23,12 @@ class TorchAdapter:
     non-blocking copy, and conversion and normalisation run on the GPU. On the CPU, output
     tensors are recycled once nothing outside the adapter refers to them any more (fresh
     38 MB tensors per batch would cost more in page faults than the normalisation itself).
+
+    Packed batches (`gpu_augment=True`) arrive as stored pixels with crop boxes: they are
+    copied as they are, then cropped, resized to `image_size` and flipped on the device.
     """
 
-    def __init__(self, device: Any = None, dtype: Any = None) -> None:
+    def __init__(self, device: Any = None, dtype: Any = None, image_size: int = 224) -> None:
         torch = require("torch", "torch")
         self._torch = torch
         self.device = torch.device(device if device is not None else "cpu")
@@ -38,16 +43,29 @@ class TorchAdapter:
         self._pinned: list[Any] = []
         self._events: list[Any] = []
         self._turn = 0
+        self.image_size = image_size
 
     def __call__(self, batch: Batch) -> tuple[Any, Any]:
         torch = self._torch
         images = batch.images
-        if isinstance(images, np.ndarray):
+        if isinstance(images, PackedImages):
+            images = self._augment_packed(images)
+        elif isinstance(images, np.ndarray):
             images = self._to_device(torch.from_numpy(images))
         else:
             images = torch.from_dlpack(images).to(self.device)
         labels = torch.from_numpy(np.ascontiguousarray(batch.labels)).to(self.device, non_blocking=True)
         return self.normalise(images), labels
+
+    def _augment_packed(self, packed: PackedImages) -> Any:
+        """Stored pixels to the device as they are, then crop, resize and flip there."""
+        torch = self._torch
+        data = self._to_device(torch.from_numpy(packed.data[: packed.used_bytes]))
+        meta = {name: torch.from_numpy(np.ascontiguousarray(packed.meta[name])).to(self.device, non_blocking=True)
+                for name in ("offset", "box", "flip")}
+        for name in ("height", "width"):
+            meta[name] = torch.from_numpy(packed.meta[name].astype(np.int64)).to(self.device, non_blocking=True)
+        return crop_resize_packed(torch, data, meta, self.image_size)
 
     def normalise(self, images: Any) -> Any:
         """uint8 NHWC → `dtype` NCHW (channels_last memory), normalised, on the same device."""

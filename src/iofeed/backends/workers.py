@@ -18,16 +18,17 @@ import numpy as np
 from ..augment import Augment
 from ..autotune import Window, decide
 from ..dataset import SampleReader, SampleSource
-from ..decode import decode_augmented
+from ..decode import load_augmented
 from ..errors import OptionError, SampleError, WorkerError
 from ..parallel import resolve_workers, safe_context
 from .base import Batch
+from .packing import PackedLayout
 
 TUNE_SECONDS = 1.0
 
 @dataclass(frozen=True)
 class SlotLayout:
-    """Where batch slots live in one shared-memory block."""
+    """Slots of augmented images: [slot, i, y, x, c] uint8, and labels, in one shared block."""
 
     slots: int
     batch_size: int
@@ -46,6 +47,25 @@ class SlotLayout:
         images = np.ndarray((self.slots, self.batch_size, self.side, self.side, 3), np.uint8, buffer)
         labels = np.ndarray((self.slots, self.batch_size), np.int64, buffer, offset=self.image_bytes)
         return images, labels
+
+    @staticmethod
+    def slot(payload: np.ndarray, slot: int) -> np.ndarray:
+        """The images of one slot."""
+        return payload[slot]
+
+    @staticmethod
+    def write(slot_payload: np.ndarray, k: int, reader: SampleReader, source: SampleSource, index: int,
+              augment: Augment, rng: np.random.Generator) -> None:
+        """Decode and augment sample `index` into image `k` of the slot. Raises SampleError."""
+        load_augmented(reader, source, index, augment, rng, slot_payload[k])
+
+    @staticmethod
+    def images(slot_payload: np.ndarray, n: int) -> np.ndarray:
+        """The first `n` images of a slot, for the consumer (a view)."""
+        return slot_payload[:n]
+
+
+Layout = SlotLayout | PackedLayout
 
 
 @dataclass(frozen=True)
@@ -70,12 +90,12 @@ class _Done:
 
 
 def _worker_main(
-    shm_name: str, layout: SlotLayout, source: SampleSource, augment: Augment, on_error: str, conn: Connection
+    shm_name: str, layout: Layout, source: SampleSource, augment: Augment, on_error: str, conn: Connection
 ) -> None:
     """Worker loop: take a task, decode its samples into the slot, report. Exits with its parent."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     shm = shared_memory.SharedMemory(name=shm_name)
-    images, labels = layout.views(shm.buf)
+    payload, labels = layout.views(shm.buf)
     reader = SampleReader(source)
     try:
         while True:
@@ -86,17 +106,18 @@ def _worker_main(
             if task is None:
                 return
             started = time.perf_counter()
-            done = _run_task(task, reader, source, augment, on_error, images[task.slot], labels[task.slot])
+            done = _run_task(task, layout, reader, source, augment, on_error, layout.slot(payload, task.slot),
+                             labels[task.slot])
             conn.send(replace(done, busy_seconds=time.perf_counter() - started))
     finally:
-        del images, labels
+        del payload, labels
         reader.close()
         shm.close()
 
 
 def _run_task(
-    task: _Task, reader: SampleReader, source: SampleSource, augment: Augment, on_error: str,
-    images: np.ndarray, labels: np.ndarray,
+    task: _Task, layout: Layout, reader: SampleReader, source: SampleSource, augment: Augment, on_error: str,
+    slot_payload: Any, labels: np.ndarray,
 ) -> _Done:
     """Fill one slot; failures become `skipped` entries or an error report, never an exception."""
     rng = np.random.default_rng(task.rng_key)
@@ -105,7 +126,7 @@ def _run_task(
     for index in task.indices:
         index = int(index)
         try:
-            decode_augmented(reader.read(index), augment, rng, images[len(delivered)])
+            layout.write(slot_payload, len(delivered), reader, source, index, augment, rng)
         except SampleError as exc:
             if on_error == "raise":
                 error = f"{source.path_of(index)}: {exc} (pass on_error='skip' to skip such samples)"
@@ -140,12 +161,12 @@ class WorkerEngine:
     name = "workers"
 
     def __init__(
-        self, source: SampleSource, augment: Augment, batch_size: int, workers: int, max_workers: int,
-        slots: int, on_error: str, seed: int, autotune: bool = False,
+        self, source: SampleSource, augment: Augment, layout: Layout, workers: int, max_workers: int,
+        on_error: str, seed: int, autotune: bool = False,
     ) -> None:
         self._source, self._augment, self._on_error, self._seed = source, augment, on_error, seed
         self._initial, self.max_workers, self.autotune = workers, max_workers, autotune
-        self.layout = SlotLayout(slots=slots, batch_size=batch_size, side=augment.size)
+        self.layout = layout
         self._generation = 0
         self._workers: list[_Worker] = []
         self._shm: shared_memory.SharedMemory | None = None
@@ -180,7 +201,7 @@ class WorkerEngine:
 
     def _start(self) -> None:
         self._shm = shared_memory.SharedMemory(create=True, size=self.layout.total_bytes)
-        self._images, self._labels = self.layout.views(self._shm.buf)
+        self._payload, self._labels = self.layout.views(self._shm.buf)
         self._finalizer = weakref.finalize(self, _shutdown, self._workers, self._shm)
         for _ in range(self._initial):
             self._add_worker()
@@ -217,6 +238,7 @@ class WorkerEngine:
         """Yield `batches[start:]` in order; a view stays valid until the next batch is asked for."""
         if self._shm is None:
             self._start()
+            self._window.reset()  # starting the workers is not the consumer's time
         self._drain()
         self._generation += 1
         generation = self._generation
@@ -238,7 +260,8 @@ class WorkerEngine:
                 raise (SampleError if done.sample_error else WorkerError)(done.error)
             self._window.add(len(done.delivered), time.perf_counter() - asked, done.busy_seconds)
             n = len(done.delivered)
-            yield Batch(self._images[done.slot, :n], self._labels[done.slot, :n], done.delivered, done.skipped)
+            images = self.layout.images(self.layout.slot(self._payload, done.slot), n)
+            yield Batch(images, self._labels[done.slot, :n], done.delivered, done.skipped)
             free.append(done.slot)
             needed += 1
             if self.autotune and self._window.elapsed() >= TUNE_SECONDS:
@@ -291,7 +314,7 @@ class WorkerEngine:
     def close(self) -> None:
         """Stop the workers and free the shared memory (also on garbage collection and exit)."""
         if self._finalizer is not None:
-            self._images = self._labels = None
+            self._payload = self._labels = None
             self._finalizer()
             self._finalizer = None
 
@@ -357,14 +380,22 @@ def default_memory_budget() -> int:
 
 def make_worker_engine(
     source: SampleSource, augment: Augment, batch_size: int, workers: int | None, prefetch: int | None,
-    on_error: str, seed: int, memory_budget: int | None,
+    on_error: str, seed: int, memory_budget: int | None, packed: bool = False,
 ) -> WorkerEngine:
-    """A workers engine: `workers=None` autotunes up to all cores; slots fit `memory_budget`."""
+    """A workers engine: `workers=None` autotunes up to all cores; slots fit `memory_budget`.
+
+    `packed` slots carry stored pixels and crop boxes for augmenting on the device
+    (`gpu_augment`) instead of augmented images."""
     max_workers = resolve_workers(workers)
     if prefetch is not None and prefetch < 1:
         raise OptionError(f"prefetch must be >= 1, got {prefetch}")
     budget = default_memory_budget() if memory_budget is None else memory_budget
-    slot_bytes = SlotLayout(1, batch_size, augment.size).total_bytes
+    def layout(slots: int) -> Layout:
+        if packed:
+            return PackedLayout.for_source(source, slots, batch_size)
+        return SlotLayout(slots, batch_size, augment.size)
+
+    slot_bytes = layout(1).total_bytes
     wanted = (2 * max_workers if prefetch is None else prefetch) + 1
     slots = min(wanted, budget // slot_bytes)
     if slots < 2:
@@ -373,5 +404,5 @@ def make_worker_engine(
             "raise it, or lower batch_size or image_size"
         )
     autotune = workers is None
-    return WorkerEngine(source, augment, batch_size, 1 if autotune else max_workers, max_workers,
-                        slots, on_error, seed, autotune)
+    return WorkerEngine(source, augment, layout(slots), 1 if autotune else max_workers, max_workers,
+                        on_error, seed, autotune)

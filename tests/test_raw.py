@@ -1,0 +1,180 @@
+"""Raw-pixel datasets (`--format raw|mixed`): exact stored pixels, decode-free loading with the
+loader contract intact, and `gpu_augment` (run here on the CPU device)."""
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import iofeed
+from iofeed.cli import main
+from iofeed.dataset import SampleReader, open_source
+from iofeed.errors import OptionError
+from iofeed.imaging import open_rgb, resize_shorter
+from iofeed.manifest import Manifest
+from iofeed.preprocess import ImagePolicy, preprocess
+from iofeed.table import RAW, load_sources
+from conftest import label_from_pixels
+
+MIXED_THRESHOLD = 30_000  # the colour tree's stored images span 22,400–46,536 pixels
+
+
+@pytest.fixture(scope="session")
+def raw_dataset(colour_tree: Path, tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("colour-raw") / "raw.iof"
+    preprocess(colour_tree, out, policy=ImagePolicy(format="raw"), val_per_class=2, shard_bytes=1 << 18,
+               progress=False, workers=1)
+    return out
+
+
+@pytest.fixture(scope="session")
+def mixed_dataset(colour_tree: Path, tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("colour-mixed") / "mixed.iof"
+    preprocess(colour_tree, out, policy=ImagePolicy(format="mixed", raw_max_pixels=MIXED_THRESHOLD),
+               val_per_class=2, shard_bytes=1 << 18, progress=False, workers=1)
+    return out
+
+
+def _digests(ld) -> list[str]:
+    return [hashlib.sha256(np.ascontiguousarray(images)).hexdigest() for images, _ in ld]
+
+
+def test_raw_samples_are_the_resized_source_pixels(quirky_tree, tmp_path):
+    """Every stored sample equals the source decoded to RGB and resized, byte for byte."""
+    src, valid, _ = quirky_tree
+    out = tmp_path / "q.iof"
+    preprocess(src, out, policy=ImagePolicy(shorter_side=64, format="raw"), progress=False, workers=1)
+    root = src / "256_ObjectCategories"
+    checked = 0
+    for split in Manifest.read(out).splits:
+        source = open_source(out, split)
+        reader = SampleReader(source)
+        for index, rel in enumerate(load_sources(out / f"{split}-samples.npy")):
+            expected = np.asarray(resize_shorter(open_rgb((root / rel).read_bytes(), min_size=(64, 64)).image, 64))
+            assert source.encoding[index] == RAW
+            assert np.array_equal(reader.pixels(index), expected), rel
+            checked += 1
+        reader.close()
+    assert checked == len(valid)
+
+
+def test_mixed_stores_small_images_raw_and_reports_sizes(mixed_dataset, capsys):
+    source = open_source(mixed_dataset, "train")
+    pixels = source.width.astype(int) * source.height
+    assert np.array_equal(source.encoding == RAW, pixels <= MIXED_THRESHOLD)
+    assert 0 < (source.encoding == RAW).sum() < len(source)
+    manifest = Manifest.read(mixed_dataset)
+    assert manifest.image["encoding"] == "mixed" and manifest.image["raw_max_pixels"] == MIXED_THRESHOLD
+    stored = manifest.source["stored"]
+    assert stored["samples"]["raw"] + stored["samples"]["jpeg"] == 40
+    assert stored["bytes"]["raw"] + stored["bytes"]["jpeg"] > stored["as_jpeg_bytes_estimate"] > stored["bytes"]["jpeg"]
+    assert main(["inspect", str(mixed_dataset)]) == 0
+    assert "as JPEG" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("which", ["raw", "mixed"])
+def test_counts_labels_and_worker_independence(raw_dataset, mixed_dataset, which):
+    source = raw_dataset if which == "raw" else mixed_dataset
+    runs = []
+    for workers in (1, 2):
+        with iofeed.loader(source, batch_size=4, workers=workers, seed=3, drop_last=False) as ld:
+            seen = []
+            for images, labels in ld:
+                assert images.shape[1:] == (224, 224, 3) and images.dtype == np.uint8
+                assert [label_from_pixels(image) for image in images] == labels.tolist()
+                seen.extend(ld.last_indices.tolist())
+            assert sorted(seen) == list(range(len(ld.source))) and ld.stats.images == len(seen)
+        with iofeed.loader(source, batch_size=4, workers=workers, seed=3) as ld:
+            ld.set_epoch(1)
+            runs.append(_digests(ld))
+    assert runs[0] == runs[1]
+
+
+def test_resume_mid_epoch_on_raw(raw_dataset):
+    with iofeed.loader(raw_dataset, batch_size=4, workers=2, seed=9) as ld:
+        full = _digests(ld)
+        ld.set_epoch(0)
+        for k, _ in enumerate(ld):
+            if k == 1:
+                state = ld.state_dict()
+                break
+    with iofeed.loader(raw_dataset, batch_size=4, workers=1, seed=9) as resumed:
+        resumed.load_state_dict(state)
+        assert _digests(resumed) == full[2:]
+
+
+def test_raw_and_jpeg_datasets_give_the_same_pictures(raw_dataset, colour_dataset):
+    """Same samples and crops; only the JPEG's compression error differs."""
+    runs = {}
+    for name, source in (("raw", raw_dataset), ("jpeg", colour_dataset)):
+        with iofeed.loader(source, batch_size=4, workers=1, seed=2, drop_last=False) as ld:
+            runs[name] = [(ld.last_indices.copy(), images.astype(np.float64)) for images, _ in ld]
+    for (i_raw, raw), (i_jpeg, jpeg) in zip(runs["raw"], runs["jpeg"], strict=True):
+        assert np.array_equal(i_raw, i_jpeg)
+        assert np.abs(raw - jpeg).mean() < 3.0
+
+
+def test_truncated_raw_shard_is_skipped_and_counted(tmp_path, colour_tree):
+    out = tmp_path / "t.iof"
+    preprocess(colour_tree, out, policy=ImagePolicy(format="raw"), val_per_class=2, progress=False, workers=1)
+    shard = out / Manifest.read(out).splits["train"].shards[0]["name"]
+    shard.write_bytes(shard.read_bytes()[: shard.stat().st_size // 2])
+    with iofeed.loader(out, batch_size=4, workers=1, drop_last=False) as ld:
+        delivered = sum(len(labels) for _, labels in ld)
+        skipped = sum(ld.stats.skipped.values())
+    assert skipped > 0 and delivered + skipped == len(ld.source)
+
+
+@pytest.mark.parametrize("train", [True, False])
+def test_gpu_augment_matches_the_cpu_path(mixed_dataset, train):
+    """Same samples, boxes and flips as CPU augmentation: the pictures agree but for resampling."""
+    torch = pytest.importorskip("torch")
+    runs = {}
+    for gpu_augment in (False, True):
+        with iofeed.loader(mixed_dataset, batch_size=4, workers=2, seed=6, augment=train, framework="torch",
+                           device="cpu", gpu_augment=gpu_augment, drop_last=False) as ld:
+            runs[gpu_augment] = [(ld.last_indices.copy(), images.clone(), labels.clone()) for images, labels in ld]
+    assert len(runs[True]) == len(runs[False]) == 8  # 32 train samples
+    for (i_gpu, gpu, l_gpu), (i_cpu, cpu, l_cpu) in zip(runs[True], runs[False], strict=True):
+        assert np.array_equal(i_gpu, i_cpu) and torch.equal(l_gpu, l_cpu)
+        assert gpu.shape == cpu.shape == (4, 3, 224, 224) and gpu.is_contiguous(memory_format=torch.channels_last)
+        blocks = [torch.nn.functional.avg_pool2d(x, 8) for x in (gpu, cpu)]  # another box or flip: far apart
+        assert (blocks[0] - blocks[1]).abs().mean() < 0.05
+
+
+def test_gpu_augment_flip_and_box_are_exact_on_a_gradient():
+    """A known image and box: the resized crop and its mirror, checked value by value."""
+    torch = pytest.importorskip("torch")
+    from iofeed.gpu_augment import crop_resize_packed
+
+    height, width = 6, 8
+    image = np.arange(height * width * 3, dtype=np.uint8).reshape(height, width, 3)
+    data = torch.from_numpy(np.concatenate([np.zeros(5, np.uint8), image.reshape(-1)]))
+    meta = {"offset": torch.tensor([5, 5]), "height": torch.tensor([height] * 2), "width": torch.tensor([width] * 2),
+            "box": torch.tensor([[2.0, 1.0, 6.0, 5.0]] * 2), "flip": torch.tensor([False, True])}
+    out = crop_resize_packed(torch, data, meta, side=4).numpy()
+    assert np.allclose(out[0], image[1:5, 2:6])  # a same-size crop is a copy
+    assert np.allclose(out[1], image[1:5, 2:6][:, ::-1])
+    half = crop_resize_packed(torch, data, {**meta, "box": torch.tensor([[0.0, 0.0, 8.0, 6.0]] * 2)}, side=2).numpy()
+    rows = image[[1, 4]].astype(float)  # y = 1.0 and 4.0; x = 1.5 and 5.5: the mean of two neighbours
+    assert np.allclose(half[0], 0.5 * (rows[:, [1, 5]] + rows[:, [2, 6]]))
+
+
+def test_bad_options_for_raw(raw_dataset, colour_tree, tmp_path):
+    with pytest.raises(OptionError, match="gpu_augment"):
+        iofeed.loader(raw_dataset, batch_size=4, gpu_augment=True)  # numpy framework
+    with pytest.raises(OptionError, match="iofeed dataset"):
+        iofeed.loader(colour_tree, batch_size=4, framework="torch", gpu_augment=True)
+    with pytest.raises(OptionError, match="raw-max-pixels"):
+        preprocess(colour_tree, tmp_path / "x.iof", policy=ImagePolicy(format="mixed", raw_max_pixels=0))
+    with pytest.raises(SystemExit):
+        main(["preprocess", str(colour_tree), "-o", str(tmp_path / "y.iof"), "--format", "png"])
+
+
+@pytest.mark.dali
+def test_dali_refuses_raw_datasets(raw_dataset):
+    pytest.importorskip("nvidia.dali")
+    with pytest.raises(OptionError, match="raw pixels"):
+        iofeed.loader(raw_dataset, batch_size=4, backend="dali")
