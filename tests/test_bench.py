@@ -91,7 +91,7 @@ def _bench(tmp_path, capsys, *args: str) -> dict:
     return record
 
 
-@pytest.mark.parametrize("feeds", ["torchvision-1w,iofeed-dataset",
+@pytest.mark.parametrize("feeds", ["torchvision-1w,iofeed-dataset,iofeed-raw",
                                    pytest.param("iofeed-dali,dali-folder", marks=pytest.mark.dali)])
 def test_cli_writes_valid_results_and_plot(tmp_path, capsys, feeds):
     if "dali" in feeds:
@@ -100,6 +100,7 @@ def test_cli_writes_valid_results_and_plot(tmp_path, capsys, feeds):
     record = _bench(tmp_path, capsys, str(tree), "--feeds", feeds, "--seconds", "0.6")
     assert [f["name"] for f in record["feeds"]] == feeds.split(",")
     assert (tmp_path / "tree.iof" / "iofeed.json").is_file()  # preprocessed beside the folder
+    assert ("iofeed-raw" in feeds) == (tmp_path / "tree.raw.iof" / "iofeed.json").is_file()
     assert record["settings"]["model"] == "none" and record["page_cache"]["state"] == "warm"
 
 
@@ -110,6 +111,17 @@ def test_training_step_runs_on_cpu(tmp_path, capsys, colour_dataset):
     assert ceiling["name"] == "synthetic" and record["page_cache"]["state"] == "as found"
     assert 0 <= feed["training"]["data_wait_fraction"] <= 1
     assert feed["training"]["percent_of_ceiling"] > 0 and feed["training"]["gpu_util_mean"] is None
+
+
+def test_gpu_augment_feed_needs_a_gpu(tmp_path, capsys, colour_tree):
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available():
+        pytest.skip("this checks the CPU-only machine's report")
+    out = tmp_path / "b.json"
+    assert main(["bench", str(colour_tree), "--feeds", "iofeed-raw-gpu", "--seconds", "0.2", "--json", str(out)]) == 0
+    (feed,) = json.loads(out.read_text())["feeds"]
+    assert feed["status"] == "skipped" and "CUDA GPU" in feed["reason"]
+    assert not (colour_tree.parent / "tree.raw.iof").exists()  # nothing preprocessed for a skipped feed
 
 
 @pytest.mark.parametrize("args", [

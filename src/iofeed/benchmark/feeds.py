@@ -23,9 +23,10 @@ class Entry:
     """A feed in the catalogue: its kind, which form of the data it reads, and what it needs."""
 
     kind: str  # "torchvision", "iofeed", "dali-peer" or "synthetic"
-    reads: str  # "folder", "dataset" or "" (synthetic)
+    reads: str  # "folder", "dataset" (JPEG), "raw" (raw pixels) or "" (synthetic)
     about: str
     needs_dali: bool = False
+    gpu_augment: bool = False  # crop, resize and flip on the GPU (needs one)
 
 
 CATALOGUE: dict[str, Entry] = {
@@ -33,6 +34,9 @@ CATALOGUE: dict[str, Entry] = {
     "torchvision-Nw": Entry("torchvision", "folder", "torchvision ImageFolder + DataLoader, all cores"),
     "iofeed-folder": Entry("iofeed", "folder", "iofeed workers engine on the JPEG folder"),
     "iofeed-dataset": Entry("iofeed", "dataset", "iofeed workers engine on the preprocessed dataset"),
+    "iofeed-raw": Entry("iofeed", "raw", "iofeed workers engine on the raw-pixel dataset (--format raw)"),
+    "iofeed-raw-gpu": Entry("iofeed", "raw", "iofeed on the raw-pixel dataset, crop/resize/flip on the GPU",
+                            gpu_augment=True),
     "iofeed-dali": Entry("iofeed", "dataset", "iofeed DALI backend on the preprocessed dataset", True),
     "dali-folder": Entry("dali-peer", "folder", "plain DALI pipeline on the JPEG folder", True),
 }
@@ -142,6 +146,7 @@ class IofeedFeed:
         self._loader = iofeed.loader(
             spec.source, split="train", batch_size=spec.batch_size, image_size=spec.image_size,
             framework="torch", device=spec.device, backend=backend, workers=spec.workers, seed=spec.seed,
+            gpu_augment=spec.entry.gpu_augment,
         )
         self.settings = dict(self._loader.stats.settings)
         if self.settings.get("backend") != backend:

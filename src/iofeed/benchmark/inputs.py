@@ -14,23 +14,40 @@ from ..sources import find_class_root
 from .options import DEFAULT_SOURCE
 
 
+FORMS = {"dataset": "jpeg", "raw": "raw"}  # preprocessed forms a feed may read -> --format
+
+
 @dataclass
 class Inputs:
     """Where each form of the data is (None: not available, with the reason in `missing`)."""
 
     folder: Path | None
     dataset: Path | None
-    missing: dict[str, str] = field(default_factory=dict)  # "folder"/"dataset" -> why it is absent
+    raw: Path | None = None
+    missing: dict[str, str] = field(default_factory=dict)  # form -> why it is absent
     notes: list[str] = field(default_factory=list)  # what was made on the way
 
+    def path(self, form: str) -> Path | None:
+        """The path of form "folder", "dataset" or "raw"."""
+        return {"folder": self.folder, "dataset": self.dataset, "raw": self.raw}.get(form)
 
-def resolve_inputs(source: Path | None, need_dataset: bool, progress: bool = True) -> Inputs:
-    """Folder and dataset for `source`, making the stand-in or the dataset when needed.
+
+def preprocessed_path(folder: Path, form: str) -> Path:
+    """FOLDER.iof for the JPEG dataset, FOLDER.raw.iof for the raw-pixel one, beside FOLDER."""
+    from ..preprocess import default_output
+
+    dataset = default_output(folder)
+    return dataset if form == "dataset" else dataset.with_name(f"{Path(folder).resolve().name}.raw.iof")
+
+
+def resolve_inputs(source: Path | None, needed: set[str], progress: bool = True) -> Inputs:
+    """Folder and preprocessed forms for `source`, making the stand-in or a form when `needed`.
 
     No source: the Caltech-256 stand-in in data/c256 (made if missing). A folder: its
-    dataset is FOLDER.iof beside it (preprocessed if missing and `need_dataset`). A dataset:
-    its folder is the manifest's source path, if it still exists.
+    datasets are FOLDER.iof and FOLDER.raw.iof beside it (preprocessed if missing and needed).
+    A dataset: its folder is the manifest's source path, if it still exists.
     """
+    notes: list[str] = []
     if source is None:
         source = DEFAULT_SOURCE
         if not source.exists():
@@ -38,31 +55,38 @@ def resolve_inputs(source: Path | None, need_dataset: bool, progress: bool = Tru
 
             print(f"iofeed bench: no SOURCE given and {source} is missing: making the Caltech-256 stand-in there")
             summary = synth_caltech256(source, progress=progress)
-            note = f"made the stand-in ({summary.images} images) in {source} in {summary.seconds:.0f} s"
-            return _with_dataset(Inputs(source, None, notes=[note]), source, need_dataset, progress)
+            notes.append(f"made the stand-in ({summary.images} images) in {source} in {summary.seconds:.0f} s")
     source = Path(source)
     if is_iofeed_dataset(source):
+        form = "raw" if Manifest.read(source).image.get("encoding") == "raw" else "dataset"
         folder = Path(Manifest.read(source).source.get("path", ""))
-        if folder.is_dir():
-            return Inputs(folder, source)
-        return Inputs(None, source, {"folder": f"the dataset's source folder {folder} no longer exists"})
-    return _with_dataset(Inputs(source, None), source, need_dataset, progress)
-
-
-def _with_dataset(inputs: Inputs, folder: Path, need_dataset: bool, progress: bool) -> Inputs:
-    """Add FOLDER.iof, preprocessing it first when it is missing and needed."""
-    from ..preprocess import default_output, preprocess
-
-    dataset = default_output(folder)
-    if not is_iofeed_dataset(dataset):
-        if not need_dataset:
-            inputs.missing["dataset"] = f"{dataset} does not exist (no selected feed needs it)"
+        inputs = Inputs(folder if folder.is_dir() else None, None, notes=notes)
+        setattr(inputs, form, source)
+        if inputs.folder is None:
+            inputs.missing["folder"] = f"the dataset's source folder {folder} no longer exists"
             return inputs
-        print(f"iofeed bench: preprocessing {folder} into {dataset} (once; the dataset feeds read it)")
-        summary = preprocess(folder, dataset, progress=progress)
-        inputs.notes.append(f"preprocessed {folder} into {dataset} in {summary.seconds:.0f} s")
-    inputs.dataset = dataset
+    else:
+        inputs = Inputs(source, None, notes=notes)
+    for form in FORMS:
+        if inputs.path(form) is None:
+            _add_form(inputs, form, form in needed, progress)
     return inputs
+
+
+def _add_form(inputs: Inputs, form: str, needed: bool, progress: bool) -> None:
+    """Add the preprocessed `form` beside the folder, preprocessing it first when missing and needed."""
+    from ..preprocess import ImagePolicy, preprocess
+
+    folder = inputs.folder
+    dataset = preprocessed_path(folder, form)
+    if not is_iofeed_dataset(dataset):
+        if not needed:
+            inputs.missing[form] = f"{dataset} does not exist (no selected feed needs it)"
+            return
+        print(f"iofeed bench: preprocessing {folder} into {dataset} (--format {FORMS[form]}; once)")
+        summary = preprocess(folder, dataset, policy=ImagePolicy(format=FORMS[form]), progress=progress)
+        inputs.notes.append(f"preprocessed {folder} into {dataset} (--format {FORMS[form]}) in {summary.seconds:.0f} s")
+    setattr(inputs, form, dataset)
 
 
 def data_files(inputs: Inputs) -> list[Path]:
@@ -71,8 +95,9 @@ def data_files(inputs: Inputs) -> list[Path]:
     if inputs.folder is not None:
         for top, _dirs, names in os.walk(find_class_root(inputs.folder)):
             files.extend(Path(top, n) for n in names)
-    if inputs.dataset is not None:
-        files.extend(p for p in Path(inputs.dataset).iterdir() if p.is_file())
+    for dataset in (inputs.dataset, inputs.raw):
+        if dataset is not None:
+            files.extend(p for p in Path(dataset).iterdir() if p.is_file())
     return files
 
 

@@ -41,11 +41,13 @@ def plan_feeds(names: tuple[str, ...], inputs: Inputs, options: BenchOptions, de
     for name in names + ((CEILING,) if model != "none" else ()):
         entry = CATALOGUE.get(name)
         reads = entry.reads if entry else ""
-        source = {"folder": inputs.folder, "dataset": inputs.dataset}.get(reads)
+        source = inputs.path(reads)
         spec = FeedSpec(name, str(source or ""), 1 if name == "torchvision-1w" else workers, options.batch_size,
                         options.image_size, device, options.seed, model, classes)
         if entry and entry.needs_dali and not dali_installed():
             skipped.append(FeedRun(spec, "skipped", "NVIDIA DALI is not installed"))
+        elif entry and entry.gpu_augment and device != "cuda":
+            skipped.append(FeedRun(spec, "skipped", "augments on the GPU: needs a CUDA GPU"))
         elif reads and source is None:
             skipped.append(FeedRun(spec, "skipped", inputs.missing.get(reads, f"no {reads} to read")))
         else:
@@ -59,8 +61,8 @@ def run_benchmark(options: BenchOptions, command: str) -> tuple[dict[str, Any], 
     names = options.feeds or tuple(CATALOGUE)
     device = pick_device()
     model = options.model or ("resnet50" if device == "cuda" else "none")
-    need_dataset = any(CATALOGUE[n].reads == "dataset" for n in names)
-    inputs = resolve_inputs(options.source, need_dataset, options.progress)
+    needed = {CATALOGUE[n].reads for n in names if not (CATALOGUE[n].gpu_augment and device != "cuda")}
+    inputs = resolve_inputs(options.source, needed, options.progress)
     specs, skipped = plan_feeds(names, inputs, options, device, model)
     cache = (warm_page_cache(data_files(inputs), options.progress) if options.warm_cache
              else CacheState("as found", 0, 0, 0.0))
@@ -92,7 +94,8 @@ def run_benchmark(options: BenchOptions, command: str) -> tuple[dict[str, Any], 
                   "device": device, "seconds_per_feed": options.seconds, "rounds": options.rounds,
                   "window_seconds": options.window_seconds, "warmup_seconds": options.warmup,
                   "workers": options.workers or os.cpu_count() or 1, "seed": options.seed, "memory_metric": metric},
-        inputs={"folder": _text(inputs.folder), "dataset": _text(inputs.dataset), "missing": inputs.missing,
+        inputs={"folder": _text(inputs.folder), "dataset": _text(inputs.dataset), "raw": _text(inputs.raw),
+                "missing": inputs.missing,
                 "notes": inputs.notes},
         baseline=BASELINE,
         feeds=feed_records(runs, options.image_size, gpu),
