@@ -1,0 +1,239 @@
+"""The training images from a sample: formats, sizes, JPEGs GPU decoders refuse, and whether
+resizing them once (`iofeed preprocess`) would pay off, with measured Pillow decode rates."""
+from __future__ import annotations
+
+import io
+import os
+import random
+import shlex
+from collections import Counter
+from collections.abc import Callable
+from functools import partial
+from dataclasses import dataclass, field
+from pathlib import Path
+from time import perf_counter
+from typing import BinaryIO
+
+import numpy as np
+from PIL import Image
+
+from ..dataset import is_iofeed_dataset, open_source
+from ..errors import OptionError, SampleError, SourceError
+from ..imaging import encode_jpeg, open_rgb, resize_shorter
+from ..preprocess import ImagePolicy
+from ..sniff import SNIFF_BYTES, sniff_bytes
+from ..sources import display_path, find_class_root
+from ..table import RAW
+from .finding import Finding
+
+TARGET_SIDE = ImagePolicy().shorter_side  # what `iofeed preprocess` resizes to
+LARGE_SIDE = 2 * TARGET_SIDE  # decoding such an image touches >= 4x the pixels training needs
+PAYS_SPEEDUP = 1.3  # decode speed-up from resizing that makes preprocessing worth it
+
+
+@dataclass(frozen=True)
+class _Item:
+    name: str  # printable path (shard@offset inside an iofeed dataset)
+    open: Callable[[], BinaryIO]
+    nbytes: int
+    raw_size: tuple[int, int] | None = None  # (width, height) of a raw-pixel sample: nothing to decode
+
+
+@dataclass
+class DataCheck:
+    """What `check_data` found in a sample of the source."""
+
+    source: str
+    kind: str  # "folder" or "dataset"
+    total: int  # files (folder) or train samples (dataset)
+    sampled: int
+    file_kib_mean: float
+    formats: dict[str, int] = field(default_factory=dict)  # "jpeg", "png", ..., "raw" (pixels), "not an image", "unreadable"
+    modes: dict[str, int] = field(default_factory=dict)  # Pillow modes: RGB, L, CMYK, P, RGBA, ...
+    progressive: list[str] = field(default_factory=list)  # sampled progressive JPEGs
+    cmyk: list[str] = field(default_factory=list)  # sampled CMYK JPEGs
+    bad: list[str] = field(default_factory=list)  # "path: reason" of sampled files that are not readable images
+    shorter_side: dict[str, float] = field(default_factory=dict)  # mean, p5, p50, p95 in pixels
+    large_share: float = 0.0  # share of images whose shorter side is >= LARGE_SIDE
+    megapixels_mean: float = 0.0
+    decode: dict[str, float] = field(default_factory=dict)  # images, original/resized/preprocess per sec
+    findings: list[Finding] = field(default_factory=list)
+
+
+def check_data(source: Path | str, sample: int = 2000, decode_sample: int = 100,
+               decode_budget_s: float = 10.0, seed: int = 0) -> DataCheck:
+    """Read the headers of up to `sample` images of `source` (an image folder or an iofeed
+    dataset) and decode up to `decode_sample` of them, within about `decode_budget_s` seconds."""
+    if sample < 1 or decode_sample < 0:
+        raise OptionError(f"sample must be >= 1 and decode_sample >= 0, got {sample} and {decode_sample}")
+    path = Path(source)
+    kind = "dataset" if is_iofeed_dataset(path) else "folder"
+    items = _dataset_items(path) if kind == "dataset" else _folder_items(path)
+    picked = random.Random(seed).sample(items, min(sample, len(items)))
+    check = DataCheck(source=str(path), kind=kind, total=len(items), sampled=len(picked),
+                      file_kib_mean=float(np.mean([i.nbytes for i in picked])) / 1024)
+    formats, modes, sides, pixels, readable = Counter(), Counter(), [], [], []
+    for item in picked:
+        if item.raw_size is not None:
+            formats["raw"] += 1
+            modes["RGB"] += 1
+            sides.append(min(item.raw_size))
+            pixels.append(item.raw_size[0] * item.raw_size[1])
+            continue
+        try:
+            with item.open() as f:
+                fmt = sniff_bytes(f.read(SNIFF_BYTES))
+                if fmt is None:
+                    formats["not an image"] += 1
+                    check.bad.append(f"{item.name}: not an image")
+                    continue
+                f.seek(0)
+                with Image.open(f) as img:  # reads the header only
+                    size, mode, info = img.size, img.mode, img.info
+        except (OSError, SyntaxError, ValueError) as exc:
+            formats["unreadable"] += 1
+            check.bad.append(f"{item.name}: {exc}")
+            continue
+        formats[fmt] += 1
+        modes[mode] += 1
+        sides.append(min(size))
+        pixels.append(size[0] * size[1])
+        readable.append(item)
+        if fmt == "jpeg" and (info.get("progressive") or info.get("progression")):
+            check.progressive.append(item.name)
+        if fmt == "jpeg" and mode == "CMYK":
+            check.cmyk.append(item.name)
+    if not sides:
+        raise SourceError(f"none of the {len(picked)} sampled files in {path} is a readable image")
+    check.formats, check.modes = dict(formats.most_common()), dict(modes.most_common())
+    side = np.asarray(sides, dtype=np.float64)
+    check.shorter_side = {"mean": float(side.mean()), **{f"p{q}": float(np.percentile(side, q)) for q in (5, 50, 95)}}
+    check.large_share = float((side >= LARGE_SIDE).mean())
+    check.megapixels_mean = float(np.mean(pixels)) / 1e6
+    check.decode = _decode_rates(readable[:decode_sample], decode_budget_s, resized=kind == "folder")
+    check.findings = _findings(check)
+    return check
+
+
+def _folder_items(path: Path) -> list[_Item]:
+    """Every non-hidden file under the class folders (names only: nothing is read yet)."""
+    root = find_class_root(path)
+    paths = []
+    for top in sorted(os.scandir(root), key=lambda e: e.name):
+        if top.name.startswith(".") or not top.is_dir(follow_symlinks=False):
+            continue
+        for folder, dirs, files in os.walk(top.path):
+            dirs[:] = [d for d in dirs if not d.startswith(".")]
+            paths += [os.path.join(folder, f) for f in files if not f.startswith(".")]
+    if not paths:
+        raise SourceError(f"no files in class folders under {root} (expected one subfolder per class)")
+    return [_Item(display_path(os.path.relpath(p, root)), partial(open, p, "rb"), _size(p)) for p in paths]
+
+
+def _size(path: str) -> int:
+    try:
+        return os.stat(path).st_size
+    except OSError:
+        return 0
+
+
+def _dataset_items(path: Path) -> list[_Item]:
+    """The train samples of an iofeed dataset, read from their shards on demand."""
+    src = open_source(path, "train")
+    files = [f.decode("utf-8", "surrogateescape") for f in src.files]
+    raw = src.encoding == RAW
+    return [_Item(src.path_of(i), partial(_read_at, files[src.file_id[i]], int(src.offset[i]), int(src.size[i])),
+                  int(src.size[i]), (int(src.width[i]), int(src.height[i])) if raw[i] else None)
+            for i in range(len(src))]
+
+
+def _read_at(path: str, offset: int, size: int) -> BinaryIO:
+    """`size` bytes at `offset` of `path`, as a file object."""
+    with open(path, "rb") as f:
+        f.seek(offset)
+        return io.BytesIO(f.read(size))
+
+
+def _decode_rates(items: list[_Item], budget_s: float, resized: bool) -> dict[str, float]:
+    """Pillow decode rate on one core for the images as they are and, with `resized`, as
+    `preprocess` would write them (and the rate of writing them), over as many of `items` as
+    fit in `budget_s`."""
+    policy = ImagePolicy()
+    orig_s = small_s = prep_s = 0.0
+    done = 0
+    start = perf_counter()
+    for item in items:
+        if perf_counter() - start > budget_s:
+            break
+        with item.open() as f:
+            data = f.read()
+        try:
+            t0 = perf_counter()
+            open_rgb(data)
+            t1 = perf_counter()
+            if resized:
+                decoded = open_rgb(data, min_size=(policy.shorter_side, policy.shorter_side))
+                small = encode_jpeg(resize_shorter(decoded.image, policy.shorter_side), policy.quality)
+                t2 = perf_counter()
+                open_rgb(small)
+                small_s += perf_counter() - t2
+                prep_s += t2 - t1
+        except SampleError:
+            continue
+        orig_s += t1 - t0
+        done += 1
+    if not done:
+        return {}
+    rates = {"images": float(done), "original_per_sec": done / orig_s}
+    if resized:
+        rates.update(resized_per_sec=done / small_s, preprocess_per_sec=done / prep_s)
+    return rates
+
+
+def _findings(check: DataCheck) -> list[Finding]:
+    """Problems in the sample, each with the numbers and the fix."""
+    out, n, src = [], check.sampled, shlex.quote(check.source)
+    jpegs = check.formats.get("jpeg", 0)
+    if check.progressive or check.cmyk:
+        evidence = [f"{len(names)} of {jpegs} sampled JPEGs are {what}, e.g. {names[0]}"
+                    for names, what in ((check.progressive, "progressive"), (check.cmyk, "CMYK")) if names]
+        out.append(Finding(
+            "gpu-decoder-quirks", "JPEGs that GPU hardware decoders refuse", evidence,
+            ["the A100/H100 hardware JPEG decoder takes baseline JPEGs only and nvJPEG takes 1 or 3 "
+             "channels: progressive and CMYK files fall back to slower paths (or fail)",
+             f"`iofeed preprocess {src}` rewrites them as baseline RGB JPEGs"]))
+    others = {k: v for k, v in check.formats.items() if k not in ("jpeg", "raw", "not an image", "unreadable")}
+    if others:
+        mix = ", ".join(f"{v} {k}" for k, v in others.items())
+        out.append(Finding(
+            "not-jpeg", "images that are not JPEG: slower to decode on the CPU, not decoded on the GPU",
+            [f"{sum(others.values())} of {n} sampled files: {mix}"],
+            [f"`iofeed preprocess {src}` converts them to baseline JPEG"]))
+    if check.bad:
+        out.append(Finding(
+            "bad-files", "files that are not readable images: a DataLoader fails on them mid-epoch",
+            [f"{len(check.bad)} of {n} sampled files, e.g. {check.bad[0]}"],
+            [f"`iofeed preprocess {src}` leaves them out and lists them in rejected.jsonl"]))
+    pays = _preprocess_evidence(check)
+    if pays:
+        out.append(Finding(
+            "preprocess-pays", f"resizing once to a {TARGET_SIDE} px shorter side would pay off", pays,
+            [f"`iofeed preprocess {src}` (shorter side {TARGET_SIDE}, baseline JPEG), then train from the dataset"]))
+    return out
+
+
+def _preprocess_evidence(check: DataCheck) -> list[str]:
+    """The numbers showing that a resized copy decodes clearly faster; empty when it would not."""
+    if check.kind != "folder" or "resized_per_sec" not in check.decode:
+        return []
+    d, side = check.decode, check.shorter_side
+    speedup = d["resized_per_sec"] / d["original_per_sec"]
+    if speedup < PAYS_SPEEDUP or side["p50"] <= TARGET_SIDE:  # most images would not be resized
+        return []
+    cores = len(os.sched_getaffinity(0))
+    once_s = check.total / d["preprocess_per_sec"] / cores
+    return [f"mean shorter side {side['mean']:.0f} px (median {side['p50']:.0f}) vs {TARGET_SIDE} needed; "
+            f"{check.large_share:.0%} of images are >= {LARGE_SIDE} px",
+            f"Pillow decode on one core: {d['original_per_sec']:,.0f} img/s as stored, "
+            f"{d['resized_per_sec']:,.0f} img/s resized ({speedup:.1f}x), over {d['images']:.0f} images",
+            f"resizing all {check.total:,} once: about {once_s / 60:.1f} min on {cores} cores"]

@@ -1,0 +1,124 @@
+"""The machine as a training job sees it: cores, memory, /dev/shm, GPUs and the decoding libraries."""
+from __future__ import annotations
+
+import importlib
+import os
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..errors import require
+from .finding import Finding
+
+GIB = 2**30
+SMALL_SHM = 2 * GIB  # below this, DataLoader workers run out of shared memory for their batches
+
+
+@dataclass
+class Environment:
+    """What `check_environment` found."""
+
+    cpu_model: str
+    cores: int  # logical cores the OS reports
+    usable_cores: int  # cores this process may run on (affinity)
+    cpu_quota: float | None  # cgroup CPU limit in cores, None when unlimited
+    ram_bytes: int
+    ram_available_bytes: int
+    shm_bytes: int | None  # /dev/shm size, None when absent
+    shm_free_bytes: int | None
+    gpus: list[dict[str, Any]]  # name, driver, memory_bytes per GPU
+    gpu_note: str | None  # why no GPU was found
+    versions: dict[str, str | None]  # python, torch, torchvision, pillow, numpy, dali, iofeed, libjpeg_turbo
+    dali_import: str  # "ok" or why `import nvidia.dali` failed
+    findings: list[Finding] = field(default_factory=list)
+
+
+def check_environment() -> Environment:
+    """Inspect this machine (no GPU is fine: it is reported, not an error)."""
+    psutil = require("psutil", "bench")
+    from ..benchmark.machine import cpu_model, versions
+
+    memory = psutil.virtual_memory()
+    shm = shutil.disk_usage("/dev/shm") if os.path.isdir("/dev/shm") else None
+    gpus, gpu_note = _gpus()
+    env = Environment(
+        cpu_model=cpu_model(), cores=os.cpu_count() or 1, usable_cores=len(os.sched_getaffinity(0)),
+        cpu_quota=_cgroup_cpu_quota(), ram_bytes=int(memory.total), ram_available_bytes=int(memory.available),
+        shm_bytes=shm.total if shm else None, shm_free_bytes=shm.free if shm else None,
+        gpus=gpus, gpu_note=gpu_note, versions=versions(), dali_import=_dali_import(),
+    )
+    env.findings = _findings(env)
+    return env
+
+
+def _gpus() -> tuple[list[dict[str, Any]], str | None]:
+    """Every GPU NVML sees, or an empty list and the reason."""
+    try:
+        import pynvml  # noqa: F401 - only to tell "not installed" from "no GPU"
+    except ImportError:
+        return [], "nvidia-ml-py is not installed, so GPUs cannot be queried (pip install nvidia-ml-py)"
+    from ..benchmark.gpu import gpu_info
+
+    gpus = []
+    while (info := gpu_info(len(gpus))) is not None:
+        gpus.append(info)
+    return gpus, None if gpus else "no NVIDIA GPU found (no NVML driver library, or no device)"
+
+
+def _cgroup_cpu_quota() -> float | None:
+    """The container's CPU limit in cores (cgroup v2 `cpu.max`, else v1), None when unlimited."""
+    try:
+        quota, period = Path("/sys/fs/cgroup/cpu.max").read_text().split()[:2]
+    except (OSError, ValueError):
+        try:
+            quota = Path("/sys/fs/cgroup/cpu/cpu.cfs_quota_us").read_text().strip()
+            period = Path("/sys/fs/cgroup/cpu/cpu.cfs_period_us").read_text().strip()
+        except OSError:
+            return None
+    if quota in ("max", "-1"):
+        return None
+    return int(quota) / int(period)
+
+
+def _dali_import() -> str:
+    """"ok" when `nvidia.dali` imports, else the reason."""
+    try:
+        importlib.import_module("nvidia.dali")
+    except Exception as exc:  # noqa: BLE001 - a broken DALI raises all sorts of errors
+        return f"{type(exc).__name__}: {exc}".splitlines()[0]
+    return "ok"
+
+
+def _findings(env: Environment) -> list[Finding]:
+    """What in the environment slows a training feed down, with the fix."""
+    out = []
+    if env.shm_bytes is not None and env.shm_bytes < SMALL_SHM:
+        out.append(Finding(
+            "small-shm", "/dev/shm is small: DataLoader workers pass every batch through it",
+            [f"/dev/shm is {env.shm_bytes / GIB:.2f} GiB ({(env.shm_free_bytes or 0) / GIB:.2f} GiB free)"],
+            ["in Docker, start the container with --shm-size=16g (or --ipc=host)"]))
+    limit = min(env.usable_cores, env.cpu_quota or env.usable_cores)
+    if limit < env.cores:
+        out.append(Finding(
+            "cpu-limit", "this process may use fewer cores than the machine has",
+            [f"{env.cores} cores on the machine, {env.usable_cores} in this process's affinity"
+             + (f", CPU quota {env.cpu_quota:g} cores" if env.cpu_quota else "")],
+            [f"size DataLoader num_workers for {limit:g} cores, not os.cpu_count() = {env.cores}"]))
+    if env.versions.get("libjpeg_turbo") is None:
+        out.append(Finding(
+            "no-libjpeg-turbo", "Pillow is built without libjpeg-turbo: JPEG decoding is slower",
+            [f"Pillow {env.versions.get('pillow')}: PIL.features reports no libjpeg_turbo"],
+            ["install Pillow from the PyPI wheels, which bundle libjpeg-turbo"]))
+    torch_version = env.versions.get("torch") or ""
+    if env.gpus and "+cpu" in torch_version:
+        out.append(Finding(
+            "torch-cpu-build", "a GPU is present but torch is a CPU-only build",
+            [f"torch {torch_version}, GPU {env.gpus[0]['name']}"],
+            ["install a CUDA build of torch (pip install torch from the default index)"]))
+    if env.gpus and env.dali_import != "ok":
+        out.append(Finding(
+            "no-dali", "DALI is not usable: no GPU JPEG decoding (iofeed backend=\"dali\")",
+            [f"import nvidia.dali: {env.dali_import}"],
+            ["pip install nvidia-dali-cuda120 (or the package for your CUDA version)"]))
+    return out

@@ -1,0 +1,171 @@
+"""The classic ways a training job leaves its GPUs waiting, recognised in a utilisation trace.
+
+Every figure is taken over the active window (first to last sample with a GPU at >= 5 %),
+so start-up and shut-down do not count. With the GPU mean utilisation below GPU_LOW:
+- data-starved: the usable cores are saturated (CPU_SATURATED) or waiting on storage (IOWAIT_HIGH);
+- cpu-gpu-alternating (any GPU mean): GPU and CPU take turns: their correlation is below
+  ANTI_CORRELATION and each spends IDLE_SHARE of the samples idle;
+- small-batch: CPU not saturated and peak GPU memory below MEM_LOW of the device;
+- few-workers (heuristic): CPU not saturated and GPU memory well used.
+Independently: uneven-gpu-memory (>= 2 GPUs in use, peak memory max/min >= UNEVEN_RATIO and
+>= UNEVEN_MIN_BYTES apart), gpu-unused (GPUs present, never >= 5 %), no-mixed-precision
+(heuristic, from the training script's text: see `precision.py`).
+"""
+from __future__ import annotations
+
+import shlex
+
+import numpy as np
+
+from .finding import Finding
+from .precision import mixed_precision_finding
+from .stats import Window, active_window, gpu_cpu_correlation
+from .trace import Trace
+
+MIN_SAMPLES = 20  # samples of GPU activity needed to judge anything (2 s at the default 0.1 s)
+GPU_LOW = 50.0  # % mean GPU utilisation below which the GPUs are underused
+CPU_SATURATED = 85.0  # % mean busy over the usable cores from which the CPU is the bottleneck
+IOWAIT_HIGH = 10.0  # % mean iowait from which storage is the bottleneck
+ANTI_CORRELATION = -0.3  # GPU/CPU correlation below which they take turns
+IDLE_SHARE = 0.15  # share of samples that GPU and CPU must each spend idle to be taking turns
+GPU_IDLE = 20.0  # % GPU utilisation counted as idle
+CPU_IDLE_FRACTION = 0.5  # CPU busy below this fraction of its own 90th percentile counts as idle
+MEM_LOW = 0.4  # peak used / total GPU memory below which a larger batch fits
+UNEVEN_RATIO = 1.5  # max / min peak GPU memory over the GPUs in use
+UNEVEN_MIN_BYTES = 2**30  # ... and at least this far apart
+GIB = 2**30
+
+
+def diagnose(trace: Trace, command: list[str] | None = None, source: str | None = None) -> list[Finding]:
+    """Findings for `trace`; `command` (the training command) feeds the mixed-precision guess
+    and `source` (the data) the advice. No GPU in the trace: nothing to diagnose."""
+    if trace.gpus == 0:
+        return []
+    window = active_window(trace)
+    if window is None:
+        return [_unused(trace)] if len(trace.t) >= MIN_SAMPLES else [_short(trace, 0, 0.0)]
+    if window.samples < MIN_SAMPLES:
+        return [_short(trace, window.samples, window.seconds)]
+    src = source or "SRC"
+    gpu, cpu, iowait = window.gpu, window.cpu_busy, float(window.iowait.mean())
+    out = []
+    alternating = _alternating(window)
+    if alternating:
+        out.append(alternating)
+    if gpu.mean() < GPU_LOW:
+        gpu_text = (f"mean GPU utilisation {gpu.mean():.0f}% (median {np.median(gpu):.0f}%, "
+                    f"90th percentile {np.percentile(gpu, 90):.0f}%) over {window.seconds:.0f} s")
+        cpu_text = (f"CPU {cpu.mean():.0f}% busy on average over {window.cpu.shape[0]} usable cores, "
+                    f"iowait {iowait:.0f}%")
+        if cpu.mean() >= CPU_SATURATED or iowait >= IOWAIT_HIGH:
+            out.append(_starved(window, gpu_text, cpu_text, iowait, src))
+        elif not alternating:
+            mem_text = f"peak GPU memory {window.mem_peak_share:.0%} of the device"
+            small = window.mem_peak_share < MEM_LOW
+            out.append(_small_batch(window, gpu_text, cpu_text, mem_text) if small
+                       else _few_workers(window, gpu_text, cpu_text, mem_text, src))
+    uneven = _uneven_memory(window)
+    if uneven:
+        out.append(uneven)
+    precision = mixed_precision_finding(command) if command else None
+    if precision:
+        out.append(precision)
+    return out
+
+
+def _short(trace: Trace, samples: int, seconds: float) -> Finding:
+    return Finding(
+        "short-trace", "too little GPU activity recorded to recognise a pattern",
+        [f"{samples} samples ({seconds:.1f} s) with a GPU at work, of {len(trace.t)} recorded; "
+         f"{MIN_SAMPLES} are needed"],
+        ["run the command for at least a minute of training steps (it can be stopped with Ctrl-C)"])
+
+
+def _unused(trace: Trace) -> Finding:
+    peak = float(trace.gpu_util.max(initial=0.0))
+    return Finding(
+        "gpu-unused", "the command never used the GPU",
+        [f"{trace.gpus} GPU(s), highest utilisation {peak:.0f}% over {float(trace.t[-1]):.0f} s"],
+        ["check that the model and batches are moved to the GPU (model.to('cuda'), "
+         "iofeed.loader(..., framework='torch', device='cuda'))",
+         "check that torch.cuda.is_available() is True in the training environment"])
+
+
+def _starved(window: Window, gpu_text: str, cpu_text: str, iowait: float, src: str) -> Finding:
+    cores = window.cpu.shape[0]
+    saturated = float((window.cpu.mean(axis=1) >= 90.0).sum())
+    evidence = [gpu_text, f"{cpu_text}; {saturated:.0f} of {cores} cores at >= 90% on average"]
+    advice = [f"`iofeed preprocess {shlex.quote(src)}` once: resized baseline JPEGs in shards decode several "
+              "times faster than full-size originals (see the data check)",
+              f"decode on the GPU: iofeed.loader({src!r}, ..., backend=\"dali\") (nvJPEG takes "
+              "the JPEG decode off the CPU)"]
+    if iowait >= IOWAIT_HIGH:
+        evidence.append(f"the cores wait on storage {iowait:.0f}% of the time (>= {IOWAIT_HIGH:.0f}%)")
+        advice += ["copy the data to local NVMe or RAM (/dev/shm); preprocessed shards are read sequentially",
+                   f"keep more reads in flight: iofeed.loader(..., workers={2 * cores}) (more workers than cores)"]
+    else:
+        advice.append(f"more workers will not help: all {cores} cores are busy")
+    return Finding("data-starved", "the GPU is waiting on data: the input pipeline cannot keep up", evidence, advice)
+
+
+def _alternating(window: Window) -> Finding | None:
+    gpu, cpu = window.gpu, window.cpu_busy
+    correlation = gpu_cpu_correlation(window)
+    gpu_idle = float((gpu < GPU_IDLE).mean())
+    cpu_idle = float((cpu < CPU_IDLE_FRACTION * np.percentile(cpu, 90)).mean())
+    if correlation is None or correlation >= ANTI_CORRELATION or min(gpu_idle, cpu_idle) < IDLE_SHARE:
+        return None
+    return Finding(
+        "cpu-gpu-alternating", "CPU and GPU are busy in turns instead of together",
+        [f"correlation of GPU utilisation with CPU busy {correlation:+.2f} (< {ANTI_CORRELATION})",
+         f"GPU idle (< {GPU_IDLE:.0f}%) in {gpu_idle:.0%} of samples; CPU idle (< half its 90th "
+         f"percentile) in {cpu_idle:.0%}",
+         f"mean GPU utilisation {gpu.mean():.0f}%"],
+        ["prepare the next batches while the GPU computes: iofeed.loader(..., prefetch=4) "
+         "(torch DataLoader: num_workers > 0, prefetch_factor, persistent_workers=True)",
+         "copy batches asynchronously: pinned memory and .to('cuda', non_blocking=True)",
+         "avoid a sync each step (loss.item(), printing tensors); log every N steps"])
+
+
+def _small_batch(window: Window, gpu_text: str, cpu_text: str, mem_text: str) -> Finding:
+    room = MEM_LOW / max(window.mem_peak_share, 1e-6)
+    return Finding(
+        "small-batch", "GPU utilisation and memory are both low: the batch is too small for the GPU",
+        [gpu_text, f"{mem_text} (< {MEM_LOW:.0%})", f"{cpu_text}: the CPU is not the bottleneck"],
+        [f"raise batch_size (memory has room for several times the batch: {room:.0f}x still stays "
+         f"under {MEM_LOW:.0%}), e.g. iofeed.loader(..., batch_size=2 * current), scaling the "
+         "learning rate with it",
+         "or fuse the small steps: torch.compile(model) / CUDA graphs cut per-step launch overhead"])
+
+
+def _few_workers(window: Window, gpu_text: str, cpu_text: str, mem_text: str, src: str) -> Finding:
+    cores = window.cpu.shape[0]
+    busy_cores = float(window.cpu_busy.mean()) * cores / 100
+    return Finding(
+        "few-workers", "the GPU is underused while most cores are idle: probably too few loader workers",
+        [gpu_text, f"{cpu_text}: about {busy_cores:.1f} of {cores} cores' worth of work", mem_text],
+        [f"let iofeed size the pool: iofeed.loader({src!r}, ..., workers=None) autotunes up to "
+         f"all cores; or workers={max(1, cores - 1)}",
+         "torch DataLoader: num_workers=os.cpu_count() - 1 (not 0, which loads in the training process)"],
+        heuristic=True)
+
+
+def _uneven_memory(window: Window) -> Finding | None:
+    used = window.used
+    if len(used) < 2:
+        return None
+    peak = window.gpu_mem[used].max(axis=1)
+    heavy, light = int(np.argmax(peak)), int(np.argmin(peak))
+    ratio = peak[heavy] / max(peak[light], 1.0)
+    if ratio < UNEVEN_RATIO or peak[heavy] - peak[light] < UNEVEN_MIN_BYTES:
+        return None
+    per_gpu = ", ".join(f"GPU {i} {p / GIB:.1f} GiB" for i, p in zip(used, peak))
+    utils = ", ".join(f"GPU {i} {u:.0f}%" for i, u in zip(used, window.gpu_util[used].mean(axis=1)))
+    evidence = [f"peak memory {per_gpu}: {ratio:.1f}x from most to least (>= {UNEVEN_RATIO}x)",
+                f"mean utilisation {utils}"]
+    if used[heavy] == 0:
+        evidence.append("GPU 0 carries the most: DataParallel gathers outputs and keeps the master weights there")
+    return Finding(
+        "uneven-gpu-memory", "GPU memory is uneven across GPUs: the DataParallel signature", evidence,
+        ["use DistributedDataParallel, one process per GPU: torchrun --nproc_per_node=N train.py",
+         "give each rank its part of the data: iofeed.loader(..., rank=rank, world_size=world_size)"])

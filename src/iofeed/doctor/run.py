@@ -1,0 +1,69 @@
+"""`iofeed doctor`: environment, then data, then the traced command, then the findings and files."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..errors import OptionError
+from .data import DataCheck, check_data
+from .environment import Environment, check_environment
+from .finding import Finding
+from .patterns import diagnose
+from .plot import plot_timeline
+from .report import to_dict
+from .trace import Recording, record
+
+
+@dataclass
+class Checkup:
+    """Everything `iofeed doctor` found; `data` and `recording` are None when not asked for."""
+
+    environment: Environment
+    data: DataCheck | None
+    recording: Recording | None
+    findings: list[Finding] = field(default_factory=list)  # from the trace
+    files: list[Path] = field(default_factory=list)  # JSON and PNG written
+
+
+def run_doctor(source: Path | None = None, command: list[str] | None = None, interval: float = 0.1,
+               json_path: Path | None = None, plot_path: Path | None = None) -> Checkup:
+    """Check the machine, the data at `source` and, while it runs, `command`; write the JSON to
+    `json_path` and the timeline to `plot_path` (default: beside the JSON when a command ran)."""
+    if command is not None:
+        _check_runnable(command)
+    if plot_path is not None and not command:
+        raise OptionError("--plot needs a command to trace: iofeed doctor [SOURCE] --plot PATH -- COMMAND ...")
+    environment = check_environment()
+    data = check_data(source) if source is not None else None
+    recording = record(command, interval) if command else None
+    findings = diagnose(recording.trace, command, str(source) if source else None) if recording else []
+    checkup = Checkup(environment, data, recording, findings)
+    if json_path is not None:
+        _write(json_path, json.dumps(to_dict(checkup), indent=1) + "\n")
+        checkup.files.append(json_path)
+        if plot_path is None and recording is not None:
+            plot_path = json_path.with_suffix(".png")
+    if plot_path is not None and recording is not None:
+        plot_timeline(recording, findings, plot_path)
+        checkup.files.append(plot_path)
+    return checkup
+
+
+def _check_runnable(command: list[str]) -> None:
+    """Fail before any check runs when the command cannot be started."""
+    if not command:
+        raise OptionError("empty command after `--` (e.g. iofeed doctor SRC -- python train.py)")
+    program = command[0]
+    if os.sep in program:
+        if not (os.path.isfile(program) and os.access(program, os.X_OK)):
+            raise OptionError(f"command not found or not executable: {program}")
+    elif shutil.which(program) is None:
+        raise OptionError(f"command not found: {program} (not on PATH)")
+
+
+def _write(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)

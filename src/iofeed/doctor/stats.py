@@ -1,0 +1,102 @@
+"""Numbers from a trace: the window in which the GPUs were at work, and a JSON-ready summary."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .trace import Trace
+
+ACTIVE_UTIL = 5.0  # % utilisation from which a GPU counts as in use at a sample
+MAX_LAG_S = 0.5  # GPU readings trail CPU ones by up to NVML's sample period (1/6 s to 1 s)
+
+
+@dataclass(frozen=True)
+class Window:
+    """The samples from the first to the last one with a GPU in use (all samples without GPUs)."""
+
+    t: np.ndarray  # (n,)
+    gpu_util: np.ndarray  # (gpus, n)
+    gpu_mem: np.ndarray  # (gpus, n)
+    gpu_mem_total: np.ndarray  # (gpus,)
+    cpu: np.ndarray  # (cores, n)
+    iowait: np.ndarray  # (n,)
+
+    @property
+    def samples(self) -> int:
+        return len(self.t)
+
+    @property
+    def seconds(self) -> float:
+        return float(self.t[-1] - self.t[0]) if self.samples > 1 else 0.0
+
+    @property
+    def gpu(self) -> np.ndarray:
+        """(n,) utilisation averaged over the GPUs in use."""
+        return self.gpu_util[self.used].mean(axis=0)
+
+    @property
+    def cpu_busy(self) -> np.ndarray:
+        """(n,) busy % averaged over the usable cores."""
+        return self.cpu.mean(axis=0) if len(self.cpu) else np.zeros(self.samples)
+
+    @property
+    def used(self) -> np.ndarray:
+        """Indices of the GPUs that reached ACTIVE_UTIL at least once."""
+        return np.flatnonzero(self.gpu_util.max(axis=1, initial=0.0) >= ACTIVE_UTIL)
+
+    @property
+    def mem_peak_share(self) -> float:
+        """The largest peak used / total memory over the GPUs in use."""
+        peak = self.gpu_mem[self.used].max(axis=1) / self.gpu_mem_total[self.used]
+        return float(peak.max())
+
+
+def active_window(trace: Trace) -> Window | None:
+    """The part of `trace` in which the GPUs worked; None when GPUs are present but never used."""
+    if trace.gpus == 0:
+        keep = slice(None)
+    else:
+        busy = np.flatnonzero(trace.gpu_util.max(axis=0) >= ACTIVE_UTIL)
+        if not len(busy):
+            return None
+        keep = slice(busy[0], busy[-1] + 1)
+    return Window(trace.t[keep], trace.gpu_util[:, keep], trace.gpu_mem[:, keep], trace.gpu_mem_total,
+                  trace.cpu[:, keep], trace.iowait[keep])
+
+
+def gpu_cpu_correlation(window: Window) -> float | None:
+    """The most negative Pearson correlation of GPU utilisation with CPU busy, the GPU series
+    shifted later by 0 to MAX_LAG_S; None when a series is constant or too short."""
+    gpu, cpu = window.gpu, window.cpu_busy
+    step = float(np.median(np.diff(window.t))) if window.samples > 1 else 0.0
+    max_lag = int(MAX_LAG_S / step) if step > 0 else 0
+    values = []
+    for lag in range(max_lag + 1):
+        a, b = cpu[: len(cpu) - lag], gpu[lag:]
+        if len(a) > 2 and a.std() > 0 and b.std() > 0:
+            values.append(float(np.corrcoef(a, b)[0, 1]))
+    return min(values) if values else None
+
+
+def summarize(trace: Trace) -> dict[str, Any]:
+    """Duration, per-GPU and CPU figures over the active window, as plain numbers."""
+    window = active_window(trace)
+    out: dict[str, Any] = {
+        "samples": len(trace.t), "seconds": float(trace.t[-1]) if len(trace.t) else 0.0,
+        "gpus": trace.gpus, "cores": trace.cores,
+        "rss_peak_bytes": float(trace.rss.max(initial=0.0)),
+        "active_window": None if window is None or not window.samples else [float(window.t[0]), float(window.t[-1])],
+    }
+    if window is None or not window.samples:
+        return out
+    out["gpu"] = [{"index": i, "util_mean": float(u.mean()),
+                   **{f"util_p{q}": float(np.percentile(u, q)) for q in (10, 50, 90)},
+                   "mem_peak_bytes": float(m.max()), "mem_total_bytes": float(total)}
+                  for i, (u, m, total) in enumerate(zip(window.gpu_util, window.gpu_mem, window.gpu_mem_total))]
+    busy = window.cpu_busy
+    out.update(cpu_busy_mean=float(busy.mean()), cpu_busy_p90=float(np.percentile(busy, 90)),
+               cpu_core_mean=[float(c) for c in window.cpu.mean(axis=1)], iowait_mean=float(window.iowait.mean()),
+               gpu_cpu_correlation=gpu_cpu_correlation(window) if len(window.used) else None)
+    return out
