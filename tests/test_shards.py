@@ -188,3 +188,11 @@ def test_dali_reads_shards_with_indexes(tmp_path: Path, samples) -> None:
         assert images.at(i).shape == (height, width, 3)
         assert labels.at(i).tobytes() == files["cls"]  # .cls arrives as raw ASCII bytes (uint8)
         assert labels[i].source_info().endswith(f":{key}.cls")
+
+
+def test_fast_headers_are_those_tarfile_writes():
+    from iofeed.shards import _header, _tarfile_header
+
+    for name, size in [("0000001.jpg", 12345), ("a/b/c.cls", 1), ("x" * 100, 0), ("ü.jpg", 8**11 - 1),
+                       ("0000001.rgb", 196608), ("d" * 60 + "/" + "y" * 60, 7)]:
+        assert _header(name, size) == _tarfile_header(name, size), name

@@ -105,7 +105,7 @@ def build_parser() -> argparse.ArgumentParser:
     prep.add_argument("--size", type=int, default=256, help="shorter side in pixels, never upscaled (default 256)")
     prep.add_argument("--quality", type=int, default=90, help="JPEG quality (default 90)")
     prep.add_argument("--format", choices=["jpeg", "raw", "mixed"], default="jpeg",
-                      help="jpeg (default); raw: uint8 RGB pixels, decode-free, ~5x the disk; "
+                      help="jpeg (default); raw: uint8 RGB pixels, decode-free, ~10x the disk of JPEG; "
                            "mixed: raw up to --raw-max-pixels, JPEG above")
     prep.add_argument("--raw-max-pixels", type=int, default=256 * 320,
                       help="with --format mixed: largest stored image (width x height) kept raw (default 81920)")

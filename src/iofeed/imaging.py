@@ -128,15 +128,18 @@ def shorter_side_size(size: tuple[int, int], shorter: int) -> tuple[int, int]:
 
 
 def resize_shorter(img: Image.Image, shorter: int) -> Image.Image:
-    """Resize so the shorter side is `shorter`, never upscaling.
+    """Resize an RGB image so the shorter side is `shorter`, never upscaling.
 
-    Antialiased bilinear: after DCT-scaled decoding the factor left is below 2, where it is
-    close to bicubic and ~40% cheaper.
+    Antialiased bilinear (`resize.crop_resize`: PyTorch's vectorised uint8 kernel when
+    installed, ~3x faster than Pillow's): after DCT-scaled decoding the factor left is below 2,
+    where bilinear is close to bicubic.
     """
-    target = shorter_side_size(img.size, shorter)
-    if target == img.size:
+    from .resize import crop_resize
+
+    width, height = shorter_side_size(img.size, shorter)
+    if (width, height) == img.size:
         return img
-    return img.resize(target, Image.Resampling.BILINEAR)
+    return Image.fromarray(crop_resize(np.asarray(img), (0, 0, img.width, img.height), False, (height, width)))
 
 
 def encode_jpeg(img: Image.Image, quality: int) -> bytes:

@@ -24,23 +24,24 @@ def _torch() -> Any:
     return torch
 
 
-def crop_resize_into(pixels: np.ndarray, box: Box, flip: bool, out: np.ndarray) -> None:
-    """Cut `box` (left, top, right, bottom) out of `pixels` (H, W, 3 uint8), resize it to
-    `out`'s (side, side) with antialiased bilinear, flip it horizontally if asked, write into `out`."""
+def crop_resize(pixels: np.ndarray, box: Box, flip: bool, size: tuple[int, int]) -> np.ndarray:
+    """Cut `box` (left, top, right, bottom) out of `pixels` (H, W, 3 uint8), resize it to `size`
+    (height, width) with antialiased bilinear, flip it horizontally if asked: a new (or torch-owned) array."""
     torch = _torch()
     if torch is None:
-        image = Image.fromarray(pixels).resize(out.shape[1::-1], Image.Resampling.BILINEAR, box=box)
-        if flip:
-            image = image.transpose(Image.Transpose.FLIP_LEFT_RIGHT)
-        out[...] = np.asarray(image)
-        return
+        image = Image.fromarray(pixels).resize(size[::-1], Image.Resampling.BILINEAR, box=box)
+        return np.asarray(image.transpose(Image.Transpose.FLIP_LEFT_RIGHT) if flip else image)
     left, top, right, bottom = (int(round(v)) for v in box)
     with warnings.catch_warnings():  # read-only input (Pillow's buffer, a memory map): only read here
         warnings.simplefilter("ignore", UserWarning)
         crop = torch.from_numpy(pixels[top:bottom, left:right]).permute(2, 0, 1).unsqueeze(0)
     resized = torch.nn.functional.interpolate(
-        crop.contiguous(memory_format=torch.channels_last), size=out.shape[:2], mode="bilinear",
+        crop.contiguous(memory_format=torch.channels_last), size=size, mode="bilinear",
         antialias=True, align_corners=False,
     )[0].permute(1, 2, 0)
-    target = torch.from_numpy(out)
-    target.copy_(resized.flip(1) if flip else resized)
+    return (resized.flip(1) if flip else resized).numpy()
+
+
+def crop_resize_into(pixels: np.ndarray, box: Box, flip: bool, out: np.ndarray) -> None:
+    """`crop_resize` to `out`'s (height, width), written into `out` (e.g. a shared-memory slot)."""
+    out[...] = crop_resize(pixels, box, flip, out.shape[:2])

@@ -68,8 +68,23 @@ def _check_member(key: str, ext: str) -> None:
                           "need a lower-case name without '/' or whitespace")
 
 
+_HEADER_HEAD = b"0000644\x000000000\x000000000\x00"  # mode 0644, uid 0, gid 0
+# mtime 0, checksum placeholder, regular file, no link, ustar, no owner names or device numbers
+_HEADER_TAIL = b"00000000000\x00" + b" " * 8 + b"0" + bytes(100) + b"ustar\x0000" + bytes(64 + 16 + 155 + 12)
+
+
 def _header(name: str, size: int) -> bytes:
-    """The deterministic 512-byte ustar header of a regular file."""
+    """The deterministic 512-byte ustar header of a regular file (as `tarfile` writes it, built
+    directly: `TarInfo.tobuf` was a third of the shard writer's time)."""
+    encoded = name.encode("utf-8")
+    if len(encoded) > 100 or size >= 8**11:  # long names need ustar's prefix field: leave them to tarfile
+        return _tarfile_header(name, size)
+    header = bytearray(encoded.ljust(100, b"\x00") + _HEADER_HEAD + b"%011o\x00" % size + _HEADER_TAIL)
+    header[148:156] = b"%06o\x00 " % sum(header)
+    return bytes(header)
+
+
+def _tarfile_header(name: str, size: int) -> bytes:
     info = tarfile.TarInfo(name)
     info.size, info.mtime, info.mode, info.uid, info.gid, info.uname, info.gname = (
         size, 0, 0o644, 0, 0, "", "")
