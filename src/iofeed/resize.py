@@ -43,5 +43,19 @@ def crop_resize(pixels: np.ndarray, box: Box, flip: bool, size: tuple[int, int])
 
 
 def crop_resize_into(pixels: np.ndarray, box: Box, flip: bool, out: np.ndarray) -> None:
-    """`crop_resize` to `out`'s (height, width), written into `out` (e.g. a shared-memory slot)."""
-    out[...] = crop_resize(pixels, box, flip, out.shape[:2])
+    """`crop_resize` to `out`'s (height, width), written into `out` (e.g. a shared-memory slot).
+
+    Unflipped with PyTorch, the kernel writes into `out` directly (its own output is planar,
+    and the copy to `out`'s interleaved pixels cost a quarter of the time)."""
+    torch = _torch()
+    resize_out = getattr(getattr(torch.ops.aten, "_upsample_bilinear2d_aa", None), "out", None) if torch else None
+    if flip or resize_out is None:
+        out[...] = crop_resize(pixels, box, flip, out.shape[:2])
+        return
+    left, top, right, bottom = (int(round(v)) for v in box)
+    with warnings.catch_warnings():  # read-only input: only read here
+        warnings.simplefilter("ignore", UserWarning)
+        crop = torch.from_numpy(pixels[top:bottom, left:right]).permute(2, 0, 1).unsqueeze(0)
+    target = torch.from_numpy(out).permute(2, 0, 1).unsqueeze(0)  # channels_last view of `out`
+    resize_out(crop.contiguous(memory_format=torch.channels_last), list(out.shape[:2]), False, None, None,
+               out=target)

@@ -72,9 +72,15 @@ class TorchAdapter:
         n, h, w, c = images.shape
         out = self._output((n, c, h, w))
         flat = out.permute(0, 2, 3, 1).view(n, h * w * c)  # NHWC order, contiguous
-        flat.copy_(images.reshape(n, h * w * c))
+        source = images.reshape(n, h * w * c)
         scale, shift = self._tiled_affine(h * w)
-        flat.mul_(scale).add_(shift)
+        # On the CPU one image at a time, so that its three passes stay in cache (1.5x faster
+        # than three passes over the whole batch); on a GPU the whole batch at once.
+        step = 1 if self.device.type == "cpu" else n
+        for start in range(0, n, step):
+            part = flat[start:start + step]
+            part.copy_(source[start:start + step])
+            part.mul_(scale).add_(shift)
         return out
 
     def _tiled_affine(self, pixels: int) -> tuple[Any, Any]:
