@@ -36,7 +36,7 @@ class Environment:
 
 def check_environment() -> Environment:
     """Inspect this machine (no GPU is fine: it is reported, not an error)."""
-    psutil = require("psutil", "bench")
+    psutil = require("psutil", "doctor")
     from ..benchmark.machine import cpu_model, versions
 
     memory = psutil.virtual_memory()

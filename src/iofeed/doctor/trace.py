@@ -90,7 +90,7 @@ def record(command: list[str], interval: float = 0.1) -> Recording:
 
     Ctrl-C stops the command (it gets the signal too) and keeps the trace recorded so far.
     """
-    psutil = require("psutil", "bench")
+    psutil = require("psutil", "doctor")
     if not command:
         raise OptionError("empty command after `--` (e.g. iofeed doctor -- python train.py)")
     if interval <= 0:
