@@ -8,6 +8,7 @@ import numpy as np
 
 from .augment import Augment
 from .dataset import SampleReader, SampleSource
+from .fastjpeg import decode_rgb_array, plain_jpeg_size
 from .imaging import decode_rgb, open_image
 from .resize import crop_resize_into
 from .table import RAW
@@ -29,15 +30,18 @@ def load_augmented(
 def decode_augmented(data: bytes, augment: Augment, rng: np.random.Generator, out: np.ndarray) -> None:
     """Decode `data`, cut the box `augment` draws, resize to `out`'s size, flip, write into `out`.
 
-    `out` is a (size, size, 3) uint8 array (a slot in shared memory). Raises SampleError.
+    `out` is a (size, size, 3) uint8 array (a slot in shared memory). Plain JPEGs go through
+    libjpeg-turbo directly when `simplejpeg` is installed (`fastjpeg`), the rest through
+    Pillow (EXIF orientation, CMYK, other formats). Raises SampleError.
     """
-    opened = open_image(data)
-    width, height = opened.size
+    plain = plain_jpeg_size(data)
+    opened = open_image(data) if plain is None else None
+    width, height = plain or opened.size
     box, flip = augment.box(width, height, rng)
     side = augment.size
     box_w, box_h = max(box[2] - box[0], 1e-6), max(box[3] - box[1], 1e-6)
     needed = (math.ceil(width * side / box_w), math.ceil(height * side / box_h))
-    image = decode_rgb(opened, min_size=needed).image
-    sx, sy = image.width / width, image.height / height
+    pixels = decode_rgb_array(data, needed) if opened is None else np.asarray(decode_rgb(opened, needed).image)
+    sx, sy = pixels.shape[1] / width, pixels.shape[0] / height
     scaled = (box[0] * sx, box[1] * sy, box[2] * sx, box[3] * sy)
-    crop_resize_into(np.asarray(image), scaled, flip, out)
+    crop_resize_into(pixels, scaled, flip, out)
