@@ -57,6 +57,11 @@ def decode_errors() -> Iterator[None]:
         raise SampleError(f"corrupt or truncated image ({exc})") from None
 
 
+def is_progressive(info: dict) -> bool:
+    """Whether a Pillow image's `info` marks a progressive JPEG."""
+    return bool(info.get("progressive") or info.get("progression"))
+
+
 def open_image(data: bytes) -> Opened:
     """Read the header of `data` (cheap): size after EXIF orientation. Raises SampleError."""
     with decode_errors():
@@ -75,7 +80,7 @@ def decode_rgb(opened: Opened, min_size: tuple[int, int] | None = None) -> Decod
     img = opened.image
     with decode_errors():
         fmt = img.format or "unknown"
-        progressive = bool(img.info.get("progressive") or img.info.get("progression"))
+        progressive = is_progressive(img.info)
         mode = img.mode
         if min_size is not None and fmt == "JPEG":
             img.draft(None, (min_size[1], min_size[0]) if opened.transposed else min_size)

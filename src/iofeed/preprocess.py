@@ -16,7 +16,7 @@ from tqdm import tqdm
 
 from . import __version__
 from .errors import IofeedError, OptionError, SampleError
-from .imaging import Opened, decode_rgb, encode_jpeg, open_image, resize_shorter
+from .imaging import Opened, decode_rgb, encode_jpeg, is_progressive, open_image, resize_shorter
 from .manifest import Manifest, SplitInfo
 from .parallel import worker_pool
 from .shards import ShardWriter
@@ -134,7 +134,7 @@ def _keepable(opened: Opened, policy: ImagePolicy) -> bool:
     return (
         img.format == "JPEG"
         and img.mode == "RGB"
-        and not (img.info.get("progressive") or img.info.get("progression"))
+        and not is_progressive(img.info)
         and opened.orientation == 1
         and min(opened.size) <= policy.shorter_side
         and not policy.stores_raw(*opened.size)

@@ -31,13 +31,8 @@ def crop_resize(pixels: np.ndarray, box: Box, flip: bool, size: tuple[int, int])
     if torch is None:
         image = Image.fromarray(pixels).resize(size[::-1], Image.Resampling.BILINEAR, box=box)
         return np.asarray(image.transpose(Image.Transpose.FLIP_LEFT_RIGHT) if flip else image)
-    left, top, right, bottom = (int(round(v)) for v in box)
-    with warnings.catch_warnings():  # read-only input (Pillow's buffer, a memory map): only read here
-        warnings.simplefilter("ignore", UserWarning)
-        crop = torch.from_numpy(pixels[top:bottom, left:right]).permute(2, 0, 1).unsqueeze(0)
     resized = torch.nn.functional.interpolate(
-        crop.contiguous(memory_format=torch.channels_last), size=size, mode="bilinear",
-        antialias=True, align_corners=False,
+        _crop_tensor(torch, pixels, box), size=size, mode="bilinear", antialias=True, align_corners=False,
     )[0].permute(1, 2, 0)
     return (resized.flip(1) if flip else resized).numpy()
 
@@ -47,15 +42,26 @@ def crop_resize_into(pixels: np.ndarray, box: Box, flip: bool, out: np.ndarray) 
 
     Unflipped with PyTorch, the kernel writes into `out` directly (its own output is planar,
     and the copy to `out`'s interleaved pixels cost a quarter of the time)."""
-    torch = _torch()
-    resize_out = getattr(getattr(torch.ops.aten, "_upsample_bilinear2d_aa", None), "out", None) if torch else None
+    resize_out = _resize_out()
     if flip or resize_out is None:
         out[...] = crop_resize(pixels, box, flip, out.shape[:2])
         return
+    torch = _torch()
+    target = torch.from_numpy(out).permute(2, 0, 1).unsqueeze(0)  # channels_last view of `out`
+    resize_out(_crop_tensor(torch, pixels, box), list(out.shape[:2]), False, None, None, out=target)
+
+
+def _crop_tensor(torch: Any, pixels: np.ndarray, box: Box) -> Any:
+    """`box` of `pixels` as a (1, 3, h, w) uint8 tensor in channels_last memory."""
     left, top, right, bottom = (int(round(v)) for v in box)
-    with warnings.catch_warnings():  # read-only input: only read here
+    with warnings.catch_warnings():  # read-only input (Pillow's buffer, a memory map): only read here
         warnings.simplefilter("ignore", UserWarning)
         crop = torch.from_numpy(pixels[top:bottom, left:right]).permute(2, 0, 1).unsqueeze(0)
-    target = torch.from_numpy(out).permute(2, 0, 1).unsqueeze(0)  # channels_last view of `out`
-    resize_out(crop.contiguous(memory_format=torch.channels_last), list(out.shape[:2]), False, None, None,
-               out=target)
+    return crop.contiguous(memory_format=torch.channels_last)
+
+
+@lru_cache(maxsize=1)
+def _resize_out() -> Any:
+    """PyTorch's antialiased bilinear kernel with an `out=` argument, or None."""
+    torch = _torch()
+    return getattr(getattr(torch.ops.aten, "_upsample_bilinear2d_aa", None), "out", None) if torch else None

@@ -62,9 +62,7 @@ class TorchAdapter:
         torch = self._torch
         data = self._to_device(torch.from_numpy(packed.data[: packed.used_bytes]))
         meta = {name: torch.from_numpy(np.ascontiguousarray(packed.meta[name])).to(self.device, non_blocking=True)
-                for name in ("offset", "box", "flip")}
-        for name in ("height", "width"):
-            meta[name] = torch.from_numpy(packed.meta[name].astype(np.int64)).to(self.device, non_blocking=True)
+                for name in ("offset", "height", "width", "box", "flip")}
         return crop_resize_packed(torch, data, meta, self.image_size)
 
     def normalise(self, images: Any) -> Any:

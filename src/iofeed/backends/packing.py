@@ -16,8 +16,13 @@ from ..errors import OptionError, SampleError
 from ..imaging import open_rgb
 from ..table import RAW
 
-_META = np.dtype([("offset", np.int64), ("height", np.int32), ("width", np.int32),
+_META = np.dtype([("offset", np.int64), ("height", np.int64), ("width", np.int64),
                   ("box", np.float32, 4), ("flip", np.bool_)])
+
+
+def _end(row: np.void) -> int:
+    """The byte after the pixels of the sample `row` describes."""
+    return int(row["offset"] + row["height"] * row["width"] * 3)
 
 
 @dataclass
@@ -34,10 +39,7 @@ class PackedImages:
     @property
     def used_bytes(self) -> int:
         """Bytes of `data` that hold pixels."""
-        if not len(self.meta):
-            return 0
-        last = self.meta[-1]
-        return int(last["offset"]) + int(last["height"]) * int(last["width"]) * 3
+        return _end(self.meta[-1]) if len(self.meta) else 0
 
 
 def sample_bytes(source: SampleSource) -> np.ndarray:
@@ -96,7 +98,7 @@ class PackedLayout:
             if stored.shape[:2] != (height, width):
                 raise SampleError(f"decoded to {stored.shape[1]}x{stored.shape[0]}, the index says {width}x{height}")
         box, flip = augment.box(width, height, rng)
-        start = 0 if k == 0 else int(meta[k - 1]["offset"]) + int(meta[k - 1]["height"]) * int(meta[k - 1]["width"]) * 3
+        start = _end(meta[k - 1]) if k else 0
         pixels[start:start + stored.size] = stored.reshape(-1)
         meta[k] = (start, height, width, box, flip)
 

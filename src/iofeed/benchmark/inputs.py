@@ -1,4 +1,4 @@
-"""The two forms of the data a benchmark reads — image folder and iofeed dataset — and the page cache."""
+"""The forms of the data a benchmark reads — image folder, JPEG dataset, raw-pixel dataset — and the page cache."""
 from __future__ import annotations
 
 import os

@@ -19,7 +19,7 @@ from PIL import Image
 
 from ..dataset import is_iofeed_dataset, open_source
 from ..errors import OptionError, SampleError, SourceError
-from ..imaging import encode_jpeg, open_rgb, resize_shorter
+from ..imaging import encode_jpeg, is_progressive, open_rgb, resize_shorter
 from ..preprocess import ImagePolicy
 from ..sniff import SNIFF_BYTES, sniff_bytes
 from ..sources import display_path, find_class_root
@@ -99,7 +99,7 @@ def check_data(source: Path | str, sample: int = 2000, decode_sample: int = 100,
         sides.append(min(size))
         pixels.append(size[0] * size[1])
         readable.append(item)
-        if fmt == "jpeg" and (info.get("progressive") or info.get("progression")):
+        if fmt == "jpeg" and is_progressive(info):
             check.progressive.append(item.name)
         if fmt == "jpeg" and mode == "CMYK":
             check.cmyk.append(item.name)
