@@ -8,7 +8,7 @@ import pytest
 
 import iofeed
 from iofeed.errors import OptionError, SampleError, SourceError
-from conftest import label_from_pixels, make_colour_tree, shm_entries
+from conftest import label_from_pixels, make_colour_tree, shm_entries, state_after
 
 BACKENDS = ["workers", pytest.param("dali", marks=pytest.mark.dali)]
 
@@ -75,10 +75,7 @@ def test_resume_mid_epoch_yields_the_rest(colour_dataset, backend):
         ld.set_epoch(2)
         full = _epoch(ld)
         ld.set_epoch(2)
-        for k, _ in enumerate(ld):
-            if k == 2:
-                state = ld.state_dict()
-                break
+        state = state_after(ld, 3)
     with _make(colour_dataset, backend, batch_size=4, seed=5) as resumed:
         resumed.load_state_dict(state)
         rest = _epoch(resumed)

@@ -16,7 +16,7 @@ from iofeed.imaging import open_rgb, resize_shorter
 from iofeed.manifest import Manifest
 from iofeed.preprocess import ImagePolicy, preprocess
 from iofeed.table import RAW, load_sources
-from conftest import label_from_pixels
+from conftest import label_from_pixels, state_after
 
 MIXED_THRESHOLD = 30_000  # the colour tree's stored images span 22,400–46,536 pixels
 
@@ -96,10 +96,7 @@ def test_resume_mid_epoch_on_raw(raw_dataset):
     with iofeed.loader(raw_dataset, batch_size=4, workers=2, seed=9) as ld:
         full = _digests(ld)
         ld.set_epoch(0)
-        for k, _ in enumerate(ld):
-            if k == 1:
-                state = ld.state_dict()
-                break
+        state = state_after(ld, 2)
     with iofeed.loader(raw_dataset, batch_size=4, workers=1, seed=9) as resumed:
         resumed.load_state_dict(state)
         assert _digests(resumed) == full[2:]
