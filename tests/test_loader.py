@@ -135,6 +135,26 @@ def test_torch_adapter_normalises_on_device_layout(colour_dataset):
     assert torch.allclose(images, expected, atol=1e-4)
 
 
+@pytest.mark.parametrize("dtype_name", ["float32", "float16", "float64", "bfloat16"])
+def test_torch_adapter_normalises_every_host_dtype(dtype_name):
+    """float32/64 through numpy on the CPU, half precision computed in float32 and rounded once."""
+    torch = pytest.importorskip("torch")
+    from iofeed.adapters.torch import TorchAdapter
+    from iofeed.backends.base import Batch
+
+    dtype = getattr(torch, dtype_name)
+    pixels = np.random.default_rng(0).integers(0, 256, (3, 32, 32, 3), dtype=np.uint8)
+    adapter = TorchAdapter("cpu", dtype, 32)
+    for _ in range(2):  # the second batch reuses a recycled output tensor
+        images, _ = adapter(Batch(pixels, np.arange(3), np.arange(3)))
+    mean = torch.tensor([0.485, 0.456, 0.406]).view(1, 3, 1, 1)
+    std = torch.tensor([0.229, 0.224, 0.225]).view(1, 3, 1, 1)
+    expected = (torch.from_numpy(pixels).permute(0, 3, 1, 2).double() / 255 - mean) / std
+    assert images.dtype == dtype and images.is_contiguous(memory_format=torch.channels_last)
+    tolerance = {"float32": 1e-5, "float64": 1e-5, "float16": 2e-3, "bfloat16": 1e-2}[dtype_name]
+    assert torch.allclose(images.double(), expected, atol=tolerance)
+
+
 def test_bad_options_and_sources(colour_dataset, tmp_path):
     with pytest.raises(OptionError, match="framework"):
         iofeed.loader(colour_dataset, batch_size=4, framework="jax")

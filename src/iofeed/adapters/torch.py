@@ -35,9 +35,11 @@ class TorchAdapter:
         self.dtype = dtype if dtype is not None else torch.float32
         mean = torch.tensor(IMAGENET_MEAN) * 255.0
         std = torch.tensor(IMAGENET_STD) * 255.0
-        # per-channel affine in NHWC order: x * scale + shift == (x - mean) / std
-        self._scale = (1.0 / std).to(self.device, self.dtype)
-        self._shift = (-mean / std).to(self.device, self.dtype)
+        # per-channel affine in NHWC order: x * scale + shift == (x - mean) / std, computed in
+        # float32 (float64 if asked) and rounded once to a narrower `dtype`
+        compute = torch.float64 if self.dtype == torch.float64 else torch.float32
+        self._scale = (1.0 / std).to(self.device, compute)
+        self._shift = (-mean / std).to(self.device, compute)
         self._tiled: dict[int, tuple[Any, Any]] = {}
         self._outputs: list[Any] = []
         self._pinned: list[Any] = []
@@ -72,13 +74,13 @@ class TorchAdapter:
         flat = out.permute(0, 2, 3, 1).view(n, h * w * c)  # NHWC order, contiguous
         source = images.reshape(n, h * w * c)
         scale, shift = self._tiled_affine(h * w)
-        # On the CPU one image at a time, so that its three passes stay in cache (1.5x faster
-        # than three passes over the whole batch); on a GPU the whole batch at once.
-        step = 1 if self.device.type == "cpu" else n
-        for start in range(0, n, step):
-            part = flat[start:start + step]
-            part.copy_(source[start:start + step])
-            part.mul_(scale).add_(shift)
+        if flat.dtype != scale.dtype:  # half precision
+            flat.copy_(self._torch.addcmul(shift, source.to(scale.dtype), scale))
+        elif self.device.type == "cpu":
+            _affine_per_image(source.numpy(), flat.numpy(), scale.numpy(), shift.numpy())
+        else:
+            flat.copy_(source)
+            flat.mul_(scale).add_(shift)
         return out
 
     def _tiled_affine(self, pixels: int) -> tuple[Any, Any]:
@@ -118,6 +120,19 @@ class TorchAdapter:
 
 
 MAX_RECYCLED = 4
+
+
+def _affine_per_image(source: np.ndarray, out: np.ndarray, scale: np.ndarray, shift: np.ndarray) -> None:
+    """out[i] = source[i] * scale + shift, one image at a time, on this thread.
+
+    On the CPU this runs in the training process beside the loader's workers: numpy keeps it
+    on one thread (torch's intra-op threads spin between kernels and took the workers' cores:
+    the consumer used 115% of a core for 0.29 ms per image; here 0.15 ms on one core), and one
+    image at a time keeps its three passes in the core's cache."""
+    for image, row in zip(source, out):
+        row[...] = image
+        row *= scale
+        row += shift
 
 
 def _unreferenced(torch: Any, tensor: Any) -> bool:
