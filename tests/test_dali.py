@@ -12,20 +12,12 @@ import iofeed
 from iofeed.backends import dali as dali_engine
 from iofeed.errors import MissingDependencyError, OptionError, SampleError
 from conftest import exif_rotated_jpeg, jpeg_bytes, make_colour_tree, png_bytes, smooth_rgb
+from cuda_mark import gpu
 
 pytestmark = pytest.mark.dali
 pytest.importorskip("nvidia.dali")
 
 
-def _cuda() -> bool:
-    try:
-        import torch
-    except ImportError:
-        return False
-    return torch.cuda.is_available()
-
-
-gpu = pytest.mark.skipif(not _cuda(), reason="needs a CUDA GPU")
 
 
 def _images_by_index(ld) -> dict[int, np.ndarray]:
@@ -221,6 +213,27 @@ def test_torch_on_cuda_gets_gpu_tensors(colour_dataset):
             assert images.is_cuda and images.dtype == torch.float32 and images.shape[1:] == (3, 224, 224)
             assert labels.is_cuda and labels.dtype == torch.int64
         assert ld.stats.images == len(ld.source) - len(ld.source) % 4
+
+
+def test_numpy_adapter_copies_dali_tensors_to_the_host():
+    """The numpy (and so tf) adapter takes DALI's tensors through `as_cpu()`: real DALI tensors here."""
+    from nvidia.dali import backend as dali_backend
+
+    from iofeed.adapters.numpy import to_numpy
+    from iofeed.backends.base import Batch
+
+    pixels = np.random.default_rng(0).integers(0, 256, (2, 8, 8, 3), dtype=np.uint8)
+    images, labels = to_numpy(Batch(dali_backend.TensorCPU(pixels), np.arange(2), np.arange(2)))
+    assert isinstance(images, np.ndarray) and np.array_equal(images, pixels) and labels.tolist() == [0, 1]
+
+
+@pytest.mark.gpu
+@gpu
+def test_numpy_framework_on_cuda_gets_host_arrays(colour_dataset):
+    with iofeed.loader(colour_dataset, batch_size=4, backend="dali", workers=2, device="cuda") as ld:
+        images, labels = next(iter(ld))
+        assert ld.stats.settings["decoder"] == "mixed"
+        assert isinstance(images, np.ndarray) and images.shape == (4, 224, 224, 3) and images.dtype == np.uint8
 
 
 @pytest.mark.gpu

@@ -9,6 +9,7 @@ import pytest
 import iofeed
 from iofeed.errors import OptionError, SampleError, SourceError
 from conftest import label_from_pixels, make_colour_tree, shm_entries, state_after
+from cuda_mark import gpu
 
 BACKENDS = ["workers", pytest.param("dali", marks=pytest.mark.dali)]
 
@@ -153,6 +154,41 @@ def test_torch_adapter_normalises_every_host_dtype(dtype_name):
     assert images.dtype == dtype and images.is_contiguous(memory_format=torch.channels_last)
     tolerance = {"float32": 1e-5, "float64": 1e-5, "float16": 2e-3, "bfloat16": 1e-2}[dtype_name]
     assert torch.allclose(images.double(), expected, atol=tolerance)
+
+
+def test_torch_batches_kept_by_the_caller_stay_intact(colour_dataset):
+    """Labels and images handed out are the caller's: later batches and close() leave them be
+    (labels used to be views of the shared-memory slot: changed later, unmapped at close)."""
+    torch = pytest.importorskip("torch")
+
+    def epoch(keep: bool) -> list:
+        with iofeed.loader(colour_dataset, batch_size=2, workers=2, seed=1, framework="torch") as ld:
+            return [(x, y) if keep else (x.clone(), y.clone()) for x, y in ld]
+
+    kept, cloned = epoch(keep=True), epoch(keep=False)
+    assert len(kept) == len(cloned) >= 4
+    for (x, y), (x0, y0) in zip(kept, cloned):
+        assert torch.equal(y, y0) and torch.equal(x, x0)
+
+
+@pytest.mark.gpu
+@gpu
+def test_cuda_copies_do_not_wait_for_queued_work_and_stay_exact(colour_dataset):
+    """With a long kernel queued on the current stream, batches still arrive exact (copy stream
+    ordered before the consumer's work) and the loader's copies do not block on that kernel."""
+    torch = pytest.importorskip("torch")
+    with iofeed.loader(colour_dataset, batch_size=4, workers=1, seed=2, framework="torch") as ld:
+        expected = [(x.clone(), y.clone()) for x, y in ld]
+    with iofeed.loader(colour_dataset, batch_size=4, workers=1, seed=2, framework="torch", device="cuda") as ld:
+        got = []
+        for x, y in ld:
+            torch.cuda._sleep(50_000_000)  # tens of ms of GPU time queued ahead of the next batch
+            got.append((x.clone(), y.clone()))
+        torch.cuda.synchronize()
+    assert len(got) == len(expected)
+    for (x, y), (x0, y0) in zip(got, expected):
+        assert x.is_cuda and y.is_cuda and torch.equal(y.cpu(), y0)
+        assert torch.allclose(x.cpu(), x0, atol=1e-5)
 
 
 def test_bad_options_and_sources(colour_dataset, tmp_path):

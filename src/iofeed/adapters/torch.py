@@ -10,17 +10,20 @@ from ..backends.base import Batch
 from ..backends.packing import PackedImages
 from ..errors import require
 from ..gpu_augment import crop_resize_packed
+from .host_to_device import HostToDevice
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
+PACKED_META = ("offset", "height", "width", "box", "flip")
 
 
 class TorchAdapter:
     """uint8 NHWC batches → (images, labels) tensors on `device`.
 
     Images are `dtype` (float32 by default), normalised with ImageNet mean/std, NCHW in
-    channels_last memory. For CUDA the uint8 batch goes through pinned memory with a
-    non-blocking copy, and conversion and normalisation run on the GPU. On the CPU, output
+    channels_last memory. For CUDA the uint8 batch and its labels go through pinned memory on a
+    copy stream of their own (`HostToDevice`), and conversion and normalisation run on the GPU.
+    Labels are always a copy (the backend reuses its arrays). On the CPU, output
     tensors are recycled once nothing outside the adapter refers to them any more (fresh
     38 MB tensors per batch would cost more in page faults than the normalisation itself).
 
@@ -42,30 +45,28 @@ class TorchAdapter:
         self._shift = (-mean / std).to(self.device, compute)
         self._tiled: dict[int, tuple[Any, Any]] = {}
         self._outputs: list[Any] = []
-        self._pinned: list[Any] = []
-        self._events: list[Any] = []
-        self._turn = 0
+        self._copier: HostToDevice | None = None
         self.image_size = image_size
 
     def __call__(self, batch: Batch) -> tuple[Any, Any]:
         torch = self._torch
         images = batch.images
+        labels = torch.from_numpy(np.array(batch.labels, np.int64))  # a copy: the batch's array is reused
         if isinstance(images, PackedImages):
-            images = self._augment_packed(images)
+            images, labels = self._augment_packed(images, labels)
         elif isinstance(images, np.ndarray):
-            images = self._to_device(torch.from_numpy(images))
-        else:
+            images, labels = self._to_device(torch.from_numpy(images), labels)
+        else:  # a GPU backend's batch, handed over by DLPack
             images = torch.from_dlpack(images).to(self.device)
-        labels = torch.from_numpy(np.ascontiguousarray(batch.labels)).to(self.device, non_blocking=True)
+            (labels,) = self._to_device(labels)
         return self.normalise(images), labels
 
-    def _augment_packed(self, packed: PackedImages) -> Any:
+    def _augment_packed(self, packed: PackedImages, labels: Any) -> tuple[Any, Any]:
         """Stored pixels to the device as they are, then crop, resize and flip there."""
         torch = self._torch
-        data = self._to_device(torch.from_numpy(packed.data[: packed.used_bytes]))
-        meta = {name: torch.from_numpy(np.ascontiguousarray(packed.meta[name])).to(self.device, non_blocking=True)
-                for name in ("offset", "height", "width", "box", "flip")}
-        return crop_resize_packed(torch, data, meta, self.image_size)
+        meta = [torch.from_numpy(np.ascontiguousarray(packed.meta[name])) for name in PACKED_META]
+        data, labels, *meta = self._to_device(torch.from_numpy(packed.data[: packed.used_bytes]), labels, *meta)
+        return crop_resize_packed(torch, data, dict(zip(PACKED_META, meta)), self.image_size), labels
 
     def normalise(self, images: Any) -> Any:
         """uint8 NHWC → `dtype` NCHW (channels_last memory), normalised, on the same device."""
@@ -101,22 +102,13 @@ class TorchAdapter:
             self._outputs = [out, *self._outputs[:MAX_RECYCLED - 1]]
         return out
 
-    def _to_device(self, images: Any) -> Any:
-        """Copy a uint8 host batch to the device, through alternating pinned buffers for CUDA."""
+    def _to_device(self, *tensors: Any) -> Any:
+        """Host tensors on the device: as they are on the CPU; for CUDA through `HostToDevice`."""
         if self.device.type != "cuda":
-            return images
-        torch = self._torch
-        if not self._pinned or self._pinned[0].shape[0] < images.shape[0]:
-            self._pinned = [torch.empty(images.shape, dtype=torch.uint8).pin_memory() for _ in range(2)]
-            self._events = [torch.cuda.Event() for _ in range(2)]
-        turn = self._turn = (self._turn + 1) % 2
-        buffer, event = self._pinned[turn], self._events[turn]
-        event.synchronize()  # the copy that last used this buffer has finished
-        staged = buffer[: images.shape[0]]
-        staged.copy_(images)
-        on_device = staged.to(self.device, non_blocking=True)
-        event.record()
-        return on_device
+            return tensors
+        if self._copier is None:
+            self._copier = HostToDevice(self._torch, self.device)
+        return self._copier.copy(*tensors)
 
 
 MAX_RECYCLED = 4
