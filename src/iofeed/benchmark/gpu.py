@@ -7,7 +7,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import require
+from ..errors import IofeedError, require
 
 
 @dataclass(frozen=True)
@@ -55,8 +55,16 @@ class GpuSampler:
 
     def __init__(self, index: int = 0, interval: float = 0.1) -> None:
         self._nvml = require("pynvml", "bench")
-        self._nvml.nvmlInit()
-        self._handle = self._nvml.nvmlDeviceGetHandleByIndex(index)
+        try:
+            self._nvml.nvmlInit()
+        except self._nvml.NVMLError as exc:
+            raise IofeedError(f"NVML cannot start ({exc})") from None
+        try:
+            self._handle = self._nvml.nvmlDeviceGetHandleByIndex(index)
+            self._nvml.nvmlDeviceGetUtilizationRates(self._handle)  # "Not Supported" on MIG instances
+        except self._nvml.NVMLError as exc:
+            self._nvml.nvmlShutdown()
+            raise IofeedError(f"NVML cannot read GPU {index}'s utilisation ({exc})") from None
         self._interval = interval
         self.label: str | None = None  # the feed being timed; set by the measuring loop
         self.samples: list[Sample] = []

@@ -7,7 +7,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from ..errors import MissingDependencyError, require
+from ..errors import IofeedError, require
 from ..sources import find_class_root
 from .feeds import BASELINE, CATALOGUE, CEILING, FeedSpec, dali_installed
 from .inputs import CacheState, Inputs, data_files, resolve_inputs, warm_page_cache
@@ -72,7 +72,7 @@ def run_benchmark(options: BenchOptions, command: str) -> tuple[dict[str, Any], 
 
         try:
             gpu = GpuSampler()
-        except MissingDependencyError as exc:
+        except IofeedError as exc:  # nvidia-ml-py missing, or NVML unable to read the GPU
             inputs.notes.append(f"no GPU utilisation: {exc}")
     try:
         runs, metric = measure(specs, options.rounds, options.window_seconds, options.warmup, gpu, options.progress)

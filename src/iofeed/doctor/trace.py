@@ -64,16 +64,22 @@ class _Nvml:
     """Every GPU's utilisation and used memory; no GPUs when NVML or a device is missing."""
 
     def __init__(self) -> None:
+        self._nvml, self.handles, self.total = None, [], []
         try:
             import pynvml
 
             pynvml.nvmlInit()
         except Exception:  # noqa: BLE001 - no library, no driver or no device all mean "no GPU"
-            self._nvml, self.handles, self.total = None, [], []
             return
-        self._nvml = pynvml
-        self.handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(pynvml.nvmlDeviceGetCount())]
-        self.total = [int(pynvml.nvmlDeviceGetMemoryInfo(h).total) for h in self.handles]
+        try:
+            handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(pynvml.nvmlDeviceGetCount())]
+            total = [int(pynvml.nvmlDeviceGetMemoryInfo(h).total) for h in handles]
+            for handle in handles:
+                pynvml.nvmlDeviceGetUtilizationRates(handle)  # "Not Supported" on MIG instances
+        except pynvml.NVMLError:  # GPUs NVML cannot read are traced as none
+            pynvml.nvmlShutdown()
+            return
+        self._nvml, self.handles, self.total = pynvml, handles, total
 
     def read(self) -> tuple[list[float], list[float]]:
         util = [float(self._nvml.nvmlDeviceGetUtilizationRates(h).gpu) for h in self.handles]
