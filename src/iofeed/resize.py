@@ -1,5 +1,9 @@
-"""Crop-and-resize of uint8 RGB pixels into an output slot, with PyTorch's vectorised kernel
-when it is installed (several times faster than Pillow on uint8), else Pillow."""
+"""Crop-and-resize of uint8 RGB pixels into an output slot: antialiased bilinear, with PyTorch's
+vectorised kernel when it is installed (several times faster than Pillow on uint8), else Pillow.
+
+Enlarging crops (most random-resized crops of 256 px images) take OpenCV's bilinear when it is
+installed: when enlarging, antialiased bilinear is plain bilinear, so the filter is the same
+(pixels agree within 1, from rounding) and OpenCV computes it about twice as fast."""
 from __future__ import annotations
 
 import importlib.util
@@ -11,6 +15,17 @@ import numpy as np
 from PIL import Image
 
 from .augment import Box
+
+
+@lru_cache(maxsize=1)
+def _cv2() -> Any:
+    """OpenCV on one thread (workers are already one process per core), or None."""
+    if importlib.util.find_spec("cv2") is None:
+        return None
+    import cv2
+
+    cv2.setNumThreads(1)
+    return cv2
 
 
 @lru_cache(maxsize=1)
@@ -40,8 +55,24 @@ def crop_resize(pixels: np.ndarray, box: Box, flip: bool, size: tuple[int, int])
 def crop_resize_into(pixels: np.ndarray, box: Box, flip: bool, out: np.ndarray) -> None:
     """`crop_resize` to `out`'s (height, width), written into `out` (e.g. a shared-memory slot).
 
-    Unflipped with PyTorch, the kernel writes into `out` directly (its own output is planar,
-    and the copy to `out`'s interleaved pixels cost a quarter of the time)."""
+    With OpenCV, enlarging crops are resized by it and every crop is flipped in place by it
+    (numpy's in-place mirror of a 224 px image costs 50x more)."""
+    cv2 = _cv2()
+    if cv2 is None or not out.flags.c_contiguous:  # OpenCV would write into a new array
+        _antialiased_into(pixels, box, flip, out)
+        return
+    crop = _crop(pixels, box)
+    if crop.shape[0] <= out.shape[0] and crop.shape[1] <= out.shape[1]:
+        cv2.resize(crop, (out.shape[1], out.shape[0]), dst=out, interpolation=cv2.INTER_LINEAR)
+    else:
+        _antialiased_into(pixels, box, False, out)
+    if flip:
+        cv2.flip(out, 1, dst=out)
+
+
+def _antialiased_into(pixels: np.ndarray, box: Box, flip: bool, out: np.ndarray) -> None:
+    """`crop_resize` into `out`. Unflipped with PyTorch, the kernel writes into `out` directly
+    (its own output is planar, and the copy to `out`'s interleaved pixels cost a quarter of the time)."""
     resize_out = _resize_out()
     if flip or resize_out is None:
         out[...] = crop_resize(pixels, box, flip, out.shape[:2])
@@ -51,12 +82,17 @@ def crop_resize_into(pixels: np.ndarray, box: Box, flip: bool, out: np.ndarray) 
     resize_out(_crop_tensor(torch, pixels, box), list(out.shape[:2]), False, None, None, out=target)
 
 
+def _crop(pixels: np.ndarray, box: Box) -> np.ndarray:
+    """The pixels of `box`, rounded to whole pixels (a view)."""
+    left, top, right, bottom = (int(round(v)) for v in box)
+    return pixels[top:bottom, left:right]
+
+
 def _crop_tensor(torch: Any, pixels: np.ndarray, box: Box) -> Any:
     """`box` of `pixels` as a (1, 3, h, w) uint8 tensor in channels_last memory."""
-    left, top, right, bottom = (int(round(v)) for v in box)
     with warnings.catch_warnings():  # read-only input (Pillow's buffer, a memory map): only read here
         warnings.simplefilter("ignore", UserWarning)
-        crop = torch.from_numpy(pixels[top:bottom, left:right]).permute(2, 0, 1).unsqueeze(0)
+        crop = torch.from_numpy(_crop(pixels, box)).permute(2, 0, 1).unsqueeze(0)
     return crop.contiguous(memory_format=torch.channels_last)
 
 
