@@ -204,6 +204,17 @@ def test_bad_options_and_sources(colour_dataset, tmp_path):
         iofeed.loader(tmp_path / "missing", batch_size=4)
 
 
+def test_prefetch_depth_defaults_and_bounds(colour_dataset):
+    """Two batches per worker and at least 8 ahead by default; `prefetch` and the budget bound it."""
+    slot = 4 * 224 * 224 * 3 + 4 * 8
+    cases = [({"workers": 1}, 8), ({"workers": 2, "prefetch": 3}, 3), ({"workers": None}, 8),
+             ({"workers": 2, "memory_budget": 5 * slot}, 4)]
+    for options, depth in cases:
+        with iofeed.loader(colour_dataset, batch_size=4, **options) as ld:
+            assert ld.stats.settings["prefetch_batches"] == depth, options
+            assert sum(1 for _ in ld) == len(ld)
+
+
 def test_no_shared_memory_left_after_close_and_break(colour_dataset):
     before = shm_entries()
     ld = iofeed.loader(colour_dataset, batch_size=4, workers=2)

@@ -173,8 +173,9 @@ def loader(
 
     `workers=None` autotunes the workers engine (one worker at first, then the count that
     keeps the consumer from waiting, up to all cores; see `stats.settings["decisions"]`);
-    an int fixes it. Prefetch slots are bounded by `memory_budget` bytes (default: a quarter
-    of free RAM or /dev/shm). Breaking out of an epoch and iterating again continues it.
+    an int fixes it. `prefetch` batches are made ahead (default: two per worker, at least 8),
+    within `memory_budget` bytes of slots (default: a quarter of free RAM or /dev/shm).
+    Breaking out of an epoch and iterating again continues it.
 
     `gpu_augment=True` (torch, workers engine, an iofeed dataset, best with `--format raw`):
     workers only gather each sample's stored pixels; the crop, resize and flip run on `device`.

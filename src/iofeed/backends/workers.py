@@ -25,6 +25,16 @@ from .base import Batch
 from .packing import PackedLayout
 
 TUNE_SECONDS = 1.0
+# Batches in flight at least, whatever the worker count: with few workers sharing the cores with
+# the consumer, a shallow queue runs dry whenever the scheduler preempts the consumer (raw pixels,
+# 2 workers on 2 cores: 6.2k img/s with 4 in flight, 6.7k with 8).
+MIN_PREFETCH = 8
+
+
+def default_prefetch(workers: int) -> int:
+    """Batches in flight by default: two per worker, at least MIN_PREFETCH."""
+    return max(2 * workers, MIN_PREFETCH)
+
 
 @dataclass(frozen=True)
 class SlotLayout:
@@ -196,8 +206,8 @@ class WorkerEngine:
         }
 
     def _depth(self) -> int:
-        """Batches in flight or ready at most: two per worker, within the slots allocated."""
-        return min(self.layout.slots - 1, 2 * self.workers) if self.autotune else self.layout.slots - 1
+        """Batches in flight or ready at most: `default_prefetch` of the workers now, within the slots."""
+        return min(self.layout.slots - 1, default_prefetch(self.workers)) if self.autotune else self.layout.slots - 1
 
     def _start(self) -> None:
         self._shm = shared_memory.SharedMemory(create=True, size=self.layout.total_bytes)
@@ -396,7 +406,7 @@ def make_worker_engine(
         return SlotLayout(slots, batch_size, augment.size)
 
     slot_bytes = layout(1).total_bytes
-    wanted = (2 * max_workers if prefetch is None else prefetch) + 1
+    wanted = (default_prefetch(max_workers) if prefetch is None else prefetch) + 1
     slots = min(wanted, budget // slot_bytes)
     if slots < 2:
         raise OptionError(
