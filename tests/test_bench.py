@@ -147,3 +147,34 @@ def test_validator_names_what_is_wrong():
     problems = validate({"format": "iofeed-bench", "version": 1, "feeds": [{"name": 3}]})
     assert "$: missing 'machine'" in problems
     assert any(p.startswith("$.feeds[0].name: expected string") for p in problems)
+
+
+def test_memory_is_sampled_around_timed_windows_never_inside(colour_dataset, monkeypatch):
+    """Reading PSS of a worker mapping large shards costs ~0.1 s: it must not fall in the timed part."""
+    from iofeed.benchmark import measure as bench_measure
+
+    timing, samples = [False], []
+    cpu_meter_init, cpu_meter_read = bench_measure._CpuMeter.__init__, bench_measure._CpuMeter.read
+    sample = bench_measure.MemoryWatch.sample
+
+    def start_timing(self, host):
+        cpu_meter_init(self, host)
+        timing[0] = True
+
+    def stop_timing(self):
+        timing[0] = False
+        return cpu_meter_read(self)
+
+    def recorded_sample(self, run, host):
+        samples.append(timing[0])
+        sample(self, run, host)
+
+    monkeypatch.setattr(bench_measure, "MEMORY_INTERVAL", 0.02)  # the background thread samples every 20 ms
+    monkeypatch.setattr(bench_measure._CpuMeter, "__init__", start_timing)
+    monkeypatch.setattr(bench_measure._CpuMeter, "read", stop_timing)
+    monkeypatch.setattr(bench_measure.MemoryWatch, "sample", recorded_sample)
+    spec = FeedSpec("iofeed-dataset", str(colour_dataset), 1, BATCH, SIZE, "cpu")
+    (run,), _ = bench_measure.measure([spec], rounds=2, window_seconds=0.5, warmup_seconds=0.3, progress=False)
+    assert run.status == "ok" and len(run.windows) == 2 and all(w.timed.batches > 0 for w in run.windows)
+    assert run.peak_memory_bytes > 0
+    assert len(samples) >= 6 and not any(samples)

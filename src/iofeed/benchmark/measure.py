@@ -15,6 +15,7 @@ from .feeds import FeedSpec, FeedUnavailable
 from .host import FeedHost, HostFailed, Tally
 
 CALL_SLACK = 300.0  # seconds a host may take beyond the asked duration before it counts as hung
+MEMORY_INTERVAL = 1.0  # seconds between background memory samples (never inside a timed window)
 
 
 @dataclass(frozen=True)
@@ -65,11 +66,15 @@ class MemoryWatch:
     """A background thread summing the memory of the watched feed's processes (PSS where the
     kernel gives it — shared pages counted once — else RSS) and keeping each feed's peak.
 
-    Reading PSS costs ~8 ms per process with PyTorch loaded, hence one sample a second (plus
-    one as each window starts and ends): about 3% of one core, the same for every feed.
+    Reading PSS costs ~2 ms per process with PyTorch loaded, ~20 ms for a JPEG worker and
+    ~90 ms for a worker that maps 5 GiB of raw shards (the kernel walks its page tables): sampled
+    once a second inside timed windows, that took 10% of a 2-core machine from the raw feed
+    alone. So it samples only outside them: in the background during warm-up and drains, and
+    at each window's edges (loaders allocate their buffers up front; growth over a window
+    shows in the sample after it).
     """
 
-    def __init__(self, interval: float = 1.0) -> None:
+    def __init__(self, interval: float) -> None:
         self.metric = "pss" if hasattr(psutil.Process().memory_full_info(), "pss") else "rss"
         self._interval = interval
         self._target: tuple[FeedRun, FeedHost] | None = None
@@ -81,7 +86,7 @@ class MemoryWatch:
     @contextmanager
     def watching(self, run: FeedRun, host: FeedHost) -> Iterator[None]:
         """Sample `host`'s processes into `run` while the block runs (and once at each end)."""
-        self._sample(run, host)
+        self.sample(run, host)
         with self._lock:
             self._target = (run, host)
         try:
@@ -89,16 +94,17 @@ class MemoryWatch:
         finally:
             with self._lock:
                 self._target = None
-            self._sample(run, host)
+            self.sample(run, host)
 
     def _loop(self) -> None:
         while not self._stopped.wait(self._interval):
             with self._lock:
                 target = self._target
             if target is not None:
-                self._sample(*target)
+                self.sample(*target)
 
-    def _sample(self, run: FeedRun, host: FeedHost) -> None:
+    def sample(self, run: FeedRun, host: FeedHost) -> None:
+        """Add one sample of `host`'s processes to `run`'s peak."""
         total = count = 0
         for pid in host.pids():
             try:
@@ -160,7 +166,7 @@ def measure(specs: list[FeedSpec], rounds: int, window_seconds: float, warmup_se
     order rotating each round. Returns the runs (in `specs` order) and the memory metric."""
     runs = [FeedRun(spec) for spec in specs]
     hosts: dict[str, FeedHost] = {}
-    watch = MemoryWatch()
+    watch = MemoryWatch(MEMORY_INTERVAL)
     try:
         for run in tqdm(runs, desc="starting feeds", unit="feed", disable=not progress):
             try:
@@ -198,16 +204,18 @@ def measure(specs: list[FeedSpec], rounds: int, window_seconds: float, warmup_se
 
 
 def _window(run: FeedRun, host: FeedHost, number: int, seconds: float, watch: MemoryWatch, gpu: Any) -> None:
-    """Drain the prefetch buffer (capacity + 1 batches, untimed), then time at least `seconds`."""
+    """Drain the prefetch buffer (capacity + 1 batches, untimed), then time at least `seconds`;
+    memory is sampled around the timed part, not during it (see MemoryWatch)."""
     with watch.watching(run, host):
         drained = host.consume(timeout=CALL_SLACK, batches=(run.capacity or 0) + 1)
-        meter = _CpuMeter(host)
+    meter = _CpuMeter(host)
+    if gpu is not None:
+        gpu.label = run.spec.name
+    try:
+        timed = host.consume(timeout=seconds + CALL_SLACK, seconds=seconds)
+    finally:
         if gpu is not None:
-            gpu.label = run.spec.name
-        try:
-            timed = host.consume(timeout=seconds + CALL_SLACK, seconds=seconds)
-        finally:
-            if gpu is not None:
-                gpu.label = None
-        cpu = meter.read()
+            gpu.label = None
+    cpu = meter.read()
+    watch.sample(run, host)
     run.windows.append(Window(number, drained, timed, cpu))
