@@ -27,15 +27,17 @@ DT = 0.1  # seconds between samples, as `record` takes them by default
 N = 300  # 30 s of samples
 
 
-def recorded(gpu_util, gpu_mem_gib, cpu, iowait=None, total_gib=80.0) -> Trace:
-    """A trace as `record` would return it, passed through its JSON form as `--json` stores it."""
+def recorded(gpu_util, gpu_mem_gib, cpu, iowait=None, total_gib=80.0, loader_cpu=None) -> Trace:
+    """A trace as `record` would return it, passed through its JSON form as `--json` stores it.
+    `loader_cpu`: (processes, N) % of a core of each loader process (none by default)."""
     gpu_util = np.asarray(gpu_util, dtype=np.float64).reshape(-1, N)
     gpus = gpu_util.shape[0]
     gpu_mem = np.broadcast_to(np.asarray(gpu_mem_gib, dtype=np.float64).reshape(-1, 1) * GIB, (gpus, N))
     trace = Trace(t=DT * np.arange(1, N + 1), gpu_util=gpu_util, gpu_mem=np.array(gpu_mem),
                   gpu_mem_total=np.full(gpus, total_gib * GIB), cpu=np.asarray(cpu, dtype=np.float64),
                   iowait=np.zeros(N) if iowait is None else np.asarray(iowait, dtype=np.float64),
-                  rss=np.full(N, 3.0 * GIB))
+                  rss=np.full(N, 3.0 * GIB), trainer_cpu=np.full(N, 100.0),
+                  loader_cpu=np.zeros((0, N)) if loader_cpu is None else np.asarray(loader_cpu, dtype=np.float64))
     return Trace.from_dict(json.loads(json.dumps(trace.to_dict())))
 
 
@@ -104,6 +106,35 @@ def test_small_batch():
     findings = diagnose(recorded(noise(25, 40, 14), [6.0], cpu))
     assert [f.code for f in findings] == ["small-batch"]
     assert any("batch_size" in a for a in findings[0].advice)
+
+
+def test_one_saturated_loader_worker_is_few_workers_not_small_batch():
+    """The classic starved run on an H100 host: one DataLoader worker at 100 % of its core (beside
+    the idle forkserver process that started it), the training loop on another core, 14 cores idle,
+    GPU 15-20 %, 10 of 80 GiB: too few workers, measured (not "raise the batch size")."""
+    cpu = np.vstack([noise(95, 100, 40, (2, N)), noise(0, 3, 41, (14, N))])
+    loaders = np.vstack([noise(96, 100, 43), noise(0, 1, 48)])
+    findings = diagnose(recorded(noise(15, 20, 42), [10.0], cpu, loader_cpu=loaders), source="/data/c256")
+    assert [f.code for f in findings] == ["few-workers"]
+    assert not findings[0].heuristic
+    evidence, advice = " ".join(findings[0].evidence), " ".join(findings[0].advice)
+    assert "1 loader process(es), each 98% of a core" in evidence
+    assert "workers=None" in advice and "workers=15" in advice and "iofeed preprocess /data/c256" in advice
+
+
+def test_idle_loaders_leave_small_batch():
+    """Four loader workers mostly waiting (20 % of a core each): the batch is the problem, not them."""
+    cpu = np.vstack([noise(95, 100, 44), noise(0, 20, 45, (7, N))])
+    findings = diagnose(recorded(noise(25, 40, 46), [6.0], cpu, loader_cpu=noise(10, 30, 47, (4, N))))
+    assert [f.code for f in findings] == ["small-batch"]
+
+
+def test_a_worker_waiting_half_the_time_is_not_saturated():
+    """A worker busy in bursts (100 % or 0 %, blocked on a full queue) is not the bottleneck."""
+    cpu = np.vstack([noise(95, 100, 49, (2, N)), noise(0, 3, 50, (14, N))])
+    bursts = np.where((np.arange(N) // 5) % 2 == 0, 100.0, 0.0)[None, :]
+    findings = diagnose(recorded(noise(15, 20, 51), [10.0], cpu, loader_cpu=bursts))
+    assert [f.code for f in findings] == ["small-batch"]
 
 
 def test_few_workers_when_memory_is_used():
@@ -184,6 +215,33 @@ def test_record_a_cpu_only_command():
     assert trace.cpu.mean(axis=0).max() >= 100 / trace.cores * 0.5  # the busy loop shows
     assert trace.rss.max() > 5 * 2**20  # a Python interpreter's memory
     assert diagnose(trace, rec.command) == []
+
+
+def test_record_splits_training_and_loader_cpu():
+    """A command whose child process spins for a second: the child is a loader, the sleeping command the trainer."""
+    spin = "import time\nt = time.time()\nwhile time.time() - t < 1.5:\n    pass"
+    code = f"import subprocess, sys\nsubprocess.run([sys.executable, '-c', {spin!r}], check=True)"
+    trace = record([sys.executable, "-c", code], interval=0.05).trace
+    assert trace.loader_cpu.shape == (1, len(trace.t))
+    alive = np.flatnonzero(trace.loader_cpu[0] > 0)
+    spinning = trace.loader_cpu[0, alive[0]:alive[-1] + 1]
+    assert len(spinning) >= 10 and spinning.mean() > 60
+    assert trace.trainer_cpu[alive[0]:alive[-1] + 1].mean() < 20
+    assert summarize(trace)["loader_processes"] == 1 and summarize(trace)["loader_cpu_per_process"] > 40
+
+
+@pytest.mark.torch
+@pytest.mark.slow
+def test_the_starved_training_script_runs_under_record(colour_tree):
+    """bench/starved_train.py (what doctor is shown against on a GPU) runs here on the CPU, with its
+    DataLoader worker seen as a loader process and its autocast seen by the precision check."""
+    script = Path(__file__).resolve().parents[1] / "bench" / "starved_train.py"
+    command = [sys.executable, str(script), str(colour_tree), "--batch-size", "4", "--image-size", "32",
+               "--max-steps", "3", "--seconds", "120"]
+    rec = record(command, interval=0.05)
+    assert rec.exit_code == 0
+    assert rec.trace.loader_cpu.shape[0] >= 1 and rec.trace.loader_cpu.max() > 0
+    assert mixed_precision_finding(command) is None
 
 
 def test_record_refuses_bad_commands():
@@ -278,6 +336,7 @@ def test_cli_end_to_end(tmp_path, capsys):
                  "--", sys.executable, "-c", code]) == 0
     printed = capsys.readouterr().out
     assert "environment" in printed and "data" in printed and "exited with status 0" in printed
+    assert "processes: training" in printed and "no working loader processes" in printed
     doc = json.loads(out.read_text())
     assert doc["format"] == "iofeed-doctor" and set(doc) >= {"environment", "data", "trace", "findings"}
     assert doc["environment"]["cores"] >= 1 and doc["data"]["formats"] == {"jpeg": 18}

@@ -5,8 +5,11 @@ so start-up and shut-down do not count. With the GPU mean utilisation below GPU_
 - data-starved: the usable cores are saturated (CPU_SATURATED) or waiting on storage (IOWAIT_HIGH);
 - cpu-gpu-alternating (any GPU mean): GPU and CPU take turns: their correlation is below
   ANTI_CORRELATION and each spends IDLE_SHARE of the samples idle;
-- small-batch: CPU not saturated and peak GPU memory below MEM_LOW of the device;
-- few-workers (heuristic): CPU not saturated and GPU memory well used.
+- few-workers: CPU not saturated, but the working loader processes (the command's processes other
+  than the training ones, idle helpers left out) busy LOADER_SATURATED of a core or more each on
+  average: measured, it comes first;
+- small-batch: CPU not saturated, loaders not saturated, peak GPU memory below MEM_LOW of the device;
+- few-workers (heuristic): the same with GPU memory well used.
 Independently: uneven-gpu-memory (>= 2 GPUs in use, peak memory max/min >= UNEVEN_RATIO and
 >= UNEVEN_MIN_BYTES apart), gpu-unused (GPUs present, never >= 5 %), no-mixed-precision
 (heuristic, from the training script's text: see `precision.py`).
@@ -31,6 +34,7 @@ IDLE_SHARE = 0.15  # share of samples that GPU and CPU must each spend idle to b
 GPU_IDLE = 20.0  # % GPU utilisation counted as idle
 CPU_IDLE_FRACTION = 0.5  # CPU busy below this fraction of its own 90th percentile counts as idle
 MEM_LOW = 0.4  # peak used / total GPU memory below which a larger batch fits
+LOADER_SATURATED = 80.0  # % of one core each loader process uses, on average, from which they are the bottleneck
 UNEVEN_RATIO = 1.5  # max / min peak GPU memory over the GPUs in use
 UNEVEN_MIN_BYTES = 2**30  # ... and at least this far apart
 GIB = 2**30
@@ -61,9 +65,13 @@ def diagnose(trace: Trace, command: list[str] | None = None, source: str | None 
             out.append(_starved(window, gpu_text, cpu_text, iowait, src))
         elif not alternating:
             mem_text = f"peak GPU memory {window.mem_peak_share:.0%} of the device"
-            small = window.mem_peak_share < MEM_LOW
-            out.append(_small_batch(window, gpu_text, cpu_text, mem_text) if small
-                       else _few_workers(window, gpu_text, cpu_text, mem_text, src))
+            loader_busy = window.loader_busy
+            if loader_busy is not None and loader_busy >= LOADER_SATURATED:
+                out.append(_few_workers(window, gpu_text, cpu_text, mem_text, src, loader_busy))
+            elif window.mem_peak_share < MEM_LOW:
+                out.append(_small_batch(window, gpu_text, cpu_text, mem_text))
+            else:
+                out.append(_few_workers(window, gpu_text, cpu_text, mem_text, src, None))
     uneven = _uneven_memory(window)
     if uneven:
         out.append(uneven)
@@ -138,16 +146,29 @@ def _small_batch(window: Window, gpu_text: str, cpu_text: str, mem_text: str) ->
          "or fuse the small steps: torch.compile(model) / CUDA graphs cut per-step launch overhead"])
 
 
-def _few_workers(window: Window, gpu_text: str, cpu_text: str, mem_text: str, src: str) -> Finding:
+def _few_workers(window: Window, gpu_text: str, cpu_text: str, mem_text: str, src: str,
+                 loader_busy: float | None) -> Finding:
+    """Too few loader workers: measured when `loader_busy` (% of a core per loader process) is
+    given and saturated, else guessed from idle cores and well-used GPU memory."""
     cores = window.cpu.shape[0]
     busy_cores = float(window.cpu_busy.mean()) * cores / 100
+    evidence = [gpu_text, f"{cpu_text}: about {busy_cores:.1f} of {cores} cores' worth of work"]
+    if loader_busy is not None:
+        loaders = len(window.working_loaders)
+        evidence.append(f"{loaders} loader process(es), each {loader_busy:.0f}% of a core busy on average "
+                        f"(>= {LOADER_SATURATED:.0f}%): they are the bottleneck while cores are idle")
+        title = "the GPU is waiting on too few loader workers: each one is saturated while cores are idle"
+    else:
+        evidence.append(mem_text)
+        title = "the GPU is underused while most cores are idle: probably too few loader workers"
     return Finding(
-        "few-workers", "the GPU is underused while most cores are idle: probably too few loader workers",
-        [gpu_text, f"{cpu_text}: about {busy_cores:.1f} of {cores} cores' worth of work", mem_text],
+        "few-workers", title, evidence,
         [f"let iofeed size the pool: iofeed.loader({src!r}, ..., workers=None) autotunes up to "
          f"all cores; or workers={max(1, cores - 1)}",
-         "torch DataLoader: num_workers=os.cpu_count() - 1 (not 0, which loads in the training process)"],
-        heuristic=True)
+         "torch DataLoader: num_workers=os.cpu_count() - 1 (not 0, which loads in the training process)",
+         f"then, if all cores are busy and the GPU still waits: `iofeed preprocess {shlex.quote(src)}`, "
+         "or decode on the GPU with backend=\"dali\""],
+        heuristic=loader_busy is None)
 
 
 def _uneven_memory(window: Window) -> Finding | None:

@@ -116,6 +116,10 @@ def _trace(checkup: Checkup) -> list[str]:
     cores = " ".join(f"{c:.0f}" for c in s["cpu_core_mean"])
     lines.append(f"  CPU: {s['cpu_busy_mean']:.0f}% busy (90th percentile {s['cpu_busy_p90']:.0f}%), "
                  f"iowait {s['iowait_mean']:.0f}%; per core: {cores}")
+    loaders = s["loader_cpu_per_process"]
+    lines.append(f"  processes: training {s['trainer_cpu_mean']:.0f}% of a core; "
+                 + (f"{s['loader_processes']} working loader process(es), each {loaders:.0f}% of a core on average"
+                    if loaders is not None else "no working loader processes"))
     if not s["gpus"]:
         lines.append("  no GPU: the GPU patterns were not looked for")
     return lines

@@ -9,6 +9,8 @@ import numpy as np
 from .trace import Trace
 
 ACTIVE_UTIL = 5.0  # % utilisation from which a GPU counts as in use at a sample
+WORKING_LOADER = 5.0  # % of one core, on average, from which a loader process counts as working
+                      # (below: idle helpers such as multiprocessing's forkserver and resource tracker)
 MAX_LAG_S = 0.5  # GPU readings trail CPU ones by up to NVML's sample period (1/6 s to 1 s)
 
 
@@ -22,6 +24,8 @@ class Window:
     gpu_mem_total: np.ndarray  # (gpus,)
     cpu: np.ndarray  # (cores, n)
     iowait: np.ndarray  # (n,)
+    trainer_cpu: np.ndarray  # (n,) % of one core
+    loader_cpu: np.ndarray  # (processes, n) % of one core
 
     @property
     def samples(self) -> int:
@@ -52,6 +56,18 @@ class Window:
         peak = self.gpu_mem[self.used].max(axis=1) / self.gpu_mem_total[self.used]
         return float(peak.max())
 
+    @property
+    def working_loaders(self) -> np.ndarray:
+        """Mean % of one core of each loader process that worked (>= WORKING_LOADER) in the window."""
+        means = self.loader_cpu.mean(axis=1) if self.samples else np.zeros(0)
+        return means[means >= WORKING_LOADER]
+
+    @property
+    def loader_busy(self) -> float | None:
+        """Mean % of one core per working loader process (None when none worked)."""
+        working = self.working_loaders
+        return float(working.mean()) if len(working) else None
+
 
 def active_window(trace: Trace) -> Window | None:
     """The part of `trace` in which the GPUs worked; None when GPUs are present but never used."""
@@ -63,7 +79,7 @@ def active_window(trace: Trace) -> Window | None:
             return None
         keep = slice(busy[0], busy[-1] + 1)
     return Window(trace.t[keep], trace.gpu_util[:, keep], trace.gpu_mem[:, keep], trace.gpu_mem_total,
-                  trace.cpu[:, keep], trace.iowait[keep])
+                  trace.cpu[:, keep], trace.iowait[keep], trace.trainer_cpu[keep], trace.loader_cpu[:, keep])
 
 
 def gpu_cpu_correlation(window: Window) -> float | None:
@@ -98,5 +114,7 @@ def summarize(trace: Trace) -> dict[str, Any]:
     busy = window.cpu_busy
     out.update(cpu_busy_mean=float(busy.mean()), cpu_busy_p90=float(np.percentile(busy, 90)),
                cpu_core_mean=[float(c) for c in window.cpu.mean(axis=1)], iowait_mean=float(window.iowait.mean()),
-               gpu_cpu_correlation=gpu_cpu_correlation(window) if len(window.used) else None)
+               gpu_cpu_correlation=gpu_cpu_correlation(window) if len(window.used) else None,
+               trainer_cpu_mean=float(window.trainer_cpu.mean()), loader_processes=len(window.working_loaders),
+               loader_cpu_per_process=window.loader_busy)
     return out

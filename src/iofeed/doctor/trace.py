@@ -1,5 +1,6 @@
 """Running a training command as a child process while sampling, about 10 times a second, each
-GPU's utilisation and memory (NVML), each usable core's CPU utilisation and the child tree's memory."""
+GPU's utilisation and memory (NVML), each usable core's CPU utilisation, the child tree's memory,
+and the CPU of its training processes apart from that of its other processes (loader workers)."""
 from __future__ import annotations
 
 import os
@@ -26,6 +27,8 @@ class Trace:
     cpu: np.ndarray  # (cores, n) % busy, iowait excluded, for the cores this process may run on
     iowait: np.ndarray  # (n,) mean % of those cores' time waiting for I/O
     rss: np.ndarray  # (n,) bytes resident in the command's process tree
+    trainer_cpu: np.ndarray  # (n,) % of one core used by the training processes (the command's own, GPU users)
+    loader_cpu: np.ndarray  # (processes, n) % of one core used by each other process of the tree (0 when not alive)
 
     @property
     def gpus(self) -> int:
@@ -41,10 +44,12 @@ class Trace:
 
     @classmethod
     def from_dict(cls, raw: dict[str, Any]) -> Trace:
-        """The inverse of `to_dict` (arrays with no GPU, core or sample keep their 2-D shape)."""
+        """The inverse of `to_dict` (arrays with no GPU, core or sample keep their 2-D shape; process
+        CPU series missing from traces recorded before they existed read as zeros)."""
         n = len(raw["t"])
-        arrays = {name: np.asarray(raw[name], dtype=np.float64) for name in cls.__dataclass_fields__}
-        for name in ("gpu_util", "gpu_mem", "cpu"):
+        missing = {"trainer_cpu": np.zeros(n), "loader_cpu": np.zeros((0, n))}
+        arrays = {name: np.asarray(raw.get(name, missing.get(name)), dtype=np.float64) for name in cls.__dataclass_fields__}
+        for name in ("gpu_util", "gpu_mem", "cpu", "loader_cpu"):
             arrays[name] = arrays[name].reshape(len(raw[name]), n)
         return cls(**arrays)
 
@@ -86,6 +91,16 @@ class _Nvml:
         mem = [float(self._nvml.nvmlDeviceGetMemoryInfo(h).used) for h in self.handles]
         return util, mem
 
+    def gpu_pids(self) -> set[int]:
+        """Processes with a CUDA context on any GPU (as NVML numbers them; none if it cannot say)."""
+        pids: set[int] = set()
+        for handle in self.handles:
+            try:
+                pids.update(p.pid for p in self._nvml.nvmlDeviceGetComputeRunningProcesses(handle))
+            except self._nvml.NVMLError:
+                continue
+        return pids
+
     def close(self) -> None:
         if self._nvml is not None:
             self._nvml.nvmlShutdown()
@@ -113,7 +128,7 @@ def record(command: list[str], interval: float = 0.1) -> Recording:
         except OSError as exc:
             raise OptionError(f"cannot run {command[0]!r}: {exc.strerror or exc}") from None
         try:
-            tree: list[Any] = []
+            tree = _Tree(psutil, child.pid)
             due = start + interval
             while True:
                 try:
@@ -122,8 +137,8 @@ def record(command: list[str], interval: float = 0.1) -> Recording:
                 except subprocess.TimeoutExpired:
                     pass
                 if len(rows) % TREE_REFRESH == 0:
-                    tree = _tree(psutil, child.pid)
-                rows.append((time.perf_counter() - start, *nvml.read(), *_cpu(psutil, cores), _rss(psutil, tree)))
+                    tree.refresh(nvml.gpu_pids())
+                rows.append((time.perf_counter() - start, *nvml.read(), *_cpu(psutil, cores), *tree.sample()))
                 # a sampler that fell behind skips ahead rather than taking samples back to back
                 due = max(due + interval, time.perf_counter() + interval / 2)
         except KeyboardInterrupt:
@@ -146,13 +161,42 @@ def _stop(child: subprocess.Popen) -> None:
     child.wait()
 
 
-def _tree(psutil: Any, pid: int) -> list[Any]:
-    """The command's process and all its descendants still alive."""
-    try:
-        root = psutil.Process(pid)
-        return [root, *root.children(recursive=True)]
-    except psutil.Error:
-        return []
+class _Tree:
+    """The command's process and its descendants: memory, and CPU split into training processes
+    (the command's own and any with a CUDA context) and the others (DataLoader or iofeed workers).
+    Process objects are kept between listings, so each one's CPU counts from its previous sample."""
+
+    def __init__(self, psutil: Any, pid: int) -> None:
+        self._psutil, self._pid = psutil, pid
+        self._procs: dict[int, Any] = {}
+        self._trainers: set[int] = {pid}
+
+    def refresh(self, gpu_pids: set[int]) -> None:
+        """List the tree again; `gpu_pids` (from NVML) marks training processes."""
+        try:
+            root = self._psutil.Process(self._pid)
+            alive = [root, *root.children(recursive=True)]
+        except self._psutil.Error:
+            alive = []
+        self._procs = {p.pid: self._procs.get(p.pid, p) for p in alive}
+        self._trainers = {self._pid} | (gpu_pids & set(self._procs))
+
+    def sample(self) -> tuple[float, float, dict[int, float]]:
+        """(bytes resident, training processes' CPU %, {other process: its CPU %})."""
+        rss = trainer = 0.0
+        loaders: dict[int, float] = {}
+        for pid, process in list(self._procs.items()):
+            try:
+                rss += process.memory_info().rss
+                busy = process.cpu_percent(None)  # since this object's previous call (0.0 on the first)
+            except self._psutil.Error:
+                del self._procs[pid]
+                continue
+            if pid in self._trainers:
+                trainer += busy
+            else:
+                loaders[pid] = busy
+        return float(rss), trainer, loaders
 
 
 def _cpu(psutil: Any, usable: list[int]) -> tuple[list[float], float]:
@@ -163,22 +207,14 @@ def _cpu(psutil: Any, usable: list[int]) -> tuple[list[float], float]:
     return busy, float(np.mean([getattr(c, "iowait", 0.0) for c in cores]))
 
 
-def _rss(psutil: Any, tree: list[Any]) -> float:
-    total = 0
-    for process in tree:
-        try:
-            total += process.memory_info().rss
-        except psutil.Error:
-            continue
-    return float(total)
-
-
 def _trace(rows: list[tuple[Any, ...]], mem_total: list[int]) -> Trace:
     """Rows of samples into a Trace."""
     gpus, n = len(mem_total), len(rows)
-    t, util, mem, cpu, iowait, rss = zip(*rows) if rows else ((), (), (), (), (), ())
+    t, util, mem, cpu, iowait, rss, trainer, loaders = zip(*rows) if rows else ((),) * 8
     cores = len(cpu[0]) if rows else 0
+    pids = list(dict.fromkeys(pid for sample in loaders for pid in sample))  # in order of appearance
+    loader_cpu = np.array([[sample.get(pid, 0.0) for sample in loaders] for pid in pids], float).reshape(len(pids), n)
     return Trace(t=np.asarray(t, float), gpu_util=np.asarray(util, float).reshape(n, gpus).T,
                  gpu_mem=np.asarray(mem, float).reshape(n, gpus).T, gpu_mem_total=np.asarray(mem_total, float),
                  cpu=np.asarray(cpu, float).reshape(n, cores).T, iowait=np.asarray(iowait, float),
-                 rss=np.asarray(rss, float))
+                 rss=np.asarray(rss, float), trainer_cpu=np.asarray(trainer, float), loader_cpu=loader_cpu)
