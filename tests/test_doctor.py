@@ -70,6 +70,13 @@ def test_data_starved_by_cpu():
     assert not starved.heuristic
 
 
+def test_traces_saved_before_the_process_split_still_load():
+    old = {k: v for k, v in starved_trace().to_dict().items() if k not in ("trainer_cpu", "loader_cpu")}
+    trace = Trace.from_dict(old)
+    assert trace.loader_cpu.shape == (0, N) and not trace.trainer_cpu.any()
+    assert [f.code for f in diagnose(trace)] == ["data-starved"]
+
+
 def test_data_starved_by_storage():
     trace = recorded(noise(10, 30, 5), [30.0], noise(20, 40, 6, (8, N)), iowait=noise(20, 40, 7))
     (starved,) = diagnose(trace)

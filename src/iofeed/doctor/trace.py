@@ -48,9 +48,10 @@ class Trace:
         CPU series missing from traces recorded before they existed read as zeros)."""
         n = len(raw["t"])
         missing = {"trainer_cpu": np.zeros(n), "loader_cpu": np.zeros((0, n))}
-        arrays = {name: np.asarray(raw.get(name, missing.get(name)), dtype=np.float64) for name in cls.__dataclass_fields__}
+        arrays = {name: np.asarray(raw.get(name, missing.get(name)), dtype=np.float64)
+                  for name in cls.__dataclass_fields__}
         for name in ("gpu_util", "gpu_mem", "cpu", "loader_cpu"):
-            arrays[name] = arrays[name].reshape(len(raw[name]), n)
+            arrays[name] = arrays[name].reshape(len(raw.get(name, ())), n)
         return cls(**arrays)
 
 
