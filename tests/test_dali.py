@@ -215,6 +215,32 @@ def test_torch_on_cuda_gets_gpu_tensors(colour_dataset):
         assert ld.stats.images == len(ld.source) - len(ld.source) % 4
 
 
+@pytest.mark.gpu
+@gpu
+def test_dali_batches_stay_exact_while_the_consumer_stream_lags(colour_dataset):
+    """DALI's outputs are bound to PyTorch's stream: with ~30 ms of work queued on it before each
+    batch is normalised (DALI prefetching further batches meanwhile), every batch still equals
+    the one a consumer that waits for each batch gets."""
+    torch = pytest.importorskip("torch")
+
+    def run(lagging: bool) -> list:
+        kept = []
+        with iofeed.loader(colour_dataset, batch_size=4, backend="dali", workers=2, framework="torch",
+                           device="cuda", seed=5) as ld:
+            for images, _ in ld:
+                kept.append(images.clone())
+                if lagging:
+                    torch.cuda._sleep(50_000_000)  # queued before the next batch's normalisation
+                else:
+                    torch.cuda.synchronize()
+        torch.cuda.synchronize()
+        return kept
+
+    reference, lagging = run(False), run(True)
+    assert len(reference) == len(lagging) > 2
+    assert all(torch.equal(a, b) for a, b in zip(reference, lagging))
+
+
 def test_numpy_adapter_copies_dali_tensors_to_the_host():
     """The numpy (and so tf) adapter takes DALI's tensors through `as_cpu()`: real DALI tensors here."""
     from nvidia.dali import backend as dali_backend

@@ -381,7 +381,7 @@ class DaliEngine:
         while True:
             yield from self._unfed(pending)
             try:
-                (images,) = self._pipe.run()
+                (images,) = self._pipe.run(self._consumer_stream())
             except StopIteration:
                 self._state = "ended"
                 yield from self._unfed(pending)
@@ -423,6 +423,17 @@ class DaliEngine:
         if self._on_error == "raise":
             raise SampleError(f"{self._source.path_of(index)}: {reason}{_SKIP_HINT}") from None
         self._bad[index] = reason
+
+    def _consumer_stream(self) -> Any:
+        """PyTorch's current CUDA stream when the pipeline runs on a GPU and PyTorch has initialised
+        CUDA, else None. DALI binds its outputs to this stream: the consumer's kernels wait for them
+        without a host sync, and DALI frees each output in that stream's order, after the kernels
+        queued on it have read it. Without a stream the outputs are host-synchronous and freed as
+        soon as the last reference goes, possibly before queued kernels have read them."""
+        torch = sys.modules.get("torch")
+        if self.device_id is None or torch is None or not torch.cuda.is_initialized():
+            return None
+        return torch.cuda.current_stream(self.device_id)
 
     def _host_or_device(self, images: Any) -> Any:
         """A CPU batch as a zero-copy, writable numpy array (the buffer keeps DALI's tensor alive);
