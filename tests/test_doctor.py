@@ -125,8 +125,19 @@ def test_one_saturated_loader_worker_is_few_workers_not_small_batch():
     assert [f.code for f in findings] == ["few-workers"]
     assert not findings[0].heuristic
     evidence, advice = " ".join(findings[0].evidence), " ".join(findings[0].advice)
-    assert "1 loader process(es), each 98% of a core" in evidence
+    assert "1 loader process(es) at a time, each 98% of a core" in evidence
     assert "workers=None" in advice and "workers=15" in advice and "iofeed preprocess /data/c256" in advice
+
+
+def test_workers_replaced_every_epoch_count_over_their_own_lives():
+    """A plain DataLoader starts new workers each epoch: four in turn, each saturated while it lives."""
+    cpu = np.vstack([noise(95, 100, 52, (2, N)), noise(0, 3, 53, (14, N))])
+    workers = np.full((4, N), np.nan)
+    for k in range(4):
+        workers[k, k * 75 + 1:(k + 1) * 75] = noise(95, 100, 54 + k, (74,))
+    findings = diagnose(recorded(noise(15, 20, 58), [10.0], cpu, loader_cpu=workers))
+    assert [f.code for f in findings] == ["few-workers"] and not findings[0].heuristic
+    assert any("1 loader process(es) at a time, each 98% of a core" in e for e in findings[0].evidence)
 
 
 def test_idle_loaders_leave_small_batch():
@@ -230,11 +241,14 @@ def test_record_splits_training_and_loader_cpu():
     code = f"import subprocess, sys\nsubprocess.run([sys.executable, '-c', {spin!r}], check=True)"
     trace = record([sys.executable, "-c", code], interval=0.05).trace
     assert trace.loader_cpu.shape == (1, len(trace.t))
-    alive = np.flatnonzero(trace.loader_cpu[0] > 0)
-    spinning = trace.loader_cpu[0, alive[0]:alive[-1] + 1]
+    alive = np.flatnonzero(~np.isnan(trace.loader_cpu[0]))
+    assert np.isnan(trace.loader_cpu[0, :alive[0]]).all() and np.isnan(trace.loader_cpu[0, alive[-1] + 1:]).all()
+    spinning = trace.loader_cpu[0, alive]
     assert len(spinning) >= 10 and spinning.mean() > 60
-    assert trace.trainer_cpu[alive[0]:alive[-1] + 1].mean() < 20
-    assert summarize(trace)["loader_processes"] == 1 and summarize(trace)["loader_cpu_per_process"] > 40
+    assert trace.trainer_cpu[alive].mean() < 20
+    summary = summarize(trace)
+    assert summary["loaders_at_once"] == 1 and summary["loader_cpu_per_process"] > 60
+    assert Trace.from_dict(json.loads(json.dumps(trace.to_dict(), allow_nan=False))).loader_cpu.shape == (1, len(trace.t))
 
 
 @pytest.mark.torch
@@ -247,7 +261,7 @@ def test_the_starved_training_script_runs_under_record(colour_tree):
                "--max-steps", "3", "--seconds", "120"]
     rec = record(command, interval=0.05)
     assert rec.exit_code == 0
-    assert rec.trace.loader_cpu.shape[0] >= 1 and rec.trace.loader_cpu.max() > 0
+    assert rec.trace.loader_cpu.shape[0] >= 1 and np.nanmax(rec.trace.loader_cpu) > 0
     assert mixed_precision_finding(command) is None
 
 

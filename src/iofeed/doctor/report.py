@@ -118,7 +118,7 @@ def _trace(checkup: Checkup) -> list[str]:
                  f"iowait {s['iowait_mean']:.0f}%; per core: {cores}")
     loaders = s["loader_cpu_per_process"]
     lines.append(f"  processes: training {s['trainer_cpu_mean']:.0f}% of a core; "
-                 + (f"{s['loader_processes']} working loader process(es), each {loaders:.0f}% of a core on average"
+                 + (f"{s['loaders_at_once']:.1f} working loader process(es) at a time, each {loaders:.0f}% of a core"
                     if loaders is not None else "no working loader processes"))
     if not s["gpus"]:
         lines.append("  no GPU: the GPU patterns were not looked for")

@@ -9,8 +9,9 @@ import numpy as np
 from .trace import Trace
 
 ACTIVE_UTIL = 5.0  # % utilisation from which a GPU counts as in use at a sample
-WORKING_LOADER = 5.0  # % of one core, on average, from which a loader process counts as working
+WORKING_LOADER = 5.0  # % of one core, on average while alive, from which a loader process counts as working
                       # (below: idle helpers such as multiprocessing's forkserver and resource tracker)
+LOADER_MIN_SECONDS = 1.0  # a loader process alive for less of the window is not judged
 MAX_LAG_S = 0.5  # GPU readings trail CPU ones by up to NVML's sample period (1/6 s to 1 s)
 
 
@@ -25,7 +26,7 @@ class Window:
     cpu: np.ndarray  # (cores, n)
     iowait: np.ndarray  # (n,)
     trainer_cpu: np.ndarray  # (n,) % of one core
-    loader_cpu: np.ndarray  # (processes, n) % of one core
+    loader_cpu: np.ndarray  # (processes, n) % of one core, NaN where not alive
 
     @property
     def samples(self) -> int:
@@ -56,17 +57,30 @@ class Window:
         peak = self.gpu_mem[self.used].max(axis=1) / self.gpu_mem_total[self.used]
         return float(peak.max())
 
-    @property
-    def working_loaders(self) -> np.ndarray:
-        """Mean % of one core of each loader process that worked (>= WORKING_LOADER) in the window."""
-        means = self.loader_cpu.mean(axis=1) if self.samples else np.zeros(0)
-        return means[means >= WORKING_LOADER]
+    def _working_loaders(self) -> tuple[np.ndarray, np.ndarray]:
+        """(alive[process, sample], mean % of one core while alive) of the loader processes that
+        worked: >= WORKING_LOADER on average over their own lifetime, alive for at least
+        LOADER_MIN_SECONDS of the window. DataLoader workers replaced every epoch each count
+        over the epoch they lived; idle helpers (forkserver, resource tracker) drop out."""
+        alive = ~np.isnan(self.loader_cpu)
+        lived = alive.sum(axis=1)
+        step = float(np.median(np.diff(self.t))) if self.samples > 1 else 0.0
+        means = np.where(alive, self.loader_cpu, 0.0).sum(axis=1) / np.maximum(lived, 1)
+        working = (lived * step >= LOADER_MIN_SECONDS) & (means >= WORKING_LOADER)
+        return alive[working], means[working]
 
     @property
     def loader_busy(self) -> float | None:
-        """Mean % of one core per working loader process (None when none worked)."""
-        working = self.working_loaders
-        return float(working.mean()) if len(working) else None
+        """Mean % of one core per working loader process while alive (None when none worked)."""
+        _, means = self._working_loaders()
+        return float(means.mean()) if len(means) else None
+
+    @property
+    def loaders_at_once(self) -> float:
+        """Working loader processes alive at once, averaged over the samples with any alive."""
+        alive, _ = self._working_loaders()
+        counts = alive.sum(axis=0)
+        return float(counts[counts > 0].mean()) if counts.any() else 0.0
 
 
 def active_window(trace: Trace) -> Window | None:
@@ -115,6 +129,6 @@ def summarize(trace: Trace) -> dict[str, Any]:
     out.update(cpu_busy_mean=float(busy.mean()), cpu_busy_p90=float(np.percentile(busy, 90)),
                cpu_core_mean=[float(c) for c in window.cpu.mean(axis=1)], iowait_mean=float(window.iowait.mean()),
                gpu_cpu_correlation=gpu_cpu_correlation(window) if len(window.used) else None,
-               trainer_cpu_mean=float(window.trainer_cpu.mean()), loader_processes=len(window.working_loaders),
+               trainer_cpu_mean=float(window.trainer_cpu.mean()), loaders_at_once=window.loaders_at_once,
                loader_cpu_per_process=window.loader_busy)
     return out

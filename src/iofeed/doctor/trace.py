@@ -28,7 +28,7 @@ class Trace:
     iowait: np.ndarray  # (n,) mean % of those cores' time waiting for I/O
     rss: np.ndarray  # (n,) bytes resident in the command's process tree
     trainer_cpu: np.ndarray  # (n,) % of one core used by the training processes (the command's own, GPU users)
-    loader_cpu: np.ndarray  # (processes, n) % of one core used by each other process of the tree (0 when not alive)
+    loader_cpu: np.ndarray  # (processes, n) % of one core used by each other process of the tree (NaN: not alive)
 
     @property
     def gpus(self) -> int:
@@ -39,13 +39,15 @@ class Trace:
         return self.cpu.shape[0]
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready lists."""
-        return {name: getattr(self, name).tolist() for name in self.__dataclass_fields__}
+        """JSON-ready lists (NaN, a process not alive, as null)."""
+        out = {name: getattr(self, name).tolist() for name in self.__dataclass_fields__}
+        out["loader_cpu"] = [[None if v != v else v for v in row] for row in out["loader_cpu"]]
+        return out
 
     @classmethod
     def from_dict(cls, raw: dict[str, Any]) -> Trace:
-        """The inverse of `to_dict` (arrays with no GPU, core or sample keep their 2-D shape; process
-        CPU series missing from traces recorded before they existed read as zeros)."""
+        """The inverse of `to_dict` (arrays with no GPU, core or sample keep their 2-D shape; null is
+        NaN; process CPU series missing from traces recorded before they existed read as none)."""
         n = len(raw["t"])
         missing = {"trainer_cpu": np.zeros(n), "loader_cpu": np.zeros((0, n))}
         arrays = {name: np.asarray(raw.get(name, missing.get(name)), dtype=np.float64)
@@ -170,6 +172,7 @@ class _Tree:
     def __init__(self, psutil: Any, pid: int) -> None:
         self._psutil, self._pid = psutil, pid
         self._procs: dict[int, Any] = {}
+        self._fresh: set[int] = set()  # listed, not sampled yet: their first CPU reading means nothing
         self._trainers: set[int] = {pid}
 
     def refresh(self, gpu_pids: set[int]) -> None:
@@ -179,11 +182,12 @@ class _Tree:
             alive = [root, *root.children(recursive=True)]
         except self._psutil.Error:
             alive = []
+        self._fresh |= {p.pid for p in alive if p.pid not in self._procs}
         self._procs = {p.pid: self._procs.get(p.pid, p) for p in alive}
         self._trainers = {self._pid} | (gpu_pids & set(self._procs))
 
     def sample(self) -> tuple[float, float, dict[int, float]]:
-        """(bytes resident, training processes' CPU %, {other process: its CPU %})."""
+        """(bytes resident, training processes' CPU %, {other process: its CPU %, NaN on its first sample})."""
         rss = trainer = 0.0
         loaders: dict[int, float] = {}
         for pid, process in list(self._procs.items()):
@@ -196,7 +200,8 @@ class _Tree:
             if pid in self._trainers:
                 trainer += busy
             else:
-                loaders[pid] = busy
+                loaders[pid] = float("nan") if pid in self._fresh else busy
+        self._fresh.clear()
         return float(rss), trainer, loaders
 
 
@@ -214,7 +219,7 @@ def _trace(rows: list[tuple[Any, ...]], mem_total: list[int]) -> Trace:
     t, util, mem, cpu, iowait, rss, trainer, loaders = zip(*rows) if rows else ((),) * 8
     cores = len(cpu[0]) if rows else 0
     pids = list(dict.fromkeys(pid for sample in loaders for pid in sample))  # in order of appearance
-    loader_cpu = np.array([[sample.get(pid, 0.0) for sample in loaders] for pid in pids], float).reshape(len(pids), n)
+    loader_cpu = np.array([[sample.get(pid, np.nan) for sample in loaders] for pid in pids], float).reshape(len(pids), n)
     return Trace(t=np.asarray(t, float), gpu_util=np.asarray(util, float).reshape(n, gpus).T,
                  gpu_mem=np.asarray(mem, float).reshape(n, gpus).T, gpu_mem_total=np.asarray(mem_total, float),
                  cpu=np.asarray(cpu, float).reshape(n, cores).T, iowait=np.asarray(iowait, float),
