@@ -37,6 +37,11 @@ class Window:
         return float(self.t[-1] - self.t[0]) if self.samples > 1 else 0.0
 
     @property
+    def step(self) -> float:
+        """Seconds between samples (the median; 0 with fewer than two)."""
+        return float(np.median(np.diff(self.t))) if self.samples > 1 else 0.0
+
+    @property
     def gpu(self) -> np.ndarray:
         """(n,) utilisation averaged over the GPUs in use."""
         return self.gpu_util[self.used].mean(axis=0)
@@ -64,9 +69,8 @@ class Window:
         over the epoch they lived; idle helpers (forkserver, resource tracker) drop out."""
         alive = ~np.isnan(self.loader_cpu)
         lived = alive.sum(axis=1)
-        step = float(np.median(np.diff(self.t))) if self.samples > 1 else 0.0
         means = np.where(alive, self.loader_cpu, 0.0).sum(axis=1) / np.maximum(lived, 1)
-        working = (lived * step >= LOADER_MIN_SECONDS) & (means >= WORKING_LOADER)
+        working = (lived * self.step >= LOADER_MIN_SECONDS) & (means >= WORKING_LOADER)
         return alive[working], means[working]
 
     @property
@@ -100,7 +104,7 @@ def gpu_cpu_correlation(window: Window) -> float | None:
     """The most negative Pearson correlation of GPU utilisation with CPU busy, the GPU series
     shifted later by 0 to MAX_LAG_S; None when a series is constant or too short."""
     gpu, cpu = window.gpu, window.cpu_busy
-    step = float(np.median(np.diff(window.t))) if window.samples > 1 else 0.0
+    step = window.step
     max_lag = int(MAX_LAG_S / step) if step > 0 else 0
     values = []
     for lag in range(max_lag + 1):
