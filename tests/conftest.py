@@ -151,7 +151,7 @@ def colour_tree(tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def colour_dataset(colour_tree: Path, tmp_path_factory) -> Path:
     """`colour_tree` preprocessed (val: 2 per class) into small shards."""
-    from iofeed.preprocess import preprocess
+    from iofeed.prepare.run import preprocess
 
     out = tmp_path_factory.mktemp("colour-ds") / "colour.iof"
     preprocess(colour_tree, out, val_per_class=2, shard_bytes=1 << 16, progress=False, workers=1)

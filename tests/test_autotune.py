@@ -1,7 +1,7 @@
 """The autotuning policy on measured windows."""
 from __future__ import annotations
 
-from iofeed.autotune import Window, decide
+from iofeed.backends.workers.autotune import Window, decide
 
 
 def test_grows_when_starved_to_cover_the_consumer():

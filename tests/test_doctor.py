@@ -323,7 +323,7 @@ def test_data_check_of_a_clean_folder_finds_nothing(tmp_path):
 
 
 def test_data_check_of_iofeed_datasets(tmp_path, colour_tree):
-    from iofeed.preprocess import ImagePolicy, preprocess
+    from iofeed.prepare.run import ImagePolicy, preprocess
 
     for form, decoded in (("jpeg", True), ("raw", False)):
         out = tmp_path / f"{form}.iof"

@@ -140,7 +140,7 @@ def test_torch_adapter_normalises_on_device_layout(colour_dataset):
 def test_torch_adapter_normalises_every_host_dtype(dtype_name):
     """float32/64 through numpy on the CPU, half precision computed in float32 and rounded once."""
     torch = pytest.importorskip("torch")
-    from iofeed.adapters.torch import TorchAdapter
+    from iofeed.adapters.torch.adapter import TorchAdapter
     from iofeed.backends.base import Batch
 
     dtype = getattr(torch, dtype_name)

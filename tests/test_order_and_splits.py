@@ -4,10 +4,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from iofeed.augment import Augment, center_box, random_resized_box
+from iofeed.image.boxes import Augment, center_box, random_resized_box
 from iofeed.errors import OptionError
 from iofeed.order import OrderSpec
-from iofeed.splits import validation_mask
+from iofeed.prepare.splits import validation_mask
 
 
 def test_validation_mask_per_class_and_deterministic():

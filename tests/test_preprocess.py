@@ -12,10 +12,10 @@ from PIL import Image, ImageOps
 
 from iofeed.cli import main
 from iofeed.errors import IofeedError, OptionError, SourceError
-from iofeed.manifest import Manifest
-from iofeed.preprocess import ImagePolicy, default_output, preprocess
-from iofeed.shards import read_index, read_member
-from iofeed.table import load_sources, load_table
+from iofeed.format.manifest import Manifest
+from iofeed.prepare.run import ImagePolicy, default_output, preprocess
+from iofeed.format.shards import read_index, read_member
+from iofeed.format.table import load_sources, load_table
 
 
 def _samples(out: Path) -> dict[str, tuple[str, int, bytes, tuple[int, int]]]:

@@ -10,12 +10,12 @@ import pytest
 
 import iofeed
 from iofeed.cli import main
-from iofeed.dataset import SampleReader, open_source
+from iofeed.samples import SampleReader, open_source
 from iofeed.errors import OptionError
-from iofeed.imaging import open_rgb, resize_shorter
-from iofeed.manifest import Manifest
-from iofeed.preprocess import ImagePolicy, preprocess
-from iofeed.table import RAW, load_sources
+from iofeed.image.pil import open_rgb, resize_shorter
+from iofeed.format.manifest import Manifest
+from iofeed.prepare.run import ImagePolicy, preprocess
+from iofeed.format.table import RAW, load_sources
 from conftest import label_from_pixels, state_after
 
 MIXED_THRESHOLD = 30_000  # the colour tree's stored images span 22,400–46,536 pixels
@@ -144,7 +144,7 @@ def test_gpu_augment_matches_the_cpu_path(mixed_dataset, train):
 def test_gpu_augment_flip_and_box_are_exact_on_a_gradient():
     """A known image and box: the resized crop and its mirror, checked value by value."""
     torch = pytest.importorskip("torch")
-    from iofeed.gpu_augment import crop_resize_packed
+    from iofeed.adapters.torch.gpu_augment import crop_resize_packed
 
     height, width = 6, 8
     image = np.arange(height * width * 3, dtype=np.uint8).reshape(height, width, 3)

@@ -10,8 +10,8 @@ import pytest
 
 from iofeed.cli import main
 from iofeed.errors import OptionError
-from iofeed.manifest import Manifest
-from iofeed.preprocess import preprocess
+from iofeed.format.manifest import Manifest
+from iofeed.prepare.run import preprocess
 
 ray = pytest.importorskip("ray")
 pytestmark = pytest.mark.ray
@@ -50,7 +50,7 @@ def test_ray_engine_writes_the_same_dataset_as_local(quirky_tree, tmp_path):
 
 
 def test_a_file_failing_once_is_retried_and_kept(quirky_tree, tmp_path, monkeypatch):
-    import iofeed.ray_engine as engine
+    import iofeed.prepare.ray as engine
 
     src, _, _ = quirky_tree
     marker = tmp_path / "failed-once"
@@ -70,7 +70,7 @@ def test_a_file_failing_once_is_retried_and_kept(quirky_tree, tmp_path, monkeypa
 
 
 def test_a_file_failing_everywhere_is_rejected_with_its_reason(quirky_tree, tmp_path, monkeypatch):
-    import iofeed.ray_engine as engine
+    import iofeed.prepare.ray as engine
 
     src, valid, rejected = quirky_tree
     real = engine.prepare_file
@@ -97,7 +97,7 @@ def test_a_file_failing_everywhere_is_rejected_with_its_reason(quirky_tree, tmp_
 
 
 def test_a_file_crashing_its_worker_is_rejected_not_lost(image_tree, tmp_path, monkeypatch):
-    import iofeed.ray_engine as engine
+    import iofeed.prepare.ray as engine
 
     src, expected = image_tree
     real = engine.prepare_file

@@ -4,8 +4,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from iofeed import resize
-from iofeed.resize import crop_resize, crop_resize_into
+from iofeed.image import resize
+from iofeed.image.resize import crop_resize, crop_resize_into
 from conftest import smooth_rgb
 
 ENLARGING = [(10.0, 20.0, 160.0, 200.0), (50.0, 30.0, 130.0, 110.0), (3.0, 7.0, 200.0, 219.0), (0.0, 0.0, 40.0, 224.0)]

@@ -1,4 +1,4 @@
-"""iofeed.shards: tar shards + wds2idx indexes, read back by tarfile, webdataset and DALI."""
+"""iofeed.format.shards: tar shards + wds2idx indexes, read back by tarfile, webdataset and DALI."""
 from __future__ import annotations
 
 import io
@@ -10,7 +10,7 @@ import pytest
 from PIL import Image
 
 from iofeed.errors import DatasetError, OptionError
-from iofeed.shards import ShardInfo, ShardWriter, read_index, read_member
+from iofeed.format.shards import ShardInfo, ShardWriter, read_index, read_member
 
 
 @pytest.fixture(scope="module")
@@ -191,7 +191,7 @@ def test_dali_reads_shards_with_indexes(tmp_path: Path, samples) -> None:
 
 
 def test_fast_headers_are_those_tarfile_writes():
-    from iofeed.shards import _header, _tarfile_header
+    from iofeed.format.shards import _header, _tarfile_header
 
     for name, size in [("0000001.jpg", 12345), ("a/b/c.cls", 1), ("x" * 100, 0), ("ü.jpg", 8**11 - 1),
                        ("0000001.rgb", 196608), ("d" * 60 + "/" + "y" * 60, 7)]:

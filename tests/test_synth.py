@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from iofeed.caltech_names import CALTECH256_CLASSES
+from iofeed.prepare.caltech_names import CALTECH256_CLASSES
 from iofeed.errors import OptionError
-from iofeed.synth import ROOT_NAME, class_counts, plan_images, synth_caltech256
+from iofeed.prepare.synth import ROOT_NAME, class_counts, plan_images, synth_caltech256
 
 
 def _hashes(root: Path) -> dict[str, str]:

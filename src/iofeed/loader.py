@@ -12,13 +12,13 @@ from typing import Any
 
 import numpy as np
 
-from .augment import Augment
 from .backends.base import Backend, Batch
-from .dataset import SampleSource, open_source
 from .errors import OptionError
+from .image.boxes import Augment
 from .order import OrderSpec
 from .parallel import resolve_workers
-from .sources import reason_kind
+from .prepare.scan import reason_kind
+from .samples import SampleSource, open_source
 
 FRAMEWORKS = ("numpy", "torch", "tf")
 BACKENDS = ("auto", "workers", "dali")
@@ -197,7 +197,7 @@ def loader(
     engine = _make_backend("workers" if gpu_augment else backend, data, Augment(size=image_size, train=train),
                            batch_size, workers, prefetch, on_error, seed, device, memory_budget, gpu_augment)
     if framework == "torch":
-        from .adapters.torch import TorchAdapter
+        from .adapters.torch.adapter import TorchAdapter
 
         return Loader(data, order, engine, TorchAdapter(device, dtype, image_size), image_size)
     from .adapters.numpy import to_numpy
@@ -227,6 +227,6 @@ def _make_backend(name: str, data: SampleSource, augment: Augment, batch_size: i
         from .backends.dali import DaliEngine
 
         return DaliEngine(data, augment, batch_size, count, 2 if prefetch is None else prefetch, on_error, seed, device)
-    from .backends.workers import make_worker_engine
+    from .backends.workers.engine import make_worker_engine
 
     return make_worker_engine(data, augment, batch_size, workers, prefetch, on_error, seed, memory_budget, packed)

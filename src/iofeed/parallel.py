@@ -20,7 +20,7 @@ def safe_context() -> BaseContext:
     if "forkserver" not in mp.get_all_start_methods():
         return mp.get_context("spawn")
     ctx = mp.get_context("forkserver")
-    preload = ["iofeed.backends.workers"]
+    preload = ["iofeed.backends.workers.engine"]
     if importlib.util.find_spec("torch") is not None:
         preload.append("torch")
     ctx.set_forkserver_preload(preload)

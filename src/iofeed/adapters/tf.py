@@ -6,7 +6,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..errors import require
-from .torch import IMAGENET_MEAN, IMAGENET_STD  # plain tuples: that module imports torch lazily
+from .torch.adapter import (  # plain tuples: that module imports torch lazily
+    IMAGENET_MEAN,
+    IMAGENET_STD,
+)
 
 if TYPE_CHECKING:
     from ..loader import Loader

@@ -26,11 +26,12 @@ from typing import Any
 
 import numpy as np
 
-from ..augment import Augment
-from ..dataset import SampleReader, SampleSource
 from ..errors import OptionError, SampleError, WorkerError, require
-from ..imaging import Opened, decode_rgb, open_image
+from ..image.boxes import Augment
+from ..image.pil import Opened, decode_rgb, open_image
 from ..parallel import worker_pool
+from ..samples import SampleReader, SampleSource
+from ..system import gpu_present
 from .base import Batch
 
 DEFAULT_HW_DECODER_LOAD = 0.65  # DALI's own default: share of JPEGs for the hardware decoder
@@ -61,28 +62,6 @@ def cuda_device_id(device: Any) -> int | None:
     if match:
         return int(match[1])
     raise OptionError(f"device={device!r} is not usable with backend='dali' (use None, 'cpu', 'cuda' or 'cuda:N')")
-
-
-def gpu_present() -> bool:
-    """Whether a CUDA GPU is visible: NVML when nvidia-ml-py is installed, else torch."""
-    try:
-        import pynvml
-
-        pynvml.nvmlInit()
-        try:
-            return pynvml.nvmlDeviceGetCount() > 0
-        finally:
-            pynvml.nvmlShutdown()
-    except Exception:  # noqa: BLE001 - not installed, no driver: ask torch
-        pass
-    try:
-        if importlib.util.find_spec("torch") is None:
-            return False
-        import torch
-
-        return bool(torch.cuda.is_available())
-    except Exception:  # noqa: BLE001
-        return False
 
 
 def dali_fits(device: Any) -> bool:

@@ -44,7 +44,7 @@ class DaliFolderFeed:
         import torch
         from nvidia.dali.plugin.pytorch import DALIGenericIterator, LastBatchPolicy
 
-        from ..sources import scan_folder
+        from ..prepare.scan import scan_folder
 
         scan = scan_folder(spec.source)  # the same accepted files as the other folder feeds
         files = [str(scan.root / f) for f in scan.files]

@@ -108,7 +108,7 @@ class TorchvisionFeed:
         import torch
         from torchvision import datasets, transforms
 
-        from ..sources import find_class_root
+        from ..prepare.scan import find_class_root
 
         transform = transforms.Compose([
             transforms.RandomResizedCrop(spec.image_size),

@@ -5,7 +5,6 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any
 
 from ..errors import IofeedError, require
 
@@ -17,33 +16,6 @@ class Sample:
     t: float
     util: float
     feed: str | None
-
-
-def gpu_info(index: int = 0) -> dict[str, Any] | None:
-    """Name, driver and memory of GPU `index` from NVML; None when there is no NVML or GPU."""
-    try:
-        import pynvml
-    except ImportError:
-        return None
-    try:
-        pynvml.nvmlInit()
-    except pynvml.NVMLError:
-        return None
-    try:
-        if pynvml.nvmlDeviceGetCount() <= index:
-            return None
-        handle = pynvml.nvmlDeviceGetHandleByIndex(index)
-        return {
-            "name": _text(pynvml.nvmlDeviceGetName(handle)),
-            "driver": _text(pynvml.nvmlSystemGetDriverVersion()),
-            "memory_bytes": int(pynvml.nvmlDeviceGetMemoryInfo(handle).total),
-        }
-    finally:
-        pynvml.nvmlShutdown()
-
-
-def _text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value
 
 
 class GpuSampler:

@@ -8,11 +8,10 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from ..dataset import is_iofeed_dataset
-from ..manifest import Manifest
-from ..sources import find_class_root
+from ..format.manifest import Manifest
+from ..prepare.scan import find_class_root
+from ..samples import is_iofeed_dataset
 from .options import DEFAULT_SOURCE
-
 
 FORMS = {"dataset": "jpeg", "raw": "raw"}  # preprocessed forms a feed may read -> --format
 
@@ -34,7 +33,7 @@ class Inputs:
 
 def preprocessed_path(folder: Path, form: str) -> Path:
     """FOLDER.iof for the JPEG dataset, FOLDER.raw.iof for the raw-pixel one, beside FOLDER."""
-    from ..preprocess import default_output
+    from ..prepare.run import default_output
 
     dataset = default_output(folder)
     return dataset if form == "dataset" else dataset.with_name(f"{Path(folder).resolve().name}.raw.iof")
@@ -51,7 +50,7 @@ def resolve_inputs(source: Path | None, needed: set[str], progress: bool = True)
     if source is None:
         source = DEFAULT_SOURCE
         if not source.exists():
-            from ..synth import synth_caltech256
+            from ..prepare.synth import synth_caltech256
 
             print(f"iofeed bench: no SOURCE given and {source} is missing: making the Caltech-256 stand-in there")
             summary = synth_caltech256(source, progress=progress)
@@ -75,7 +74,7 @@ def resolve_inputs(source: Path | None, needed: set[str], progress: bool = True)
 
 def _add_form(inputs: Inputs, form: str, needed: bool, progress: bool) -> None:
     """Add the preprocessed `form` beside the folder, preprocessing it first when missing and needed."""
-    from ..preprocess import ImagePolicy, preprocess
+    from ..prepare.run import ImagePolicy, preprocess
 
     folder = inputs.folder
     dataset = preprocessed_path(folder, form)

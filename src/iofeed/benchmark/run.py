@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import IofeedError, require
-from ..sources import find_class_root
+from ..prepare.scan import find_class_root
 from .feeds import BASELINE, CATALOGUE, CEILING, FeedSpec, dali_installed
 from .inputs import CacheState, Inputs, data_files, resolve_inputs, warm_page_cache
 from .measure import FeedRun, measure
@@ -24,7 +24,7 @@ def pick_device() -> str:
 def _classes(inputs: Inputs) -> int:
     """Number of classes, for the model's last layer."""
     if inputs.dataset is not None:
-        from ..manifest import Manifest
+        from ..format.manifest import Manifest
 
         return len(Manifest.read(inputs.dataset).classes)
     if inputs.folder is not None:

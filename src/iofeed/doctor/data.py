@@ -8,8 +8,8 @@ import random
 import shlex
 from collections import Counter
 from collections.abc import Callable
-from functools import partial
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from time import perf_counter
 from typing import BinaryIO
@@ -17,13 +17,13 @@ from typing import BinaryIO
 import numpy as np
 from PIL import Image
 
-from ..dataset import is_iofeed_dataset, open_source
 from ..errors import OptionError, SampleError, SourceError
-from ..imaging import encode_jpeg, is_progressive, open_rgb, resize_shorter
-from ..preprocess import ImagePolicy
-from ..sniff import SNIFF_BYTES, sniff_bytes
-from ..sources import display_path, find_class_root
-from ..table import RAW
+from ..format.policy import ImagePolicy
+from ..format.table import RAW
+from ..image.pil import encode_jpeg, is_progressive, open_rgb, resize_shorter
+from ..image.sniff import SNIFF_BYTES, sniff_bytes
+from ..prepare.scan import display_path, find_class_root
+from ..samples import is_iofeed_dataset, open_source
 from .finding import Finding
 
 TARGET_SIDE = ImagePolicy().shorter_side  # what `iofeed preprocess` resizes to

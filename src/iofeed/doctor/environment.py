@@ -1,14 +1,13 @@
 """The machine as a training job sees it: cores, memory, /dev/shm, GPUs and the decoding libraries."""
 from __future__ import annotations
 
-import importlib
 import os
 import shutil
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from ..errors import require
+from ..system import cgroup_cpu_quota, cpu_model, dali_import_status, gpu_info, versions
 from .finding import Finding
 
 GIB = 2**30
@@ -37,16 +36,15 @@ class Environment:
 def check_environment() -> Environment:
     """Inspect this machine (no GPU is fine: it is reported, not an error)."""
     psutil = require("psutil", "doctor")
-    from ..benchmark.machine import cpu_model, versions
 
     memory = psutil.virtual_memory()
     shm = shutil.disk_usage("/dev/shm") if os.path.isdir("/dev/shm") else None
     gpus, gpu_note = _gpus()
     env = Environment(
         cpu_model=cpu_model(), cores=os.cpu_count() or 1, usable_cores=len(os.sched_getaffinity(0)),
-        cpu_quota=_cgroup_cpu_quota(), ram_bytes=int(memory.total), ram_available_bytes=int(memory.available),
+        cpu_quota=cgroup_cpu_quota(), ram_bytes=int(memory.total), ram_available_bytes=int(memory.available),
         shm_bytes=shm.total if shm else None, shm_free_bytes=shm.free if shm else None,
-        gpus=gpus, gpu_note=gpu_note, versions=versions(), dali_import=_dali_import(),
+        gpus=gpus, gpu_note=gpu_note, versions=versions(), dali_import=dali_import_status(),
     )
     env.findings = _findings(env)
     return env
@@ -58,36 +56,10 @@ def _gpus() -> tuple[list[dict[str, Any]], str | None]:
         import pynvml  # noqa: F401 - only to tell "not installed" from "no GPU"
     except ImportError:
         return [], "nvidia-ml-py is not installed, so GPUs cannot be queried (pip install nvidia-ml-py)"
-    from ..benchmark.gpu import gpu_info
-
     gpus = []
     while (info := gpu_info(len(gpus))) is not None:
         gpus.append(info)
     return gpus, None if gpus else "no NVIDIA GPU found (no NVML driver library, or no device)"
-
-
-def _cgroup_cpu_quota() -> float | None:
-    """The container's CPU limit in cores (cgroup v2 `cpu.max`, else v1), None when unlimited."""
-    try:
-        quota, period = Path("/sys/fs/cgroup/cpu.max").read_text().split()[:2]
-    except (OSError, ValueError):
-        try:
-            quota = Path("/sys/fs/cgroup/cpu/cpu.cfs_quota_us").read_text().strip()
-            period = Path("/sys/fs/cgroup/cpu/cpu.cfs_period_us").read_text().strip()
-        except OSError:
-            return None
-    if quota in ("max", "-1"):
-        return None
-    return int(quota) / int(period)
-
-
-def _dali_import() -> str:
-    """"ok" when `nvidia.dali` imports, else the reason."""
-    try:
-        importlib.import_module("nvidia.dali")
-    except Exception as exc:  # noqa: BLE001 - a broken DALI raises all sorts of errors
-        return f"{type(exc).__name__}: {exc}".splitlines()[0]
-    return "ok"
 
 
 def _findings(env: Environment) -> list[Finding]:

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import numpy as np
 from PIL import Image, ImageOps
 
-from .errors import SampleError
+from ..errors import SampleError
 
 _EXIF_ORIENTATION = 0x0112
 _TRANSPOSING_ORIENTATIONS = (5, 6, 7, 8)

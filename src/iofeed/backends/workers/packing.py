@@ -1,5 +1,5 @@
 """Batch slots for `gpu_augment`: stored pixels packed back to back, with each sample's crop box
-and flip, so that the crop, resize and flip run on the device (see `iofeed.gpu_augment`).
+and flip, so that the crop, resize and flip run on the device (see `iofeed.adapters.torch.gpu_augment`).
 
 The CPU only gathers bytes: raw samples are copied from the memory map as they are; JPEG
 samples of a mixed dataset are decoded at their stored size.
@@ -10,11 +10,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..augment import Augment
-from ..dataset import SampleReader, SampleSource
-from ..errors import OptionError, SampleError
-from ..imaging import open_rgb
-from ..table import RAW
+from ...errors import OptionError, SampleError
+from ...format.table import RAW
+from ...image.boxes import Augment
+from ...image.pil import open_rgb
+from ...samples import SampleReader, SampleSource
 
 _META = np.dtype([("offset", np.int64), ("height", np.int64), ("width", np.int64),
                   ("box", np.float32, 4), ("flip", np.bool_)])

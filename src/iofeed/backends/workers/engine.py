@@ -1,8 +1,6 @@
 """The `workers` engine: processes (forkserver/spawn) decode whole batches into shared memory."""
 from __future__ import annotations
 
-import os
-import shutil
 import signal
 import time
 import traceback
@@ -15,67 +13,16 @@ from typing import Any
 
 import numpy as np
 
-from ..augment import Augment
-from ..autotune import Window, decide
-from ..dataset import SampleReader, SampleSource
-from ..decode import load_augmented
-from ..errors import OptionError, SampleError, WorkerError
-from ..parallel import resolve_workers, safe_context
-from .base import Batch
+from ...errors import OptionError, SampleError, WorkerError
+from ...image.boxes import Augment
+from ...parallel import resolve_workers, safe_context
+from ...samples import SampleReader, SampleSource
+from ..base import Batch
+from .autotune import Window, decide
 from .packing import PackedLayout
+from .slots import Layout, SlotLayout, default_memory_budget, default_prefetch
 
 TUNE_SECONDS = 1.0
-# Batches in flight at least, whatever the worker count: with few workers sharing the cores with
-# the consumer, a shallow queue runs dry whenever the scheduler preempts the consumer (raw pixels,
-# 2 workers on 2 cores: 6.2k img/s with 4 in flight, 6.7k with 8).
-MIN_PREFETCH = 8
-
-
-def default_prefetch(workers: int) -> int:
-    """Batches in flight by default: two per worker, at least MIN_PREFETCH."""
-    return max(2 * workers, MIN_PREFETCH)
-
-
-@dataclass(frozen=True)
-class SlotLayout:
-    """Slots of augmented images: [slot, i, y, x, c] uint8, and labels, in one shared block."""
-
-    slots: int
-    batch_size: int
-    side: int
-
-    @property
-    def image_bytes(self) -> int:
-        return self.slots * self.batch_size * self.side * self.side * 3
-
-    @property
-    def total_bytes(self) -> int:
-        return self.image_bytes + self.slots * self.batch_size * 8
-
-    def views(self, buffer: memoryview) -> tuple[np.ndarray, np.ndarray]:
-        """(images[slot, i, y, x, c] uint8, labels[slot, i] int64) over `buffer`."""
-        images = np.ndarray((self.slots, self.batch_size, self.side, self.side, 3), np.uint8, buffer)
-        labels = np.ndarray((self.slots, self.batch_size), np.int64, buffer, offset=self.image_bytes)
-        return images, labels
-
-    @staticmethod
-    def slot(payload: np.ndarray, slot: int) -> np.ndarray:
-        """The images of one slot."""
-        return payload[slot]
-
-    @staticmethod
-    def write(slot_payload: np.ndarray, k: int, reader: SampleReader, source: SampleSource, index: int,
-              augment: Augment, rng: np.random.Generator) -> None:
-        """Decode and augment sample `index` into image `k` of the slot. Raises SampleError."""
-        load_augmented(reader, source, index, augment, rng, slot_payload[k])
-
-    @staticmethod
-    def images(slot_payload: np.ndarray, n: int) -> np.ndarray:
-        """The first `n` images of a slot, for the consumer (a view)."""
-        return slot_payload[:n]
-
-
-Layout = SlotLayout | PackedLayout
 
 
 @dataclass(frozen=True)
@@ -376,16 +323,6 @@ def _shutdown(workers: list[_Worker], shm: shared_memory.SharedMemory) -> None:
         shm.unlink()
     except FileNotFoundError:
         pass
-
-
-def default_memory_budget() -> int:
-    """A quarter of what is free in RAM and in /dev/shm, whichever is smaller."""
-    free_ram = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    try:
-        free_shm = shutil.disk_usage("/dev/shm").free
-    except OSError:
-        free_shm = free_ram
-    return min(free_ram, free_shm) // 4
 
 
 def make_worker_engine(

@@ -6,10 +6,10 @@ from typing import Any
 
 import numpy as np
 
-from ..backends.base import Batch
-from ..backends.packing import PackedImages
-from ..errors import require
-from ..gpu_augment import crop_resize_packed
+from ...backends.base import Batch
+from ...backends.workers.packing import PackedImages
+from ...errors import require
+from .gpu_augment import crop_resize_packed
 from .host_to_device import HostToDevice
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)

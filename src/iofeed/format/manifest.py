@@ -6,7 +6,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .errors import DatasetError
+from ..errors import DatasetError
 
 MANIFEST_NAME = "iofeed.json"
 FORMAT_NAME = "iofeed-dataset"

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 from PIL import Image
 
-from .augment import Box
+from .boxes import Box
 
 
 @lru_cache(maxsize=1)

@@ -22,9 +22,10 @@ from contextlib import contextmanager
 
 import numpy as np
 
-from .errors import IofeedError, require
-from .parallel import resolve_workers
-from .preprocess import ImagePolicy, Prepared, Task, prepare_file
+from ..errors import IofeedError, require
+from ..format.policy import ImagePolicy
+from ..parallel import resolve_workers
+from .file import Prepared, Task, prepare_file
 
 RETRIES = 3  # Ray reruns of a failed task, before its file is rejected
 FILES_PER_TASK = 64  # small enough to balance a cluster, large enough to hide task overhead

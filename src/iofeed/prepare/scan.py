@@ -6,8 +6,8 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .errors import SourceError
-from .sniff import sniff_file
+from ..errors import SourceError
+from ..image.sniff import sniff_file
 
 CALTECH_SUBFOLDER = "256_ObjectCategories"
 _NUMBERED_CLASS = re.compile(r"^\d+\.(.+)$")

@@ -6,12 +6,12 @@ import math
 
 import numpy as np
 
-from .augment import Augment
-from .dataset import SampleReader, SampleSource
-from .fastjpeg import decode_rgb_array, plain_jpeg_size
-from .imaging import decode_rgb, open_image
-from .resize import crop_resize_into
-from .table import RAW
+from ...format.table import RAW
+from ...image.boxes import Augment
+from ...image.fastjpeg import decode_rgb_array, plain_jpeg_size
+from ...image.pil import decode_rgb, open_image
+from ...image.resize import crop_resize_into
+from ...samples import SampleReader, SampleSource
 
 
 def load_augmented(

@@ -20,7 +20,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import BinaryIO
 
-from .errors import DatasetError, OptionError
+from ..errors import DatasetError, OptionError
 
 INDEX_VERSION = "v1.2"
 BLOCK = 512

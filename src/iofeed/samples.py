@@ -10,9 +10,9 @@ from pathlib import Path
 import numpy as np
 
 from .errors import OptionError, SampleError, SourceError
-from .manifest import MANIFEST_NAME, Manifest
-from .sources import display_path, reason_kind, scan_folder
-from .table import RAW, load_table
+from .format.manifest import MANIFEST_NAME, Manifest
+from .format.table import RAW, load_table
+from .prepare.scan import display_path, reason_kind, scan_folder
 
 
 @dataclass

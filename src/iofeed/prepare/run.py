@@ -7,68 +7,25 @@ import shutil
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager, contextmanager
-from dataclasses import asdict, dataclass, field
+from contextlib import AbstractContextManager
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
 from tqdm import tqdm
 
-from . import __version__
-from .errors import IofeedError, OptionError, SampleError
-from .imaging import Opened, decode_rgb, encode_jpeg, is_progressive, open_image, resize_shorter
-from .manifest import Manifest, SplitInfo
-from .parallel import worker_pool
-from .shards import ShardWriter
-from .sources import FolderScan, Rejection, display_path, reason_kind, scan_folder
+from .. import __version__
+from ..errors import IofeedError, OptionError
+from ..format.manifest import Manifest, SplitInfo
+from ..format.policy import ImagePolicy
+from ..format.shards import ShardWriter
+from ..format.table import ENCODINGS, MEMBER_EXTENSIONS, new_table, save_table
+from .engines import select_engine
+from .file import Prepared, Task
+from .scan import FolderScan, Rejection, display_path, reason_kind, scan_folder
 from .splits import validation_mask, write_order
-from .table import ENCODINGS, MEMBER_EXTENSIONS, new_table, save_table
 
 REJECTED_NAME = "rejected.jsonl"
-ENGINES = ("local", "ray")
-FORMATS = ("jpeg", "raw", "mixed")
-JPEG_SIZE_SAMPLING = 16  # one raw sample in this many is also encoded, to estimate the JPEG form's size
-
-
-@dataclass(frozen=True)
-class ImagePolicy:
-    """How images are stored: shorter side, JPEG quality, and the format.
-
-    `format` "jpeg" stores baseline JPEGs; "raw" stores uint8 RGB pixels (decode-free, several
-    times larger); "mixed" stores raw the images of at most `raw_max_pixels` pixels, JPEG the rest.
-    """
-
-    shorter_side: int = 256
-    quality: int = 90
-    format: str = "jpeg"
-    raw_max_pixels: int = 256 * 320
-
-    def check(self) -> None:
-        """Raise OptionError for values that make no sense."""
-        if self.shorter_side < 8:
-            raise OptionError(f"--size must be at least 8 pixels, got {self.shorter_side}")
-        if not 1 <= self.quality <= 100:
-            raise OptionError(f"--quality must be between 1 and 100, got {self.quality}")
-        if self.format not in FORMATS:
-            raise OptionError(f"--format {self.format!r} is not one of {', '.join(FORMATS)}")
-        if self.raw_max_pixels < 1:
-            raise OptionError(f"--raw-max-pixels must be >= 1, got {self.raw_max_pixels}")
-
-    def stores_raw(self, width: int, height: int) -> bool:
-        """Whether an image of this stored size is kept as raw pixels."""
-        return self.format == "raw" or (self.format == "mixed" and width * height <= self.raw_max_pixels)
-
-
-@dataclass(frozen=True)
-class Prepared:
-    """The result of preparing one source file: its encoded data (`encoding` "jpeg" or "raw")
-    or a rejection reason, and facts."""
-
-    index: int
-    data: bytes | None
-    reason: str | None = None
-    facts: dict = field(default_factory=dict)
-    encoding: str = "jpeg"
 
 
 @dataclass
@@ -87,89 +44,6 @@ class PreprocessSummary:
     def images_per_sec(self) -> float:
         """Accepted-or-rejected images handled per second."""
         return self.found / self.seconds if self.seconds > 0 else 0.0
-
-
-def prepare_file(index: int, path: str, policy: ImagePolicy) -> Prepared:
-    """Decode, convert and resize one file (runs in a worker process).
-
-    A baseline RGB JPEG that needs no resizing, rotation or raw storage is kept byte for byte:
-    it is only decoded at 1/8 DCT scale, which reads (and so validates) its whole stream at a
-    fraction of a full decode's cost.
-    """
-    try:
-        data = Path(path).read_bytes()
-        target = policy.shorter_side
-        opened = open_image(data)
-        keep = _keepable(opened, policy)
-        decoded = decode_rgb(opened, min_size=(1, 1) if keep else (target, target))
-    except SampleError as exc:
-        return Prepared(index, None, str(exc))
-    except OSError as exc:
-        return Prepared(index, None, f"unreadable ({exc.strerror})")
-    facts = {
-        "bytes_in": len(data),
-        "width_in": decoded.original_size[0],
-        "height_in": decoded.original_size[1],
-        "mode_in": decoded.original_mode,
-        "format_in": decoded.format,
-        "progressive_in": decoded.progressive,
-        "oriented": decoded.oriented,
-    }
-    if keep:
-        facts.update(width=opened.size[0], height=opened.size[1], kept_original=True)
-        return Prepared(index, data, None, facts)
-    image = resize_shorter(decoded.image, target)
-    facts.update(width=image.width, height=image.height, kept_original=False)
-    if policy.stores_raw(*image.size):
-        if index % JPEG_SIZE_SAMPLING == 0:  # for the disk size of the same dataset as JPEG
-            facts["jpeg_bytes"] = len(encode_jpeg(image, policy.quality))
-        return Prepared(index, image.tobytes(), None, facts, "raw")
-    return Prepared(index, encode_jpeg(image, policy.quality), None, facts)
-
-
-def _keepable(opened: Opened, policy: ImagePolicy) -> bool:
-    """Whether the file can be stored as it came: a baseline RGB JPEG, upright, not larger than
-    the target, and not one to store as raw pixels."""
-    img = opened.image
-    return (
-        img.format == "JPEG"
-        and img.mode == "RGB"
-        and not is_progressive(img.info)
-        and opened.orientation == 1
-        and min(opened.size) <= policy.shorter_side
-        and not policy.stores_raw(*opened.size)
-    )
-
-
-Task = tuple[int, str, ImagePolicy]
-
-
-def _prepare_task(task: Task) -> Prepared:
-    return prepare_file(*task)
-
-
-@contextmanager
-def local_engine(
-    tasks: list[Task], *, workers: int | None = None, address: str | None = None
-) -> Iterator[Iterator[Prepared]]:
-    """`prepare_file` over `tasks` in a process pool of this machine; results in task order."""
-    with worker_pool(workers) as pool:
-        yield pool.imap(_prepare_task, tasks, chunksize=16)
-
-
-def select_engine(
-    engine: str, address: str | None
-) -> Callable[..., AbstractContextManager[Iterator[Prepared]]]:
-    """The engine that maps `prepare_file` over the tasks, in order: `local` or `ray`."""
-    if engine not in ENGINES:
-        raise OptionError(f"unknown engine {engine!r}: use one of {', '.join(ENGINES)}")
-    if address is not None and engine != "ray":
-        raise OptionError(f"--address {address} needs --engine ray")
-    if engine == "ray":
-        from .ray_engine import ray_engine
-
-        return ray_engine
-    return local_engine
 
 
 def default_output(src: Path) -> Path:

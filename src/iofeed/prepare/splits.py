@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .errors import OptionError
+from ..errors import OptionError
 
 DEFAULT_VAL_FRACTION = 0.1
 

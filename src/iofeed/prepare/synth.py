@@ -18,9 +18,9 @@ import numpy as np
 from PIL import Image, ImageDraw
 from tqdm import tqdm
 
+from ..errors import OptionError
+from ..parallel import resolve_workers, safe_context
 from .caltech_names import CALTECH256_CLASSES
-from .errors import OptionError
-from .parallel import resolve_workers, safe_context
 
 ROOT_NAME = "256_ObjectCategories"
 TOTAL_IMAGES = 30_607

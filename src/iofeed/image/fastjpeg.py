@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from .errors import SampleError
+from ..errors import SampleError
 
 _RGB_SOURCES = ("Gray", "YCbCr", "RGB")  # colourspaces libjpeg-turbo converts to RGB itself
 

@@ -1,0 +1,37 @@
+"""How images are stored by `preprocess`: shorter side, JPEG quality, and raw or JPEG."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..errors import OptionError
+
+FORMATS = ("jpeg", "raw", "mixed")
+
+
+@dataclass(frozen=True)
+class ImagePolicy:
+    """How images are stored: shorter side, JPEG quality, and the format.
+
+    `format` "jpeg" stores baseline JPEGs; "raw" stores uint8 RGB pixels (decode-free, several
+    times larger); "mixed" stores raw the images of at most `raw_max_pixels` pixels, JPEG the rest.
+    """
+
+    shorter_side: int = 256
+    quality: int = 90
+    format: str = "jpeg"
+    raw_max_pixels: int = 256 * 320
+
+    def check(self) -> None:
+        """Raise OptionError for values that make no sense."""
+        if self.shorter_side < 8:
+            raise OptionError(f"--size must be at least 8 pixels, got {self.shorter_side}")
+        if not 1 <= self.quality <= 100:
+            raise OptionError(f"--quality must be between 1 and 100, got {self.quality}")
+        if self.format not in FORMATS:
+            raise OptionError(f"--format {self.format!r} is not one of {', '.join(FORMATS)}")
+        if self.raw_max_pixels < 1:
+            raise OptionError(f"--raw-max-pixels must be >= 1, got {self.raw_max_pixels}")
+
+    def stores_raw(self, width: int, height: int) -> bool:
+        """Whether an image of this stored size is kept as raw pixels."""
+        return self.format == "raw" or (self.format == "mixed" and width * height <= self.raw_max_pixels)
