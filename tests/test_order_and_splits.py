@@ -71,3 +71,44 @@ def test_center_box_and_eval_has_no_flip():
     assert center_box(300, 200, 0.875) == (62.5, 12.5, 237.5, 187.5)
     box, flip = Augment(train=False).box(300, 200, np.random.default_rng(0))
     assert not flip and box == center_box(300, 200, 0.875)
+
+
+def _shard_of(samples: int, per_shard: int) -> np.ndarray:
+    return np.arange(samples) // per_shard
+
+
+@pytest.mark.parametrize("world, drop_last", [(1, False), (3, False), (3, True), (4, True)])
+def test_block_order_ranks_equal_disjoint_and_covering(world: int, drop_last: bool) -> None:
+    shard_of = _shard_of(103, 7)
+    specs = [OrderSpec(103, 5, "block", drop_last, seed=2, rank=r, world_size=world, block_shards=3,
+                       shard_of=shard_of) for r in range(world)]
+    per_rank = [np.concatenate(s.batches(4)) for s in specs]
+    assert len({len(s) for s in specs}) == 1 and len({len(p) for p in per_rank}) == 1
+    union = np.concatenate(per_rank)
+    if drop_last:
+        assert len(np.unique(union)) == len(union)
+    else:
+        assert set(union.tolist()) == set(range(103))
+
+
+def test_block_order_keeps_a_bounded_set_of_shards_live() -> None:
+    shard_of = _shard_of(400, 10)  # 40 shards
+    spec = OrderSpec(400, 8, "block", False, seed=7, block_shards=4, shard_of=shard_of)
+    order = spec.rank_indices(3)
+    assert sorted(order.tolist()) == list(range(400))
+    blocks = [set(shard_of[order[i:i + 40]].tolist()) for i in range(0, 400, 40)]
+    assert all(len(b) == 4 for b in blocks)  # each run of 4 shards' samples comes from exactly 4 shards
+    assert set().union(*blocks) == set(range(40))
+    assert not np.array_equal(order, spec.rank_indices(4))  # a new shard order and mix every epoch
+    assert np.array_equal(order, OrderSpec(400, 8, "block", False, seed=7, block_shards=4,
+                                           shard_of=shard_of).rank_indices(3))  # pure
+    within = order[:40]
+    assert not np.array_equal(np.sort(within), within)  # shuffled within the block
+
+
+def test_block_order_needs_shards_and_a_known_mode() -> None:
+    with pytest.raises(OptionError, match="shard of every sample"):
+        OrderSpec(10, 2, "block", False)
+    with pytest.raises(OptionError, match="shuffle='sideways'"):
+        OrderSpec(10, 2, "sideways", False)
+    assert OrderSpec(10, 2, True, False).shuffle == "global" and OrderSpec(10, 2, False, False).shuffle == "none"

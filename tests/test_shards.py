@@ -1,6 +1,7 @@
 """iofeed.format.shards: tar shards + wds2idx indexes, read back by tarfile, webdataset and DALI."""
 from __future__ import annotations
 
+import hashlib
 import io
 import shutil
 import tarfile
@@ -33,8 +34,9 @@ def write(directory: Path, samples, **kwargs) -> tuple[list[ShardInfo], list[tup
 
 def test_round_trip(tmp_path: Path, samples) -> None:
     shards, places = write(tmp_path, samples)
-    assert shards == [ShardInfo("train-000000.tar", "train-000000.idx", 7, shards[0].bytes)]
     tar = tmp_path / "train-000000.tar"
+    digest = hashlib.sha256(tar.read_bytes()).hexdigest()
+    assert shards == [ShardInfo("train-000000.tar", "train-000000.idx", 7, shards[0].bytes, digest)]
     assert tar.stat().st_size == shards[0].bytes and shards[0].bytes % 10240 == 0
     assert sorted(p.name for p in tmp_path.iterdir()) == ["train-000000.idx", "train-000000.tar"]
 

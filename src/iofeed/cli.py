@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -31,14 +32,14 @@ def print_preprocess_summary(summary: PreprocessSummary) -> None:
     print(f"  images found  {summary.found:,}")
     print(f"  written       {written}")
     rejected = sum(summary.rejected.values())
-    print(f"  rejected      {rejected:,}" + (f" (see {summary.out / 'rejected.jsonl'})" if rejected else ""))
+    print(f"  rejected      {rejected:,}" + (f" (see {summary.out}/rejected.jsonl)" if rejected else ""))
     for reason, count in sorted(summary.rejected.items(), key=lambda kv: -kv[1]):
         print(f"    {count:>6,}  {reason}")
     print(f"  bytes         {_mib(summary.bytes_in)} in, {_mib(summary.bytes_out)} out")
     print(f"  time          {summary.seconds:.1f} s ({summary.images_per_sec:,.0f} images/sec)")
 
 
-def print_manifest(path: Path, manifest: Manifest) -> None:
+def print_manifest(path: Path | str, manifest: Manifest) -> None:
     """The manifest of the dataset at `path`, as a short report."""
     src = manifest.source
     print(f"{path}  ({manifest.format} v{manifest.version}, {manifest.created_by})")
@@ -75,10 +76,14 @@ def _cmd_synth(args: argparse.Namespace) -> None:
 
 def _cmd_preprocess(args: argparse.Namespace) -> None:
     from .prepare.run import ImagePolicy, preprocess
+    from .remote.upload import preprocess_to_url
+    from .remote.urls import is_url
 
-    summary = preprocess(
-        args.src,
-        args.out,
+    if is_url(args.out):  # prepared in a temporary folder, then uploaded
+        run = functools.partial(preprocess_to_url, args.src, args.out)
+    else:
+        run = functools.partial(preprocess, args.src, None if args.out is None else Path(args.out))
+    summary = run(
         policy=ImagePolicy(shorter_side=args.size, quality=args.quality, format=args.format,
                            raw_max_pixels=args.raw_max_pixels),
         seed=args.seed,
@@ -95,8 +100,11 @@ def _cmd_preprocess(args: argparse.Namespace) -> None:
 
 
 def _cmd_inspect(args: argparse.Namespace) -> None:
+    from .remote.dataset import read_manifest
+    from .remote.urls import is_url
 
-    print_manifest(args.dataset, Manifest.read(args.dataset))
+    dataset = args.dataset if is_url(args.dataset) else Path(args.dataset)
+    print_manifest(dataset, read_manifest(args.dataset) if is_url(args.dataset) else Manifest.read(dataset))
 
 
 def _cmd_bench(args: argparse.Namespace) -> None:
@@ -144,7 +152,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     prep = sub.add_parser("preprocess", help="validate, convert, resize, split and pack a folder once")
     prep.add_argument("src", type=Path, help="folder with one subfolder per class (Caltech-256 layout accepted)")
-    prep.add_argument("-o", "--out", type=Path, default=None, help="output dataset (default: SRC.iof beside SRC)")
+    prep.add_argument("-o", "--out", default=None,
+                      help="output dataset: a folder (default: SRC.iof beside SRC), or an s3:// or gs:// URL "
+                           "to upload to (prepared in a temporary folder, iofeed.json uploaded last)")
     prep.add_argument("--size", type=int, default=256, help="shorter side in pixels, never upscaled (default 256)")
     prep.add_argument("--quality", type=int, default=90, help="JPEG quality (default 90)")
     prep.add_argument("--format", choices=["jpeg", "raw", "mixed"], default="jpeg",
@@ -167,7 +177,7 @@ def build_parser() -> argparse.ArgumentParser:
     prep.set_defaults(func=_cmd_preprocess)
 
     inspect = sub.add_parser("inspect", help="print the summary of an iofeed dataset")
-    inspect.add_argument("dataset", type=Path)
+    inspect.add_argument("dataset", help="an iofeed dataset folder, or its s3://, gs:// or http(s):// URL")
     inspect.set_defaults(func=_cmd_inspect)
 
     from .benchmark.feeds import CATALOGUE

@@ -40,3 +40,7 @@ def require(module: str, extra: str):
         raise MissingDependencyError(
             f"{module} is not installed: run `pip install 'iofeed[{extra}]'` ({exc})"
         ) from None
+
+
+class FetchError(SampleError):
+    """A remote shard that could not be fetched or verified (its samples cannot be read)."""

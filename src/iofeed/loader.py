@@ -18,6 +18,7 @@ from .image.boxes import Augment
 from .order import OrderSpec
 from .parallel import resolve_workers
 from .prepare.scan import reason_kind
+from .remote.prefetch import prefetcher_for
 from .samples import SampleSource, open_source
 
 FRAMEWORKS = ("numpy", "torch", "tf")
@@ -35,6 +36,7 @@ class LoaderStats:
     skipped_examples: list[str] = field(default_factory=list)  # first few "path: reason"
     wait_seconds: float = 0.0  # time the consumer spent waiting for the next batch
     settings: dict[str, Any] = field(default_factory=dict)
+    fetched: dict[str, float] = field(default_factory=dict)  # streamed datasets: shards, bytes, seconds downloaded
 
     def as_dict(self) -> dict[str, Any]:
         """Plain-JSON form."""
@@ -45,6 +47,7 @@ class LoaderStats:
             "skipped_examples": list(self.skipped_examples),
             "wait_seconds": self.wait_seconds,
             "settings": dict(self.settings),
+            "fetched": dict(self.fetched),
         }
 
 
@@ -75,21 +78,27 @@ class Loader:
         epoch, start = self.epoch, self._position
         batches = self.order.batches(epoch)
         token = self._iteration = object()
-        stream = self.backend.run(epoch, batches, start, self.order.rank)
-        while True:
-            if self._iteration is not token:
-                raise RuntimeError("this loader was iterated again before the previous pass ended; "
-                                   "use one iteration at a time")
-            asked = time.perf_counter()
-            try:
-                batch = next(stream)
-            except StopIteration:
-                break
-            self.stats.wait_seconds += time.perf_counter() - asked
-            self._record(batch)
-            self._position += 1
-            yield self._adapter(batch)
-        self.epoch, self._position = epoch + 1, 0
+        ahead = prefetcher_for(self.source, batches, start)
+        try:
+            stream = self.backend.run(epoch, batches, start, self.order.rank)
+            while True:
+                if self._iteration is not token:
+                    raise RuntimeError("this loader was iterated again before the previous pass ended; "
+                                       "use one iteration at a time")
+                ahead.advance(self._position)
+                asked = time.perf_counter()
+                try:
+                    batch = next(stream)
+                except StopIteration:
+                    break
+                self.stats.wait_seconds += time.perf_counter() - asked
+                self._record(batch)
+                self._position += 1
+                yield self._adapter(batch)
+            self.epoch, self._position = epoch + 1, 0
+            self._count_fetched()
+        finally:
+            ahead.close()
 
     def _record(self, batch: Batch) -> None:
         self.last_indices = batch.indices
@@ -104,20 +113,27 @@ class Loader:
         """Where the loader is: resuming from it yields exactly the rest of the epoch."""
         o = self.order
         return {"epoch": self.epoch, "batches_done": self._position, "seed": o.seed, "samples": o.samples,
-                "batch_size": o.batch_size, "rank": o.rank, "world_size": o.world_size}
+                "batch_size": o.batch_size, "rank": o.rank, "world_size": o.world_size, "shuffle": o.shuffle,
+                "block_shards": o.block_shards}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Continue from `state_dict()` of a loader over the same data and settings."""
         mine = self.state_dict()
-        for key in ("seed", "samples", "batch_size", "rank", "world_size"):
-            if state.get(key) != mine[key]:
+        for key in ("seed", "samples", "batch_size", "rank", "world_size", "shuffle", "block_shards"):
+            if key in state and state[key] != mine[key]:  # a state from before shuffle modes has none
                 raise OptionError(f"cannot resume: state has {key}={state.get(key)!r}, this loader {mine[key]!r}")
         if not 0 <= state["batches_done"] <= len(self):
             raise OptionError(f"cannot resume: batches_done={state['batches_done']} outside 0..{len(self)}")
         self.epoch, self._position = int(state["epoch"]), int(state["batches_done"])
 
+    def _count_fetched(self) -> None:
+        """Update `stats.fetched` from the node's fetch log (streamed datasets)."""
+        if self.source.remote is not None:
+            self.stats.fetched = self.source.remote.fetched()
+
     def close(self) -> None:
         """Stop workers and free shared memory (idempotent)."""
+        self._count_fetched()
         self.backend.close()
 
     def __enter__(self) -> Loader:
@@ -163,6 +179,10 @@ def loader(
     on_error: str = "skip",
     memory_budget: int | None = None,
     gpu_augment: bool = False,
+    shuffle: str | None = None,
+    block_shards: int = 8,
+    cache_dir: str | Path | None = None,
+    cache_limit: int | None = None,
 ) -> Any:
     """A loader over an iofeed dataset or an image folder.
 
@@ -179,6 +199,19 @@ def loader(
 
     `gpu_augment=True` (torch, workers engine, an iofeed dataset, best with `--format raw`):
     workers only gather each sample's stored pixels; the crop, resize and flip run on `device`.
+
+    `source` may be an s3://, gs:// or http(s):// URL of an iofeed dataset (`pip install
+    'iofeed[s3]'`, `[gcs]`, `[http]`; credentials and endpoint the standard way). Its shards are
+    fetched whole, ahead of decoding, into the node-local cache `cache_dir` (default
+    `IOFEED_CACHE`, else ~/.cache/iofeed), shared by every rank of the node and bounded by
+    `cache_limit` bytes (default: the free disk above a 10% reserve). A shard that cannot be
+    fetched after retries raises, or with `on_error="skip"` its samples are skipped and counted.
+
+    `shuffle`: "global" (a permutation of all samples; the default for local train splits),
+    "block" (the default for streamed train splits: shards in a shuffled order, samples
+    shuffled within blocks of `block_shards` shards, so only two blocks are live at a time) or
+    "none" (the default for other splits). Every order is a pure function of (seed, epoch,
+    rank, world_size).
     """
     _choose("framework", framework, FRAMEWORKS)
     _choose("backend", backend, BACKENDS)
@@ -186,12 +219,16 @@ def loader(
     if image_size < 8:
         raise OptionError(f"image_size must be >= 8, got {image_size}")
     train = split == "train" if augment is None else bool(augment)
-    data = open_source(source, split)
+    data = open_source(source, split, cache_dir=cache_dir, cache_limit=cache_limit)
     if rank is None or world_size is None:
         rank, world_size = distributed_rank_world()
-    order = OrderSpec(len(data), batch_size, shuffle=split == "train",
+    if shuffle is None:
+        shuffle = ("block" if data.remote is not None else "global") if split == "train" else "none"
+    order = OrderSpec(len(data), batch_size, shuffle=shuffle,
                       drop_last=(split == "train") if drop_last is None else drop_last,
-                      seed=seed, rank=rank, world_size=world_size)
+                      seed=seed, rank=rank, world_size=world_size, block_shards=block_shards, shard_of=data.file_id)
+    if data.remote is not None:
+        data.remote.fit_order(order)
     if gpu_augment and (framework != "torch" or backend == "dali"):
         raise OptionError("gpu_augment=True needs framework='torch' and the workers backend")
     engine = _make_backend("workers" if gpu_augment else backend, data, Augment(size=image_size, train=train),

@@ -3,16 +3,21 @@ from __future__ import annotations
 
 import mmap
 import os
-from collections import Counter
+from collections import Counter, OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from .errors import OptionError, SampleError, SourceError
+from .errors import FetchError, SampleError, SourceError
 from .format.manifest import MANIFEST_NAME, Manifest
 from .format.table import RAW, load_table
 from .prepare.scan import display_path, reason_kind, scan_folder
+from .remote.urls import is_url
+
+if TYPE_CHECKING:
+    from .remote.dataset import RemoteShards
 
 
 @dataclass
@@ -35,6 +40,7 @@ class SampleSource:
     width: np.ndarray  # int32
     height: np.ndarray  # int32
     rejected: Counter = field(default_factory=Counter)  # reason kind -> count, found before loading
+    remote: RemoteShards | None = None  # streamed dataset: `files` are URLs read through the node cache
 
     def __len__(self) -> int:
         return len(self.label)
@@ -54,8 +60,15 @@ def is_iofeed_dataset(path: Path) -> bool:
     return (Path(path) / MANIFEST_NAME).is_file()
 
 
-def open_source(source: Path | str, split: str = "train") -> SampleSource:
-    """Open an iofeed dataset's split, or scan an image folder (then `split` is ignored)."""
+def open_source(source: Path | str, split: str = "train", *, cache_dir: Path | str | None = None,
+                cache_limit: int | None = None) -> SampleSource:
+    """Open an iofeed dataset's split — a path, or an s3://, gs:// or http(s):// URL whose shards are
+    fetched into the node cache at `cache_dir`, bounded by `cache_limit` bytes — or scan an image
+    folder (then `split` is ignored)."""
+    if is_url(source):
+        from .remote.dataset import open_remote
+
+        return open_remote(str(source), split, cache_dir, cache_limit)
     path = Path(source)
     if not path.exists():
         raise SourceError(f"source not found: {path} (pass an image folder or an iofeed dataset)")
@@ -66,14 +79,17 @@ def open_source(source: Path | str, split: str = "train") -> SampleSource:
 
 def _open_dataset(path: Path, split: str) -> SampleSource:
     manifest = Manifest.read(path)
-    if split not in manifest.splits:
-        raise OptionError(f"split {split!r} not in {path} (it has: {', '.join(manifest.splits)})")
-    info = manifest.splits[split]
+    info = manifest.split(split, str(path))
     table = load_table(path / info.table)
     files = np.array([str(path / s["name"]).encode() for s in info.shards], dtype=np.bytes_)
     missing = [s["name"] for s in info.shards if not (path / s["name"]).is_file()]
     if missing:
         raise SourceError(f"{path} is incomplete: shard {missing[0]} is missing (run `iofeed preprocess` again)")
+    return dataset_source(manifest, table, files)
+
+
+def dataset_source(manifest: Manifest, table: np.ndarray, files: np.ndarray) -> SampleSource:
+    """The samples of one split's table, read from `files` (one per shard)."""
     return SampleSource(
         files=files,
         file_id=table["shard"].astype(np.int32),
@@ -114,12 +130,47 @@ MAP_FLAGS = mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0)
 
 class SampleReader:
     """Reads samples: encoded bytes, or raw pixels as views of memory-mapped shards. Keeps
-    shard files open and mapped (one reader per process)."""
+    shard files open and mapped (one reader per process); for a streamed dataset, the cached
+    copies it holds are leased (never evicted): at most `remote.open_limit` at a time, until the
+    end of the batch."""
 
     def __init__(self, source: SampleSource) -> None:
         self._source = source
-        self._handles: dict[int, int] = {}
+        self._handles: OrderedDict[int, int] = OrderedDict()  # least recently opened first
         self._maps: dict[int, mmap.mmap] = {}
+        self._failed: dict[int, str] = {}  # streamed shards that could not be fetched
+
+    def _fd(self, file_id: int) -> int:
+        """An open descriptor of shard `file_id` (a leased cached copy for a streamed dataset)."""
+        fd = self._handles.get(file_id)
+        if fd is not None:
+            self._handles.move_to_end(file_id)
+            return fd
+        remote = self._source.remote
+        if remote is None:
+            fd = os.open(self._source.files[file_id], os.O_RDONLY)
+        elif file_id in self._failed:
+            raise FetchError(self._failed[file_id])
+        else:
+            while len(self._handles) >= remote.open_limit:  # end a lease before asking room for another
+                self._release(next(iter(self._handles)))
+            try:
+                fd = remote.acquire(file_id)
+            except FetchError as exc:
+                self._failed[file_id] = str(exc)
+                raise
+        self._handles[file_id] = fd
+        return fd
+
+    def _release(self, file_id: int) -> None:
+        """Close shard `file_id` (a map still viewed by an array stays, and leased, until it is freed)."""
+        os.close(self._handles.pop(file_id))
+        mapped = self._maps.pop(file_id, None)
+        if mapped is not None:
+            try:
+                mapped.close()
+            except BufferError:
+                pass
 
     def pixels(self, index: int) -> np.ndarray:
         """Raw sample `index` as a read-only (height, width, 3) uint8 view of its shard's map."""
@@ -129,8 +180,8 @@ class SampleReader:
         mapped = self._maps.get(file_id)
         try:
             if mapped is None:
-                with open(src.files[file_id], "rb") as f:
-                    mapped = self._maps[file_id] = mmap.mmap(f.fileno(), 0, flags=MAP_FLAGS, prot=mmap.PROT_READ)
+                fd = self._fd(file_id)
+                mapped = self._maps[file_id] = mmap.mmap(fd, 0, flags=MAP_FLAGS, prot=mmap.PROT_READ)
         except OSError as exc:
             raise SampleError(f"unreadable ({exc.strerror})") from None
         if offset + int(src.size[index]) > len(mapped) or shape[0] * shape[1] * 3 != int(src.size[index]):
@@ -145,24 +196,21 @@ class SampleReader:
             if size < 0:
                 with open(src.files[file_id], "rb") as f:
                     return f.read()
-            fd = self._handles.get(file_id)
-            if fd is None:
-                fd = self._handles[file_id] = os.open(src.files[file_id], os.O_RDONLY)
-            data = os.pread(fd, size, int(src.offset[index]))
+            data = os.pread(self._fd(file_id), size, int(src.offset[index]))
         except OSError as exc:
             raise SampleError(f"unreadable ({exc.strerror})") from None
         if len(data) != size:
             raise SampleError("shard is truncated (run `iofeed preprocess` again)")
         return data
 
+    def end_batch(self) -> None:
+        """End the leases on streamed shards after each batch, so that a reader never holds back
+        eviction of shards it no longer reads while it waits for another (local shards stay open)."""
+        if self._source.remote is not None:
+            for file_id in list(self._handles):
+                self._release(file_id)
+
     def close(self) -> None:
         """Close the shard files and maps (a map still viewed by an array stays until it is freed)."""
-        for fd in self._handles.values():
-            os.close(fd)
-        self._handles.clear()
-        for mapped in self._maps.values():
-            try:
-                mapped.close()
-            except BufferError:
-                pass
-        self._maps.clear()
+        for file_id in list(self._handles):
+            self._release(file_id)

@@ -214,6 +214,7 @@ class _Feed:
                 planned, inputs = self._prepare(batch_no)
             except Exception:  # noqa: BLE001 - surfaced in the consumer, where the batch is due
                 planned, inputs = self._failed(batch_no, WorkerError(traceback.format_exc(limit=-3))), None
+            self._reader.end_batch()
             self.pending.append(planned)
             if planned.error is not None:
                 self.stop()

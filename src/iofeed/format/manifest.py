@@ -6,7 +6,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..errors import DatasetError
+from ..errors import DatasetError, OptionError
 
 MANIFEST_NAME = "iofeed.json"
 FORMAT_NAME = "iofeed-dataset"
@@ -19,7 +19,7 @@ class SplitInfo:
     """One split: its sample count, shard files and sample table."""
 
     samples: int
-    shards: list[dict[str, Any]]  # ShardInfo fields: name, index, samples, bytes
+    shards: list[dict[str, Any]]  # ShardInfo fields: name, index, samples, bytes, sha256 (absent in older datasets)
     table: str  # the .npz sample table file
 
 
@@ -49,18 +49,33 @@ class Manifest:
         if not path.is_file():
             raise DatasetError(f"not an iofeed dataset: {path} is missing (make one with `iofeed preprocess`)")
         try:
-            raw = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError) as exc:
+            text = path.read_text(encoding="utf-8")
+        except OSError as exc:
             raise DatasetError(f"unreadable manifest {path}: {exc}") from None
+        return cls.parse(text, str(path))
+
+    @classmethod
+    def parse(cls, text: str, where: str) -> Manifest:
+        """Validate the manifest `text` read from `where` (a path or URL, for messages)."""
+        try:
+            raw = json.loads(text)
+        except ValueError as exc:
+            raise DatasetError(f"unreadable manifest {where}: {exc}") from None
         if raw.get("format") != FORMAT_NAME:
-            raise DatasetError(f"{path} is not an iofeed manifest (format={raw.get('format')!r})")
+            raise DatasetError(f"{where} is not an iofeed manifest (format={raw.get('format')!r})")
         if raw.get("version") not in READABLE_VERSIONS:
             raise DatasetError(
-                f"{path} has format version {raw.get('version')}; this iofeed reads versions "
+                f"{where} has format version {raw.get('version')}; this iofeed reads versions "
                 f"{', '.join(map(str, READABLE_VERSIONS))}: run `iofeed preprocess` again"
             )
         try:
             raw["splits"] = {name: SplitInfo(**info) for name, info in raw["splits"].items()}
             return cls(**raw)
         except (KeyError, TypeError) as exc:
-            raise DatasetError(f"malformed manifest {path}: {exc}") from None
+            raise DatasetError(f"malformed manifest {where}: {exc}") from None
+
+    def split(self, name: str, where: str) -> SplitInfo:
+        """Split `name`; OptionError lists the splits of the dataset at `where`."""
+        if name not in self.splits:
+            raise OptionError(f"split {name!r} not in {where} (it has: {', '.join(self.splits)})")
+        return self.splits[name]

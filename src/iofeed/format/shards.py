@@ -12,6 +12,7 @@ one line per sample, offsets pointing at the member's data (after its 512-byte h
 """
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import tarfile
@@ -36,6 +37,7 @@ class ShardInfo:
     index: str
     samples: int
     bytes: int
+    sha256: str = ""  # of the tar, so a copy fetched from object storage can be verified
 
 
 @dataclass(frozen=True)
@@ -119,6 +121,7 @@ class ShardWriter:
         self._shards: list[ShardInfo] = []
         self._keys: set[str] = set()
         self._out: BinaryIO | None = None
+        self._digest = hashlib.sha256()
         self._lines: list[str] = []
         self._size = 0
 
@@ -151,7 +154,9 @@ class ShardWriter:
         fields = []
         for header, (ext, data) in zip(headers, files.items()):
             fields.append(f"{ext} {self._size + BLOCK} {len(data)} {key}.{ext}")
-            self._out.writelines((header, data, bytes(_blocks(len(data)) - len(data))))
+            for part in (header, data, bytes(_blocks(len(data)) - len(data))):
+                self._out.write(part)
+                self._digest.update(part)
             self._size += BLOCK + _blocks(len(data))
         self._lines.append(" ".join(fields))
         return shard, first, len(next(iter(files.values())))
@@ -161,6 +166,7 @@ class ShardWriter:
         number = len(self._shards)
         total = _blocks(self._size + 2 * BLOCK, RECORD)
         self._out.write(bytes(total - self._size))
+        self._digest.update(bytes(total - self._size))
         _sync(self._out)
         self._out.close()
         self._out = None
@@ -172,8 +178,8 @@ class ShardWriter:
         tar, idx = self._path(number, ".tar"), self._path(number, ".idx")
         os.replace(self._path(number, ".tar.partial"), tar)
         os.replace(self._path(number, ".idx.partial"), idx)
-        self._shards.append(ShardInfo(tar.name, idx.name, len(self._lines), total))
-        self._lines, self._keys, self._size = [], set(), 0
+        self._shards.append(ShardInfo(tar.name, idx.name, len(self._lines), total, self._digest.hexdigest()))
+        self._lines, self._keys, self._size, self._digest = [], set(), 0, hashlib.sha256()
 
     def close(self) -> list[ShardInfo]:
         """Finish the open shard (an empty writer writes nothing); return every shard written."""

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import BinaryIO
 
 import numpy as np
 
@@ -33,9 +34,9 @@ def save_table(path: Path, table: np.ndarray, sources: list[str]) -> None:
     Path(path).with_suffix(".sources.txt").write_text(text, encoding="utf-8", errors="backslashreplace")
 
 
-def load_table(path: Path) -> np.ndarray:
-    """Load a table saved by `save_table`."""
-    table = np.load(Path(path), allow_pickle=False)
+def load_table(path: Path | BinaryIO) -> np.ndarray:
+    """Load a table saved by `save_table` (from a path, or a file object of its bytes)."""
+    table = np.load(path if hasattr(path, "read") else Path(path), allow_pickle=False)
     if table.dtype == SAMPLE_DTYPE:
         return table
     if set(table.dtype.names or ()) == set(SAMPLE_DTYPE.names) - {"encoding"}:  # format version 1: all JPEG

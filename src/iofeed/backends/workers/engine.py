@@ -65,6 +65,7 @@ def _worker_main(
             started = time.perf_counter()
             done = _run_task(task, layout, reader, source, augment, on_error, layout.slot(payload, task.slot),
                              labels[task.slot])
+            reader.end_batch()
             conn.send(replace(done, busy_seconds=time.perf_counter() - started))
     finally:
         del payload, labels

@@ -1,0 +1,1 @@
+"""Datasets in object storage (s3://, gs://, http(s)://): URLs, a node-local shard cache, downloads ahead, upload."""

@@ -1,0 +1,111 @@
+"""Opening a dataset URL: the manifest and sample table fetched now, the shards through the node cache."""
+from __future__ import annotations
+
+import io
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from ..errors import DatasetError, OptionError, SourceError
+from ..format.manifest import MANIFEST_NAME, Manifest
+from ..format.table import load_table
+from .cache import ShardCache, ShardRef, default_cache_dir, resolve_limit
+from .retry import with_retries
+from .urls import filesystem, join, scheme
+
+if TYPE_CHECKING:
+    from ..order import OrderSpec
+    from ..samples import SampleSource
+
+GLOBAL_OPEN_SHARDS = 64  # shards one reader keeps leased under a global shuffle
+
+
+@dataclass
+class RemoteShards:
+    """The shards of a streamed split and the node cache they are read through (pickled into workers)."""
+
+    cache: ShardCache
+    refs: list[ShardRef]
+    open_limit: int = 16  # shards one reader keeps leased at a time (set from the order)
+    log_start: int = 0  # the node's fetch log offset when the dataset was opened
+
+    def acquire(self, file_id: int) -> int:
+        """A leased descriptor of shard `file_id`'s cached copy (see `ShardCache.acquire`)."""
+        return self.cache.acquire(self.refs[file_id])
+
+    def fetched(self) -> dict[str, float]:
+        """Downloads of this dataset on this node (by any process) since it was opened."""
+        records = self.cache.fetches_since(self.log_start)
+        return {"shards": len(records), "bytes": sum(r["bytes"] for r in records),
+                "seconds": round(sum(r["seconds"] for r in records), 3)}
+
+    @property
+    def largest(self) -> int:
+        """Bytes of the largest shard."""
+        return max((ref.bytes for ref in self.refs), default=0)
+
+    def fit_order(self, order: OrderSpec) -> None:
+        """Check that the cache can hold what `order` keeps live, and size the readers' leases to it."""
+        total = sum(ref.bytes for ref in self.refs)
+        if order.shuffle == "block":
+            live = 2 * order.block_shards  # a block, and the next one while ranks cross into it
+            if self.cache.limit < live * self.largest:
+                raise OptionError(
+                    f"cache_limit={self.cache.limit} bytes cannot hold the {live} shards of "
+                    f"{self.largest} bytes live with block_shards={order.block_shards}: raise cache_limit to "
+                    f"at least {live * self.largest} or lower block_shards")
+            self.open_limit = live
+        elif order.shuffle == "global":
+            if self.cache.limit < total:
+                raise OptionError(
+                    f"shuffle='global' reads every shard all epoch long, and cache_limit={self.cache.limit} "
+                    f"bytes is below the split's {total}: raise cache_limit or use shuffle='block'")
+            self.open_limit = GLOBAL_OPEN_SHARDS
+        else:
+            self.open_limit = 2
+
+
+def _cat(url: str, settings: dict) -> bytes:
+    return with_retries(lambda: filesystem(url, settings).cat_file(url))
+
+
+def read_manifest(url: str, settings: dict | None = None) -> Manifest:
+    """The manifest of the dataset at `url`; SourceError when there is none (or it cannot be read)."""
+    url = url.rstrip("/")
+    settings = scheme(url).settings() if settings is None else settings
+    try:
+        text = _cat(join(url, MANIFEST_NAME), settings).decode("utf-8")
+    except FileNotFoundError:
+        raise SourceError(f"{url} is not an iofeed dataset: it has no {MANIFEST_NAME} (an upload that never "
+                          f"finished, or a wrong URL; upload with `iofeed preprocess SRC -o {url}`)") from None
+    except UnicodeDecodeError:
+        raise DatasetError(f"{join(url, MANIFEST_NAME)} is not text") from None
+    except Exception as exc:  # noqa: BLE001 - storage errors of any library, named by URL
+        raise SourceError(f"cannot read {join(url, MANIFEST_NAME)}: {type(exc).__name__}: {exc}") from None
+    return Manifest.parse(text, join(url, MANIFEST_NAME))
+
+
+def open_remote(url: str, split: str, cache_dir: Path | str | None = None,
+                cache_limit: int | None = None) -> SampleSource:
+    """Open split `split` of the iofeed dataset at `url`; shards are fetched when first read."""
+    from ..samples import dataset_source
+
+    url = url.rstrip("/")
+    settings = scheme(url).settings()
+    manifest = read_manifest(url, settings)
+    info = manifest.split(split, url)
+    try:
+        table = load_table(io.BytesIO(_cat(join(url, info.table), settings)))
+    except Exception as exc:  # noqa: BLE001 - as above
+        raise DatasetError(f"cannot read {join(url, info.table)} ({type(exc).__name__}: {exc}): "
+                           "upload the dataset again") from None
+    root = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+    root.mkdir(parents=True, exist_ok=True)
+    refs = [ShardRef(join(url, s["name"]), int(s["bytes"]), s.get("sha256", "")) for s in info.shards]
+    files = np.array([ref.url.encode() for ref in refs], dtype=np.bytes_)
+    source = dataset_source(manifest, table, files)
+    cache = ShardCache(root, url, resolve_limit(root, cache_limit), settings)
+    source.remote = RemoteShards(cache, refs, log_start=cache.log_offset())
+    return source

@@ -1,0 +1,120 @@
+"""Downloading a streamed epoch's shards ahead of decoding, in the order the batches will need them."""
+from __future__ import annotations
+
+import os
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from ..errors import FetchError
+from .dataset import RemoteShards
+
+if TYPE_CHECKING:
+    from ..samples import SampleSource
+
+DOWNLOAD_THREADS = 4  # parallel downloads per loader
+MAX_PINNED = 64  # shards one loader keeps pinned (descriptors it holds open)
+
+
+def first_uses(shard_of: np.ndarray, batches: list[np.ndarray], start: int) -> tuple[list[int], dict[int, int]]:
+    """Shards of `batches[start:]` in order of first use, and the batch number of each one's last use."""
+    if start >= len(batches):
+        return [], {}
+    ids = shard_of[np.concatenate(batches[start:])]
+    batch_no = np.repeat(np.arange(start, len(batches)), [len(b) for b in batches[start:]])
+    shards, first = np.unique(ids, return_index=True)
+    _, from_end = np.unique(ids[::-1], return_index=True)
+    last = batch_no[len(ids) - 1 - from_end]
+    need = [int(s) for s in shards[np.argsort(first)]]
+    return need, {int(s): int(b) for s, b in zip(shards, last)}
+
+
+class Prefetcher:
+    """Fetches the shards of one pass into the node cache ahead of the readers, `DOWNLOAD_THREADS`
+    at a time, and pins each (holds a lease) until the consumer has passed its last batch. Pinned
+    bytes stay within the cache limit, so what is pinned is never evicted and the limit holds."""
+
+    def __init__(self, remote: RemoteShards, shard_of: np.ndarray, batches: list[np.ndarray], start: int) -> None:
+        self._remote = remote
+        self._need, self._last = first_uses(shard_of, batches, start)
+        self._next, self._position, self._reserved = 0, start, 0
+        self._pins: dict[int, int | None] = {}  # file id -> leased descriptor (None while downloading)
+        self._lock = threading.Lock()
+        self._closed = False
+        self._pool = ThreadPoolExecutor(DOWNLOAD_THREADS, thread_name_prefix="iofeed-fetch")
+        self._fill()
+
+    def _size(self, file_id: int) -> int:
+        return self._remote.refs[file_id].bytes
+
+    def _fill(self) -> None:
+        """Start the next downloads that fit: threads, pins and bytes all bounded."""
+        with self._lock:
+            while not self._closed and self._next < len(self._need) and len(self._pins) < MAX_PINNED:
+                file_id = self._need[self._next]
+                running = sum(fd is None for fd in self._pins.values())
+                fits = self._reserved + self._size(file_id) <= self._remote.cache.limit or not self._pins
+                if running >= DOWNLOAD_THREADS or not fits:
+                    return
+                self._next += 1
+                self._pins[file_id] = None
+                self._reserved += self._size(file_id)
+                self._pool.submit(self._fetch, file_id)
+
+    def _fetch(self, file_id: int) -> None:
+        try:
+            fd: int | None = self._remote.acquire(file_id)
+        except (FetchError, OSError):
+            fd = None  # the readers report it (FetchError), or try again themselves
+        with self._lock:
+            if fd is not None and not self._closed and self._last[file_id] >= self._position:
+                self._pins[file_id] = fd
+                fd = None
+            else:
+                self._unpin(file_id)
+        if fd is not None:
+            os.close(fd)
+        self._fill()
+
+    def _unpin(self, file_id: int) -> None:
+        fd = self._pins.pop(file_id, None)
+        self._reserved -= self._size(file_id)
+        if fd is not None:
+            os.close(fd)
+
+    def advance(self, position: int) -> None:
+        """The consumer asks for batch `position`: unpin shards no later batch needs, fetch further."""
+        with self._lock:
+            self._position = position
+            for file_id, fd in list(self._pins.items()):
+                if fd is not None and self._last[file_id] < position:
+                    self._unpin(file_id)
+        self._fill()
+
+    def close(self) -> None:
+        """Stop fetching and end every pin (downloads under way finish in the background)."""
+        with self._lock:
+            self._closed = True
+            for file_id, fd in list(self._pins.items()):
+                if fd is not None:
+                    self._unpin(file_id)
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+
+class NoPrefetch:
+    """The prefetcher of a local dataset: nothing to fetch."""
+
+    def advance(self, position: int) -> None:
+        """Nothing to do."""
+
+    def close(self) -> None:
+        """Nothing to do."""
+
+
+def prefetcher_for(source: SampleSource, batches: list[np.ndarray], start: int) -> Prefetcher | NoPrefetch:
+    """A Prefetcher for one pass over a streamed dataset; a NoPrefetch for a local one."""
+    if source.remote is None:
+        return NoPrefetch()
+    return Prefetcher(source.remote, source.file_id, batches, start)

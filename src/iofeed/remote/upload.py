@@ -1,0 +1,70 @@
+"""Uploading a dataset to object storage, `iofeed.json` last, so an interrupted upload never looks complete."""
+from __future__ import annotations
+
+import dataclasses
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ..errors import OptionError, SourceError
+from ..format.manifest import MANIFEST_NAME
+from .cache import default_cache_dir
+from .retry import with_retries
+from .urls import filesystem, join, scheme
+
+if TYPE_CHECKING:
+    from ..prepare.run import PreprocessSummary
+
+
+def check_target(url: str, overwrite: bool) -> None:
+    """Refuse a read-only scheme, or an existing (even partial) dataset unless `overwrite`."""
+    if not scheme(url).writable:
+        raise OptionError(f"cannot upload to {url}: {url.split('://')[0]}:// is read-only here "
+                          "(upload to s3:// or gs://, or serve a local dataset)")
+    fs = filesystem(url)
+    if not overwrite and with_retries(lambda: fs.exists(url)):
+        complete = with_retries(lambda: fs.exists(join(url, MANIFEST_NAME)))
+        what = "a dataset" if complete else "objects (an interrupted upload?)"
+        raise OptionError(f"output already exists: {url} holds {what} (pass --overwrite to replace it)")
+
+
+def upload_dataset(local: Path, url: str, *, overwrite: bool = False,
+                   on_file: Callable[[str, int], None] | None = None) -> None:
+    """Upload the dataset folder `local` to `url`: every file, then `iofeed.json`. With `overwrite`
+    the old manifest goes first, then the old objects. `on_file(name, bytes)` follows each file."""
+    local, url = Path(local), url.rstrip("/")
+    if not (local / MANIFEST_NAME).is_file():
+        raise SourceError(f"{local} is not an iofeed dataset (no {MANIFEST_NAME})")
+    check_target(url, overwrite)
+    fs = filesystem(url)
+    if with_retries(lambda: fs.exists(url)):
+        if with_retries(lambda: fs.exists(join(url, MANIFEST_NAME))):
+            with_retries(lambda: fs.rm_file(join(url, MANIFEST_NAME)))  # the old dataset stops looking complete
+        with_retries(lambda: fs.rm(url, recursive=True))
+    files = sorted(p for p in local.rglob("*") if p.is_file() and p.name != MANIFEST_NAME)
+    for path in [*files, local / MANIFEST_NAME]:
+        name = path.relative_to(local).as_posix()
+        with_retries(lambda: fs.put_file(str(path), join(url, name)))
+        if on_file is not None:
+            on_file(name, path.stat().st_size)
+
+
+def preprocess_to_url(src: Path, url: str, *, overwrite: bool = False, progress: bool = True,
+                      **options: Any) -> PreprocessSummary:
+    """`iofeed preprocess SRC -o URL`: prepare into a temporary folder (under the cache directory),
+    then upload it; the summary's `out` is the URL."""
+    from tqdm import tqdm
+
+    from ..prepare.run import preprocess
+
+    check_target(url, overwrite)  # before the work, not after
+    staging = default_cache_dir()
+    staging.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="upload-", dir=staging) as folder:
+        local = Path(folder) / "dataset"
+        summary = preprocess(src, local, progress=progress, **options)
+        total = sum(p.stat().st_size for p in local.rglob("*") if p.is_file())
+        with tqdm(total=total, unit="B", unit_scale=True, desc="upload", disable=not progress) as bar:
+            upload_dataset(local, url, overwrite=overwrite, on_file=lambda name, size: bar.update(size))
+    return dataclasses.replace(summary, out=url)

@@ -1,0 +1,78 @@
+"""Loopback servers for the object-storage tests: moto's S3 and a plain HTTP file server counting GETs."""
+from __future__ import annotations
+
+import contextlib
+import functools
+import socket
+import threading
+from collections import Counter
+from collections.abc import Iterator
+from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import numpy as np
+from PIL import Image
+
+from iofeed.format.policy import ImagePolicy
+from iofeed.prepare.run import preprocess
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class CountingServer:
+    """A read-only HTTP server of `root` on 127.0.0.1 that counts the GETs of each path."""
+
+    def __init__(self, root: Path) -> None:
+        self.gets: Counter = Counter()
+        counts = self.gets
+
+        class Handler(SimpleHTTPRequestHandler):
+            def do_GET(self) -> None:  # noqa: N802 - http.server's name
+                counts[self.path] += 1
+                super().do_GET()
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(Handler, directory=str(root)))
+        self._server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self._thread.start()
+
+    def close(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+
+@contextlib.contextmanager
+def moto_s3(port: int) -> Iterator[object]:
+    """moto's standalone S3 server on 127.0.0.1:`port` (its buckets live on in this process)."""
+    from moto.server import ThreadedMotoServer
+
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def make_tiny_dataset(tmp: Path, classes: int = 10, per_class: int = 80) -> Path:
+    """~800 tiny JPEGs in class folders, preprocessed into ~30 train shards of 64 KiB."""
+    src = tmp / "tiny"
+    rng = np.random.default_rng(0)
+    for c in range(classes):
+        folder = src / f"{c + 1:03d}.class{c}"
+        folder.mkdir(parents=True)
+        for i in range(per_class):
+            base = rng.integers(0, 256, size=(2, 2, 3), dtype=np.uint8)
+            image = Image.fromarray(base).resize((48, 40), Image.Resampling.BILINEAR)
+            image.save(folder / f"{i:04d}.jpg", quality=90)
+    out = tmp / "tiny.iof"
+    preprocess(src, out, policy=ImagePolicy(shorter_side=32), shard_bytes=1 << 16, workers=1, progress=False)
+    return out

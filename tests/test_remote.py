@@ -1,0 +1,281 @@
+"""Datasets in object storage: moto's S3 server and an HTTP server on 127.0.0.1, a node-local cache."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+import iofeed
+from iofeed.cli import main
+from iofeed.errors import OptionError, SampleError, SourceError
+from iofeed.format.manifest import Manifest
+from iofeed.remote.cache import cache_usage
+from iofeed.remote.upload import upload_dataset
+from iofeed.samples import open_source
+
+pytest.importorskip("s3fs")
+pytest.importorskip("moto.server")
+pytest.importorskip("aiohttp")
+
+from storage_servers import CountingServer, free_port, make_tiny_dataset, moto_s3  # noqa: E402
+
+pytestmark = pytest.mark.storage
+# Credentials for moto, set at collection: worker processes come from a fork server that may start
+# before the fixtures run, and must see them too (the endpoint travels with the opened dataset).
+for _name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
+    os.environ.setdefault(_name, "testing")
+os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
+BUCKET = "iofeed-test"
+KW = dict(batch_size=16, image_size=32, backend="workers", workers=1)
+
+
+@pytest.fixture(scope="module")
+def dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return make_tiny_dataset(tmp_path_factory.mktemp("remote"))
+
+
+@pytest.fixture(scope="module")
+def s3(dataset: Path):
+    """moto's S3 on a loopback port, the AWS variables pointing at it, the tiny dataset uploaded."""
+    port = free_port()
+    env = pytest.MonkeyPatch()
+    env.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{port}")
+    with moto_s3(port) as server:
+        import fsspec
+
+        fs = fsspec.filesystem("s3", endpoint_url=f"http://127.0.0.1:{port}", skip_instance_cache=True)
+        fs.mkdir(BUCKET)
+        url = f"s3://{BUCKET}/tiny.iof"
+        upload_dataset(dataset, url)
+        state = SimpleNamespace(url=url, port=port, fs=fs, server=server)
+        yield state
+        state.server.stop()
+    env.undo()
+
+
+def _epoch(loader) -> list[np.ndarray]:
+    return [loader.last_indices.copy() for _ in loader]
+
+
+def _shards(dataset: Path) -> list[dict]:
+    return Manifest.read(dataset).splits["train"].shards
+
+
+def test_cli_uploads_and_inspects(s3, dataset: Path, capsys) -> None:
+    src = dataset.parent / "tiny"
+    url = f"s3://{BUCKET}/cli.iof"
+    args = ["preprocess", str(src), "-o", url, "--size", "32", "--shard-mb", "0.0625", "--workers", "1"]
+    assert main(args) == 0
+    names = {Path(p).name for p in s3.fs.find(f"{BUCKET}/cli.iof")}
+    assert {"iofeed.json", "train-samples.npy", "train-000000.tar"} <= names
+    remote = json.loads(s3.fs.cat_file(f"{BUCKET}/cli.iof/iofeed.json"))
+    assert all(len(s["sha256"]) == 64 for s in remote["splits"]["train"]["shards"])
+    assert main(args) == 1 and "already exists" in capsys.readouterr().err
+    assert main([*args, "--overwrite"]) == 0
+    assert main(["inspect", url]) == 0 and "samples in" in capsys.readouterr().out
+
+
+def test_an_interrupted_upload_never_looks_complete(s3, dataset: Path) -> None:
+    url = f"s3://{BUCKET}/interrupted.iof"
+    uploaded = []
+
+    def interrupt(name: str, size: int) -> None:
+        uploaded.append(name)
+        if len(uploaded) == 3:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        upload_dataset(dataset, url, on_file=interrupt)
+    assert s3.fs.exists(f"{BUCKET}/interrupted.iof/{uploaded[0]}")
+    assert not s3.fs.exists(f"{BUCKET}/interrupted.iof/iofeed.json")
+    with pytest.raises(SourceError, match="no iofeed.json"):
+        open_source(url)
+    with pytest.raises(OptionError, match="interrupted upload"):
+        upload_dataset(dataset, url)
+    upload_dataset(dataset, url, overwrite=True)
+    assert len(open_source(url)) == len(open_source(dataset))
+
+
+def test_loader_reads_exactly_the_local_samples(s3, dataset: Path, tmp_path: Path) -> None:
+    options = dict(KW, shuffle="block", block_shards=4, seed=3, workers=2)
+    seen = []
+    with iofeed.loader(s3.url, cache_dir=tmp_path / "cache", **options) as remote, \
+            iofeed.loader(str(dataset), **options) as local:
+        assert len(remote) == len(local)
+        for (r_images, r_labels), (l_images, l_labels) in zip(remote, local):
+            assert np.array_equal(remote.last_indices, local.last_indices)
+            assert np.array_equal(r_labels, l_labels) and np.array_equal(r_images, l_images)
+            seen.extend(remote.last_indices.tolist())
+    assert sorted(seen) == list(range(len(local.source)))
+    shards = _shards(dataset)
+    assert remote.stats.fetched["shards"] == len(shards)
+    assert remote.stats.fetched["bytes"] == sum(s["bytes"] for s in shards)
+
+
+def test_resume_mid_epoch_yields_exactly_the_rest(s3, tmp_path: Path) -> None:
+    options = dict(KW, cache_dir=tmp_path / "cache", seed=5)
+    with iofeed.loader(s3.url, **options) as whole:
+        full = _epoch(whole)
+    with iofeed.loader(s3.url, **options) as first:
+        stream = iter(first)
+        head = []
+        for _ in range(3):
+            next(stream)
+            head.append(first.last_indices.copy())
+        state = first.state_dict()
+    with iofeed.loader(s3.url, **options) as second:
+        second.load_state_dict(state)
+        rest = _epoch(second)
+    assert state["shuffle"] == "block"
+    assert [b.tolist() for b in head + rest] == [b.tolist() for b in full]
+
+
+def test_a_tenth_of_the_dataset_bounds_the_cache(s3, dataset: Path, tmp_path: Path) -> None:
+    shards = _shards(dataset)
+    limit = sum(s["bytes"] for s in shards) // 10
+    assert limit >= 2 * max(s["bytes"] for s in shards), "the tiny dataset needs >= 20 shards for this test"
+    cache = tmp_path / "cache"
+    seen, peak, done = [], [0], threading.Event()
+
+    def watch() -> None:
+        while not done.wait(0.005):
+            peak[0] = max(peak[0], cache_usage(cache))
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    options = dict(KW, batch_size=8, prefetch=2)  # the workers' lookahead stays within a block of one shard
+    try:
+        with iofeed.loader(s3.url, cache_dir=cache, cache_limit=limit, block_shards=1, **options) as loader:
+            for _ in loader:
+                seen.extend(loader.last_indices.tolist())
+    finally:
+        done.set()
+        watcher.join()
+    assert not loader.stats.skipped, loader.stats.skipped_examples
+    assert 0 < peak[0] <= limit
+    assert sorted(seen) == list(range(len(loader.source)))
+    assert loader.stats.fetched["shards"] == len(shards)  # each shard fetched once: none evicted early
+    with pytest.raises(OptionError, match="cache_limit"):
+        iofeed.loader(s3.url, cache_dir=cache, cache_limit=limit, block_shards=8, **KW)
+
+
+def test_the_epoch_completes_when_the_server_restarts(s3, dataset: Path, tmp_path: Path) -> None:
+    limit = sum(s["bytes"] for s in _shards(dataset)) // 10
+    seen = []
+    with iofeed.loader(s3.url, cache_dir=tmp_path / "cache", cache_limit=limit, block_shards=1, **KW) as loader:
+        stream = iter(loader)
+        for _ in range(3):
+            next(stream)
+            seen.extend(loader.last_indices.tolist())
+        s3.server.stop()
+        down_at = time.monotonic()
+
+        def restart() -> None:
+            time.sleep(2.0)
+            from moto.server import ThreadedMotoServer
+
+            s3.server = ThreadedMotoServer(ip_address="127.0.0.1", port=s3.port, verbose=False)
+            s3.server.start()
+
+        threading.Thread(target=restart, daemon=True).start()
+        for _ in stream:
+            seen.extend(loader.last_indices.tolist())
+    assert time.monotonic() - down_at >= 2.0  # it did wait for the server
+    assert not loader.stats.skipped, loader.stats.skipped_examples
+    assert sorted(seen) == list(range(len(loader.source)))
+
+
+def _broken_copy(s3, dataset: Path, kind: str) -> tuple[str, int]:
+    """The dataset uploaded under a new name with shard 3 deleted or truncated; (URL, its samples)."""
+    url = f"s3://{BUCKET}/{kind}.iof"
+    if not s3.fs.exists(f"{BUCKET}/{kind}.iof/iofeed.json"):
+        upload_dataset(dataset, url)
+        key = f"{BUCKET}/{kind}.iof/train-000003.tar"
+        if kind == "deleted":
+            s3.fs.rm_file(key)
+        else:
+            s3.fs.pipe_file(key, s3.fs.cat_file(key)[:10_000])
+    return url, _shards(dataset)[3]["samples"]
+
+
+@pytest.mark.parametrize("kind, says", [("deleted", "not found"), ("truncated", "truncated")])
+def test_a_broken_shard_raises_naming_its_url(s3, dataset: Path, tmp_path: Path, kind: str, says: str) -> None:
+    url, _ = _broken_copy(s3, dataset, kind)
+    with iofeed.loader(url, cache_dir=tmp_path / "cache", shuffle="none", on_error="raise", **KW) as loader:
+        with pytest.raises(SampleError, match=f"{url}/train-000003.tar: [^)]*{says}"):
+            _epoch(loader)
+
+
+@pytest.mark.parametrize("kind", ["deleted", "truncated"])
+def test_a_broken_shard_is_skipped_and_counted(s3, dataset: Path, tmp_path: Path, kind: str) -> None:
+    url, lost = _broken_copy(s3, dataset, kind)
+    with iofeed.loader(url, cache_dir=tmp_path / "cache", on_error="skip", **KW) as loader:
+        delivered = sum(len(b) for b in _epoch(loader))
+    assert loader.stats.skipped == {"shard could not be fetched": lost}
+    assert delivered == len(loader.source) - lost
+    assert any("train-000003.tar" in line for line in loader.stats.skipped_examples)
+
+
+RANK_SCRIPT = """
+import json, sys, iofeed
+with iofeed.loader(sys.argv[1], batch_size=16, image_size=32, backend="workers", workers=1, rank=int(sys.argv[2]),
+                   world_size=2, drop_last=False, cache_dir=sys.argv[3]) as loader:
+    seen = [i for _ in loader for i in loader.last_indices.tolist()]
+print(json.dumps({"seen": seen, "skipped": loader.stats.skipped_examples}))
+"""
+
+
+def test_two_ranks_of_a_node_fetch_each_shard_once(dataset: Path, tmp_path: Path) -> None:
+    server = CountingServer(dataset.parent)
+    try:
+        url = f"{server.url}/{dataset.name}"
+        ranks = [subprocess.Popen([sys.executable, "-c", RANK_SCRIPT, url, str(rank), str(tmp_path / "cache")],
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for rank in (0, 1)]
+        outputs = [rank.communicate(timeout=180) for rank in ranks]
+    finally:
+        server.close()
+    assert all(rank.returncode == 0 for rank in ranks), [err[-2000:] for _, err in outputs]
+    results = [json.loads(out) for out, _ in outputs]
+    assert not any(r["skipped"] for r in results), results
+    seen = [set(r["seen"]) for r in results]
+    assert seen[0] | seen[1] == set(range(len(open_source(dataset))))
+    tars = {path: count for path, count in server.gets.items() if path.endswith(".tar")}
+    assert len(tars) == len(_shards(dataset)) and set(tars.values()) == {1}, tars
+
+
+def test_a_dataset_without_checksums_reads_by_size(dataset: Path, tmp_path: Path) -> None:
+    old = tmp_path / "old.iof"
+    old.mkdir()
+    for path in dataset.iterdir():
+        (old / path.name).symlink_to(path)
+    manifest = json.loads((dataset / "iofeed.json").read_text())
+    for split in manifest["splits"].values():
+        for shard in split["shards"]:
+            del shard["sha256"]
+    (old / "iofeed.json").unlink()
+    (old / "iofeed.json").write_text(json.dumps(manifest))
+    server = CountingServer(tmp_path)
+    try:
+        with iofeed.loader(f"{server.url}/old.iof", cache_dir=tmp_path / "cache", **KW) as loader:
+            delivered = sum(len(b) for b in _epoch(loader))
+    finally:
+        server.close()
+    assert not loader.stats.skipped, loader.stats.skipped_examples
+    assert delivered == len(loader.source)
+    assert all("~size" in p.name for p in (tmp_path / "cache").rglob("*.tar~*") if ".lock" not in p.name)
+
+
+def test_bad_urls_say_what_to_do(tmp_path: Path) -> None:
+    with pytest.raises(OptionError, match="unsupported dataset URL"):
+        open_source("ftp://example.invalid/x.iof")
+    (tmp_path / "iofeed.json").write_text("{}")
+    with pytest.raises(OptionError, match="read-only"):
+        upload_dataset(tmp_path, "http://127.0.0.1:9/x.iof")
