@@ -279,3 +279,13 @@ def test_bad_urls_say_what_to_do(tmp_path: Path) -> None:
     (tmp_path / "iofeed.json").write_text("{}")
     with pytest.raises(OptionError, match="read-only"):
         upload_dataset(tmp_path, "http://127.0.0.1:9/x.iof")
+
+
+def test_bench_streams_beside_local_disk(dataset: Path, tmp_path: Path, capsys) -> None:
+    pytest.importorskip("torch")
+    from test_bench import _bench
+
+    feeds = "iofeed-dataset,iofeed-s3-cold,iofeed-s3-warm"
+    record = _bench(tmp_path, capsys, str(dataset), "--feeds", feeds, "--seconds", "1", "--workers", "1")
+    assert [f["name"] for f in record["feeds"]] == feeds.split(",")
+    assert os.environ.get("AWS_ACCESS_KEY_ID") != "iofeed-bench"  # the bench put the variables back

@@ -6,6 +6,7 @@ horizontal flip, ImageNet normalisation, batches of the same size, on the same d
 from __future__ import annotations
 
 import importlib.util
+import shutil
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -27,6 +28,7 @@ class Entry:
     about: str
     needs_dali: bool = False
     gpu_augment: bool = False  # crop, resize and flip on the GPU (needs one)
+    stream: str = ""  # streamed from the local S3 endpoint: "cold" (10% cache) or "warm" (all cached)
 
 
 CATALOGUE: dict[str, Entry] = {
@@ -37,6 +39,10 @@ CATALOGUE: dict[str, Entry] = {
     "iofeed-raw": Entry("iofeed", "raw", "iofeed workers engine on the raw-pixel dataset (--format raw)"),
     "iofeed-raw-gpu": Entry("iofeed", "raw", "iofeed on the raw-pixel dataset, crop/resize/flip on the GPU",
                             gpu_augment=True),
+    "iofeed-s3-cold": Entry("iofeed", "dataset", "iofeed workers engine streaming the dataset from a local "
+                            "S3 endpoint, cache of 10% (every shard fetched every epoch)", stream="cold"),
+    "iofeed-s3-warm": Entry("iofeed", "dataset", "iofeed workers engine on the dataset's URL, every shard "
+                            "already in the node cache", stream="warm"),
     "iofeed-dali": Entry("iofeed", "dataset", "iofeed DALI backend on the preprocessed dataset", True),
     "dali-folder": Entry("dali-peer", "folder", "plain DALI pipeline on the JPEG folder", True),
 }
@@ -56,6 +62,7 @@ class FeedSpec:
     seed: int = 0
     model: str = "none"
     classes: int = 1000
+    endpoint: str = ""  # the local S3 endpoint of a streaming feed (`source` is then its URL)
 
     @property
     def entry(self) -> Entry:
@@ -143,11 +150,18 @@ class IofeedFeed:
         import iofeed
 
         backend = "dali" if spec.entry.needs_dali else "workers"
+        streaming: dict[str, Any] = {}
+        if spec.entry.stream:
+            from .stream import stream_cache, use_endpoint
+
+            use_endpoint(spec.endpoint)
+            streaming["cache_dir"], streaming["cache_limit"] = stream_cache(spec.source, spec.entry.stream)
         self._loader = iofeed.loader(
             spec.source, split="train", batch_size=spec.batch_size, image_size=spec.image_size,
             framework="torch", device=spec.device, backend=backend, workers=spec.workers, seed=spec.seed,
-            gpu_augment=spec.entry.gpu_augment,
+            gpu_augment=spec.entry.gpu_augment, **streaming,
         )
+        self._cache_dir = streaming.get("cache_dir")
         self.settings = dict(self._loader.stats.settings)
         if self.settings.get("backend") != backend:
             self._loader.close()
@@ -161,6 +175,8 @@ class IofeedFeed:
 
     def close(self) -> None:
         self._loader.close()
+        if self._cache_dir is not None:
+            shutil.rmtree(self._cache_dir, ignore_errors=True)
 
 
 class SyntheticFeed:

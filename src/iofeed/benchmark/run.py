@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import os
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -64,6 +64,7 @@ def run_benchmark(options: BenchOptions, command: str) -> tuple[dict[str, Any], 
     needed = {CATALOGUE[n].reads for n in names if not (CATALOGUE[n].gpu_augment and device != "cuda")}
     inputs = resolve_inputs(options.source, needed, options.progress)
     specs, skipped = plan_feeds(names, inputs, options, device, model)
+    specs, skipped, endpoint = _serve_streamed(specs, skipped)
     cache = (warm_page_cache(data_files(inputs), options.progress) if options.warm_cache
              else CacheState("as found", 0, 0, 0.0))
     gpu = None
@@ -79,6 +80,8 @@ def run_benchmark(options: BenchOptions, command: str) -> tuple[dict[str, Any], 
     finally:
         if gpu is not None:
             gpu.close()
+        if endpoint is not None:
+            endpoint.close()
     order = {name: i for i, name in enumerate(names + (CEILING,))}
     runs = sorted(runs + skipped, key=lambda r: order[r.spec.name])
     from .machine import describe_machine
@@ -107,6 +110,22 @@ def run_benchmark(options: BenchOptions, command: str) -> tuple[dict[str, Any], 
 
     plot(record, png_path)
     return record, json_path, png_path
+
+
+def _serve_streamed(specs: list[FeedSpec], skipped: list[FeedRun]) -> tuple[list[FeedSpec], list[FeedRun], Any]:
+    """Start the local S3 endpoint when a streaming feed is planned, and point those feeds at it."""
+    streamed = [s for s in specs if s.entry.stream]
+    if not streamed:
+        return specs, skipped, None
+    from .stream import LocalEndpoint
+
+    try:
+        endpoint = LocalEndpoint(Path(streamed[0].source))
+    except IofeedError as exc:  # s3fs or moto missing
+        return ([s for s in specs if not s.entry.stream],
+                skipped + [FeedRun(s, "skipped", str(exc)) for s in streamed], None)
+    return [replace(s, source=endpoint.url, endpoint=endpoint.endpoint) if s.entry.stream else s
+            for s in specs], skipped, endpoint
 
 
 def _text(path: Path | None) -> str | None:

@@ -1,0 +1,73 @@
+"""The streaming feeds' object store: moto's S3 server on 127.0.0.1, in the bench's own process, holding
+a copy of the dataset, so that streaming is measured beside local disk without leaving the machine."""
+from __future__ import annotations
+
+import os
+import socket
+import tempfile
+from pathlib import Path
+
+from ..errors import require
+from ..remote.cache import ShardCache, default_cache_dir
+
+BUCKET = "iofeed-bench"
+# moto accepts any credentials; the bench's host processes take these (and the endpoint) from the spec
+CREDENTIALS = {"AWS_ACCESS_KEY_ID": "iofeed-bench", "AWS_SECRET_ACCESS_KEY": "iofeed-bench",
+               "AWS_DEFAULT_REGION": "us-east-1"}
+COLD_SHARE = 0.1  # the cold feed's cache holds a tenth of the dataset: every shard is fetched every epoch
+
+
+class LocalEndpoint:
+    """moto's standalone S3 server on a free loopback port, with `dataset` uploaded to it."""
+
+    def __init__(self, dataset: Path) -> None:
+        require("moto.server", "test")
+        require("s3fs", "s3")
+        from moto.server import ThreadedMotoServer
+
+        from ..remote.upload import upload_dataset
+
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
+        self._server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+        self._server.start()
+        self.endpoint = f"http://127.0.0.1:{port}"
+        self._saved = {name: os.environ.get(name) for name in [*CREDENTIALS, "AWS_ENDPOINT_URL"]}
+        use_endpoint(self.endpoint)
+        self.url = f"s3://{BUCKET}/{Path(dataset).name}"
+        from ..remote.urls import filesystem
+
+        filesystem(self.url).mkdir(BUCKET)
+        upload_dataset(Path(dataset), self.url)
+
+    def close(self) -> None:
+        """Stop the server (its objects go with it) and restore the AWS variables."""
+        self._server.stop()
+        for name, value in self._saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+def use_endpoint(endpoint: str) -> None:
+    """Point this process (and the workers it starts later) at the local endpoint."""
+    os.environ.update(CREDENTIALS, AWS_ENDPOINT_URL=endpoint)
+
+
+def stream_cache(url: str, temperature: str) -> tuple[str, int | None]:
+    """(cache folder, cache limit) of a streaming feed: "cold" caches a tenth of the dataset in a new
+    folder, so every shard is fetched every epoch; "warm" has every shard fetched before it starts."""
+    from ..samples import open_source
+
+    root = default_cache_dir()
+    root.mkdir(parents=True, exist_ok=True)
+    folder = tempfile.mkdtemp(prefix=f"bench-{temperature}-", dir=root)
+    remote = open_source(url, "train", cache_dir=folder).remote
+    if temperature == "cold":
+        return folder, max(int(sum(r.bytes for r in remote.refs) * COLD_SHARE), 16 * remote.largest)
+    cache = ShardCache(Path(folder), url, remote.cache.limit, remote.cache.settings)
+    for ref in remote.refs:
+        os.close(cache.acquire(ref))
+    return folder, None
