@@ -289,3 +289,21 @@ def test_bench_streams_beside_local_disk(dataset: Path, tmp_path: Path, capsys) 
     record = _bench(tmp_path, capsys, str(dataset), "--feeds", feeds, "--seconds", "1", "--workers", "1")
     assert [f["name"] for f in record["feeds"]] == feeds.split(",")
     assert os.environ.get("AWS_ACCESS_KEY_ID") != "iofeed-bench"  # the bench put the variables back
+
+
+@pytest.mark.dali
+def test_the_dali_engine_reads_the_same_stream(dataset: Path, tmp_path: Path) -> None:
+    pytest.importorskip("nvidia.dali")
+    server = CountingServer(dataset.parent)
+    options = dict(batch_size=16, image_size=32, workers=1, augment=False, seed=2)
+    try:
+        with iofeed.loader(f"{server.url}/{dataset.name}", backend="dali", cache_dir=tmp_path / "cache",
+                           **options) as remote, iofeed.loader(str(dataset), backend="dali", shuffle="block",
+                                                               **options) as local:
+            for (_, r_labels), (_, l_labels) in zip(remote, local):
+                assert np.array_equal(remote.last_indices, local.last_indices)
+                assert np.array_equal(r_labels, l_labels)
+            assert remote.stats.images == local.stats.images == len(local) * 16
+    finally:
+        server.close()
+    assert remote.stats.fetched["shards"] == len(_shards(dataset))

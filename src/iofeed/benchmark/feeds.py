@@ -40,7 +40,7 @@ CATALOGUE: dict[str, Entry] = {
     "iofeed-raw-gpu": Entry("iofeed", "raw", "iofeed on the raw-pixel dataset, crop/resize/flip on the GPU",
                             gpu_augment=True),
     "iofeed-s3-cold": Entry("iofeed", "dataset", "iofeed workers engine streaming the dataset from a local "
-                            "S3 endpoint, cache of 10% (every shard fetched every epoch)", stream="cold"),
+                            "S3 endpoint, cache of 10% (shards fetched all along)", stream="cold"),
     "iofeed-s3-warm": Entry("iofeed", "dataset", "iofeed workers engine on the dataset's URL, every shard "
                             "already in the node cache", stream="warm"),
     "iofeed-dali": Entry("iofeed", "dataset", "iofeed DALI backend on the preprocessed dataset", True),
@@ -152,10 +152,10 @@ class IofeedFeed:
         backend = "dali" if spec.entry.needs_dali else "workers"
         streaming: dict[str, Any] = {}
         if spec.entry.stream:
-            from .stream import stream_cache, use_endpoint
+            from .stream import stream_options, use_endpoint
 
             use_endpoint(spec.endpoint)
-            streaming["cache_dir"], streaming["cache_limit"] = stream_cache(spec.source, spec.entry.stream)
+            streaming = stream_options(spec.source, spec.entry.stream)
         self._loader = iofeed.loader(
             spec.source, split="train", batch_size=spec.batch_size, image_size=spec.image_size,
             framework="torch", device=spec.device, backend=backend, workers=spec.workers, seed=spec.seed,

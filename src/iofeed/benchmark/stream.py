@@ -2,10 +2,12 @@
 a copy of the dataset, so that streaming is measured beside local disk without leaving the machine."""
 from __future__ import annotations
 
+import logging
 import os
 import socket
 import tempfile
 from pathlib import Path
+from typing import Any
 
 from ..errors import require
 from ..remote.cache import ShardCache, default_cache_dir
@@ -15,6 +17,7 @@ BUCKET = "iofeed-bench"
 CREDENTIALS = {"AWS_ACCESS_KEY_ID": "iofeed-bench", "AWS_SECRET_ACCESS_KEY": "iofeed-bench",
                "AWS_DEFAULT_REGION": "us-east-1"}
 COLD_SHARE = 0.1  # the cold feed's cache holds a tenth of the dataset: every shard is fetched every epoch
+COLD_BLOCK = 2  # the cold feed's block_shards, so that small datasets still stream
 
 
 class LocalEndpoint:
@@ -30,6 +33,7 @@ class LocalEndpoint:
         with socket.socket() as probe:
             probe.bind(("127.0.0.1", 0))
             port = probe.getsockname()[1]
+        logging.getLogger("werkzeug").setLevel(logging.ERROR)  # not a line per request in the bench's output
         self._server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
         self._server.start()
         self.endpoint = f"http://127.0.0.1:{port}"
@@ -56,9 +60,10 @@ def use_endpoint(endpoint: str) -> None:
     os.environ.update(CREDENTIALS, AWS_ENDPOINT_URL=endpoint)
 
 
-def stream_cache(url: str, temperature: str) -> tuple[str, int | None]:
-    """(cache folder, cache limit) of a streaming feed: "cold" caches a tenth of the dataset in a new
-    folder, so every shard is fetched every epoch; "warm" has every shard fetched before it starts."""
+def stream_options(url: str, temperature: str) -> dict[str, Any]:
+    """The loader's cache arguments for a streaming feed. "cold": a new cache folder holding a tenth of
+    the dataset (at least the 4 live shards of blocks of 2, plus 2 being fetched), so that shards are
+    evicted and fetched again all along; "warm": every shard fetched before the feed starts."""
     from ..samples import open_source
 
     root = default_cache_dir()
@@ -66,8 +71,9 @@ def stream_cache(url: str, temperature: str) -> tuple[str, int | None]:
     folder = tempfile.mkdtemp(prefix=f"bench-{temperature}-", dir=root)
     remote = open_source(url, "train", cache_dir=folder).remote
     if temperature == "cold":
-        return folder, max(int(sum(r.bytes for r in remote.refs) * COLD_SHARE), 16 * remote.largest)
+        limit = max(int(sum(r.bytes for r in remote.refs) * COLD_SHARE), (2 * COLD_BLOCK + 2) * remote.largest)
+        return {"cache_dir": folder, "cache_limit": limit, "block_shards": COLD_BLOCK}
     cache = ShardCache(Path(folder), url, remote.cache.limit, remote.cache.settings)
     for ref in remote.refs:
         os.close(cache.acquire(ref))
-    return folder, None
+    return {"cache_dir": folder}
