@@ -5,6 +5,7 @@ import contextlib
 import functools
 import socket
 import threading
+import time
 from collections import Counter
 from collections.abc import Iterator
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
@@ -28,12 +29,22 @@ class CountingServer:
 
     def __init__(self, root: Path) -> None:
         self.gets: Counter = Counter()
-        counts = self.gets
+        self.stall: set[str] = set()  # paths whose GET sends half the body, then hangs
+        counts, stall, folder = self.gets, self.stall, root
 
         class Handler(SimpleHTTPRequestHandler):
             def do_GET(self) -> None:  # noqa: N802 - http.server's name
                 counts[self.path] += 1
-                super().do_GET()
+                if self.path not in stall:
+                    super().do_GET()
+                    return
+                body = (folder / self.path.lstrip("/")).read_bytes()
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body[: len(body) // 2])
+                self.wfile.flush()
+                time.sleep(60)
 
             def log_message(self, *args: object) -> None:
                 pass

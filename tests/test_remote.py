@@ -307,3 +307,46 @@ def test_the_dali_engine_reads_the_same_stream(dataset: Path, tmp_path: Path) ->
     finally:
         server.close()
     assert remote.stats.fetched["shards"] == len(_shards(dataset))
+
+
+FETCH_SCRIPT = """
+import sys
+from pathlib import Path
+from iofeed.remote.cache import ShardCache, ShardRef
+cache = ShardCache(Path(sys.argv[1]), sys.argv[2], 1 << 30)
+cache.acquire(ShardRef(sys.argv[3], int(sys.argv[4]), sys.argv[5]))
+"""
+
+
+def test_a_rank_killed_mid_download_leaves_nothing_trusted(dataset: Path, tmp_path: Path) -> None:
+    from iofeed.remote.cache import ShardCache, ShardRef
+
+    shard = _shards(dataset)[0]
+    server = CountingServer(dataset.parent)
+    url = f"{server.url}/{dataset.name}"
+    ref = ShardRef(f"{url}/{shard['name']}", shard["bytes"], shard["sha256"])
+    server.stall.add(f"/{dataset.name}/{shard['name']}")
+    cache_dir = tmp_path / "cache"
+    try:
+        rank = subprocess.Popen([sys.executable, "-c", FETCH_SCRIPT, str(cache_dir), url, ref.url,
+                                 str(ref.bytes), ref.sha256])
+        deadline = time.monotonic() + 60
+        path = f"/{dataset.name}/{shard['name']}"
+        while not (server.gets[path] and list(cache_dir.rglob("*.part-*"))) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert server.gets[path] == 1 and list(cache_dir.rglob("*.part-*")), "the download never started"
+        time.sleep(0.5)  # half the shard is on its way
+        rank.kill()  # mid-download: it holds the shard's lock and a half-written part file
+        rank.wait(timeout=30)
+        server.stall.clear()
+        cache = ShardCache(cache_dir, url, 1 << 30)
+        fd = cache.acquire(ref)  # the lock died with the rank; the part file is not taken for the shard
+        try:
+            data = os.pread(fd, ref.bytes + 1, 0)
+        finally:
+            os.close(fd)
+    finally:
+        server.close()
+    assert data == (dataset / shard["name"]).read_bytes()
+    assert not list(cache_dir.rglob("*.part-*"))
+    assert server.gets[f"/{dataset.name}/{shard['name']}"] == 2

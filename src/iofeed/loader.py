@@ -204,8 +204,9 @@ def loader(
     'iofeed[s3]'`, `[gcs]`, `[http]`; credentials and endpoint the standard way). Its shards are
     fetched whole, ahead of decoding, into the node-local cache `cache_dir` (default
     `IOFEED_CACHE`, else ~/.cache/iofeed), shared by every rank of the node and bounded by
-    `cache_limit` bytes (default: the free disk above a 10% reserve). A shard that cannot be
-    fetched after retries raises, or with `on_error="skip"` its samples are skipped and counted.
+    `cache_limit` bytes (default: the free disk above a 10% reserve); both are ignored for local
+    paths. A shard that cannot be fetched after retries raises, or with `on_error="skip"` its
+    samples are skipped and counted; `stats.fetched` sums the node's downloads.
 
     `shuffle`: "global" (a permutation of all samples; the default for local train splits),
     "block" (the default for streamed train splits: shards in a shuffled order, samples
