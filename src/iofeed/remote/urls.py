@@ -1,6 +1,7 @@
 """Dataset URLs: which schemes are remote, and the fsspec filesystem that reads each (a registry)."""
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -23,12 +24,18 @@ def _s3_settings() -> dict[str, Any]:
     return {"endpoint_url": endpoint} if endpoint else {}
 
 
-def _s3_options(settings: dict[str, Any]) -> dict[str, Any]:
-    """Credentials the AWS way in each process (env, config files, instance roles); anonymous when none."""
+@functools.lru_cache(maxsize=1)
+def _no_aws_credentials() -> bool:
+    """Whether this process finds no AWS credentials (looked up once: it may query instance metadata)."""
     import botocore.session
 
+    return botocore.session.get_session().get_credentials() is None
+
+
+def _s3_options(settings: dict[str, Any]) -> dict[str, Any]:
+    """Credentials the AWS way in each process (env, config files, instance roles); anonymous when none."""
     options = {**settings, "config_kwargs": {"connect_timeout": CONNECT_SECONDS, "read_timeout": READ_SECONDS}}
-    if botocore.session.get_session().get_credentials() is None:
+    if _no_aws_credentials():
         options["anon"] = True  # a public bucket needs nothing
     return options
 
