@@ -30,11 +30,16 @@ class CountingServer:
     def __init__(self, root: Path) -> None:
         self.gets: Counter = Counter()
         self.stall: set[str] = set()  # paths whose GET sends half the body, then hangs
-        counts, stall, folder = self.gets, self.stall, root
+        self.throttle: Counter = Counter()  # path -> GETs still to answer "503 Slow Down"
+        counts, stall, throttle, folder = self.gets, self.stall, self.throttle, root
 
         class Handler(SimpleHTTPRequestHandler):
             def do_GET(self) -> None:  # noqa: N802 - http.server's name
                 counts[self.path] += 1
+                if throttle[self.path] > 0:
+                    throttle[self.path] -= 1
+                    self.send_error(503, "Slow Down")
+                    return
                 if self.path not in stall:
                     super().do_GET()
                     return

@@ -350,3 +350,36 @@ def test_a_rank_killed_mid_download_leaves_nothing_trusted(dataset: Path, tmp_pa
     assert data == (dataset / shard["name"]).read_bytes()
     assert not list(cache_dir.rglob("*.part-*"))
     assert server.gets[f"/{dataset.name}/{shard['name']}"] == 2
+
+
+def test_throttling_and_5xx_are_retried(dataset: Path, tmp_path: Path) -> None:
+    server = CountingServer(dataset.parent)
+    shards = _shards(dataset)
+    for shard in shards[:3]:
+        server.throttle[f"/{dataset.name}/{shard['name']}"] = 2
+    try:
+        with iofeed.loader(f"{server.url}/{dataset.name}", cache_dir=tmp_path / "cache", **KW) as loader:
+            delivered = sum(len(b) for b in _epoch(loader))
+    finally:
+        server.close()
+    assert not loader.stats.skipped and delivered == len(loader) * 16
+    assert [server.gets[f"/{dataset.name}/{s['name']}"] for s in shards[:4]] == [3, 3, 3, 1]
+
+
+def test_which_failures_are_transient() -> None:
+    import aiohttp
+    import botocore.exceptions
+
+    from iofeed.remote.retry import is_transient
+
+    def response_error(status: int) -> aiohttp.ClientResponseError:
+        return aiohttp.ClientResponseError(None, (), status=status)  # type: ignore[arg-type]
+
+    transient = [botocore.exceptions.EndpointConnectionError(endpoint_url="http://x"),
+                 botocore.exceptions.ReadTimeoutError(endpoint_url="http://x"), aiohttp.ServerDisconnectedError(),
+                 ConnectionResetError(), TimeoutError(), response_error(503), response_error(500),
+                 response_error(429), response_error(408)]
+    final = [FileNotFoundError("gone"), PermissionError("denied"), response_error(403), response_error(400),
+             ValueError("a bug")]
+    assert [is_transient(e) for e in transient] == [True] * len(transient)
+    assert [is_transient(e) for e in final] == [False] * len(final)
