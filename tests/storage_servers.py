@@ -78,8 +78,8 @@ def moto_s3(port: int) -> Iterator[object]:
         server.stop()
 
 
-def make_tiny_dataset(tmp: Path, classes: int = 10, per_class: int = 80) -> Path:
-    """~800 tiny JPEGs in class folders, preprocessed into ~30 train shards of 64 KiB."""
+def make_tiny_dataset(tmp: Path, classes: int = 10, per_class: int = 80, fmt: str = "jpeg") -> Path:
+    """~800 tiny JPEGs in class folders, preprocessed (`fmt`) into train shards of 64 KiB (~30 for JPEG)."""
     src = tmp / "tiny"
     rng = np.random.default_rng(0)
     for c in range(classes):
@@ -89,6 +89,7 @@ def make_tiny_dataset(tmp: Path, classes: int = 10, per_class: int = 80) -> Path
             base = rng.integers(0, 256, size=(2, 2, 3), dtype=np.uint8)
             image = Image.fromarray(base).resize((48, 40), Image.Resampling.BILINEAR)
             image.save(folder / f"{i:04d}.jpg", quality=90)
-    out = tmp / "tiny.iof"
-    preprocess(src, out, policy=ImagePolicy(shorter_side=32), shard_bytes=1 << 16, workers=1, progress=False)
+    out = tmp / f"tiny-{fmt}.iof"
+    preprocess(src, out, policy=ImagePolicy(shorter_side=32, format=fmt), shard_bytes=1 << 16, workers=1,
+               progress=False)
     return out

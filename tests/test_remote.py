@@ -383,3 +383,19 @@ def test_which_failures_are_transient() -> None:
              ValueError("a bug")]
     assert [is_transient(e) for e in transient] == [True] * len(transient)
     assert [is_transient(e) for e in final] == [False] * len(final)
+
+
+def test_raw_pixels_stream_too(tmp_path: Path) -> None:
+    raw = make_tiny_dataset(tmp_path, classes=4, per_class=40, fmt="raw")
+    server = CountingServer(tmp_path)
+    options = dict(KW, augment=False, shuffle="block", block_shards=2, seed=1)
+    try:
+        with iofeed.loader(f"{server.url}/{raw.name}", cache_dir=tmp_path / "cache", **options) as remote, \
+                iofeed.loader(str(raw), **options) as local:
+            batches = 0
+            for (r_images, r_labels), (l_images, l_labels) in zip(remote, local):
+                assert np.array_equal(r_images, l_images) and np.array_equal(r_labels, l_labels)
+                batches += 1
+    finally:
+        server.close()
+    assert batches == len(local) > 0 and remote.source.has_raw()

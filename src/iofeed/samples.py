@@ -131,17 +131,19 @@ MAP_FLAGS = mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0)
 class SampleReader:
     """Reads samples: encoded bytes, or raw pixels as views of memory-mapped shards. Keeps
     shard files open and mapped (one reader per process); for a streamed dataset, the cached
-    copies it holds are leased (never evicted): at most `remote.open_limit` at a time, until the
-    end of the batch."""
+    copies it holds are leased (never evicted): at most `remote.open_limit` at a time, and only
+    those the current or the previous batch read."""
 
     def __init__(self, source: SampleSource) -> None:
         self._source = source
         self._handles: OrderedDict[int, int] = OrderedDict()  # least recently opened first
         self._maps: dict[int, mmap.mmap] = {}
         self._failed: dict[int, str] = {}  # streamed shards that could not be fetched
+        self._touched: set[int] = set()  # shards read in the current batch
 
     def _fd(self, file_id: int) -> int:
         """An open descriptor of shard `file_id` (a leased cached copy for a streamed dataset)."""
+        self._touched.add(file_id)
         fd = self._handles.get(file_id)
         if fd is not None:
             self._handles.move_to_end(file_id)
@@ -152,7 +154,8 @@ class SampleReader:
         elif file_id in self._failed:
             raise FetchError(self._failed[file_id])
         else:
-            while len(self._handles) >= remote.open_limit:  # end a lease before asking room for another
+            self._release_stale()  # before asking room for another shard, or waiting for its download
+            while len(self._handles) >= remote.open_limit:
                 self._release(next(iter(self._handles)))
             try:
                 fd = remote.acquire(file_id)
@@ -203,12 +206,18 @@ class SampleReader:
             raise SampleError("shard is truncated (run `iofeed preprocess` again)")
         return data
 
+    def _release_stale(self) -> None:
+        """End the leases on shards the current batch has not read."""
+        for file_id in [f for f in self._handles if f not in self._touched]:
+            self._release(file_id)
+
     def end_batch(self) -> None:
-        """End the leases on streamed shards after each batch, so that a reader never holds back
-        eviction of shards it no longer reads while it waits for another (local shards stay open)."""
+        """A batch is done: keep the streamed shards it read (the next batch of a block order
+        mostly reads them again), end the leases on the others, so that a reader never holds
+        back the eviction of shards it has stopped reading (local shards stay open)."""
         if self._source.remote is not None:
-            for file_id in list(self._handles):
-                self._release(file_id)
+            self._release_stale()
+        self._touched = set()
 
     def close(self) -> None:
         """Close the shard files and maps (a map still viewed by an array stays until it is freed)."""
