@@ -24,8 +24,8 @@ class LocalEndpoint:
     """moto's standalone S3 server on a free loopback port, with `dataset` uploaded to it."""
 
     def __init__(self, dataset: Path) -> None:
-        require("moto.server", "test")
-        require("s3fs", "s3")
+        require("moto.server", "bench")
+        require("s3fs", "bench")
         from moto.server import ThreadedMotoServer
 
         from ..remote.upload import upload_dataset
