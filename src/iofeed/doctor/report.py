@@ -2,28 +2,20 @@
 from __future__ import annotations
 
 import math
-import shlex
 from dataclasses import asdict
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
+from .checkup import Checkup
+from .command import command_text
 from .finding import Finding
 from .stats import summarize
 from .trace import Trace
 
-if TYPE_CHECKING:
-    from .run import Checkup
-
 FORMAT, VERSION = "iofeed-doctor", 1
 MAX_JSON_SAMPLES = 6000  # longer traces keep every k-th sample in the JSON
 GIB = 2**30
-
-
-def command_text(command: list[str], width: int = 120) -> str:
-    """The command on one line, shortened to `width` characters."""
-    text = shlex.join(command).replace("\n", "\\n")
-    return text if len(text) <= width else text[: width - 3] + "..."
 
 
 def to_dict(checkup: Checkup) -> dict[str, Any]:

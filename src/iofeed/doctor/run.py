@@ -4,28 +4,16 @@ from __future__ import annotations
 import json
 import os
 import shutil
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import OptionError
-from .data import DataCheck, check_data
-from .environment import Environment, check_environment
-from .finding import Finding
+from .checkup import Checkup
+from .data import check_data
+from .environment import check_environment
 from .patterns import diagnose
 from .plot import plot_timeline
 from .report import to_dict
-from .trace import Recording, record
-
-
-@dataclass
-class Checkup:
-    """Everything `iofeed doctor` found; `data` and `recording` are None when not asked for."""
-
-    environment: Environment
-    data: DataCheck | None
-    recording: Recording | None
-    findings: list[Finding] = field(default_factory=list)  # from the trace
-    files: list[Path] = field(default_factory=list)  # JSON and PNG written
+from .trace import record
 
 
 def run_doctor(source: Path | None = None, command: list[str] | None = None, interval: float = 0.1,
