@@ -124,7 +124,7 @@ def test_cli_engine_ray(image_tree, tmp_path, capsys):
 
 def test_bad_engine_and_address_without_ray_are_one_line_errors(image_tree, tmp_path, capsys):
     src, _ = image_tree
-    with pytest.raises(OptionError, match="unknown engine 'spark'"):
+    with pytest.raises(OptionError, match="engine='spark' is not one of local, ray"):
         preprocess(src, tmp_path / "o.iof", engine="spark", progress=False)
     status = main(["preprocess", str(src), "-o", str(tmp_path / "o.iof"), "--address", "auto"])
     err = capsys.readouterr().err.strip()

@@ -142,6 +142,8 @@ def build_parser() -> argparse.ArgumentParser:
     synth.add_argument("--overwrite", action="store_true", help="replace an existing stand-in")
     synth.set_defaults(func=_cmd_synth)
 
+    from .prepare.engines import ENGINES
+
     prep = sub.add_parser("preprocess", help="validate, convert, resize, split and pack a folder once")
     prep.add_argument("src", type=Path, help="folder with one subfolder per class (Caltech-256 layout accepted)")
     prep.add_argument("-o", "--out", type=Path, default=None, help="output dataset (default: SRC.iof beside SRC)")
@@ -160,7 +162,7 @@ def build_parser() -> argparse.ArgumentParser:
     prep.add_argument("--workers", type=_positive_int, default=None, help="processes (default: all cores)")
     prep.add_argument("--overwrite", action="store_true", help="replace an existing output")
     prep.add_argument("--strict", action="store_true", help="fail if any input is rejected")
-    prep.add_argument("--engine", choices=["local", "ray"], default="local",
+    prep.add_argument("--engine", choices=ENGINES.names(), default="local",
                       help="local: process pool on this machine (default); ray: Ray Data tasks on a Ray cluster")
     prep.add_argument("--address", default=None,
                       help="Ray cluster to use with --engine ray (default: RAY_ADDRESS, else a local one of --workers CPUs)")

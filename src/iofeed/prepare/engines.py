@@ -3,12 +3,26 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
+from dataclasses import dataclass
 
 from ..errors import OptionError
 from ..parallel import worker_pool
+from ..registry import Entry, Registry
 from .file import Prepared, Task, prepare_file
 
-ENGINES = ("local", "ray")
+
+@dataclass(frozen=True)
+class PrepareCaps:
+    """What a preprocess engine takes."""
+
+    address: bool  # runs on a cluster named by `--address`
+
+
+# An entry's target is a context manager `target(tasks, *, workers, address)` of results in task order.
+ENGINES: Registry[PrepareCaps] = Registry("engine", {
+    "local": Entry("iofeed.prepare.engines:local_engine", PrepareCaps(address=False)),
+    "ray": Entry("iofeed.prepare.ray:ray_engine", PrepareCaps(address=True), extra="ray"),
+})
 
 
 def _prepare_task(task: Task) -> Prepared:
@@ -27,13 +41,8 @@ def local_engine(
 def select_engine(
     engine: str, address: str | None
 ) -> Callable[..., AbstractContextManager[Iterator[Prepared]]]:
-    """The engine that maps `prepare_file` over the tasks, in order: `local` or `ray`."""
-    if engine not in ENGINES:
-        raise OptionError(f"unknown engine {engine!r}: use one of {', '.join(ENGINES)}")
-    if address is not None and engine != "ray":
-        raise OptionError(f"--address {address} needs --engine ray")
-    if engine == "ray":
-        from .ray import ray_engine
-
-        return ray_engine
-    return local_engine
+    """The engine that maps `prepare_file` over the tasks, in order (see `ENGINES`)."""
+    entry = ENGINES[engine]
+    if address is not None and not entry.caps.address:
+        raise OptionError(f"--address {address} needs --engine {' or '.join(ENGINES.having('address'))}")
+    return entry.load()
