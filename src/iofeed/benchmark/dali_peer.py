@@ -6,7 +6,8 @@ import os
 from collections.abc import Iterator
 from typing import Any
 
-from .feeds import MEAN, STD, FeedSpec
+from ..adapters.normalize import IMAGENET_MEAN, IMAGENET_STD
+from .feeds import FeedSpec
 
 PREFETCH_QUEUE_DEPTH = 2
 
@@ -27,7 +28,7 @@ def _pipeline(files: list[str], labels: list[int], spec: FeedSpec, threads: int)
         images = fn.resize(images, resize_x=spec.image_size, resize_y=spec.image_size)
         images = fn.crop_mirror_normalize(
             images, dtype=types.FLOAT, output_layout="CHW", mirror=fn.random.coin_flip(),
-            mean=[m * 255 for m in MEAN], std=[s * 255 for s in STD],
+            mean=[m * 255 for m in IMAGENET_MEAN], std=[s * 255 for s in IMAGENET_STD],
         )
         return images, classes
 

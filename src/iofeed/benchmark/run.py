@@ -9,7 +9,7 @@ from typing import Any
 
 from ..errors import IofeedError, require
 from ..prepare.scan import find_class_root
-from .feeds import BASELINE, CATALOGUE, CEILING, FeedSpec, dali_installed
+from .feeds import BASELINE, CATALOGUE, CEILING, FEEDS, FeedSpec, dali_installed
 from .inputs import CacheState, Inputs, data_files, resolve_inputs, warm_page_cache
 from .measure import FeedRun, measure
 from .options import BenchOptions
@@ -39,17 +39,16 @@ def plan_feeds(names: tuple[str, ...], inputs: Inputs, options: BenchOptions, de
     classes = _classes(inputs) if model != "none" else 1000
     specs, skipped = [], []
     for name in names + ((CEILING,) if model != "none" else ()):
-        entry = CATALOGUE.get(name)
-        reads = entry.reads if entry else ""
-        source = inputs.path(reads)
-        spec = FeedSpec(name, str(source or ""), 1 if name == "torchvision-1w" else workers, options.batch_size,
+        entry = FEEDS.caps(name)
+        source = inputs.path(entry.reads)
+        spec = FeedSpec(name, str(source or ""), entry.workers or workers, options.batch_size,
                         options.image_size, device, options.seed, model, classes)
-        if entry and entry.needs_dali and not dali_installed():
+        if entry.needs_dali and not dali_installed():
             skipped.append(FeedRun(spec, "skipped", "NVIDIA DALI is not installed"))
-        elif entry and entry.gpu_augment and device != "cuda":
+        elif entry.gpu_augment and device != "cuda":
             skipped.append(FeedRun(spec, "skipped", "augments on the GPU: needs a CUDA GPU"))
-        elif reads and source is None:
-            skipped.append(FeedRun(spec, "skipped", inputs.missing.get(reads, f"no {reads} to read")))
+        elif entry.reads and source is None:
+            skipped.append(FeedRun(spec, "skipped", inputs.missing.get(entry.reads, f"no {entry.reads} to read")))
         else:
             specs.append(spec)
     return specs, skipped
@@ -57,11 +56,11 @@ def plan_feeds(names: tuple[str, ...], inputs: Inputs, options: BenchOptions, de
 
 def run_benchmark(options: BenchOptions, command: str) -> tuple[dict[str, Any], Path, Path]:
     """Measure, write the JSON and PNG, and return (record, JSON path, PNG path)."""
-    options.check(tuple(CATALOGUE))
-    names = options.feeds or tuple(CATALOGUE)
+    options.check(CATALOGUE)
+    names = options.feeds or CATALOGUE
     device = pick_device()
     model = options.model or ("resnet50" if device == "cuda" else "none")
-    needed = {CATALOGUE[n].reads for n in names if not (CATALOGUE[n].gpu_augment and device != "cuda")}
+    needed = {FEEDS.caps(n).reads for n in names if not (FEEDS.caps(n).gpu_augment and device != "cuda")}
     inputs = resolve_inputs(options.source, needed, options.progress)
     specs, skipped = plan_feeds(names, inputs, options, device, model)
     cache = (warm_page_cache(data_files(inputs), options.progress) if options.warm_cache
