@@ -151,10 +151,10 @@ def test_gpu_augment_flip_and_box_are_exact_on_a_gradient():
     data = torch.from_numpy(np.concatenate([np.zeros(5, np.uint8), image.reshape(-1)]))
     meta = {"offset": torch.tensor([5, 5]), "height": torch.tensor([height] * 2), "width": torch.tensor([width] * 2),
             "box": torch.tensor([[2.0, 1.0, 6.0, 5.0]] * 2), "flip": torch.tensor([False, True])}
-    out = crop_resize_packed(torch, data, meta, side=4).numpy()
+    out = crop_resize_packed(data, meta, side=4).numpy()
     assert np.allclose(out[0], image[1:5, 2:6])  # a same-size crop is a copy
     assert np.allclose(out[1], image[1:5, 2:6][:, ::-1])
-    half = crop_resize_packed(torch, data, {**meta, "box": torch.tensor([[0.0, 0.0, 8.0, 6.0]] * 2)}, side=2).numpy()
+    half = crop_resize_packed(data, {**meta, "box": torch.tensor([[0.0, 0.0, 8.0, 6.0]] * 2)}, side=2).numpy()
     rows = image[[1, 4]].astype(float)  # y = 1.0 and 4.0; x = 1.5 and 5.5: the mean of two neighbours
     assert np.allclose(half[0], 0.5 * (rows[:, [1, 5]] + rows[:, [2, 6]]))
 

@@ -3,7 +3,8 @@
 DALI reads nothing by itself here. A batch-mode `fn.external_source` callback, run by DALI in
 the consumer's thread while its own threads decode earlier batches, reads the encoded bytes of
 each batch of `OrderSpec.batches(epoch)` with `SampleReader`, parses their headers and draws
-the crop boxes with the same `Augment.box` and the same per-batch RNG key as the workers engine.
+the crop boxes with the same `Augment.box` and the same per-batch RNG key (`BatchKey`) as the
+workers engine.
 DALI decodes only the box's pixel region (`fn.decoders.image_slice`, ROI decoding; on the GPU
 with `device="mixed"`, hardware JPEG decoder included) and `fn.resize` maps the exact
 (sub-pixel) box to `size` x `size`, mirrored by swapping the box's x ends. So order, sharding,
@@ -14,7 +15,6 @@ buffer shuffle seeded per pipeline) and cannot follow an order given from outsid
 """
 from __future__ import annotations
 
-import importlib.util
 import math
 import re
 import sys
@@ -29,19 +29,19 @@ import numpy as np
 from ..errors import OptionError, SampleError, WorkerError, require
 from ..image.boxes import Augment
 from ..image.pil import Opened, decode_rgb, open_image
-from ..parallel import worker_pool
+from ..options import LoaderOptions
+from ..parallel import resolve_workers, worker_pool
 from ..samples import SampleReader, SampleSource
-from ..system import gpu_present
-from .base import Batch
+from .base import Batch, BatchKey, sample_failure
 
 DEFAULT_HW_DECODER_LOAD = 0.65  # DALI's own default: share of JPEGs for the hardware decoder
+DEFAULT_PREFETCH = 2  # DALI's own default queue depth
 INLINE_CHECK_FILES = 64  # folders up to this size are validated in-process (no pool start-up)
-_SKIP_HINT = " (pass on_error='skip' to skip such samples)"
 _FAILED_SAMPLE = re.compile(r"[Ff]ailed to decode sample #(\d+)")
 _SOF = {0xC0, 0xC1, 0xC2}  # baseline, extended, progressive Huffman JPEG
 
 
-# ---------------------------------------------------------------- device and availability
+# ---------------------------------------------------------------- device
 
 
 def cuda_device_id(device: Any) -> int | None:
@@ -62,19 +62,6 @@ def cuda_device_id(device: Any) -> int | None:
     if match:
         return int(match[1])
     raise OptionError(f"device={device!r} is not usable with backend='dali' (use None, 'cpu', 'cuda' or 'cuda:N')")
-
-
-def dali_fits(device: Any) -> bool:
-    """`backend="auto"` picks DALI when `device` is a CUDA device, a GPU is there and DALI is installed.
-
-    Without a CUDA device the workers engine is the CPU engine: DALI's CPU mode is for tests.
-    """
-    try:
-        if cuda_device_id(device) is None or importlib.util.find_spec("nvidia.dali") is None:
-            return False
-    except (OptionError, ImportError, ValueError):
-        return False
-    return gpu_present()
 
 
 # ---------------------------------------------------------------- index-time validation
@@ -227,7 +214,7 @@ class _Feed:
 
     def _prepare(self, batch_no: int) -> tuple[_Planned, tuple[list[np.ndarray], ...] | None]:
         """Read, size and place every sample of batch `batch_no`; same RNG key as the workers engine."""
-        rng = np.random.default_rng((self._seed, self._epoch, self._rank, batch_no))
+        rng = BatchKey(self._seed, self._epoch, self._rank, batch_no).rng()
         encoded, anchors, shapes, starts, ends = [], [], [], [], []
         delivered: list[int] = []
         skipped: list[tuple[int, str]] = []
@@ -240,8 +227,9 @@ class _Feed:
                 except SampleError as exc:
                     reason = str(exc)
             if reason is not None:
-                if self._on_error == "raise":
-                    return self._failed(batch_no, SampleError(f"{self._source.path_of(index)}: {reason}{_SKIP_HINT}")), None
+                failure = sample_failure(self._on_error, self._source.path_of(index), reason)
+                if failure is not None:
+                    return self._failed(batch_no, failure), None
                 skipped.append((index, reason))
                 continue
             (left, top, right, bottom), flip = self._augment.box(width, height, rng)
@@ -267,25 +255,30 @@ class _Feed:
 
 
 class DaliEngine:
-    """A DALI pipeline fed in iofeed's order: uint8 NHWC batches on the CPU or on a GPU."""
+    """A DALI pipeline fed in iofeed's order: uint8 NHWC batches on the CPU or on a GPU.
+
+    `options.workers` is DALI's thread count (all cores by default), `options.prefetch` its
+    queue depth (DALI's default of 2). On a GPU, batches stay there unless the adapter wants
+    host arrays (`options.host`): then the engine copies them to the host itself."""
 
     name = "dali"
 
     def __init__(
-        self, source: SampleSource, augment: Augment, batch_size: int, threads: int, prefetch: int,
-        on_error: str, seed: int, device: Any = None, hw_decoder_load: float = DEFAULT_HW_DECODER_LOAD,
+        self, source: SampleSource, options: LoaderOptions, hw_decoder_load: float = DEFAULT_HW_DECODER_LOAD,
     ) -> None:
         require("nvidia.dali", "dali")
         if not 0.0 <= hw_decoder_load <= 1.0:
             raise OptionError(f"hw_decoder_load must be in [0, 1], got {hw_decoder_load}")
-        self._source, self._augment, self._seed = source, augment, seed
-        self.batch_size, self.threads, self.prefetch = batch_size, threads, prefetch
-        self.device_id = cuda_device_id(device)
+        self._source, self._augment, self._seed = source, options.augmentation, options.seed
+        self.batch_size, self.threads = options.batch_size, resolve_workers(options.workers)
+        self.prefetch = DEFAULT_PREFETCH if options.prefetch is None else options.prefetch
+        self.device_id = cuda_device_id(options.device)
+        self.host = options.host
         self.hw_decoder_load = hw_decoder_load
-        self._bad = validate_folder(source, threads)  # index -> reason; DALI failures are added
+        self._bad = validate_folder(source, self.threads)  # index -> reason; DALI failures are added
         self._checked = len(source) if source.kind == "folder" else 0
-        self._feed = _Feed(source, augment, seed, on_error, self._bad)
-        self._on_error = on_error
+        self._feed = _Feed(source, self._augment, self._seed, options.on_error, self._bad)
+        self._on_error = options.on_error
         self._pipe: Any = None
         self._state = "idle"  # "running": an epoch may have outputs queued; "ended": needs reset()
 
@@ -399,8 +392,9 @@ class DaliEngine:
             raise WorkerError(f"DALI failed{where}: {_first_line(exc)}") from None
         index = int(planned.indices[int(match[1])])
         reason = "corrupt or truncated image (DALI could not decode it)"
-        if self._on_error == "raise":
-            raise SampleError(f"{self._source.path_of(index)}: {reason}{_SKIP_HINT}") from None
+        failure = sample_failure(self._on_error, self._source.path_of(index), reason)
+        if failure is not None:
+            raise failure from None
         self._bad[index] = reason
 
     def _consumer_stream(self) -> Any:
@@ -416,9 +410,12 @@ class DaliEngine:
 
     def _host_or_device(self, images: Any) -> Any:
         """A CPU batch as a zero-copy, writable numpy array (the buffer keeps DALI's tensor alive);
-        a GPU batch as a DLPack-capable DALI tensor (`__dlpack__` syncs the consumer's stream)."""
+        a GPU batch copied to such an array when the adapter wants host arrays, else as a
+        DLPack-capable DALI tensor (`__dlpack__` syncs the consumer's stream)."""
         tensor = images.as_tensor()
-        return np.asarray(tensor) if self.device_id is None else tensor
+        if self.device_id is None:
+            return np.asarray(tensor)
+        return np.asarray(tensor.as_cpu()) if self.host else tensor
 
     def _shutdown(self) -> None:
         pipe, self._pipe, self._state = self._pipe, None, "idle"

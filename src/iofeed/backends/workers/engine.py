@@ -15,9 +15,10 @@ import numpy as np
 
 from ...errors import OptionError, SampleError, WorkerError
 from ...image.boxes import Augment
+from ...options import LoaderOptions
 from ...parallel import resolve_workers, safe_context
 from ...samples import SampleReader, SampleSource
-from ..base import Batch
+from ..base import Batch, BatchKey, sample_failure
 from .autotune import Window, decide
 from .packing import PackedLayout
 from .slots import Layout, SlotLayout, default_memory_budget, default_prefetch
@@ -31,7 +32,7 @@ class _Task:
     batch_no: int
     slot: int
     indices: np.ndarray
-    rng_key: tuple[int, ...]
+    key: BatchKey
 
 
 @dataclass(frozen=True)
@@ -77,7 +78,7 @@ def _run_task(
     slot_payload: Any, labels: np.ndarray,
 ) -> _Done:
     """Fill one slot; failures become `skipped` entries or an error report, never an exception."""
-    rng = np.random.default_rng(task.rng_key)
+    rng = task.key.rng()
     delivered: list[int] = []
     skipped: list[tuple[int, str]] = []
     for index in task.indices:
@@ -85,9 +86,9 @@ def _run_task(
         try:
             layout.write(slot_payload, len(delivered), reader, source, index, augment, rng)
         except SampleError as exc:
-            if on_error == "raise":
-                error = f"{source.path_of(index)}: {exc} (pass on_error='skip' to skip such samples)"
-                return _Done(task.generation, task.batch_no, task.slot, np.empty(0, np.int64), [], error, True)
+            failure = sample_failure(on_error, source.path_of(index), str(exc))
+            if failure is not None:
+                return _Done(task.generation, task.batch_no, task.slot, np.empty(0, np.int64), [], str(failure), True)
             skipped.append((index, str(exc)))
             continue
         except Exception:  # noqa: BLE001 - reported to the consumer with the traceback
@@ -117,12 +118,11 @@ class WorkerEngine:
 
     name = "workers"
 
-    def __init__(
-        self, source: SampleSource, augment: Augment, layout: Layout, workers: int, max_workers: int,
-        on_error: str, seed: int, autotune: bool = False,
-    ) -> None:
-        self._source, self._augment, self._on_error, self._seed = source, augment, on_error, seed
-        self._initial, self.max_workers, self.autotune = workers, max_workers, autotune
+    def __init__(self, source: SampleSource, options: LoaderOptions, layout: Layout) -> None:
+        self._source, self._augment, self._on_error, self._seed = (
+            source, options.augmentation, options.on_error, options.seed)
+        self.max_workers, self.autotune = resolve_workers(options.workers), options.workers is None
+        self._initial = 1 if self.autotune else self.max_workers
         self.layout = layout
         self._generation = 0
         self._workers: list[_Worker] = []
@@ -204,7 +204,7 @@ class WorkerEngine:
         submitted = needed = start
         while needed < len(batches):
             while free and submitted < len(batches) and submitted - needed < self._depth():
-                key = (self._seed, epoch, rank, submitted)
+                key = BatchKey(self._seed, epoch, rank, submitted)
                 self._send(_Task(generation, submitted, free.pop(), batches[submitted], key))
                 submitted += 1
             asked = time.perf_counter()
@@ -325,22 +325,17 @@ def _shutdown(workers: list[_Worker], shm: shared_memory.SharedMemory) -> None:
         pass
 
 
-def make_worker_engine(
-    source: SampleSource, augment: Augment, batch_size: int, workers: int | None, prefetch: int | None,
-    on_error: str, seed: int, memory_budget: int | None, packed: bool = False,
-) -> WorkerEngine:
+def make_worker_engine(source: SampleSource, options: LoaderOptions) -> WorkerEngine:
     """A workers engine: `workers=None` autotunes up to all cores; slots fit `memory_budget`.
 
-    `packed` slots carry stored pixels and crop boxes for augmenting on the device
-    (`gpu_augment`) instead of augmented images."""
-    max_workers = resolve_workers(workers)
-    if prefetch is not None and prefetch < 1:
-        raise OptionError(f"prefetch must be >= 1, got {prefetch}")
-    budget = default_memory_budget() if memory_budget is None else memory_budget
+    With `gpu_augment`, packed slots carry stored pixels and crop boxes for augmenting on the
+    device instead of augmented images."""
+    max_workers, prefetch, batch_size = resolve_workers(options.workers), options.prefetch, options.batch_size
+    budget = default_memory_budget() if options.memory_budget is None else options.memory_budget
     def layout(slots: int) -> Layout:
-        if packed:
+        if options.gpu_augment:
             return PackedLayout.for_source(source, slots, batch_size)
-        return SlotLayout(slots, batch_size, augment.size)
+        return SlotLayout(slots, batch_size, options.image_size)
 
     slot_bytes = layout(1).total_bytes
     wanted = (default_prefetch(max_workers) if prefetch is None else prefetch) + 1
@@ -350,6 +345,4 @@ def make_worker_engine(
             f"memory_budget={budget:,} bytes holds fewer than 2 batches of {slot_bytes:,} bytes: "
             "raise it, or lower batch_size or image_size"
         )
-    autotune = workers is None
-    return WorkerEngine(source, augment, layout(slots), 1 if autotune else max_workers, max_workers,
-                        on_error, seed, autotune)
+    return WorkerEngine(source, options, layout(slots))
