@@ -77,20 +77,6 @@ def test_corrupt_folder_files_are_found_at_index_time(tmp_path, monkeypatch, inl
         assert all("bad" in example for example in ld.stats.skipped_examples)
 
 
-def test_batches_of_only_bad_files_come_out_empty(tmp_path):
-    root = make_colour_tree(tmp_path / "t", per_class=3, corrupt=2)  # unshuffled: samples 3, 4 are bad
-    with iofeed.loader(root, split="val", batch_size=1, backend="dali", workers=1) as ld:
-        sizes = [len(labels) for _, labels in ld]
-    assert len(sizes) == 14 and sizes[3] == sizes[4] == 0 and sum(sizes) == 12
-
-
-def test_on_error_raise_names_the_file(tmp_path):
-    root = make_colour_tree(tmp_path / "t", per_class=3, corrupt=1)
-    with iofeed.loader(root, batch_size=14, backend="dali", workers=1, on_error="raise", drop_last=False) as ld:
-        with pytest.raises(SampleError, match="bad0.jpg"):
-            list(ld)
-
-
 @pytest.mark.parametrize("on_error", ["skip", "raise"])
 def test_a_file_dali_cannot_decode_mid_epoch(tmp_path, monkeypatch, on_error):
     """Validation bypassed: DALI stops on the file; the engine names it, then skips it or raises."""
@@ -153,21 +139,6 @@ def test_missing_dali_is_a_one_line_error(colour_dataset, monkeypatch):
     with pytest.raises(MissingDependencyError, match=r"pip install 'iofeed\[dali\]'") as info:
         iofeed.loader(colour_dataset, batch_size=4, backend="dali")
     assert "\n" not in str(info.value)
-
-
-def test_auto_without_gpu_picks_workers(colour_dataset, monkeypatch):
-    monkeypatch.setattr(dali_engine, "gpu_present", lambda: False)
-    for device in (None, "cpu", "cuda"):
-        with iofeed.loader(colour_dataset, batch_size=4, backend="auto", workers=1, device=device) as ld:
-            assert ld.stats.settings["backend"] == "workers"
-
-
-def test_auto_choice(monkeypatch):
-    monkeypatch.setattr(dali_engine, "gpu_present", lambda: True)
-    assert dali_engine.dali_fits("cuda") and dali_engine.dali_fits("cuda:1")
-    assert not dali_engine.dali_fits(None) and not dali_engine.dali_fits("cpu")
-    monkeypatch.setitem(sys.modules, "nvidia.dali", None)
-    assert not dali_engine.dali_fits("cuda")
 
 
 def test_device_ids():
@@ -239,18 +210,6 @@ def test_dali_batches_stay_exact_while_the_consumer_stream_lags(colour_dataset):
     reference, lagging = run(False), run(True)
     assert len(reference) == len(lagging) > 2
     assert all(torch.equal(a, b) for a, b in zip(reference, lagging))
-
-
-def test_numpy_adapter_copies_dali_tensors_to_the_host():
-    """The numpy (and so tf) adapter takes DALI's tensors through `as_cpu()`: real DALI tensors here."""
-    from nvidia.dali import backend as dali_backend
-
-    from iofeed.adapters.numpy import to_numpy
-    from iofeed.backends.base import Batch
-
-    pixels = np.random.default_rng(0).integers(0, 256, (2, 8, 8, 3), dtype=np.uint8)
-    images, labels = to_numpy(Batch(dali_backend.TensorCPU(pixels), np.arange(2), np.arange(2)))
-    assert isinstance(images, np.ndarray) and np.array_equal(images, pixels) and labels.tolist() == [0, 1]
 
 
 @pytest.mark.gpu

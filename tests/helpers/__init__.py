@@ -1,0 +1,1 @@
+"""Test helpers importable from any test (and from scripts the tests run)."""
