@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from .backends.base import Backend, Batch
+from .device import loader_device
 from .errors import OptionError
 from .image.boxes import Augment
 from .order import OrderSpec
@@ -186,6 +187,7 @@ def loader(
     if image_size < 8:
         raise OptionError(f"image_size must be >= 8, got {image_size}")
     train = split == "train" if augment is None else bool(augment)
+    device = loader_device(device)  # once: engine and adapter work on the same GPU
     data = open_source(source, split)
     if rank is None or world_size is None:
         rank, world_size = distributed_rank_world()
