@@ -106,7 +106,6 @@ import json, sys
 import numpy as np
 import iofeed
 from conftest import label_from_pixels
-from cuda_mark import gpu
 with iofeed.loader(sys.argv[1], batch_size=4, image_size=32, workers=1, drop_last=False) as ld:
     indices, labels_ok = [], True
     for images, labels in ld:
