@@ -17,6 +17,7 @@ from iofeed.format.manifest import Manifest
 from iofeed.prepare.run import ImagePolicy, preprocess
 from iofeed.format.table import RAW, load_sources
 from conftest import label_from_pixels, state_after
+from cuda_mark import gpu
 
 MIXED_THRESHOLD = 30_000  # the colour tree's stored images span 22,400–46,536 pixels
 
@@ -124,20 +125,25 @@ def test_truncated_raw_shard_is_skipped_and_counted(tmp_path, colour_tree):
     assert skipped > 0 and delivered + skipped == len(ld.source)
 
 
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=[pytest.mark.gpu, gpu])])
 @pytest.mark.parametrize("train", [True, False])
-def test_gpu_augment_matches_the_cpu_path(mixed_dataset, train):
-    """Same samples, boxes and flips as CPU augmentation: the pictures agree but for resampling."""
+def test_gpu_augment_matches_the_cpu_path(mixed_dataset, train, device):
+    """Same samples, boxes and flips as CPU augmentation (on the CPU), run on `device`: the pictures
+    agree but for resampling."""
     torch = pytest.importorskip("torch")
     runs = {}
-    for gpu_augment in (False, True):
+    for gpu_augment, where in ((False, "cpu"), (True, device)):
         with iofeed.loader(mixed_dataset, batch_size=4, workers=2, seed=6, augment=train, framework="torch",
-                           device="cpu", gpu_augment=gpu_augment, drop_last=False) as ld:
-            runs[gpu_augment] = [(ld.last_indices.copy(), images.clone(), labels.clone()) for images, labels in ld]
+                           device=where, gpu_augment=gpu_augment, drop_last=False) as ld:
+            runs[gpu_augment] = []
+            for images, labels in ld:
+                assert images.device.type == labels.device.type == torch.device(where).type
+                runs[gpu_augment].append((ld.last_indices.copy(), images.to("cpu", copy=True), labels.to("cpu", copy=True)))
     assert len(runs[True]) == len(runs[False]) == 8  # 32 train samples
-    for (i_gpu, gpu, l_gpu), (i_cpu, cpu, l_cpu) in zip(runs[True], runs[False], strict=True):
+    for (i_gpu, on_device, l_gpu), (i_cpu, cpu, l_cpu) in zip(runs[True], runs[False], strict=True):
         assert np.array_equal(i_gpu, i_cpu) and torch.equal(l_gpu, l_cpu)
-        assert gpu.shape == cpu.shape == (4, 3, 224, 224) and gpu.is_contiguous(memory_format=torch.channels_last)
-        blocks = [torch.nn.functional.avg_pool2d(x, 8) for x in (gpu, cpu)]  # another box or flip: far apart
+        assert on_device.shape == cpu.shape == (4, 3, 224, 224) and on_device.is_contiguous(memory_format=torch.channels_last)
+        blocks = [torch.nn.functional.avg_pool2d(x, 8) for x in (on_device, cpu)]  # another box or flip: far apart
         assert (blocks[0] - blocks[1]).abs().mean() < 0.05
 
 

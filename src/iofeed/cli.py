@@ -105,12 +105,12 @@ def _cmd_bench(args: argparse.Namespace) -> None:
     from .benchmark.run import run_benchmark
 
     options = BenchOptions(
-        source=args.source, model=args.model, batch_size=args.batch_size, image_size=args.image_size,
+        source=args.source, model=args.model, device=args.device, batch_size=args.batch_size, image_size=args.image_size,
         feeds=parse_feeds(args.feeds), seconds=args.seconds, rounds=args.rounds, warmup=args.warmup,
         workers=args.workers, seed=args.seed, warm_cache=not args.no_warm_cache,
         json_path=args.json, plot_path=args.plot,
     )
-    flags = {"--model": args.model, "--batch-size": args.batch_size, "--image-size": args.image_size,
+    flags = {"--model": args.model, "--device": args.device, "--batch-size": args.batch_size, "--image-size": args.image_size,
              "--feeds": args.feeds, "--seconds": args.seconds, "--rounds": args.rounds, "--warmup": args.warmup,
              "--workers": args.workers, "--seed": args.seed, "--json": args.json, "--plot": args.plot}
     command = " ".join(["iofeed bench", *([str(args.source)] if args.source else []),
@@ -119,6 +119,8 @@ def _cmd_bench(args: argparse.Namespace) -> None:
     record, json_path, png_path = run_benchmark(options, command)
     print(table(record))
     print(f"page cache: {record['page_cache']['state']}; results: {json_path} and {png_path}")
+    if not record["complete"]:
+        raise KeyboardInterrupt  # the table of what was measured is printed; the exit status says interrupted
 
 
 def _cmd_doctor(args: argparse.Namespace) -> None:
@@ -177,7 +179,8 @@ def build_parser() -> argparse.ArgumentParser:
     bench = sub.add_parser("bench", help="measure loaders side by side: images/sec, CPU, memory (and GPU)")
     bench.add_argument("source", type=Path, nargs="?", default=None,
                        help="image folder or iofeed dataset (default: the Caltech-256 stand-in in data/c256, made if missing)")
-    bench.add_argument("--model", default=None, help="resnet50, resnet18 or none (default: resnet50 with a GPU, none without)")
+    bench.add_argument("--model", default=None, help="resnet50, resnet18 or none (default: resnet50 on the GPU, none on the CPU)")
+    bench.add_argument("--device", default=None, help="cpu or cuda (default: cuda when PyTorch sees a GPU)")
     bench.add_argument("--batch-size", type=int, default=64)
     bench.add_argument("--image-size", type=int, default=224, help="output side in pixels (default 224)")
     bench.add_argument("--feeds", default=None, help=f"comma-separated, from: {', '.join(CATALOGUE)} (default: all that can run)")

@@ -14,6 +14,7 @@ from .adapters.base import Adapter
 from .adapters.registry import ADAPTERS
 from .backends.base import Backend, Batch
 from .backends.select import make_engine
+from .device import loader_device
 from .errors import OptionError
 from .options import LoaderOptions
 from .order import OrderSpec
@@ -204,7 +205,7 @@ def loader(
     """
     options = LoaderOptions(
         batch_size=batch_size, split=split, image_size=image_size, augment=augment, framework=framework,
-        device=device, dtype=dtype, backend=backend, workers=workers, prefetch=prefetch, seed=seed, rank=rank,
+        device=loader_device(device), dtype=dtype, backend=backend, workers=workers, prefetch=prefetch, seed=seed, rank=rank,
         world_size=world_size, drop_last=drop_last, on_error=on_error, memory_budget=memory_budget,
         gpu_augment=gpu_augment,
     )

@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from ..device import loader_device
 from ..errors import OptionError, SampleError, WorkerError, require
 from ..image.boxes import Augment
 from ..image.pil import Opened, decode_rgb, open_image
@@ -46,22 +47,23 @@ _SOF = {0xC0, 0xC1, 0xC2}  # baseline, extended, progressive Huffman JPEG
 
 def cuda_device_id(device: Any) -> int | None:
     """DALI's `device_id` for the loader's `device`: None for the CPU, else the CUDA ordinal."""
-    if device is None:
+    resolved = loader_device(device)
+    return None if resolved == "cpu" else int(resolved.split(":")[1])
+
+
+def consumer_stream(device_id: int | None) -> Any:
+    """PyTorch's current CUDA stream on `device_id` when DALI runs there and PyTorch has
+    initialised CUDA, else None: what to pass to `pipe.run()`.
+
+    DALI binds its outputs to this stream: the consumer's kernels wait for them without a host
+    sync, and DALI frees each output in that stream's order, after the kernels queued on it have
+    read it. Without a stream the outputs are host-synchronous and freed as soon as the last
+    reference goes, possibly before queued kernels have read them.
+    """
+    torch = sys.modules.get("torch")
+    if device_id is None or torch is None or not torch.cuda.is_initialized():
         return None
-    if isinstance(device, int) and not isinstance(device, bool):
-        return device
-    text = str(device)
-    if text == "cpu":
-        return None
-    if text == "cuda":
-        torch = sys.modules.get("torch")
-        if torch is not None and torch.cuda.is_initialized():
-            return int(torch.cuda.current_device())
-        return 0
-    match = re.fullmatch(r"cuda:(\d+)", text)
-    if match:
-        return int(match[1])
-    raise OptionError(f"device={device!r} is not usable with backend='dali' (use None, 'cpu', 'cuda' or 'cuda:N')")
+    return torch.cuda.current_stream(device_id)
 
 
 # ---------------------------------------------------------------- index-time validation
@@ -353,7 +355,7 @@ class DaliEngine:
         while True:
             yield from self._unfed(pending)
             try:
-                (images,) = self._pipe.run(self._consumer_stream())
+                (images,) = self._pipe.run(consumer_stream(self.device_id))
             except StopIteration:
                 self._state = "ended"
                 yield from self._unfed(pending)
@@ -396,17 +398,6 @@ class DaliEngine:
         if failure is not None:
             raise failure from None
         self._bad[index] = reason
-
-    def _consumer_stream(self) -> Any:
-        """PyTorch's current CUDA stream when the pipeline runs on a GPU and PyTorch has initialised
-        CUDA, else None. DALI binds its outputs to this stream: the consumer's kernels wait for them
-        without a host sync, and DALI frees each output in that stream's order, after the kernels
-        queued on it have read it. Without a stream the outputs are host-synchronous and freed as
-        soon as the last reference goes, possibly before queued kernels have read them."""
-        torch = sys.modules.get("torch")
-        if self.device_id is None or torch is None or not torch.cuda.is_initialized():
-            return None
-        return torch.cuda.current_stream(self.device_id)
 
     def _host_or_device(self, images: Any) -> Any:
         """A CPU batch as a zero-copy, writable numpy array (the buffer keeps DALI's tensor alive);

@@ -7,18 +7,20 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from ..errors import IofeedError, require
+from ..errors import IofeedError, OptionError, require
 from ..prepare.scan import find_class_root
 from .feeds import BASELINE, CATALOGUE, CEILING, FEEDS, FeedSpec, dali_installed
 from .inputs import CacheState, Inputs, data_files, resolve_inputs, warm_page_cache
-from .measure import FeedRun, measure
+from .measure import FeedRun, measure, memory_metric
 from .options import BenchOptions
 
 
-def pick_device() -> str:
-    """"cuda" when PyTorch sees a GPU, else "cpu"."""
+def pick_device(asked: str | None) -> str:
+    """`asked` ("cpu" or "cuda"; a GPU must be there for "cuda"), else "cuda" when PyTorch sees a GPU."""
     torch = require("torch", "bench")
-    return "cuda" if torch.cuda.is_available() else "cpu"
+    if asked == "cuda" and not torch.cuda.is_available():
+        raise OptionError("--device cuda, but PyTorch sees no CUDA GPU (use --device cpu)")
+    return asked or ("cuda" if torch.cuda.is_available() else "cpu")
 
 
 def _classes(inputs: Inputs) -> int:
@@ -55,16 +57,24 @@ def plan_feeds(names: tuple[str, ...], inputs: Inputs, options: BenchOptions, de
 
 
 def run_benchmark(options: BenchOptions, command: str) -> tuple[dict[str, Any], Path, Path]:
-    """Measure, write the JSON and PNG, and return (record, JSON path, PNG path)."""
-    options.check(CATALOGUE)
-    names = options.feeds or CATALOGUE
-    device = pick_device()
+    """Measure, write the JSON (after every round, atomically) and the PNG; return (record, JSON
+    path, PNG path). After Ctrl-C the record holds the windows measured so far, `"complete": false`."""
+    options.check(tuple(CATALOGUE))
+    names = options.feeds or tuple(CATALOGUE)
+    device = pick_device(options.device)
     model = options.model or ("resnet50" if device == "cuda" else "none")
     needed = {FEEDS.caps(n).reads for n in names if not (FEEDS.caps(n).gpu_augment and device != "cuda")}
     inputs = resolve_inputs(options.source, needed, options.progress)
     specs, skipped = plan_feeds(names, inputs, options, device, model)
     cache = (warm_page_cache(data_files(inputs), options.progress) if options.warm_cache
              else CacheState("as found", 0, 0, 0.0))
+    from .machine import describe_machine
+    from .plot import plot
+    from .report import build_record, feed_records, write_json
+
+    now = datetime.now(timezone.utc)
+    json_path, png_path = options.outputs(now)
+    machine = describe_machine(device == "cuda", inputs.notes)  # before measuring: a late NVML error loses nothing
     gpu = None
     if device == "cuda":
         from .gpu import GpuSampler
@@ -73,39 +83,47 @@ def run_benchmark(options: BenchOptions, command: str) -> tuple[dict[str, Any], 
             gpu = GpuSampler()
         except IofeedError as exc:  # nvidia-ml-py missing, or NVML unable to read the GPU
             inputs.notes.append(f"no GPU utilisation: {exc}")
+    runs = [FeedRun(spec) for spec in specs]
+    order = {name: i for i, name in enumerate(names + (CEILING,))}
+
+    def record(complete: bool) -> dict[str, Any]:
+        done = sorted(runs + skipped, key=lambda r: order[r.spec.name])
+        return build_record(
+            created=now.isoformat(timespec="seconds"),
+            complete=complete,
+            command=command,
+            machine=machine,
+            page_cache=asdict(cache),
+            settings={"batch_size": options.batch_size, "image_size": options.image_size, "model": model,
+                      "device": device, "seconds_per_feed": options.seconds, "rounds": options.rounds,
+                      "window_seconds": options.window_seconds, "warmup_seconds": options.warmup,
+                      "workers": options.workers or os.cpu_count() or 1, "seed": options.seed,
+                      "memory_metric": memory_metric()},
+            inputs={"folder": _text(inputs.folder), "dataset": _text(inputs.dataset), "raw": _text(inputs.raw),
+                    "missing": inputs.missing,
+                    "notes": inputs.notes + (gpu.notes() if gpu is not None else [])},
+            baseline=BASELINE,
+            feeds=feed_records(done, options.image_size, gpu),
+            gpu_timeline=[asdict(s) for s in gpu.samples] if gpu is not None else [],
+        )
+
     try:
-        runs, metric = measure(specs, options.rounds, options.window_seconds, options.warmup, gpu, options.progress)
+        measure(runs, options.rounds, options.window_seconds, options.warmup, gpu, options.progress,
+                after_round=lambda rounds: write_json(record(False), json_path))
+    except KeyboardInterrupt:
+        for run in runs:
+            if run.status == "ok" and not run.windows:
+                run.stop("skipped", "not measured: the run was interrupted before its first window")
+        complete = False
+    else:
+        complete = True
     finally:
         if gpu is not None:
             gpu.close()
-    order = {name: i for i, name in enumerate(names + (CEILING,))}
-    runs = sorted(runs + skipped, key=lambda r: order[r.spec.name])
-    from .machine import describe_machine
-    from .report import build_record, feed_records, write_json
-
-    now = datetime.now(timezone.utc)
-    record = build_record(
-        created=now.isoformat(timespec="seconds"),
-        command=command,
-        machine=describe_machine(device == "cuda"),
-        page_cache=asdict(cache),
-        settings={"batch_size": options.batch_size, "image_size": options.image_size, "model": model,
-                  "device": device, "seconds_per_feed": options.seconds, "rounds": options.rounds,
-                  "window_seconds": options.window_seconds, "warmup_seconds": options.warmup,
-                  "workers": options.workers or os.cpu_count() or 1, "seed": options.seed, "memory_metric": metric},
-        inputs={"folder": _text(inputs.folder), "dataset": _text(inputs.dataset), "raw": _text(inputs.raw),
-                "missing": inputs.missing,
-                "notes": inputs.notes},
-        baseline=BASELINE,
-        feeds=feed_records(runs, options.image_size, gpu),
-        gpu_timeline=[asdict(s) for s in gpu.samples] if gpu is not None else [],
-    )
-    json_path, png_path = options.outputs(now)
-    write_json(record, json_path)
-    from .plot import plot
-
-    plot(record, png_path)
-    return record, json_path, png_path
+    result = record(complete)
+    write_json(result, json_path)
+    plot(result, png_path)
+    return result, json_path, png_path
 
 
 def _text(path: Path | None) -> str | None:

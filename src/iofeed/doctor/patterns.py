@@ -90,7 +90,7 @@ def _short(trace: Trace, samples: int, seconds: float) -> Finding:
 
 
 def _unused(trace: Trace) -> Finding:
-    peak = float(trace.gpu_util.max(initial=0.0))
+    peak = float(np.nanmax(trace.gpu_util, initial=0.0))
     return Finding(
         "gpu-unused", "the command never used the GPU",
         [f"{trace.gpus} GPU(s), highest utilisation {peak:.0f}% over {float(trace.t[-1]):.0f} s"],

@@ -27,7 +27,7 @@ def to_dict(checkup: Checkup) -> dict[str, Any]:
         rec = checkup.recording
         stride = max(1, math.ceil(len(rec.trace.t) / MAX_JSON_SAMPLES))
         trace = {"command": rec.command, "exit_code": rec.exit_code, "seconds": rec.seconds,
-                 "interrupted": rec.interrupted, "summary": summarize(rec.trace),
+                 "interrupted": rec.interrupted, "notes": rec.notes, "summary": summarize(rec.trace),
                  "stride": stride, "samples": _thinned(rec.trace, stride)}
     return {"format": FORMAT, "version": VERSION, "environment": env, "data": data, "trace": trace,
             "findings": [{"area": area, **asdict(f)} for area, f in _areas(checkup)]}
@@ -114,4 +114,4 @@ def _trace(checkup: Checkup) -> list[str]:
                     if loaders is not None else "no working loader processes"))
     if not s["gpus"]:
         lines.append("  no GPU: the GPU patterns were not looked for")
-    return lines
+    return lines + [f"  note: {note}" for note in rec.notes]
