@@ -112,13 +112,22 @@ def test_a_mig_instance_is_found_by_its_uuid():
 
 
 def test_auto_does_not_pick_dali_when_every_gpu_is_hidden(monkeypatch):
-    dali = pytest.importorskip("iofeed.backends.dali")
+    from iofeed.backends import select
+    from iofeed.backends.registry import ENGINES
+    from iofeed.options import LoaderOptions
+
+    class JpegSource:
+        def has_raw(self) -> bool:
+            return False
+
     monkeypatch.setitem(sys.modules, "pynvml", four_gpus())
-    monkeypatch.setattr(dali.importlib.util, "find_spec", lambda name: object())  # "DALI is installed"
+    monkeypatch.setattr(select, "_installed", lambda module: True)  # "DALI is installed"
+    options = LoaderOptions(batch_size=4, device="cuda:0")
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
-    assert system.visible_gpu_count() == 0 and not system.gpu_present() and not dali.dali_fits("cuda")
+    assert system.visible_gpu_count() == 0 and not system.gpu_present()
+    assert not select.fits(ENGINES.caps("dali"), options, JpegSource())
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,3")
-    assert system.visible_gpu_count() == 2 and dali.dali_fits("cuda")
+    assert system.visible_gpu_count() == 2 and select.fits(ENGINES.caps("dali"), options, JpegSource())
 
 
 def test_gpu_info_describes_the_visible_gpu(monkeypatch):
