@@ -9,14 +9,15 @@ import numpy as np
 import pytest
 
 import iofeed
+from helpers.images import label_from_pixels
+from helpers.runs import state_after
 from iofeed.cli import main
-from iofeed.samples import SampleReader, open_source
 from iofeed.errors import OptionError
-from iofeed.image.pil import open_rgb, resize_shorter
 from iofeed.format.manifest import Manifest
-from iofeed.prepare.run import ImagePolicy, preprocess
 from iofeed.format.table import RAW, load_sources
-from conftest import label_from_pixels, state_after
+from iofeed.image.pil import open_rgb, resize_shorter
+from iofeed.prepare.run import ImagePolicy, preprocess
+from iofeed.samples import SampleReader, open_source
 
 MIXED_THRESHOLD = 30_000  # the colour tree's stored images span 22,400–46,536 pixels
 
@@ -108,6 +109,7 @@ def test_raw_and_jpeg_datasets_give_the_same_pictures(raw_dataset, colour_datase
     for name, source in (("raw", raw_dataset), ("jpeg", colour_dataset)):
         with iofeed.loader(source, batch_size=4, workers=1, seed=2, drop_last=False) as ld:
             runs[name] = [(ld.last_indices.copy(), images.astype(np.float64)) for images, _ in ld]
+    assert len(runs["raw"]) == 8  # 32 training samples in batches of 4
     for (i_raw, raw), (i_jpeg, jpeg) in zip(runs["raw"], runs["jpeg"], strict=True):
         assert np.array_equal(i_raw, i_jpeg)
         assert np.abs(raw - jpeg).mean() < 3.0
