@@ -241,7 +241,8 @@ class _Feed:
                     reason = str(exc)
             if reason is not None:
                 if self._on_error == "raise":
-                    return self._failed(batch_no, SampleError(f"{self._source.path_of(index)}: {reason}{_SKIP_HINT}")), None
+                    error = SampleError(f"{self._source.path_of(index)}: {reason}{_SKIP_HINT}")
+                    return self._failed(batch_no, error), None
                 skipped.append((index, reason))
                 continue
             (left, top, right, bottom), flip = self._augment.box(width, height, rng)
