@@ -135,8 +135,9 @@ def test_settings_and_dataset_sources_are_not_revalidated(colour_dataset):
     assert settings["hw_decoder_load"] is None and settings["validated_files"] == 0
 
 
+@pytest.mark.torch
 def test_torch_adapter_on_cpu(colour_dataset):
-    torch = pytest.importorskip("torch")
+    import torch
     with iofeed.loader(colour_dataset, batch_size=4, backend="dali", workers=1, seed=2) as raw:
         uint8 = np.array(next(iter(raw))[0])
     with iofeed.loader(colour_dataset, batch_size=4, backend="dali", workers=1, seed=2, framework="torch") as ld:
@@ -188,10 +189,11 @@ def test_jpeg_header_agrees_with_pillow():
         assert dali_engine.jpeg_header(data) is None
 
 
+@pytest.mark.torch
 @pytest.mark.gpu
 def test_mixed_decode_on_gpu_matches_cpu(colour_dataset):
     """device="cuda": decoded by nvJPEG on the GPU, handed over by DLPack, close to the CPU decode."""
-    torch = pytest.importorskip("torch")
+    import torch
     with iofeed.loader(colour_dataset, batch_size=4, backend="dali", workers=2, seed=3) as cpu:
         expected = np.array(next(iter(cpu))[0])
     with iofeed.loader(colour_dataset, batch_size=4, backend="dali", workers=2, seed=3, device="cuda:0") as ld:
@@ -202,9 +204,10 @@ def test_mixed_decode_on_gpu_matches_cpu(colour_dataset):
         assert (images.cpu().numpy().astype(int) - expected).__abs__().mean() < 3.0
 
 
+@pytest.mark.torch
 @pytest.mark.gpu
 def test_torch_on_cuda_gets_gpu_tensors(colour_dataset):
-    torch = pytest.importorskip("torch")
+    import torch
     with iofeed.loader(colour_dataset, batch_size=4, backend="dali", workers=2, framework="torch",
                        device="cuda") as ld:
         for images, labels in ld:
@@ -213,12 +216,13 @@ def test_torch_on_cuda_gets_gpu_tensors(colour_dataset):
         assert ld.stats.images == len(ld.source) - len(ld.source) % 4
 
 
+@pytest.mark.torch
 @pytest.mark.gpu
 def test_dali_batches_stay_exact_while_the_consumer_stream_lags(colour_dataset):
     """DALI's outputs are bound to PyTorch's stream: with ~30 ms of work queued on it before each
     batch is normalised (DALI prefetching further batches meanwhile), every batch still equals
     the one a consumer that waits for each batch gets."""
-    torch = pytest.importorskip("torch")
+    import torch
 
     def run(lagging: bool) -> list:
         kept = []

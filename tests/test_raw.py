@@ -126,10 +126,11 @@ def test_truncated_raw_shard_is_skipped_and_counted(tmp_path, colour_tree):
     assert skipped > 0 and delivered + skipped == len(ld.source)
 
 
+@pytest.mark.torch
 @pytest.mark.parametrize("train", [True, False])
 def test_gpu_augment_matches_the_cpu_path(mixed_dataset, train):
     """Same samples, boxes and flips as CPU augmentation: the pictures agree but for resampling."""
-    torch = pytest.importorskip("torch")
+    import torch
     runs = {}
     for gpu_augment in (False, True):
         with iofeed.loader(mixed_dataset, batch_size=4, workers=2, seed=6, augment=train, framework="torch",
@@ -143,9 +144,11 @@ def test_gpu_augment_matches_the_cpu_path(mixed_dataset, train):
         assert (blocks[0] - blocks[1]).abs().mean() < 0.05
 
 
+@pytest.mark.torch
 def test_gpu_augment_flip_and_box_are_exact_on_a_gradient():
     """A known image and box: the resized crop and its mirror, checked value by value."""
-    torch = pytest.importorskip("torch")
+    import torch
+
     from iofeed.adapters.torch.gpu_augment import crop_resize_packed
 
     height, width = 6, 8
@@ -174,6 +177,5 @@ def test_bad_options_for_raw(raw_dataset, colour_tree, tmp_path):
 
 @pytest.mark.dali
 def test_dali_refuses_raw_datasets(raw_dataset):
-    pytest.importorskip("nvidia.dali")
     with pytest.raises(OptionError, match="raw pixels"):
         iofeed.loader(raw_dataset, batch_size=4, backend="dali")

@@ -165,7 +165,6 @@ def test_matches_dali_wds2idx(tmp_path: Path, samples) -> None:
 
 @pytest.mark.dali
 def test_dali_reads_shards_with_indexes(tmp_path: Path, samples) -> None:
-    pytest.importorskip("nvidia.dali")
     from nvidia.dali import fn, pipeline_def, types
 
     shards, _ = write(tmp_path, samples, max_samples=3)
