@@ -9,12 +9,11 @@ import time
 
 import pytest
 
+from helpers.images import make_colour_tree
 from iofeed.benchmark.feeds import FeedSpec, FeedUnavailable, open_feed
 from iofeed.benchmark.host import consume
 from iofeed.benchmark.schema import validate
 from iofeed.cli import main
-from conftest import make_colour_tree
-from cuda_mark import gpu
 
 SIZE, BATCH = 64, 8
 
@@ -61,7 +60,9 @@ def _counted_windows(spec: FeedSpec, windows: int = 2) -> list[tuple[int, int, i
     return out
 
 
-@pytest.mark.parametrize("name", ["torchvision-1w", "iofeed-dataset", pytest.param("iofeed-dali", marks=pytest.mark.dali)])
+@pytest.mark.torch
+@pytest.mark.parametrize("name", [pytest.param("torchvision-1w", marks=pytest.mark.torchvision), "iofeed-dataset",
+                                  pytest.param("iofeed-dali", marks=pytest.mark.dali)])
 def test_reported_count_is_what_was_delivered(name, colour_tree, colour_dataset):
     source = colour_dataset if name.endswith(("dataset", "dali")) else colour_tree
     workers = 1 if name == "torchvision-1w" else 2
@@ -69,6 +70,7 @@ def test_reported_count_is_what_was_delivered(name, colour_tree, colour_dataset)
         assert batches > 0 and reported == delivered
 
 
+@pytest.mark.torch
 def test_short_batches_are_counted_by_what_they_hold(tmp_path):
     tree = make_colour_tree(tmp_path / "t", per_class=6, corrupt=6)  # skipped samples shorten batches
     windows = _counted_windows(FeedSpec("iofeed-folder", str(tree), 2, BATCH, SIZE, "cpu"))
@@ -96,11 +98,12 @@ def _bench(tmp_path, capsys, *args: str) -> dict:
     return record
 
 
-@pytest.mark.parametrize("feeds", ["torchvision-1w,iofeed-dataset,iofeed-raw",
-                                   pytest.param("iofeed-dali,dali-folder", marks=pytest.mark.dali)])
+@pytest.mark.torch
+@pytest.mark.slow
+@pytest.mark.parametrize("feeds", [
+    pytest.param("torchvision-1w,iofeed-dataset,iofeed-raw", marks=pytest.mark.torchvision),
+    pytest.param("iofeed-dali,dali-folder", marks=pytest.mark.dali)])
 def test_cli_writes_valid_results_and_plot(tmp_path, capsys, feeds):
-    if "dali" in feeds:
-        pytest.importorskip("nvidia.dali")
     tree = make_colour_tree(tmp_path / "tree", per_class=10)
     record = _bench(tmp_path, capsys, str(tree), "--feeds", feeds, "--seconds", "0.6", "--model", "none")
     assert [f["name"] for f in record["feeds"]] == feeds.split(",")
@@ -110,6 +113,9 @@ def test_cli_writes_valid_results_and_plot(tmp_path, capsys, feeds):
     assert record["complete"] is True
 
 
+@pytest.mark.torch
+@pytest.mark.torchvision
+@pytest.mark.slow
 def test_training_step_runs_on_cpu(tmp_path, capsys, colour_dataset):
     record = _bench(tmp_path, capsys, str(colour_dataset), "--feeds", "iofeed-dataset", "--model", "resnet18",
                     "--device", "cpu", "--seconds", "0.4", "--no-warm-cache")
@@ -120,8 +126,9 @@ def test_training_step_runs_on_cpu(tmp_path, capsys, colour_dataset):
     assert feed["training"]["percent_of_ceiling"] > 0 and feed["training"]["gpu_util_mean"] is None
 
 
+@pytest.mark.torch
 def test_gpu_augment_feed_needs_a_gpu(tmp_path, capsys, colour_tree):
-    torch = pytest.importorskip("torch")
+    import torch
     if torch.cuda.is_available():
         pytest.skip("this checks the CPU-only machine's report")
     out = tmp_path / "b.json"
@@ -157,6 +164,7 @@ def test_validator_names_what_is_wrong():
     assert any(p.startswith("$.feeds[0].name: expected string") for p in problems)
 
 
+@pytest.mark.torch
 def test_memory_is_sampled_around_timed_windows_never_inside(colour_dataset, monkeypatch):
     """Reading PSS of a worker mapping large shards costs ~0.1 s: it must not fall in the timed part."""
     from iofeed.benchmark import measure as bench_measure
@@ -223,7 +231,6 @@ def test_results_are_written_after_every_round_and_kept_on_ctrl_c(tmp_path, caps
 
 
 @pytest.mark.gpu
-@gpu
 @pytest.mark.slow
 def test_resnet50_bench_fits_every_feed_on_the_gpu(tmp_path, capsys):
     """Every feed, each in its own process with its own ResNet-50 at batch 256 x 224 px, on one GPU:

@@ -9,10 +9,9 @@ import pytest
 from PIL import Image
 
 import iofeed
+from helpers.images import exif_rotated_jpeg, jpeg_bytes, make_colour_tree, png_bytes, smooth_rgb
 from iofeed.backends import dali as dali_engine
 from iofeed.errors import MissingDependencyError, OptionError, SampleError
-from conftest import exif_rotated_jpeg, jpeg_bytes, make_colour_tree, png_bytes, smooth_rgb
-from cuda_mark import gpu
 
 pytestmark = pytest.mark.dali
 pytest.importorskip("nvidia.dali")
@@ -109,6 +108,7 @@ def test_abandoned_epoch_then_next_one(colour_dataset):
         got = [(ld.last_indices.copy(), np.array(images)) for images, _ in ld]
         ld.close()
         ld.close()
+    assert len(expected) == 8  # 32 training samples in batches of 4
     for (i1, x1), (i2, x2) in zip(expected, got, strict=True):
         assert np.array_equal(i1, i2) and np.array_equal(x1, x2)
 
@@ -121,8 +121,9 @@ def test_settings_and_dataset_sources_are_not_revalidated(colour_dataset):
     assert settings["hw_decoder_load"] is None and settings["validated_files"] == 0
 
 
+@pytest.mark.torch
 def test_torch_adapter_on_cpu(colour_dataset):
-    torch = pytest.importorskip("torch")
+    import torch
     with iofeed.loader(colour_dataset, batch_size=4, backend="dali", workers=1, seed=2) as raw:
         uint8 = np.array(next(iter(raw))[0])
     with iofeed.loader(colour_dataset, batch_size=4, backend="dali", workers=1, seed=2, framework="torch") as ld:
@@ -159,11 +160,11 @@ def test_jpeg_header_agrees_with_pillow():
         assert dali_engine.jpeg_header(data) is None
 
 
+@pytest.mark.torch
 @pytest.mark.gpu
-@gpu
 def test_mixed_decode_on_gpu_matches_cpu(colour_dataset):
     """device="cuda": decoded by nvJPEG on the GPU, handed over by DLPack, close to the CPU decode."""
-    torch = pytest.importorskip("torch")
+    import torch
     with iofeed.loader(colour_dataset, batch_size=4, backend="dali", workers=2, seed=3) as cpu:
         expected = np.array(next(iter(cpu))[0])
     with iofeed.loader(colour_dataset, batch_size=4, backend="dali", workers=2, seed=3, device="cuda:0") as ld:
@@ -174,10 +175,10 @@ def test_mixed_decode_on_gpu_matches_cpu(colour_dataset):
         assert (images.cpu().numpy().astype(int) - expected).__abs__().mean() < 3.0
 
 
+@pytest.mark.torch
 @pytest.mark.gpu
-@gpu
 def test_torch_on_cuda_gets_gpu_tensors(colour_dataset):
-    torch = pytest.importorskip("torch")
+    import torch
     with iofeed.loader(colour_dataset, batch_size=4, backend="dali", workers=2, framework="torch",
                        device="cuda") as ld:
         for images, labels in ld:
@@ -186,13 +187,13 @@ def test_torch_on_cuda_gets_gpu_tensors(colour_dataset):
         assert ld.stats.images == len(ld.source) - len(ld.source) % 4
 
 
+@pytest.mark.torch
 @pytest.mark.gpu
-@gpu
 def test_dali_batches_stay_exact_while_the_consumer_stream_lags(colour_dataset):
     """DALI's outputs are bound to PyTorch's stream: with ~30 ms of work queued on it before each
     batch is normalised (DALI prefetching further batches meanwhile), every batch still equals
     the one a consumer that waits for each batch gets."""
-    torch = pytest.importorskip("torch")
+    import torch
 
     def run(lagging: bool) -> list:
         kept = []
@@ -213,7 +214,6 @@ def test_dali_batches_stay_exact_while_the_consumer_stream_lags(colour_dataset):
 
 
 @pytest.mark.gpu
-@gpu
 def test_numpy_framework_on_cuda_gets_host_arrays(colour_dataset):
     with iofeed.loader(colour_dataset, batch_size=4, backend="dali", workers=2, device="cuda") as ld:
         images, labels = next(iter(ld))
@@ -222,7 +222,6 @@ def test_numpy_framework_on_cuda_gets_host_arrays(colour_dataset):
 
 
 @pytest.mark.gpu
-@gpu
 def test_auto_with_gpu_picks_dali(colour_dataset):
     with iofeed.loader(colour_dataset, batch_size=4, backend="auto", device="cuda") as ld:
         assert ld.stats.settings["backend"] == "dali"

@@ -13,10 +13,8 @@ import numpy as np
 import pytest
 
 import iofeed
-from conftest import label_from_pixels
-from cuda_mark import gpu
 
-pytestmark = pytest.mark.torch
+pytestmark = pytest.mark.slow  # ~5 s each: processes started, torch imported
 
 SIZE = 32
 DIST_ENV = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "MASTER_ADDR", "MASTER_PORT")
@@ -76,8 +74,9 @@ def _ddp_worker(rank: int, world: int, init: str, source: str, out: str) -> None
         dist.destroy_process_group()
 
 
+@pytest.mark.torch
 def test_ddp_two_ranks_shard_from_the_process_group(colour_dataset, tmp_path, monkeypatch):
-    torch = pytest.importorskip("torch")
+    import torch
     import torch.multiprocessing as tmp
 
     if not torch.distributed.is_available():
@@ -105,7 +104,7 @@ _ENV_SCRIPT = """
 import json, sys
 import numpy as np
 import iofeed
-from conftest import label_from_pixels
+from helpers.images import label_from_pixels
 with iofeed.loader(sys.argv[1], batch_size=4, image_size=32, workers=1, drop_last=False) as ld:
     indices, labels_ok = [], True
     for images, labels in ld:
@@ -173,7 +172,6 @@ with open(os.path.join(out, f"rank{local}.json"), "w") as f:
 
 
 @pytest.mark.gpu
-@gpu
 @pytest.mark.parametrize("backend", ["workers", pytest.param("dali", marks=pytest.mark.dali)])
 def test_loader_built_before_set_device_under_torchrun(colour_dataset, tmp_path, backend):
     """2 ranks by torchrun: each decodes and copies on its LOCAL_RANK's GPU. On a one-GPU machine

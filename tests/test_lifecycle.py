@@ -12,8 +12,9 @@ import psutil
 import pytest
 
 import iofeed
+from helpers.images import make_colour_tree
+from helpers.runs import shm_entries
 from iofeed.errors import WorkerError
-from conftest import make_colour_tree, shm_entries
 
 
 @pytest.fixture

@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 
 import iofeed
+from helpers.images import label_from_pixels
+from helpers.runs import shm_entries
 from iofeed.errors import OptionError, SourceError
-from conftest import label_from_pixels, shm_entries
-from cuda_mark import gpu
 
 BACKENDS = ["workers", pytest.param("dali", marks=pytest.mark.dali)]
 
@@ -80,8 +80,9 @@ def test_val_split_is_centre_cropped_and_ordered(colour_dataset):
         assert len(ld) == 3 and ld.stats.images == 8
 
 
+@pytest.mark.torch
 def test_torch_adapter_normalises_on_device_layout(colour_dataset):
-    torch = pytest.importorskip("torch")
+    import torch
     with iofeed.loader(colour_dataset, batch_size=4, workers=1, seed=2) as raw:
         uint8 = np.array(next(iter(raw))[0])
     with iofeed.loader(colour_dataset, batch_size=4, workers=1, seed=2, framework="torch") as ld:
@@ -95,10 +96,12 @@ def test_torch_adapter_normalises_on_device_layout(colour_dataset):
     assert torch.allclose(images, expected, atol=1e-4)
 
 
+@pytest.mark.torch
 @pytest.mark.parametrize("dtype_name", ["float32", "float16", "float64", "bfloat16"])
 def test_torch_adapter_normalises_every_host_dtype(dtype_name):
     """float32/64 through numpy on the CPU, half precision computed in float32 and rounded once."""
-    torch = pytest.importorskip("torch")
+    import torch
+
     from iofeed.adapters.torch.adapter import TorchAdapter
     from iofeed.backends.base import Batch
 
@@ -115,10 +118,11 @@ def test_torch_adapter_normalises_every_host_dtype(dtype_name):
     assert torch.allclose(images.double(), expected, atol=tolerance)
 
 
+@pytest.mark.torch
 def test_torch_batches_kept_by_the_caller_stay_intact(colour_dataset):
     """Labels and images handed out are the caller's: later batches and close() leave them be
     (labels used to be views of the shared-memory slot: changed later, unmapped at close)."""
-    torch = pytest.importorskip("torch")
+    import torch
 
     def epoch(keep: bool) -> list:
         with iofeed.loader(colour_dataset, batch_size=2, workers=2, seed=1, framework="torch") as ld:
@@ -130,12 +134,12 @@ def test_torch_batches_kept_by_the_caller_stay_intact(colour_dataset):
         assert torch.equal(y, y0) and torch.equal(x, x0)
 
 
+@pytest.mark.torch
 @pytest.mark.gpu
-@gpu
 def test_cuda_copies_do_not_wait_for_queued_work_and_stay_exact(colour_dataset):
     """With a long kernel queued on the current stream, batches still arrive exact (copy stream
     ordered before the consumer's work) and the loader's copies do not block on that kernel."""
-    torch = pytest.importorskip("torch")
+    import torch
     with iofeed.loader(colour_dataset, batch_size=4, workers=1, seed=2, framework="torch") as ld:
         expected = [(x.clone(), y.clone()) for x, y in ld]
     with iofeed.loader(colour_dataset, batch_size=4, workers=1, seed=2, framework="torch", device="cuda") as ld:
@@ -188,8 +192,9 @@ def test_close_stops_the_workers_and_frees_their_segment(colour_dataset):
     assert shm_entries() - before == set()
 
 
+@pytest.mark.torch
 def test_torch_cpu_outputs_kept_by_the_caller_are_never_overwritten(colour_dataset):
-    torch = pytest.importorskip("torch")
+    import torch
     with iofeed.loader(colour_dataset, batch_size=4, workers=2, seed=4, framework="torch") as ld:
         kept = [images for images, _ in ld]
         slices = [images[:1] for images, _ in ld]  # only a view survives each step

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import iofeed
+from helpers.runs import shm_entries
 from iofeed.adapters.numpy import to_numpy
 from iofeed.adapters.registry import ADAPTERS, AdapterCaps
 from iofeed.backends import select
@@ -19,7 +20,6 @@ from iofeed.options import LoaderOptions
 from iofeed.prepare.run import ImagePolicy, preprocess
 from iofeed.registry import Entry
 from iofeed.samples import open_source
-from conftest import shm_entries
 
 BAD = [
     ({"batch_size": 2.5}, "batch_size"), ({"batch_size": True}, "batch_size"), ({"batch_size": "4"}, "batch_size"),

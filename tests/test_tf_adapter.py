@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import iofeed
-from conftest import label_from_pixels
+from helpers.images import label_from_pixels
 
 tf = pytest.importorskip("tensorflow")
 pytestmark = pytest.mark.tf
@@ -116,8 +116,8 @@ def test_keras_fit_two_epochs(colour_dataset):
     assert len(losses) == 2 and all(np.isfinite(losses))
 
 
+@pytest.mark.torch
 def test_tensorflow_and_torch_share_a_process(colour_dataset):
-    torch = pytest.importorskip("torch")
     with iofeed.loader(colour_dataset, batch_size=4, image_size=SIZE, workers=1, seed=3, framework="torch") as ld:
         torch_images, _ = next(iter(ld))
     dataset = _dataset(colour_dataset)

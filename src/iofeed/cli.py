@@ -54,7 +54,8 @@ def print_manifest(path: Path, manifest: Manifest) -> None:
         print(f"  stored        {stored['samples']['raw']:,} raw, {stored['samples']['jpeg']:,} JPEG: "
               f"{_mib(on_disk)} on disk against ~{_mib(stored['as_jpeg_bytes_estimate'])} as JPEG "
               f"({on_disk / max(stored['as_jpeg_bytes_estimate'], 1):.1f}x); the page cache should hold it")
-    print(f"  source        {src['path']}: {src['found']:,} found, {src['accepted']:,} accepted, {src['rejected']:,} rejected")
+    print(f"  source        {src['path']}: {src['found']:,} found, {src['accepted']:,} accepted, "
+          f"{src['rejected']:,} rejected")
     for reason, count in src["rejected_by_reason"].items():
         print(f"    {count:>6,}  {reason}")
     mean_w, mean_h = src["mean_size"]
@@ -105,12 +106,14 @@ def _cmd_bench(args: argparse.Namespace) -> None:
     from .benchmark.run import run_benchmark
 
     options = BenchOptions(
-        source=args.source, model=args.model, device=args.device, batch_size=args.batch_size, image_size=args.image_size,
+        source=args.source, model=args.model, device=args.device, batch_size=args.batch_size,
+        image_size=args.image_size,
         feeds=parse_feeds(args.feeds), seconds=args.seconds, rounds=args.rounds, warmup=args.warmup,
         workers=args.workers, seed=args.seed, warm_cache=not args.no_warm_cache,
         json_path=args.json, plot_path=args.plot,
     )
-    flags = {"--model": args.model, "--device": args.device, "--batch-size": args.batch_size, "--image-size": args.image_size,
+    flags = {"--model": args.model, "--device": args.device, "--batch-size": args.batch_size,
+             "--image-size": args.image_size,
              "--feeds": args.feeds, "--seconds": args.seconds, "--rounds": args.rounds, "--warmup": args.warmup,
              "--workers": args.workers, "--seed": args.seed, "--json": args.json, "--plot": args.plot}
     command = " ".join(["iofeed bench", *([str(args.source)] if args.source else []),
@@ -138,7 +141,8 @@ def build_parser() -> argparse.ArgumentParser:
     synth = sub.add_parser("synth", help="make a Caltech-256-shaped stand-in dataset")
     synth.add_argument("kind", choices=["caltech256"])
     synth.add_argument("out", type=Path)
-    synth.add_argument("--per-class", type=_positive_int, default=None, help="images per class (default: the real counts)")
+    synth.add_argument("--per-class", type=_positive_int, default=None,
+                       help="images per class (default: the real counts)")
     synth.add_argument("--seed", type=int, default=0)
     synth.add_argument("--workers", type=_positive_int, default=None, help="processes (default: all cores)")
     synth.add_argument("--overwrite", action="store_true", help="replace an existing stand-in")
@@ -167,7 +171,8 @@ def build_parser() -> argparse.ArgumentParser:
     prep.add_argument("--engine", choices=ENGINES.names(), default="local",
                       help="local: process pool on this machine (default); ray: Ray Data tasks on a Ray cluster")
     prep.add_argument("--address", default=None,
-                      help="Ray cluster to use with --engine ray (default: RAY_ADDRESS, else a local one of --workers CPUs)")
+                      help="Ray cluster to use with --engine ray (default: RAY_ADDRESS, else a local one of --workers "
+                            "CPUs)")
     prep.set_defaults(func=_cmd_preprocess)
 
     inspect = sub.add_parser("inspect", help="print the summary of an iofeed dataset")
@@ -178,16 +183,22 @@ def build_parser() -> argparse.ArgumentParser:
 
     bench = sub.add_parser("bench", help="measure loaders side by side: images/sec, CPU, memory (and GPU)")
     bench.add_argument("source", type=Path, nargs="?", default=None,
-                       help="image folder or iofeed dataset (default: the Caltech-256 stand-in in data/c256, made if missing)")
-    bench.add_argument("--model", default=None, help="resnet50, resnet18 or none (default: resnet50 on the GPU, none on the CPU)")
+                       help="image folder or iofeed dataset (default: the Caltech-256 stand-in in data/c256, made if "
+                             "missing)")
+    bench.add_argument("--model", default=None,
+                       help="resnet50, resnet18 or none (default: resnet50 on the GPU, none on the CPU)")
     bench.add_argument("--device", default=None, help="cpu or cuda (default: cuda when PyTorch sees a GPU)")
     bench.add_argument("--batch-size", type=int, default=64)
     bench.add_argument("--image-size", type=int, default=224, help="output side in pixels (default 224)")
-    bench.add_argument("--feeds", default=None, help=f"comma-separated, from: {', '.join(CATALOGUE)} (default: all that can run)")
-    bench.add_argument("--seconds", type=float, default=10.0, help="timed seconds per feed, split over the rounds (default 10)")
+    bench.add_argument("--feeds", default=None,
+                       help=f"comma-separated, from: {', '.join(CATALOGUE)} (default: all that can run)")
+    bench.add_argument("--seconds", type=float, default=10.0,
+                       help="timed seconds per feed, split over the rounds (default 10)")
     bench.add_argument("--rounds", type=int, default=3, help="windows per feed, feeds alternating (default 3)")
-    bench.add_argument("--warmup", type=float, default=2.0, help="untimed seconds per feed before its first window (default 2)")
-    bench.add_argument("--workers", type=int, default=None, help="worker processes/threads per feed (default: all cores)")
+    bench.add_argument("--warmup", type=float, default=2.0,
+                       help="untimed seconds per feed before its first window (default 2)")
+    bench.add_argument("--workers", type=int, default=None,
+                       help="worker processes/threads per feed (default: all cores)")
     bench.add_argument("--seed", type=int, default=0)
     bench.add_argument("--json", type=Path, default=None, help="results file (default bench/results/bench-<date>.json)")
     bench.add_argument("--plot", type=Path, default=None, help="PNG plot (default: beside the JSON)")

@@ -205,8 +205,8 @@ def loader(
     """
     options = LoaderOptions(
         batch_size=batch_size, split=split, image_size=image_size, augment=augment, framework=framework,
-        device=loader_device(device), dtype=dtype, backend=backend, workers=workers, prefetch=prefetch, seed=seed, rank=rank,
-        world_size=world_size, drop_last=drop_last, on_error=on_error, memory_budget=memory_budget,
+        device=loader_device(device), dtype=dtype, backend=backend, workers=workers, prefetch=prefetch, seed=seed,
+        rank=rank, world_size=world_size, drop_last=drop_last, on_error=on_error, memory_budget=memory_budget,
         gpu_augment=gpu_augment,
     )
     adapter = ADAPTERS[framework].load().from_options(options)  # imports the framework now, not before

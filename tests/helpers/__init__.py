@@ -1,1 +1,1 @@
-"""Test helpers importable from any test (and from scripts the tests run)."""
+"""Test helpers importable from tests and from the scripts they run (tests/ is on the path)."""

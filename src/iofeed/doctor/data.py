@@ -48,7 +48,8 @@ class DataCheck:
     total: int  # files (folder) or train samples (dataset)
     sampled: int
     file_kib_mean: float
-    formats: dict[str, int] = field(default_factory=dict)  # "jpeg", "png", ..., "raw" (pixels), "not an image", "unreadable"
+    # "jpeg", "png", ..., "raw" (pixels), "not an image", "unreadable"
+    formats: dict[str, int] = field(default_factory=dict)
     modes: dict[str, int] = field(default_factory=dict)  # Pillow modes: RGB, L, CMYK, P, RGBA, ...
     progressive: list[str] = field(default_factory=list)  # sampled progressive JPEGs
     cmyk: list[str] = field(default_factory=list)  # sampled CMYK JPEGs

@@ -262,7 +262,8 @@ def _trace(rows: list[tuple[Any, ...]], mem_total: list[int]) -> Trace:
     t, util, mem, cpu, iowait, rss, trainer, loaders = zip(*rows) if rows else ((),) * 8
     cores = len(cpu[0]) if rows else 0
     pids = list(dict.fromkeys(pid for sample in loaders for pid in sample))  # in order of appearance
-    loader_cpu = np.array([[sample.get(pid, np.nan) for sample in loaders] for pid in pids], float).reshape(len(pids), n)
+    loader_cpu = np.array([[sample.get(pid, np.nan) for sample in loaders] for pid in pids], float)
+    loader_cpu = loader_cpu.reshape(len(pids), n)
     return Trace(t=np.asarray(t, float), gpu_util=np.asarray(util, float).reshape(n, gpus).T,
                  gpu_mem=np.asarray(mem, float).reshape(n, gpus).T, gpu_mem_total=np.asarray(mem_total, float),
                  cpu=np.asarray(cpu, float).reshape(n, cores).T, iowait=np.asarray(iowait, float),
