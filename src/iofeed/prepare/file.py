@@ -83,7 +83,3 @@ def _keepable(opened: Opened, policy: ImagePolicy) -> bool:
 
 
 Task = tuple[int, str, ImagePolicy]
-
-
-def _prepare_task(task: Task) -> Prepared:
-    return prepare_file(*task)
