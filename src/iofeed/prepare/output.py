@@ -5,7 +5,7 @@ would destroy sources or a folder that is not an iofeed dataset; `lock_output` h
 `fcntl.flock` on `.OUT.lock` beside OUT for the whole run (two runs, even with one PID in two
 containers, cannot interleave); `staging_dir` clears what dead runs left and makes
 `.OUT.partial-PID`; `swap_in` renames the old dataset aside, the new one in, then deletes the
-old one, with SIGINT and SIGTERM held off between the two renames.
+old one, with SIGINT and SIGTERM held off during the two renames.
 """
 from __future__ import annotations
 
@@ -122,16 +122,21 @@ def swap_in(staging: Path, out: Path) -> None:
 
 @contextmanager
 def _signals_held() -> Iterator[None]:
-    """Delay SIGINT and SIGTERM (delivered when the block ends) in the main thread."""
+    """SIGINT and SIGTERM that arrive during the block take effect when it ends (main thread:
+    their Python handlers are swapped for recorders, whichever thread the kernel picks)."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    held = {signal.SIGINT, signal.SIGTERM}
-    previous = signal.pthread_sigmask(signal.SIG_BLOCK, held)
+    arrived: list[int] = []
+    previous = {sig: signal.signal(sig, lambda signum, frame: arrived.append(signum))
+                for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
         yield
     finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, signal.SIG_DFL if handler is None else handler)
+        for sig in arrived:
+            signal.raise_signal(sig)
 
 
 @contextmanager
