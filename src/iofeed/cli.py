@@ -2,11 +2,12 @@
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .errors import IofeedError
+from .errors import DatasetError, IofeedError, OptionError
 from .format.manifest import Manifest
 
 if TYPE_CHECKING:
@@ -18,6 +19,13 @@ def _positive_int(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
     return value
+
+
+def _shard_bytes(mib: float) -> int:
+    """`--shard-mb` in bytes; OptionError for NaN, infinite or non-positive sizes."""
+    if not math.isfinite(mib) or mib <= 0:
+        raise OptionError(f"--shard-mb must be a positive number of MiB, got {mib}")
+    return int(mib * 2**20)
 
 
 def _mib(n: float) -> str:
@@ -34,6 +42,12 @@ def print_preprocess_summary(summary: PreprocessSummary) -> None:
     print(f"  rejected      {rejected:,}" + (f" (see {summary.out / 'rejected.jsonl'})" if rejected else ""))
     for reason, count in sorted(summary.rejected.items(), key=lambda kv: -kv[1]):
         print(f"    {count:>6,}  {reason}")
+    if summary.empty_classes:
+        names = ", ".join(summary.empty_classes[:5]) + (", ..." if len(summary.empty_classes) > 5 else "")
+        print(f"  empty classes {len(summary.empty_classes):,} class folders without an image, "
+              f"kept as labels with 0 samples: {names}")
+    for path in summary.stale_removed:
+        print(f"  removed       {path} (left by an interrupted run)")
     print(f"  bytes         {_mib(summary.bytes_in)} in, {_mib(summary.bytes_out)} out")
     print(f"  time          {summary.seconds:.1f} s ({summary.images_per_sec:,.0f} images/sec)")
 
@@ -75,29 +89,41 @@ def _cmd_synth(args: argparse.Namespace) -> None:
 
 
 def _cmd_preprocess(args: argparse.Namespace) -> None:
+    from .prepare.output import terminate_as_interrupt
     from .prepare.run import ImagePolicy, preprocess
 
-    summary = preprocess(
-        args.src,
-        args.out,
-        policy=ImagePolicy(shorter_side=args.size, quality=args.quality, format=args.format,
-                           raw_max_pixels=args.raw_max_pixels),
-        seed=args.seed,
-        val_per_class=args.val_per_class,
-        val_fraction=args.val_fraction,
-        shard_bytes=int(args.shard_mb * 2**20),
-        workers=args.workers,
-        overwrite=args.overwrite,
-        strict=args.strict,
-        engine=args.engine,
-        address=args.address,
-    )
+    with terminate_as_interrupt():
+        summary = preprocess(
+            args.src,
+            args.out,
+            policy=ImagePolicy(shorter_side=args.size, quality=args.quality, format=args.format,
+                               raw_max_pixels=args.raw_max_pixels),
+            seed=args.seed,
+            val_per_class=args.val_per_class,
+            val_fraction=args.val_fraction,
+            shard_bytes=_shard_bytes(args.shard_mb),
+            workers=args.workers,
+            overwrite=args.overwrite,
+            strict=args.strict,
+            engine=args.engine,
+            address=args.address,
+        )
     print_preprocess_summary(summary)
 
 
 def _cmd_inspect(args: argparse.Namespace) -> None:
-
     print_manifest(args.dataset, Manifest.read(args.dataset))
+    if args.verify:
+        from .format.verify import verify_dataset
+
+        checked = verify_dataset(args.dataset)
+        for problem in checked.problems:
+            print(f"  problem       {problem}")
+        if checked.problems:
+            raise DatasetError(f"{args.dataset} failed verification: {len(checked.problems)} problem(s), first: "
+                               f"{checked.problems[0]} (run `iofeed preprocess` again)")
+        print(f"  verified      {checked.samples:,} samples in {checked.shards} shards: tables, indexes, "
+              "shard sizes and labels agree")
 
 
 def _cmd_bench(args: argparse.Namespace) -> None:
@@ -177,6 +203,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     inspect = sub.add_parser("inspect", help="print the summary of an iofeed dataset")
     inspect.add_argument("dataset", type=Path)
+    inspect.add_argument("--verify", action="store_true",
+                         help="also read every shard index and sample table and check them against the manifest")
     inspect.set_defaults(func=_cmd_inspect)
 
     from .benchmark.feeds import CATALOGUE
@@ -232,6 +260,10 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("iofeed: interrupted", file=sys.stderr)
         return 130
+    except OSError as exc:  # one the command did not expect: still one line, with the file
+        where = f": {exc.filename}" if exc.filename else ""
+        print(f"iofeed: error: {exc.strerror or exc}{where}", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .errors import OptionError, SampleError, SourceError
+from .errors import DatasetError, OptionError, SampleError, SourceError
 from .format.manifest import MANIFEST_NAME, Manifest
 from .format.table import RAW, load_table
 from .prepare.scan import display_path, reason_kind, scan_folder
@@ -35,6 +35,8 @@ class SampleSource:
     width: np.ndarray  # int32
     height: np.ndarray  # int32
     rejected: Counter = field(default_factory=Counter)  # reason kind -> count, found before loading
+    dataset: Path | None = None  # the dataset directory (None for folders)
+    dataset_id: str = ""  # the manifest's id when opened ("" for folders and datasets before version 3)
 
     def __len__(self) -> int:
         return len(self.label)
@@ -70,6 +72,10 @@ def _open_dataset(path: Path, split: str) -> SampleSource:
         raise OptionError(f"split {split!r} not in {path} (it has: {', '.join(manifest.splits)})")
     info = manifest.splits[split]
     table = load_table(path / info.table)
+    shard = table["shard"]
+    if len(table) != info.samples or (len(table) and (shard.min() < 0 or shard.max() >= len(info.shards))):
+        raise DatasetError(f"{path / info.table} does not match the manifest's {info.samples} samples in "
+                           f"{len(info.shards)} shards (run `iofeed preprocess` again)")
     files = np.array([str(path / s["name"]).encode() for s in info.shards], dtype=np.bytes_)
     missing = [s["name"] for s in info.shards if not (path / s["name"]).is_file()]
     if missing:
@@ -85,7 +91,24 @@ def _open_dataset(path: Path, split: str) -> SampleSource:
         encoding=table["encoding"].copy(),
         width=table["width"].copy(),
         height=table["height"].copy(),
+        dataset=path,
+        dataset_id=manifest.dataset_id,
     )
+
+
+def check_unchanged(source: SampleSource) -> None:
+    """DatasetError unless the manifest of `source`'s dataset still has the id it had when the
+    source was opened: called after opening a shard, so that shard belongs to that dataset."""
+    if source.dataset is None:
+        return
+    try:
+        now = Manifest.read(source.dataset).dataset_id
+    except (DatasetError, OSError):
+        now = "(unreadable)"
+    if now != source.dataset_id:
+        raise DatasetError(f"{source.dataset} was replaced after it was opened (dataset id "
+                           f"{source.dataset_id or '(none)'} is now {now or '(none)'}): its shards no longer "
+                           "match the sample table this loader holds; open it again")
 
 
 def _open_folder(path: Path) -> SampleSource:
@@ -130,6 +153,7 @@ class SampleReader:
         try:
             if mapped is None:
                 with open(src.files[file_id], "rb") as f:
+                    check_unchanged(src)
                     mapped = self._maps[file_id] = mmap.mmap(f.fileno(), 0, flags=MAP_FLAGS, prot=mmap.PROT_READ)
         except OSError as exc:
             raise SampleError(f"unreadable ({exc.strerror})") from None
@@ -147,7 +171,13 @@ class SampleReader:
                     return f.read()
             fd = self._handles.get(file_id)
             if fd is None:
-                fd = self._handles[file_id] = os.open(src.files[file_id], os.O_RDONLY)
+                fd = os.open(src.files[file_id], os.O_RDONLY)
+                try:
+                    check_unchanged(src)
+                except DatasetError:
+                    os.close(fd)
+                    raise
+                self._handles[file_id] = fd
             data = os.pread(fd, size, int(src.offset[index]))
         except OSError as exc:
             raise SampleError(f"unreadable ({exc.strerror})") from None

@@ -29,6 +29,7 @@ import numpy as np
 from ..device import loader_device
 from ..errors import OptionError, SampleError, WorkerError, require
 from ..image.boxes import Augment
+from ..image.fastjpeg import check_strictly
 from ..image.pil import Opened, decode_rgb, open_image
 from ..options import LoaderOptions
 from ..parallel import resolve_workers, worker_pool
@@ -73,7 +74,9 @@ def check_file(path: bytes) -> str | None:
     """Why the image file at `path` cannot be decoded, or None. Runs in a pool worker.
 
     Decodes the whole entropy-coded stream (JPEGs at 1/8 DCT scale), so truncated or corrupt
-    files are found here, not by DALI mid-epoch, where they would stop the pipeline.
+    files are found here, not by DALI mid-epoch, where they would stop the pipeline. JPEGs are
+    also checked as strictly as the workers engine decodes them: DALI would decode corrupt
+    data that engine refuses, and the two engines would deliver different samples.
     """
     try:
         with open(path, "rb") as f:
@@ -82,6 +85,7 @@ def check_file(path: bytes) -> str | None:
         return f"unreadable ({exc.strerror})"
     try:
         decode_rgb(open_image(data), min_size=(1, 1))
+        check_strictly(data)
     except SampleError as exc:
         return str(exc)
     return None

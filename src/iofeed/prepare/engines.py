@@ -6,9 +6,10 @@ from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 
 from ..errors import OptionError
-from ..parallel import worker_pool
+from ..parallel import resolve_workers
 from ..registry import Entry, Registry
 from .file import Prepared, Task, prepare_file
+from .pool import ordered_map
 
 
 @dataclass(frozen=True)
@@ -29,13 +30,28 @@ def _prepare_task(task: Task) -> Prepared:
     return prepare_file(*task)
 
 
+def _died(task: Task, reason: str) -> Prepared:
+    """The rejection of a file whose worker died preparing it."""
+    return Prepared(task[0], None, reason)
+
+
+def _path(task: Task) -> str:
+    return task[1]
+
+
 @contextmanager
 def local_engine(
     tasks: list[Task], *, workers: int | None = None, address: str | None = None
 ) -> Iterator[Iterator[Prepared]]:
-    """`prepare_file` over `tasks` in a process pool of this machine; results in task order."""
-    with worker_pool(workers) as pool:
-        yield pool.imap(_prepare_task, tasks, chunksize=16)
+    """`prepare_file` over `tasks` in processes of this machine; results in task order. A file
+    whose worker dies (killed, out of memory) is retried alone, then rejected with the reason."""
+    count = resolve_workers(workers)
+    chunksize = max(1, min(16, len(tasks) // (4 * count)))
+    results = ordered_map(_prepare_task, tasks, workers=count, chunksize=chunksize, died=_died, describe=_path)
+    try:
+        yield results
+    finally:
+        results.close()
 
 
 def select_engine(
