@@ -2,12 +2,13 @@
 from __future__ import annotations
 
 import hashlib
+import os
 
 import numpy as np
 import pytest
 
 import iofeed
-from iofeed.errors import OptionError, SampleError, SourceError
+from iofeed.errors import LoaderStateError, OptionError, SampleError, SourceError
 from conftest import label_from_pixels, make_colour_tree, shm_entries, state_after
 from cuda_mark import gpu
 
@@ -215,16 +216,25 @@ def test_prefetch_depth_defaults_and_bounds(colour_dataset):
             assert sum(1 for _ in ld) == len(ld)
 
 
+def _slot_fds() -> list[str]:
+    """This process's descriptors of slot memory (memfd)."""
+    fds = [os.path.join("/proc/self/fd", n) for n in os.listdir("/proc/self/fd")]
+    return [t for t in (os.readlink(f) for f in fds if os.path.islink(f)) if "iofeed-slots" in t]
+
+
 def test_no_shared_memory_left_after_close_and_break(colour_dataset):
-    before = shm_entries()
+    before, fds_before = shm_entries(), len(_slot_fds())
     ld = iofeed.loader(colour_dataset, batch_size=4, workers=2)
     for k, _ in enumerate(ld):
         if k == 1:
             break
     procs = list(ld.backend.processes())
-    assert shm_entries() - before, "a live loader holds a segment"
+    assert len(_slot_fds()) > fds_before, "a live loader holds its slot memory"
+    assert shm_entries() - before == set(), "slot memory is anonymous: no /dev/shm name to leak"
+    del _  # the last batch's views keep the memory mapped
     ld.close()
     assert not any(p.is_alive() for p in procs)
+    assert len(_slot_fds()) == fds_before
     assert shm_entries() - before == set()
 
 
@@ -248,5 +258,5 @@ def test_a_second_live_iteration_stops_the_first(colour_dataset):
         next(first)
         second = iter(ld)
         next(second)
-        with pytest.raises(RuntimeError, match="one iteration at a time"):
+        with pytest.raises(LoaderStateError, match="one iteration at a time"):
             next(first)

@@ -40,3 +40,11 @@ def require(module: str, extra: str):
         raise MissingDependencyError(
             f"{module} is not installed: run `pip install 'iofeed[{extra}]'` ({exc})"
         ) from None
+
+
+class StartError(IofeedError, RuntimeError):
+    """Worker processes that cannot be started from where the caller runs."""
+
+
+class LoaderStateError(IofeedError, RuntimeError):
+    """A loader used after `close()`, or iterated twice at once."""

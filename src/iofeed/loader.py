@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from .backends.base import Backend, Batch
-from .errors import OptionError
+from .errors import LoaderStateError, OptionError
 from .image.boxes import Augment
 from .order import OrderSpec
 from .parallel import resolve_workers
@@ -57,6 +57,7 @@ class Loader:
         self.source, self.order, self.backend, self._adapter = source, order, backend, adapter
         self.image_size = image_size
         self._iteration: object | None = None  # token of the live iteration
+        self._closed = False
         self.epoch = 0
         self._position = 0  # batches of `epoch` already delivered
         self.last_indices = np.empty(0, np.int64)  # sample indices of the latest batch, for auditing
@@ -72,14 +73,16 @@ class Loader:
         self.epoch, self._position = int(epoch), 0
 
     def __iter__(self) -> Iterator[Any]:
+        self._check_open()
         epoch, start = self.epoch, self._position
         batches = self.order.batches(epoch)
         token = self._iteration = object()
         stream = self.backend.run(epoch, batches, start, self.order.rank)
         while True:
+            self._check_open()
             if self._iteration is not token:
-                raise RuntimeError("this loader was iterated again before the previous pass ended; "
-                                   "use one iteration at a time")
+                raise LoaderStateError("this loader was iterated again before this pass ended, and the newer "
+                                       "iteration took over: use one iteration at a time")
             asked = time.perf_counter()
             try:
                 batch = next(stream)
@@ -116,8 +119,14 @@ class Loader:
             raise OptionError(f"cannot resume: batches_done={state['batches_done']} outside 0..{len(self)}")
         self.epoch, self._position = int(state["epoch"]), int(state["batches_done"])
 
+    def _check_open(self) -> None:
+        if self._closed:
+            raise LoaderStateError("this loader was closed (close() or the end of its `with` block): "
+                                   "make a new one with iofeed.loader(...)")
+
     def close(self) -> None:
-        """Stop workers and free shared memory (idempotent)."""
+        """Stop workers and free shared memory (idempotent); batches already taken stay valid."""
+        self._closed = True
         self.backend.close()
 
     def __enter__(self) -> Loader:

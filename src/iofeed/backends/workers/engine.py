@@ -1,13 +1,13 @@
 """The `workers` engine: processes (forkserver/spawn) decode whole batches into shared memory."""
 from __future__ import annotations
 
+import mmap
 import signal
 import time
 import traceback
 import weakref
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
-from multiprocessing import shared_memory
 from multiprocessing.connection import Connection, wait
 from typing import Any
 
@@ -16,9 +16,11 @@ import numpy as np
 from ...errors import OptionError, SampleError, WorkerError
 from ...image.boxes import Augment
 from ...parallel import resolve_workers, safe_context
+from ...system import Share, usable_cores
 from ...samples import SampleReader, SampleSource
 from ..base import Batch
 from .autotune import Window, decide
+from .memory import SharedBlock
 from .packing import PackedLayout
 from .slots import Layout, SlotLayout, default_memory_budget, default_prefetch
 
@@ -47,12 +49,11 @@ class _Done:
 
 
 def _worker_main(
-    shm_name: str, layout: Layout, source: SampleSource, augment: Augment, on_error: str, conn: Connection
+    block: mmap.mmap, layout: Layout, source: SampleSource, augment: Augment, on_error: str, conn: Connection
 ) -> None:
     """Worker loop: take a task, decode its samples into the slot, report. Exits with its parent."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    shm = shared_memory.SharedMemory(name=shm_name)
-    payload, labels = layout.views(shm.buf)
+    payload, labels = layout.views(memoryview(block))
     reader = SampleReader(source)
     try:
         while True:
@@ -69,7 +70,6 @@ def _worker_main(
     finally:
         del payload, labels
         reader.close()
-        shm.close()
 
 
 def _run_task(
@@ -119,17 +119,18 @@ class WorkerEngine:
 
     def __init__(
         self, source: SampleSource, augment: Augment, layout: Layout, workers: int, max_workers: int,
-        on_error: str, seed: int, autotune: bool = False,
+        on_error: str, seed: int, autotune: bool = False, found: dict[str, Any] | None = None,
     ) -> None:
         self._source, self._augment, self._on_error, self._seed = source, augment, on_error, seed
         self._initial, self.max_workers, self.autotune = workers, max_workers, autotune
         self.layout = layout
         self._generation = 0
         self._workers: list[_Worker] = []
-        self._shm: shared_memory.SharedMemory | None = None
+        self._block: SharedBlock | None = None
         self._finalizer: weakref.finalize | None = None
         self._window = _WindowMeter()
         self.decisions: list[str] = []
+        self._found = dict(found or {})  # the usable cores and memory budget, and why
 
     @property
     def workers(self) -> int:
@@ -150,6 +151,7 @@ class WorkerEngine:
             "prefetch_batches": self._depth(),
             "shared_memory_bytes": self.layout.total_bytes,
             "decisions": list(self.decisions[-5:]),
+            **self._found,
         }
 
     def _depth(self) -> int:
@@ -157,9 +159,9 @@ class WorkerEngine:
         return min(self.layout.slots - 1, default_prefetch(self.workers)) if self.autotune else self.layout.slots - 1
 
     def _start(self) -> None:
-        self._shm = shared_memory.SharedMemory(create=True, size=self.layout.total_bytes)
-        self._payload, self._labels = self.layout.views(self._shm.buf)
-        self._finalizer = weakref.finalize(self, _shutdown, self._workers, self._shm)
+        self._block = SharedBlock(self.layout.total_bytes)
+        self._payload, self._labels = self.layout.views(self._block.buffer)
+        self._finalizer = weakref.finalize(self, _shutdown, self._workers, self._block)
         for _ in range(self._initial):
             self._add_worker()
 
@@ -168,7 +170,7 @@ class WorkerEngine:
         mine, theirs = ctx.Pipe(duplex=True)
         proc = ctx.Process(
             target=_worker_main,
-            args=(self._shm.name, self.layout, self._source, self._augment, self._on_error, theirs),
+            args=(self._block, self.layout, self._source, self._augment, self._on_error, theirs),
             daemon=True,
         )
         proc.start()
@@ -193,7 +195,7 @@ class WorkerEngine:
 
     def run(self, epoch: int, batches: list[np.ndarray], start: int, rank: int) -> Iterator[Batch]:
         """Yield `batches[start:]` in order; a view stays valid until the next batch is asked for."""
-        if self._shm is None:
+        if self._block is None:
             self._start()
             self._window.reset()  # starting the workers is not the consumer's time
         self._drain()
@@ -256,12 +258,8 @@ class WorkerEngine:
         proc = worker.proc
         proc.join(timeout=1.0)
         code = proc.exitcode if proc.exitcode is not None else 0
-        how = f"signal {signal.Signals(-code).name}" if code < 0 else f"exit code {code}"
         self.close()
-        raise WorkerError(
-            f"loader worker (pid {proc.pid}) died with {how}; "
-            "if it was killed for memory, lower workers or batch_size"
-        )
+        raise WorkerError(f"loader worker (pid {proc.pid}) {_death(code)}")
 
     def _drain(self) -> None:
         """Wait for tasks of an abandoned epoch, so that their slots can be reused."""
@@ -302,8 +300,17 @@ class _WindowMeter:
         return window
 
 
-def _shutdown(workers: list[_Worker], shm: shared_memory.SharedMemory) -> None:
-    """Stop workers (politely, then by force) and unlink the shared memory block."""
+def _death(code: int) -> str:
+    """How a worker with exit status `code` died, and what to do about it."""
+    if code == -signal.SIGKILL:
+        return "was killed (SIGKILL): if the system ran out of memory, lower workers or batch_size"
+    if code < 0:
+        return f"died with signal {signal.Signals(-code).name}"
+    return f"exited with code {code}: its error is printed above"
+
+
+def _shutdown(workers: list[_Worker], block: SharedBlock) -> None:
+    """Stop workers (politely, then by force) and give up the shared block (views keep their memory)."""
     for worker in workers:
         try:
             worker.conn.send(None)
@@ -315,28 +322,23 @@ def _shutdown(workers: list[_Worker], shm: shared_memory.SharedMemory) -> None:
             worker.proc.kill()
             worker.proc.join(timeout=1.0)
         worker.conn.close()
-    try:
-        shm.close()
-    except BufferError:
-        pass  # a caller still holds a view; the name is unlinked all the same
-    try:
-        shm.unlink()
-    except FileNotFoundError:
-        pass
+    block.release()
 
 
 def make_worker_engine(
     source: SampleSource, augment: Augment, batch_size: int, workers: int | None, prefetch: int | None,
     on_error: str, seed: int, memory_budget: int | None, packed: bool = False,
 ) -> WorkerEngine:
-    """A workers engine: `workers=None` autotunes up to all cores; slots fit `memory_budget`.
+    """A workers engine: `workers=None` autotunes up to this rank's usable cores; slots fit
+    `memory_budget` (default: a quarter of this rank's usable memory).
 
     `packed` slots carry stored pixels and crop boxes for augmenting on the device
     (`gpu_augment`) instead of augmented images."""
-    max_workers = resolve_workers(workers)
+    cores = usable_cores()
+    max_workers = cores.amount if workers is None else resolve_workers(workers)
     if prefetch is not None and prefetch < 1:
         raise OptionError(f"prefetch must be >= 1, got {prefetch}")
-    budget = default_memory_budget() if memory_budget is None else memory_budget
+    budget = default_memory_budget() if memory_budget is None else Share(memory_budget, "memory_budget argument")
     def layout(slots: int) -> Layout:
         if packed:
             return PackedLayout.for_source(source, slots, batch_size)
@@ -344,12 +346,14 @@ def make_worker_engine(
 
     slot_bytes = layout(1).total_bytes
     wanted = (default_prefetch(max_workers) if prefetch is None else prefetch) + 1
-    slots = min(wanted, budget // slot_bytes)
+    slots = min(wanted, budget.amount // slot_bytes)
     if slots < 2:
         raise OptionError(
-            f"memory_budget={budget:,} bytes holds fewer than 2 batches of {slot_bytes:,} bytes: "
-            "raise it, or lower batch_size or image_size"
+            f"memory_budget={budget.amount:,} bytes ({budget.because}) holds fewer than 2 batches of "
+            f"{slot_bytes:,} bytes: raise it, or lower batch_size or image_size"
         )
     autotune = workers is None
+    found = {"usable_cores": cores.amount, "cores_because": cores.because,
+             "memory_budget": budget.amount, "memory_because": budget.because}
     return WorkerEngine(source, augment, layout(slots), 1 if autotune else max_workers, max_workers,
-                        on_error, seed, autotune)
+                        on_error, seed, autotune, found)
