@@ -2,10 +2,10 @@
 → flip + normalise, on the raw JPEG folder. CPU decode without a GPU, `mixed` (nvJPEG) with one."""
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from typing import Any
 
+from ..system import usable_cores
 from .feeds import MEAN, STD, FeedSpec
 
 PREFETCH_QUEUE_DEPTH = 2
@@ -48,7 +48,7 @@ class DaliFolderFeed:
 
         scan = scan_folder(spec.source)  # the same accepted files as the other folder feeds
         files = [str(scan.root / f) for f in scan.files]
-        threads = spec.workers or os.cpu_count() or 1
+        threads = spec.workers or usable_cores().amount
         pipe = _pipeline(files, scan.labels, spec, threads)
         self._iterator = DALIGenericIterator([pipe], ["images", "labels"], reader_name="Reader",
                                              last_batch_policy=LastBatchPolicy.DROP, auto_reset=True)
