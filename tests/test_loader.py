@@ -260,3 +260,12 @@ def test_a_second_live_iteration_stops_the_first(colour_dataset):
         next(second)
         with pytest.raises(LoaderStateError, match="one iteration at a time"):
             next(first)
+
+
+def test_a_closed_loader_says_so_in_one_line(colour_dataset):
+    with iofeed.loader(colour_dataset, batch_size=4, workers=1) as ld:
+        live = iter(ld)
+        next(live)
+    for stream in (live, iter(ld)):
+        with pytest.raises(LoaderStateError, match=r"^this loader was closed .*iofeed\.loader\(\.\.\.\)$"):
+            next(stream)

@@ -48,3 +48,9 @@ class StartError(IofeedError, RuntimeError):
 
 class LoaderStateError(IofeedError, RuntimeError):
     """A loader used after `close()`, or iterated twice at once."""
+
+    @classmethod
+    def closed(cls) -> LoaderStateError:
+        """The error for a loader asked for a batch after `close()`."""
+        return cls("this loader was closed (close() or the end of its `with` block): "
+                   "make a new one with iofeed.loader(...)")

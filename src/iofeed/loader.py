@@ -121,8 +121,7 @@ class Loader:
 
     def _check_open(self) -> None:
         if self._closed:
-            raise LoaderStateError("this loader was closed (close() or the end of its `with` block): "
-                                   "make a new one with iofeed.loader(...)")
+            raise LoaderStateError.closed()
 
     def close(self) -> None:
         """Stop workers and free shared memory (idempotent); batches already taken stay valid."""

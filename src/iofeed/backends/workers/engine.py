@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from ...errors import OptionError, SampleError, WorkerError
+from ...errors import LoaderStateError, OptionError, SampleError, WorkerError
 from ...image.boxes import Augment
 from ...parallel import resolve_workers, safe_context
 from ...system import Share, usable_cores
@@ -128,6 +128,7 @@ class WorkerEngine:
         self._workers: list[_Worker] = []
         self._block: SharedBlock | None = None
         self._finalizer: weakref.finalize | None = None
+        self._closed = False
         self._window = _WindowMeter()
         self.decisions: list[str] = []
         self._found = dict(found or {})  # the usable cores and memory budget, and why
@@ -215,6 +216,8 @@ class WorkerEngine:
                 if done.generation == generation:
                     ready[done.batch_no] = done
             done = ready.pop(needed)
+            if self._closed:  # by another thread (a tf.data prefetch thread runs this generator)
+                raise LoaderStateError.closed()
             if done.error is not None:
                 raise (SampleError if done.sample_error else WorkerError)(done.error)
             self._window.add(len(done.delivered), time.perf_counter() - asked, done.busy_seconds)
@@ -241,8 +244,16 @@ class WorkerEngine:
     def _receive(self) -> _Done:
         """The next finished task; raises WorkerError as soon as a worker dies."""
         while True:
+            if self._closed:
+                raise LoaderStateError.closed()
             by_handle = {w.conn: w for w in self._workers} | {w.proc.sentinel: w for w in self._workers}
-            for handle in wait(list(by_handle)):
+            try:
+                ready = wait(list(by_handle))
+            except (OSError, ValueError):  # a pipe closed by close() on another thread
+                if self._closed:
+                    raise LoaderStateError.closed() from None
+                raise
+            for handle in ready:
                 worker = by_handle[handle]
                 if isinstance(handle, Connection):
                     try:
@@ -255,6 +266,8 @@ class WorkerEngine:
                 self._raise_dead(worker)
 
     def _raise_dead(self, worker: _Worker) -> None:
+        if self._closed:  # stopped by close() from another thread, not dead
+            raise LoaderStateError.closed()
         proc = worker.proc
         proc.join(timeout=1.0)
         code = proc.exitcode if proc.exitcode is not None else 0
@@ -268,6 +281,7 @@ class WorkerEngine:
 
     def close(self) -> None:
         """Stop the workers and free the shared memory (also on garbage collection and exit)."""
+        self._closed = True
         if self._finalizer is not None:
             self._payload = self._labels = None
             self._finalizer()
