@@ -1,6 +1,7 @@
 """`iofeed.loader(...)`: one loader interface over the backends, with framework adapters."""
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 import time
@@ -53,11 +54,12 @@ class Loader:
     control (otherwise each full pass advances the epoch by itself)."""
 
     def __init__(self, source: SampleSource, order: OrderSpec, backend: Backend, adapter: Callable[[Batch], Any],
-                 image_size: int) -> None:
+                 image_size: int, follow_group: bool = False) -> None:
         self.source, self.order, self.backend, self._adapter = source, order, backend, adapter
         self.image_size = image_size
         self._iteration: object | None = None  # token of the live iteration
         self._closed = False
+        self._follow_group = follow_group  # rank and world_size from a process group started later
         self.epoch = 0
         self._position = 0  # batches of `epoch` already delivered
         self.last_indices = np.empty(0, np.int64)  # sample indices of the latest batch, for auditing
@@ -66,7 +68,18 @@ class Loader:
                                "batch_size": order.batch_size, "image_size": image_size, **backend.describe()}
 
     def __len__(self) -> int:
+        self._join_group()
         return len(self.order)
+
+    def _join_group(self) -> None:
+        """Take rank and world_size from torch.distributed once it is initialised, when they were
+        not given: Lightning and other trainers start the process group after the loader is made."""
+        if not self._follow_group or self._position:
+            return
+        rank, world_size = distributed_rank_world()
+        if (rank, world_size) != (self.order.rank, self.order.world_size):
+            self.order = dataclasses.replace(self.order, rank=rank, world_size=world_size)
+            self.stats.settings.update(rank=rank, world_size=world_size)
 
     def set_epoch(self, epoch: int) -> None:
         """Start `epoch` (from its beginning) at the next iteration."""
@@ -74,6 +87,7 @@ class Loader:
 
     def __iter__(self) -> Iterator[Any]:
         self._check_open()
+        self._join_group()
         epoch, start = self.epoch, self._position
         batches = self.order.batches(epoch)
         token = self._iteration = object()
@@ -91,8 +105,11 @@ class Loader:
             self.stats.wait_seconds += time.perf_counter() - asked
             self._record(batch)
             self._position += 1
+            if self._position == len(batches):  # complete once its last batch is out: a consumer that
+                self.epoch, self._position = epoch + 1, 0  # stops after len() batches (Lightning) moves on
             yield self._adapter(batch)
-        self.epoch, self._position = epoch + 1, 0
+        if start >= len(batches):  # nothing was left of this epoch
+            self.epoch, self._position = epoch + 1, 0
 
     def _record(self, batch: Batch) -> None:
         self.last_indices = batch.indices
@@ -195,7 +212,8 @@ def loader(
         raise OptionError(f"image_size must be >= 8, got {image_size}")
     train = split == "train" if augment is None else bool(augment)
     data = open_source(source, split)
-    if rank is None or world_size is None:
+    follow_group = rank is None or world_size is None
+    if follow_group:
         rank, world_size = distributed_rank_world()
     order = OrderSpec(len(data), batch_size, shuffle=split == "train",
                       drop_last=(split == "train") if drop_last is None else drop_last,
@@ -207,10 +225,10 @@ def loader(
     if framework == "torch":
         from .adapters.torch.adapter import TorchAdapter
 
-        return Loader(data, order, engine, TorchAdapter(device, dtype, image_size), image_size)
+        return Loader(data, order, engine, TorchAdapter(device, dtype, image_size), image_size, follow_group)
     from .adapters.numpy import to_numpy
 
-    result = Loader(data, order, engine, to_numpy, image_size)
+    result = Loader(data, order, engine, to_numpy, image_size, follow_group)
     if framework == "tf":
         from .adapters.tf import to_tf_dataset
 
