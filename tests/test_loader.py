@@ -9,7 +9,7 @@ import pytest
 
 import iofeed
 from iofeed.errors import LoaderStateError, OptionError, SampleError, SourceError
-from conftest import label_from_pixels, make_colour_tree, shm_entries, state_after
+from conftest import label_from_pixels, make_colour_tree, state_after
 from cuda_mark import gpu
 
 BACKENDS = ["workers", pytest.param("dali", marks=pytest.mark.dali)]
