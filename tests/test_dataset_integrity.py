@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import iofeed
-from conftest import jpeg_bytes, make_colour_tree, make_image_tree, smooth_rgb
+from helpers.images import jpeg_bytes, make_colour_tree, make_image_tree, smooth_rgb
 from iofeed.cli import main
 from iofeed.errors import DatasetError, WorkerError
 from iofeed.format.manifest import Manifest

@@ -47,7 +47,7 @@ for k, _ in enumerate(ld):
 """
 
 
-def _run_script(tree, mode: str, interrupt: bool) -> tuple[list[int], subprocess.CompletedProcess | int]:
+def _run_script(tree, mode: str, interrupt: signal.Signals | None) -> tuple[list[int], int]:
     proc = subprocess.Popen(
         [sys.executable, "-c", textwrap.dedent(_SCRIPT), str(tree), mode],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -57,9 +57,9 @@ def _run_script(tree, mode: str, interrupt: bool) -> tuple[list[int], subprocess
         if line.startswith("workers"):
             workers = [int(p) for p in line.split()[1:]]
             break
-    if interrupt:
+    if interrupt is not None:
         time.sleep(0.3)
-        proc.send_signal(signal.SIGINT)
+        proc.send_signal(interrupt)
     proc.wait(timeout=30)
     return workers, proc.returncode
 
@@ -73,12 +73,12 @@ def _gone(pids: list[int], seconds: float = 5.0) -> bool:
     return False
 
 
-@pytest.mark.parametrize("mode, interrupt", [("exit", False), ("loop", True)])
-def test_exit_and_ctrl_c_leave_nothing_behind(big_tree, mode, interrupt):
+@pytest.mark.parametrize("mode, interrupt", [("exit", None), ("loop", signal.SIGINT), ("loop", signal.SIGKILL)])
+def test_exit_ctrl_c_and_kill_leave_nothing_behind(big_tree, mode, interrupt):
     before = shm_entries()
     workers, code = _run_script(big_tree, mode, interrupt)
     assert len(workers) == 2
-    assert (code == 0) if mode == "exit" else (code != 0), "Ctrl-C stops the program, exit is clean"
+    assert (code == 0) if mode == "exit" else (code != 0), "Ctrl-C and kill stop the program, exit is clean"
     assert _gone(workers), "worker processes outlived the program"
     assert shm_entries() - before == set()
 

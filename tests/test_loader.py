@@ -2,14 +2,14 @@
 from __future__ import annotations
 
 import hashlib
+import os
 
 import numpy as np
 import pytest
 
 import iofeed
 from helpers.images import label_from_pixels
-from helpers.runs import shm_entries
-from iofeed.errors import OptionError, SourceError
+from iofeed.errors import LoaderStateError, OptionError, SourceError
 
 BACKENDS = ["workers", pytest.param("dali", marks=pytest.mark.dali)]
 
@@ -178,18 +178,28 @@ def test_prefetch_depth_defaults_and_bounds(colour_dataset):
             assert sum(1 for _ in ld) == len(ld)
 
 
-def test_close_stops_the_workers_and_frees_their_segment(colour_dataset):
-    """The workers engine's part of the contract's close check: its processes and its segment."""
-    before = shm_entries()
+def _slot_fds() -> list[str]:
+    """This process's descriptors of slot memory (memfd)."""
+    fds = [os.path.join("/proc/self/fd", n) for n in os.listdir("/proc/self/fd")]
+    return [t for t in (os.readlink(f) for f in fds if os.path.islink(f)) if "iofeed-slots" in t]
+
+
+def test_close_stops_the_workers_and_frees_their_memory(colour_dataset):
+    """The workers engine's part of the contract's close check: its processes and its slot memory."""
+    fds_before = len(_slot_fds())
     ld = iofeed.loader(colour_dataset, batch_size=4, workers=2)
     for k, _ in enumerate(ld):
         if k == 1:
             break
     procs = list(ld.backend.processes())
-    assert shm_entries() - before, "a live loader holds a segment"
+    assert len(_slot_fds()) > fds_before, "a live loader holds its slot memory"
+    with open("/proc/self/maps") as maps:  # (named semaphores of other libraries are /dev/shm/sem.*)
+        in_shm = [line for line in maps if "/dev/shm/" in line and "/dev/shm/sem." not in line]
+    assert in_shm == [], "slot memory is anonymous: no /dev/shm name to leak"
+    del _  # the last batch's views keep the memory mapped
     ld.close()
     assert not any(p.is_alive() for p in procs)
-    assert shm_entries() - before == set()
+    assert len(_slot_fds()) == fds_before
 
 
 @pytest.mark.torch
@@ -213,5 +223,14 @@ def test_a_second_live_iteration_stops_the_first(colour_dataset):
         next(first)
         second = iter(ld)
         next(second)
-        with pytest.raises(RuntimeError, match="one iteration at a time"):
+        with pytest.raises(LoaderStateError, match="one iteration at a time"):
             next(first)
+
+
+def test_a_closed_loader_says_so_in_one_line(colour_dataset):
+    with iofeed.loader(colour_dataset, batch_size=4, workers=1) as ld:
+        live = iter(ld)
+        next(live)
+    for stream in (live, iter(ld)):
+        with pytest.raises(LoaderStateError, match=r"^this loader was closed .*iofeed\.loader\(\.\.\.\)$"):
+            next(stream)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import jpeg_bytes, make_image_tree, smooth_rgb
+from helpers.images import jpeg_bytes, make_image_tree, smooth_rgb
 from iofeed.cli import main
 from iofeed.errors import OptionError
 from iofeed.format.verify import verify_dataset

@@ -10,7 +10,7 @@ import time
 import psutil
 import pytest
 
-from conftest import jpeg_bytes, smooth_rgb
+from helpers.images import jpeg_bytes, smooth_rgb
 from iofeed.errors import WorkerError
 from iofeed.format.verify import verify_dataset
 from iofeed.prepare.pool import ordered_map

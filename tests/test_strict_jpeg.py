@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 import iofeed
-from conftest import make_colour_tree
+from helpers.images import make_colour_tree
 from iofeed.prepare.run import preprocess
 
 pytest.importorskip("simplejpeg")  # the workers engine's strict path; without it every engine uses Pillow

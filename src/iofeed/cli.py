@@ -170,7 +170,7 @@ def build_parser() -> argparse.ArgumentParser:
     synth.add_argument("--per-class", type=_positive_int, default=None,
                        help="images per class (default: the real counts)")
     synth.add_argument("--seed", type=int, default=0)
-    synth.add_argument("--workers", type=_positive_int, default=None, help="processes (default: all cores)")
+    synth.add_argument("--workers", type=_positive_int, default=None, help="processes (default: the usable cores)")
     synth.add_argument("--overwrite", action="store_true", help="replace an existing stand-in")
     synth.set_defaults(func=_cmd_synth)
 
@@ -191,7 +191,7 @@ def build_parser() -> argparse.ArgumentParser:
     split.add_argument("--val-per-class", type=int, default=None, help="validation images per class")
     split.add_argument("--val-fraction", type=float, default=None, help="validation share of each class (default 0.1)")
     prep.add_argument("--shard-mb", type=float, default=128.0, help="maximum shard size in MiB (default 128)")
-    prep.add_argument("--workers", type=_positive_int, default=None, help="processes (default: all cores)")
+    prep.add_argument("--workers", type=_positive_int, default=None, help="processes (default: the usable cores)")
     prep.add_argument("--overwrite", action="store_true", help="replace an existing output")
     prep.add_argument("--strict", action="store_true", help="fail if any input is rejected")
     prep.add_argument("--engine", choices=ENGINES.names(), default="local",
@@ -226,7 +226,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--warmup", type=float, default=2.0,
                        help="untimed seconds per feed before its first window (default 2)")
     bench.add_argument("--workers", type=int, default=None,
-                       help="worker processes/threads per feed (default: all cores)")
+                       help="worker processes/threads per feed (default: the usable cores)")
     bench.add_argument("--seed", type=int, default=0)
     bench.add_argument("--json", type=Path, default=None, help="results file (default bench/results/bench-<date>.json)")
     bench.add_argument("--plot", type=Path, default=None, help="PNG plot (default: beside the JSON)")

@@ -1,6 +1,7 @@
 """`iofeed.loader(...)`: one loader interface over the backends, with framework adapters."""
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -15,8 +16,8 @@ from .adapters.registry import ADAPTERS
 from .backends.base import Backend, Batch
 from .backends.select import make_engine
 from .device import loader_device
-from .errors import OptionError
-from .options import LoaderOptions
+from .errors import LoaderStateError, OptionError
+from .options import LoaderOptions, distributed_rank_world
 from .order import OrderSpec
 from .prepare.scan import reason_kind
 from .samples import SampleSource, open_source
@@ -58,6 +59,8 @@ class Loader:
         self.options = options
         self.image_size = options.image_size
         self._iteration: object | None = None  # token of the live iteration
+        self._closed = False
+        self._follow_group = options.rank is None  # rank and world_size from a process group started later
         self.epoch = 0
         self._position = 0  # batches of `epoch` already delivered
         self.last_indices = np.empty(0, np.int64)  # sample indices of the latest batch, for auditing
@@ -67,21 +70,35 @@ class Loader:
                                **backend.describe()}
 
     def __len__(self) -> int:
+        self._join_group()
         return len(self.order)
+
+    def _join_group(self) -> None:
+        """Take rank and world_size from torch.distributed once it is initialised, when they were
+        not given: Lightning and other trainers start the process group after the loader is made."""
+        if not self._follow_group or self._position:
+            return
+        rank, world_size = distributed_rank_world()
+        if (rank, world_size) != (self.order.rank, self.order.world_size):
+            self.order = dataclasses.replace(self.order, rank=rank, world_size=world_size)
+            self.stats.settings.update(rank=rank, world_size=world_size)
 
     def set_epoch(self, epoch: int) -> None:
         """Start `epoch` (from its beginning) at the next iteration."""
         self.epoch, self._position = int(epoch), 0
 
     def __iter__(self) -> Iterator[Any]:
+        self._check_open()
+        self._join_group()
         epoch, start = self.epoch, self._position
         batches = self.order.batches(epoch)
         token = self._iteration = object()
         stream = self.backend.run(epoch, batches, start, self.order.rank)
         while True:
+            self._check_open()
             if self._iteration is not token:
-                raise RuntimeError("this loader was iterated again before the previous pass ended; "
-                                   "use one iteration at a time")
+                raise LoaderStateError("this loader was iterated again before this pass ended, and the newer "
+                                       "iteration took over: use one iteration at a time")
             asked = time.perf_counter()
             try:
                 batch = next(stream)
@@ -90,9 +107,12 @@ class Loader:
             self.stats.wait_seconds += time.perf_counter() - asked
             self._record(batch)
             self._position += 1
+            if self._position == len(batches):  # complete once its last batch is out: a consumer that
+                self.epoch, self._position = epoch + 1, 0  # stops after len() batches (Lightning) moves on
             if len(batch.indices):  # an empty batch (all skipped) would be a NaN loss: only counted
                 yield self._adapter(batch)
-        self.epoch, self._position = epoch + 1, 0
+        if start >= len(batches):  # nothing was left of this epoch
+            self.epoch, self._position = epoch + 1, 0
 
     def _record(self, batch: Batch) -> None:
         if len(batch.indices):
@@ -122,8 +142,13 @@ class Loader:
             raise OptionError(f"cannot resume: batches_done={state['batches_done']} outside 0..{len(self)}")
         self.epoch, self._position = int(state["epoch"]), int(state["batches_done"])
 
+    def _check_open(self) -> None:
+        if self._closed:
+            raise LoaderStateError.closed()
+
     def close(self) -> None:
-        """Stop workers and free shared memory (idempotent)."""
+        """Stop workers and free shared memory (idempotent); batches already taken stay valid."""
+        self._closed = True
         self.backend.close()
 
     def __enter__(self) -> Loader:
@@ -181,7 +206,9 @@ def loader(
             installed and can read the source, else workers.
         workers: worker processes (workers engine) or threads (DALI). None autotunes the workers
             engine: one worker at first, then the count that keeps the consumer from waiting, up
-            to all cores (see `stats.settings["decisions"]`); for DALI, all cores.
+            to the usable cores — CPU affinity and cgroup quota, shared among the node's local ranks
+            (`LOCAL_WORLD_SIZE`); see `stats.settings["decisions"]` and `["cores_because"]`; for
+            DALI, the usable cores.
         prefetch: batches made ahead (an int >= 1). Default: two per worker, at least 8 (workers
             engine, within `memory_budget`); 2 for DALI.
         seed: seed of the shuffle and of the augmentation (an int >= 0): the order and the
@@ -194,8 +221,10 @@ def loader(
             first few paths in `stats.skipped_examples`), or "raise" a `SampleError` naming it.
             A batch whose samples were all skipped is not delivered (counted in
             `stats.skipped_batches`): `len(loader)` is the number of batches at most.
-        memory_budget: bytes of shared memory for the workers engine's batch slots (an int
-            >= 1; default: a quarter of free RAM or /dev/shm, whichever is smaller).
+        memory_budget: bytes of memory for the workers engine's batch slots (an int >= 1;
+            anonymous shared memory, not limited by /dev/shm). Default: a quarter of the memory
+            this process may use (available RAM, capped by the cgroup limit), shared among local
+            ranks; see `stats.settings["memory_because"]`.
         gpu_augment: with `framework="torch"`, the workers engine and an iofeed dataset (best
             made with `--format raw`): workers only gather each sample's stored pixels; the crop,
             resize and flip run on `device`.

@@ -1,6 +1,7 @@
 """TensorFlow adapter: a `tf.data.Dataset` wrapped around a numpy Loader, normalised with TF ops."""
 from __future__ import annotations
 
+import weakref
 from typing import Any
 
 import numpy as np
@@ -49,12 +50,17 @@ def to_tf_dataset(loader: EpochLoader) -> tf.data.Dataset:
     The Loader is kept as `dataset.iofeed_loader` (for `set_epoch`, `state_dict`, `stats`);
     datasets derived with further transformations do not carry that attribute, so keep the
     returned object. Close it when done with `dataset.iofeed_loader.close()`; otherwise its
-    workers and shared memory are released when it is garbage-collected or at exit.
+    workers and memory are released once the dataset, the datasets derived from it and their
+    iterators are all gone (TensorFlow keeps the generator function for the life of the process,
+    so that function refers to the Loader only weakly). An iterator still running when the Loader
+    is closed stops there: asking it for more raises the Loader's one-line error.
     """
     size = loader.image_size
     state: dict[str, Any] = {"active": None}  # the token of the iteration now running
+    loader_ref = weakref.ref(loader)
 
     def generate() -> Any:
+        loader = loader_ref()  # alive: the dataset (kept by its iterators) holds it
         token = object()
         if state["active"] is not None:  # the previous iteration did not reach its end
             loader.set_epoch(loader.epoch)

@@ -2,7 +2,6 @@
 → flip + normalise, on the raw JPEG folder. CPU decode without a GPU, `mixed` (nvJPEG) with one."""
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from typing import Any
 
@@ -10,6 +9,7 @@ import numpy as np
 
 from ..adapters.normalize import IMAGENET_MEAN, IMAGENET_STD
 from ..backends.dali import consumer_stream
+from ..system import usable_cores
 from .feeds import FeedSpec
 
 PREFETCH_QUEUE_DEPTH = 2
@@ -56,7 +56,7 @@ class DaliFolderFeed:
 
         scan = scan_folder(spec.source)  # the same accepted files as the other folder feeds
         files = [str(scan.root / f) for f in scan.files]
-        threads = spec.workers or os.cpu_count() or 1
+        threads = spec.workers or usable_cores().amount
         self._pipe = _pipeline(files, scan.labels, spec, threads)
         self._device_id = 0 if spec.device == "cuda" else None
         self._torch = torch

@@ -1,7 +1,6 @@
 """`iofeed bench` from options to results: inputs, feed plan, page cache, measurement, record, files."""
 from __future__ import annotations
 
-import os
 from dataclasses import asdict
 from datetime import datetime, timezone
 from pathlib import Path
@@ -9,6 +8,7 @@ from typing import Any
 
 from ..errors import IofeedError, OptionError, require
 from ..prepare.scan import find_class_root
+from ..system import usable_cores
 from .feeds import BASELINE, CATALOGUE, CEILING, FEEDS, FeedSpec, dali_installed
 from .inputs import CacheState, Inputs, data_files, resolve_inputs, warm_page_cache
 from .measure import FeedRun, measure, memory_metric
@@ -37,7 +37,7 @@ def _classes(inputs: Inputs) -> int:
 def plan_feeds(names: tuple[str, ...], inputs: Inputs, options: BenchOptions, device: str,
                model: str) -> tuple[list[FeedSpec], list[FeedRun]]:
     """Specs of the feeds to measure, and runs already marked skipped (with the reason)."""
-    workers = options.workers or os.cpu_count() or 1
+    workers = options.workers or usable_cores().amount
     classes = _classes(inputs) if model != "none" else 1000
     specs, skipped = [], []
     for name in names + ((CEILING,) if model != "none" else ()):
@@ -97,7 +97,7 @@ def run_benchmark(options: BenchOptions, command: str) -> tuple[dict[str, Any], 
             settings={"batch_size": options.batch_size, "image_size": options.image_size, "model": model,
                       "device": device, "seconds_per_feed": options.seconds, "rounds": options.rounds,
                       "window_seconds": options.window_seconds, "warmup_seconds": options.warmup,
-                      "workers": options.workers or os.cpu_count() or 1, "seed": options.seed,
+                      "workers": options.workers or usable_cores().amount, "seed": options.seed,
                       "memory_metric": memory_metric()},
             inputs={"folder": _text(inputs.folder), "dataset": _text(inputs.dataset), "raw": _text(inputs.raw),
                     "missing": inputs.missing,

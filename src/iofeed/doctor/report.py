@@ -67,8 +67,8 @@ def _environment(checkup: Checkup) -> list[str]:
     v = env.versions
     shm = f"{env.shm_bytes / GIB:.1f} GiB" if env.shm_bytes is not None else "absent"
     lines = ["\nenvironment",
-             f"  {env.cpu_model}: {env.cores} cores ({env.usable_cores} usable"
-             + (f", quota {env.cpu_quota:g}" if env.cpu_quota else "") + f"), RAM {env.ram_bytes / GIB:.1f} GiB "
+             f"  {env.cpu_model}: {env.cores} cores ({env.usable_cores} usable: {env.cores_because}), "
+             f"RAM {env.ram_bytes / GIB:.1f} GiB "
              f"({env.ram_available_bytes / GIB:.1f} available), /dev/shm {shm}"]
     lines += [f"  GPU {i}: {g['name']}, {g['memory_bytes'] / GIB:.0f} GiB, driver {g['driver']}"
               for i, g in enumerate(env.gpus)] or [f"  GPUs: none: {env.gpu_note}"]

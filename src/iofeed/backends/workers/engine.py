@@ -1,25 +1,27 @@
 """The `workers` engine: processes (forkserver/spawn) decode whole batches into shared memory."""
 from __future__ import annotations
 
+import mmap
 import signal
 import time
 import traceback
 import weakref
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
-from multiprocessing import shared_memory
 from multiprocessing.connection import Connection, wait
 from typing import Any
 
 import numpy as np
 
-from ...errors import OptionError, SampleError, WorkerError
+from ...errors import LoaderStateError, OptionError, SampleError, WorkerError
 from ...image.boxes import Augment
 from ...options import LoaderOptions
 from ...parallel import resolve_workers, safe_context
 from ...samples import SampleReader, SampleSource
+from ...system import Share, usable_cores
 from ..base import Batch, BatchKey, sample_failure
 from .autotune import Window, decide
+from .memory import SharedBlock
 from .packing import PackedLayout
 from .slots import Layout, SlotLayout, default_memory_budget, default_prefetch
 
@@ -48,12 +50,11 @@ class _Done:
 
 
 def _worker_main(
-    shm_name: str, layout: Layout, source: SampleSource, augment: Augment, on_error: str, conn: Connection
+    block: mmap.mmap, layout: Layout, source: SampleSource, augment: Augment, on_error: str, conn: Connection
 ) -> None:
     """Worker loop: take a task, decode its samples into the slot, report. Exits with its parent."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    shm = shared_memory.SharedMemory(name=shm_name)
-    payload, labels = layout.views(shm.buf)
+    payload, labels = layout.views(memoryview(block))
     reader = SampleReader(source)
     try:
         while True:
@@ -70,7 +71,6 @@ def _worker_main(
     finally:
         del payload, labels
         reader.close()
-        shm.close()
 
 
 def _run_task(
@@ -118,7 +118,8 @@ class WorkerEngine:
 
     name = "workers"
 
-    def __init__(self, source: SampleSource, options: LoaderOptions, layout: Layout) -> None:
+    def __init__(self, source: SampleSource, options: LoaderOptions, layout: Layout,
+                 found: dict[str, Any] | None = None) -> None:
         self._source, self._augment, self._on_error, self._seed = (
             source, options.augmentation, options.on_error, options.seed)
         self.max_workers, self.autotune = resolve_workers(options.workers), options.workers is None
@@ -126,10 +127,12 @@ class WorkerEngine:
         self.layout = layout
         self._generation = 0
         self._workers: list[_Worker] = []
-        self._shm: shared_memory.SharedMemory | None = None
+        self._block: SharedBlock | None = None
         self._finalizer: weakref.finalize | None = None
+        self._closed = False
         self._window = _WindowMeter()
         self.decisions: list[str] = []
+        self._found = dict(found or {})  # the usable cores and memory budget, and why
 
     @property
     def workers(self) -> int:
@@ -150,6 +153,7 @@ class WorkerEngine:
             "prefetch_batches": self._depth(),
             "shared_memory_bytes": self.layout.total_bytes,
             "decisions": list(self.decisions[-5:]),
+            **self._found,
         }
 
     def _depth(self) -> int:
@@ -157,9 +161,9 @@ class WorkerEngine:
         return min(self.layout.slots - 1, default_prefetch(self.workers)) if self.autotune else self.layout.slots - 1
 
     def _start(self) -> None:
-        self._shm = shared_memory.SharedMemory(create=True, size=self.layout.total_bytes)
-        self._payload, self._labels = self.layout.views(self._shm.buf)
-        self._finalizer = weakref.finalize(self, _shutdown, self._workers, self._shm)
+        self._block = SharedBlock(self.layout.total_bytes)
+        self._payload, self._labels = self.layout.views(self._block.buffer)
+        self._finalizer = weakref.finalize(self, _shutdown, self._workers, self._block)
         for _ in range(self._initial):
             self._add_worker()
 
@@ -168,7 +172,7 @@ class WorkerEngine:
         mine, theirs = ctx.Pipe(duplex=True)
         proc = ctx.Process(
             target=_worker_main,
-            args=(self._shm.name, self.layout, self._source, self._augment, self._on_error, theirs),
+            args=(self._block, self.layout, self._source, self._augment, self._on_error, theirs),
             daemon=True,
         )
         proc.start()
@@ -193,7 +197,7 @@ class WorkerEngine:
 
     def run(self, epoch: int, batches: list[np.ndarray], start: int, rank: int) -> Iterator[Batch]:
         """Yield `batches[start:]` in order; a view stays valid until the next batch is asked for."""
-        if self._shm is None:
+        if self._block is None:
             self._start()
             self._window.reset()  # starting the workers is not the consumer's time
         self._drain()
@@ -213,6 +217,8 @@ class WorkerEngine:
                 if done.generation == generation:
                     ready[done.batch_no] = done
             done = ready.pop(needed)
+            if self._closed:  # by another thread (a tf.data prefetch thread runs this generator)
+                raise LoaderStateError.closed()
             if done.error is not None:
                 raise (SampleError if done.sample_error else WorkerError)(done.error)
             self._window.add(len(done.delivered), time.perf_counter() - asked, done.busy_seconds)
@@ -239,8 +245,16 @@ class WorkerEngine:
     def _receive(self) -> _Done:
         """The next finished task; raises WorkerError as soon as a worker dies."""
         while True:
+            if self._closed:
+                raise LoaderStateError.closed()
             by_handle = {w.conn: w for w in self._workers} | {w.proc.sentinel: w for w in self._workers}
-            for handle in wait(list(by_handle)):
+            try:
+                ready = wait(list(by_handle))
+            except (OSError, ValueError):  # a pipe closed by close() on another thread
+                if self._closed:
+                    raise LoaderStateError.closed() from None
+                raise
+            for handle in ready:
                 worker = by_handle[handle]
                 if isinstance(handle, Connection):
                     try:
@@ -253,15 +267,13 @@ class WorkerEngine:
                 self._raise_dead(worker)
 
     def _raise_dead(self, worker: _Worker) -> None:
+        if self._closed:  # stopped by close() from another thread, not dead
+            raise LoaderStateError.closed()
         proc = worker.proc
         proc.join(timeout=1.0)
         code = proc.exitcode if proc.exitcode is not None else 0
-        how = f"signal {signal.Signals(-code).name}" if code < 0 else f"exit code {code}"
         self.close()
-        raise WorkerError(
-            f"loader worker (pid {proc.pid}) died with {how}; "
-            "if it was killed for memory, lower workers or batch_size"
-        )
+        raise WorkerError(f"loader worker (pid {proc.pid}) {_death(code)}")
 
     def _drain(self) -> None:
         """Wait for tasks of an abandoned epoch, so that their slots can be reused."""
@@ -270,6 +282,7 @@ class WorkerEngine:
 
     def close(self) -> None:
         """Stop the workers and free the shared memory (also on garbage collection and exit)."""
+        self._closed = True
         if self._finalizer is not None:
             self._payload = self._labels = None
             self._finalizer()
@@ -302,8 +315,17 @@ class _WindowMeter:
         return window
 
 
-def _shutdown(workers: list[_Worker], shm: shared_memory.SharedMemory) -> None:
-    """Stop workers (politely, then by force) and unlink the shared memory block."""
+def _death(code: int) -> str:
+    """How a worker with exit status `code` died, and what to do about it."""
+    if code == -signal.SIGKILL:
+        return "was killed (SIGKILL): if the system ran out of memory, lower workers or batch_size"
+    if code < 0:
+        return f"died with signal {signal.Signals(-code).name}"
+    return f"exited with code {code}: its error is printed above"
+
+
+def _shutdown(workers: list[_Worker], block: SharedBlock) -> None:
+    """Stop workers (politely, then by force) and give up the shared block (views keep their memory)."""
     for worker in workers:
         try:
             worker.conn.send(None)
@@ -315,23 +337,19 @@ def _shutdown(workers: list[_Worker], shm: shared_memory.SharedMemory) -> None:
             worker.proc.kill()
             worker.proc.join(timeout=1.0)
         worker.conn.close()
-    try:
-        shm.close()
-    except BufferError:
-        pass  # a caller still holds a view; the name is unlinked all the same
-    try:
-        shm.unlink()
-    except FileNotFoundError:
-        pass
+    block.release()
 
 
 def make_worker_engine(source: SampleSource, options: LoaderOptions) -> WorkerEngine:
-    """A workers engine: `workers=None` autotunes up to all cores; slots fit `memory_budget`.
+    """A workers engine: `workers=None` autotunes up to this rank's usable cores; slots fit
+    `memory_budget` (default: a quarter of this rank's usable memory).
 
     With `gpu_augment`, packed slots carry stored pixels and crop boxes for augmenting on the
     device instead of augmented images."""
+    cores = usable_cores()
     max_workers, prefetch, batch_size = resolve_workers(options.workers), options.prefetch, options.batch_size
-    budget = default_memory_budget() if options.memory_budget is None else options.memory_budget
+    budget = (default_memory_budget() if options.memory_budget is None
+              else Share(options.memory_budget, "memory_budget argument"))
     def layout(slots: int) -> Layout:
         if options.gpu_augment:
             return PackedLayout.for_source(source, slots, batch_size)
@@ -339,10 +357,12 @@ def make_worker_engine(source: SampleSource, options: LoaderOptions) -> WorkerEn
 
     slot_bytes = layout(1).total_bytes
     wanted = (default_prefetch(max_workers) if prefetch is None else prefetch) + 1
-    slots = min(wanted, budget // slot_bytes)
+    slots = min(wanted, budget.amount // slot_bytes)
     if slots < 2:
         raise OptionError(
-            f"memory_budget={budget:,} bytes holds fewer than 2 batches of {slot_bytes:,} bytes: "
-            "raise it, or lower batch_size or image_size"
+            f"memory_budget={budget.amount:,} bytes ({budget.because}) holds fewer than 2 batches of "
+            f"{slot_bytes:,} bytes: raise it, or lower batch_size or image_size"
         )
-    return WorkerEngine(source, options, layout(slots))
+    found = {"usable_cores": cores.amount, "cores_because": cores.because,
+             "memory_budget": budget.amount, "memory_because": budget.because}
+    return WorkerEngine(source, options, layout(slots), found)
