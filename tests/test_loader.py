@@ -2,13 +2,13 @@
 from __future__ import annotations
 
 import hashlib
-import os
 
 import numpy as np
 import pytest
 
 import iofeed
 from helpers.images import label_from_pixels
+from helpers.runs import slot_memory
 from iofeed.errors import LoaderStateError, OptionError, SourceError
 
 BACKENDS = ["workers", pytest.param("dali", marks=pytest.mark.dali)]
@@ -178,28 +178,22 @@ def test_prefetch_depth_defaults_and_bounds(colour_dataset):
             assert sum(1 for _ in ld) == len(ld)
 
 
-def _slot_fds() -> list[str]:
-    """This process's descriptors of slot memory (memfd)."""
-    fds = [os.path.join("/proc/self/fd", n) for n in os.listdir("/proc/self/fd")]
-    return [t for t in (os.readlink(f) for f in fds if os.path.islink(f)) if "iofeed-slots" in t]
-
-
 def test_close_stops_the_workers_and_frees_their_memory(colour_dataset):
     """The workers engine's part of the contract's close check: its processes and its slot memory."""
-    fds_before = len(_slot_fds())
+    before = slot_memory()
     ld = iofeed.loader(colour_dataset, batch_size=4, workers=2)
     for k, _ in enumerate(ld):
         if k == 1:
             break
     procs = list(ld.backend.processes())
-    assert len(_slot_fds()) > fds_before, "a live loader holds its slot memory"
+    assert slot_memory() != before, "a live loader holds its slot memory"
     with open("/proc/self/maps") as maps:  # (named semaphores of other libraries are /dev/shm/sem.*)
         in_shm = [line for line in maps if "/dev/shm/" in line and "/dev/shm/sem." not in line]
     assert in_shm == [], "slot memory is anonymous: no /dev/shm name to leak"
     del _  # the last batch's views keep the memory mapped
     ld.close()
     assert not any(p.is_alive() for p in procs)
-    assert len(_slot_fds()) == fds_before
+    assert slot_memory() == before
 
 
 @pytest.mark.torch

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import iofeed
-from helpers.runs import shm_entries
+from helpers.runs import slot_memory
 from iofeed.adapters.numpy import to_numpy
 from iofeed.adapters.registry import ADAPTERS, AdapterCaps
 from iofeed.backends import select
@@ -38,20 +38,20 @@ BAD = [
 
 @pytest.mark.parametrize("options, named", BAD, ids=lambda v: repr(v) if isinstance(v, dict) else None)
 def test_bad_arguments_are_one_line_errors_before_any_work(colour_dataset, options, named):
-    before = shm_entries()
+    before = slot_memory()
     with pytest.raises(OptionError) as info:
         iofeed.loader(colour_dataset, **{"batch_size": 4, **options})
     message = str(info.value)
     assert named in message and "\n" not in message
-    assert shm_entries() == before, "nothing made before the error"
+    assert slot_memory() == before, "nothing made before the error"
 
 
 def test_a_float_image_size_is_refused_before_shared_memory_is_made(tmp_path):
     """It used to build the slots, fail inside them and leave a /dev/shm entry behind."""
-    before = shm_entries()
+    before = slot_memory()
     with pytest.raises(OptionError, match=r"image_size must be an int, got 224\.0 \(float\)"):
         iofeed.loader(tmp_path / "not-even-opened", batch_size=4, image_size=224.0)
-    assert shm_entries() == before
+    assert slot_memory() == before
 
 
 def test_numpy_integers_are_integers(colour_dataset):

@@ -1,4 +1,4 @@
-"""Observing a running loader: its mid-epoch state and the shared memory it leaves behind."""
+"""Observing a running loader: its mid-epoch state and the slot memory it leaves behind."""
 from __future__ import annotations
 
 import os
@@ -12,6 +12,15 @@ def state_after(ld, batches: int) -> dict:
     raise AssertionError(f"the epoch has fewer than {batches} batches")
 
 
-def shm_entries() -> set[str]:
-    """Names in /dev/shm (shared memory segments and named semaphores)."""
-    return set(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else set()
+def slot_memory() -> list[str]:
+    """This process's descriptors and mappings of batch-slot memory: iofeed's memfd block, or any
+    /dev/shm segment. Only this process is looked at, so other programs on the machine do not count."""
+    targets = []
+    for name in os.listdir("/proc/self/fd"):
+        try:
+            targets.append(os.readlink(f"/proc/self/fd/{name}"))
+        except OSError:  # the descriptor listdir itself used, closed since
+            pass
+    with open("/proc/self/maps") as maps:
+        targets += [parts[5].strip() for parts in (line.split(maxsplit=5) for line in maps) if len(parts) == 6]
+    return sorted(t for t in targets if "iofeed-slots" in t or "/dev/shm/psm_" in t)
