@@ -163,11 +163,13 @@ def test_jpeg_header_agrees_with_pillow():
 @pytest.mark.torch
 @pytest.mark.gpu
 def test_mixed_decode_on_gpu_matches_cpu(colour_dataset):
-    """device="cuda": decoded by nvJPEG on the GPU, handed over by DLPack, close to the CPU decode."""
+    """device="cuda" with a device-side adapter (torch): decoded by nvJPEG on the GPU, handed over
+    by DLPack, close to the CPU decode."""
     import torch
     with iofeed.loader(colour_dataset, batch_size=4, backend="dali", workers=2, seed=3) as cpu:
         expected = np.array(next(iter(cpu))[0])
-    with iofeed.loader(colour_dataset, batch_size=4, backend="dali", workers=2, seed=3, device="cuda:0") as ld:
+    with iofeed.loader(colour_dataset, batch_size=4, backend="dali", workers=2, seed=3, device="cuda:0",
+                       framework="torch") as ld:
         assert ld.stats.settings["decoder"] == "mixed" and ld.stats.settings["device"] == "cuda:0"
         batch = next(ld.backend.run(0, ld.order.batches(0), 0, 0))
         images = torch.from_dlpack(batch.images)
