@@ -61,7 +61,8 @@ def plot(results: list[dict], path: Path) -> None:
     fig, (top, bottom) = plt.subplots(2, 1, sharex=True, figsize=(8, 5))
     for r in results:
         t = [p["t"] for p in r["timeline"]]
-        top.step(t, [p["workers"] for p in r["timeline"]], where="post", label=f"consumer {r['consumer_rate']:.0f} img/s")
+        top.step(t, [p["workers"] for p in r["timeline"]], where="post",
+                 label=f"consumer {r['consumer_rate']:.0f} img/s")
         bottom.plot(t, [100 * p["wait_share"] for p in r["timeline"]])
     top.set_ylabel("workers")
     top.legend()

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# Runs the whole test suite in the project's own environment (created on first use).
+# Lints (ruff, configured in pyproject.toml), then runs the test suite, in the project's own
+# environment (created on first use). Arguments go to pytest, e.g. `-m "not slow"`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup-env.sh
+.venv/bin/python -m ruff check src tests bench
 exec .venv/bin/python -m pytest "$@"

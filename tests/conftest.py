@@ -1,14 +1,23 @@
-"""Shared fixtures: small image trees with every quirk preprocess must handle."""
+"""Shared fixtures (small image trees with every quirk preprocess must handle) and the skip of a
+test whose dependency marker names something missing here."""
 from __future__ import annotations
 
 import contextlib
-import io
 import os
 from pathlib import Path
 
-import numpy as np
 import pytest
-from PIL import Image
+
+from helpers.images import (
+    exif_rotated_jpeg,
+    jpeg_bytes,
+    make_colour_tree,
+    make_image_tree,
+    png_bytes,
+    sixteen_bit_png,
+    smooth_rgb,
+)
+from helpers.requirements import MODULES, missing
 
 # TensorFlow 2.21 loaded before Triton (which torch._dynamo, and so torchvision.models, imports)
 # makes the interpreter segfault; tests import both in one process, so Triton goes first.
@@ -16,52 +25,11 @@ with contextlib.suppress(ImportError):
     import triton  # noqa: F401
 
 
-def smooth_rgb(width: int, height: int, seed: int) -> Image.Image:
-    """A photo-like image: smooth random colour field plus a few edges (decodes like a photo)."""
-    rng = np.random.default_rng(seed)
-    coarse = rng.integers(0, 256, size=(4, 4, 3), dtype=np.uint8)
-    img = Image.fromarray(coarse).resize((width, height), Image.Resampling.BICUBIC)
-    pixels = np.asarray(img).astype(np.int16)
-    pixels[: height // 3, : width // 2] += 40
-    noise = rng.integers(-6, 7, size=pixels.shape, dtype=np.int16)
-    return Image.fromarray(np.clip(pixels + noise, 0, 255).astype(np.uint8))
-
-
-def jpeg_bytes(img: Image.Image, **options) -> bytes:
-    out = io.BytesIO()
-    img.save(out, "JPEG", quality=options.pop("quality", 92), **options)
-    return out.getvalue()
-
-
-def png_bytes(img: Image.Image) -> bytes:
-    out = io.BytesIO()
-    img.save(out, "PNG")
-    return out.getvalue()
-
-
-def exif_rotated_jpeg(img: Image.Image, orientation: int) -> bytes:
-    exif = Image.Exif()
-    exif[0x0112] = orientation
-    return jpeg_bytes(img, exif=exif.tobytes())
-
-
-def sixteen_bit_png(width: int, height: int) -> bytes:
-    ramp = np.linspace(0, 65535, width * height).reshape(height, width).astype(np.uint16)
-    return png_bytes(Image.fromarray(ramp))
-
-
-def make_image_tree(root: Path, classes: int = 3, per_class: int = 6, seed: int = 0) -> dict[str, int]:
-    """Plain JPEG class folders `NNN.name/`; returns {relative path: label}."""
-    expected = {}
-    for c in range(classes):
-        folder = root / f"{c + 1:03d}.class{c}"
-        folder.mkdir(parents=True, exist_ok=True)
-        for i in range(per_class):
-            rel = f"{folder.name}/{c + 1:03d}_{i:04d}.jpg"
-            size = (120 + 37 * i, 90 + 23 * c)
-            (root / rel).write_bytes(jpeg_bytes(smooth_rgb(*size, seed=seed * 1000 + c * 100 + i)))
-            expected[rel] = c
-    return expected
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """Skip a test whose dependency marker (torch, tf, dali, gpu, ...) names what is missing here."""
+    for marker in (*MODULES, "gpu"):
+        if item.get_closest_marker(marker) and (reason := missing(marker)):
+            pytest.skip(reason)
 
 
 @pytest.fixture
@@ -116,32 +84,6 @@ def quirky_tree(tmp_path: Path) -> tuple[Path, dict[str, int], dict[str, str]]:
     return src, valid, rejected
 
 
-CLASS_COLOURS = [(220, 40, 40), (40, 200, 60), (50, 60, 230), (230, 220, 50)]
-
-
-def make_colour_tree(root: Path, per_class: int = 10, corrupt: int = 0) -> Path:
-    """Class c images are near-flat CLASS_COLOURS[c] with texture, so labels can be checked from
-    pixels after any crop. `corrupt` truncated JPEGs go into the first class."""
-    for c, colour in enumerate(CLASS_COLOURS):
-        folder = root / f"{c + 1:03d}.colour{c}"
-        folder.mkdir(parents=True, exist_ok=True)
-        rng = np.random.default_rng(c)
-        for i in range(per_class):
-            w, h = 160 + 13 * i, 140 + 7 * (i % 5)
-            pixels = np.clip(np.array(colour) + rng.integers(-12, 13, (h, w, 3)), 0, 255).astype(np.uint8)
-            (folder / f"{i:04d}.jpg").write_bytes(jpeg_bytes(Image.fromarray(pixels)))
-    good = (root / "001.colour0" / "0000.jpg").read_bytes()
-    for i in range(corrupt):
-        (root / "001.colour0" / f"bad{i}.jpg").write_bytes(good[: len(good) // 3])
-    return root
-
-
-def label_from_pixels(image: np.ndarray) -> int:
-    """The class whose colour is nearest the image's mean colour."""
-    mean = image.reshape(-1, 3).mean(axis=0)
-    return int(np.argmin([np.abs(mean - np.array(c)).sum() for c in CLASS_COLOURS]))
-
-
 @pytest.fixture(scope="session")
 def colour_tree(tmp_path_factory) -> Path:
     """4 colour-coded classes x 10 images (40 samples), shared by the loader tests."""
@@ -156,16 +98,3 @@ def colour_dataset(colour_tree: Path, tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("colour-ds") / "colour.iof"
     preprocess(colour_tree, out, val_per_class=2, shard_bytes=1 << 16, progress=False, workers=1)
     return out
-
-
-def state_after(ld, batches: int) -> dict:
-    """Take `batches` batches of the loader's current epoch, then its state (mid-epoch)."""
-    for k, _ in enumerate(ld, start=1):
-        if k == batches:
-            return ld.state_dict()
-    raise AssertionError(f"the epoch has fewer than {batches} batches")
-
-
-def shm_entries() -> set[str]:
-    """Names in /dev/shm (shared memory segments and named semaphores)."""
-    return set(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else set()

@@ -1,6 +1,8 @@
 """The autotuning policy on measured windows."""
 from __future__ import annotations
 
+import pytest
+
 from iofeed.backends.workers.autotune import Window, decide
 
 
@@ -45,8 +47,9 @@ def _run(tree, seconds: float, sleep_per_batch: float):
         return ld.backend.workers, ld.stats.settings, ld.backend.decisions
 
 
+@pytest.mark.slow
 def test_engine_grows_for_a_hungry_consumer_and_stays_small_for_a_slow_one(tmp_path):
-    from conftest import make_colour_tree
+    from helpers.images import make_colour_tree
 
     tree = make_colour_tree(tmp_path / "t", per_class=30)
     workers, _, decisions = _run(tree, seconds=4.0, sleep_per_batch=0.0)

@@ -2,14 +2,18 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
+import threading
+import time
 
 import pytest
 
+from helpers.images import make_colour_tree
 from iofeed.benchmark.feeds import FeedSpec, FeedUnavailable, open_feed
 from iofeed.benchmark.host import consume
 from iofeed.benchmark.schema import validate
 from iofeed.cli import main
-from conftest import make_colour_tree
 
 SIZE, BATCH = 64, 8
 
@@ -56,7 +60,9 @@ def _counted_windows(spec: FeedSpec, windows: int = 2) -> list[tuple[int, int, i
     return out
 
 
-@pytest.mark.parametrize("name", ["torchvision-1w", "iofeed-dataset", pytest.param("iofeed-dali", marks=pytest.mark.dali)])
+@pytest.mark.torch
+@pytest.mark.parametrize("name", [pytest.param("torchvision-1w", marks=pytest.mark.torchvision), "iofeed-dataset",
+                                  pytest.param("iofeed-dali", marks=pytest.mark.dali)])
 def test_reported_count_is_what_was_delivered(name, colour_tree, colour_dataset):
     source = colour_dataset if name.endswith(("dataset", "dali")) else colour_tree
     workers = 1 if name == "torchvision-1w" else 2
@@ -64,6 +70,7 @@ def test_reported_count_is_what_was_delivered(name, colour_tree, colour_dataset)
         assert batches > 0 and reported == delivered
 
 
+@pytest.mark.torch
 def test_short_batches_are_counted_by_what_they_hold(tmp_path):
     tree = make_colour_tree(tmp_path / "t", per_class=6, corrupt=6)  # skipped samples shorten batches
     windows = _counted_windows(FeedSpec("iofeed-folder", str(tree), 2, BATCH, SIZE, "cpu"))
@@ -91,30 +98,37 @@ def _bench(tmp_path, capsys, *args: str) -> dict:
     return record
 
 
-@pytest.mark.parametrize("feeds", ["torchvision-1w,iofeed-dataset,iofeed-raw",
-                                   pytest.param("iofeed-dali,dali-folder", marks=pytest.mark.dali)])
+@pytest.mark.torch
+@pytest.mark.slow
+@pytest.mark.parametrize("feeds", [
+    pytest.param("torchvision-1w,iofeed-dataset,iofeed-raw", marks=pytest.mark.torchvision),
+    pytest.param("iofeed-dali,dali-folder", marks=pytest.mark.dali)])
 def test_cli_writes_valid_results_and_plot(tmp_path, capsys, feeds):
-    if "dali" in feeds:
-        pytest.importorskip("nvidia.dali")
     tree = make_colour_tree(tmp_path / "tree", per_class=10)
-    record = _bench(tmp_path, capsys, str(tree), "--feeds", feeds, "--seconds", "0.6")
+    record = _bench(tmp_path, capsys, str(tree), "--feeds", feeds, "--seconds", "0.6", "--model", "none")
     assert [f["name"] for f in record["feeds"]] == feeds.split(",")
     assert (tmp_path / "tree.iof" / "iofeed.json").is_file()  # preprocessed beside the folder
     assert ("iofeed-raw" in feeds) == (tmp_path / "tree.raw.iof" / "iofeed.json").is_file()
     assert record["settings"]["model"] == "none" and record["page_cache"]["state"] == "warm"
+    assert record["complete"] is True
 
 
+@pytest.mark.torch
+@pytest.mark.torchvision
+@pytest.mark.slow
 def test_training_step_runs_on_cpu(tmp_path, capsys, colour_dataset):
     record = _bench(tmp_path, capsys, str(colour_dataset), "--feeds", "iofeed-dataset", "--model", "resnet18",
-                    "--seconds", "0.4", "--no-warm-cache")
+                    "--device", "cpu", "--seconds", "0.4", "--no-warm-cache")
     feed, ceiling = record["feeds"]
     assert ceiling["name"] == "synthetic" and record["page_cache"]["state"] == "as found"
+    assert record["settings"]["device"] == "cpu" and feed["max_memory_reserved_bytes"] is None
     assert 0 <= feed["training"]["data_wait_fraction"] <= 1
     assert feed["training"]["percent_of_ceiling"] > 0 and feed["training"]["gpu_util_mean"] is None
 
 
+@pytest.mark.torch
 def test_gpu_augment_feed_needs_a_gpu(tmp_path, capsys, colour_tree):
-    torch = pytest.importorskip("torch")
+    import torch
     if torch.cuda.is_available():
         pytest.skip("this checks the CPU-only machine's report")
     out = tmp_path / "b.json"
@@ -129,6 +143,7 @@ def test_gpu_augment_feed_needs_a_gpu(tmp_path, capsys, colour_tree):
     ["--seconds", "0"],
     ["--seconds", "-1"],
     ["--model", "vgg16"],
+    ["--device", "tpu"],
     ["--batch-size", "0"],
 ])
 def test_bad_options_fail_with_one_line(args, colour_tree, capsys):
@@ -144,11 +159,12 @@ def test_missing_source_fails_with_one_line(tmp_path, capsys):
 
 
 def test_validator_names_what_is_wrong():
-    problems = validate({"format": "iofeed-bench", "version": 1, "feeds": [{"name": 3}]})
+    problems = validate({"format": "iofeed-bench", "version": 2, "feeds": [{"name": 3}]})
     assert "$: missing 'machine'" in problems
     assert any(p.startswith("$.feeds[0].name: expected string") for p in problems)
 
 
+@pytest.mark.torch
 def test_memory_is_sampled_around_timed_windows_never_inside(colour_dataset, monkeypatch):
     """Reading PSS of a worker mapping large shards costs ~0.1 s: it must not fall in the timed part."""
     from iofeed.benchmark import measure as bench_measure
@@ -173,8 +189,66 @@ def test_memory_is_sampled_around_timed_windows_never_inside(colour_dataset, mon
     monkeypatch.setattr(bench_measure._CpuMeter, "__init__", start_timing)
     monkeypatch.setattr(bench_measure._CpuMeter, "read", stop_timing)
     monkeypatch.setattr(bench_measure.MemoryWatch, "sample", recorded_sample)
-    spec = FeedSpec("iofeed-dataset", str(colour_dataset), 1, BATCH, SIZE, "cpu")
-    (run,), _ = bench_measure.measure([spec], rounds=2, window_seconds=0.5, warmup_seconds=0.3, progress=False)
+    run = bench_measure.FeedRun(FeedSpec("iofeed-dataset", str(colour_dataset), 1, BATCH, SIZE, "cpu"))
+    bench_measure.measure([run], rounds=2, window_seconds=0.5, warmup_seconds=0.3, progress=False)
     assert run.status == "ok" and len(run.windows) == 2 and all(w.timed.batches > 0 for w in run.windows)
     assert run.peak_memory_bytes > 0
     assert len(samples) >= 6 and not any(samples)
+
+
+def test_results_are_written_after_every_round_and_kept_on_ctrl_c(tmp_path, capsys, colour_dataset):
+    """A real run: the JSON exists, valid and marked incomplete, after round 1; Ctrl-C (SIGINT) in
+    round 2 or later writes what was measured, prints its table and exits 130."""
+    out = tmp_path / "b.json"
+    seen: dict = {}
+
+    def interrupt_after_first_write() -> None:
+        deadline = time.monotonic() + 120
+        while not out.exists() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        seen["first"] = json.loads(out.read_text())
+        os.kill(os.getpid(), signal.SIGINT)
+
+    watcher = threading.Thread(target=interrupt_after_first_write)
+    watcher.start()
+    try:
+        code = main(["bench", str(colour_dataset), "--feeds", "iofeed-dataset", "--model", "none", "--device", "cpu",
+                     "--batch-size", str(BATCH), "--image-size", str(SIZE), "--seconds", "20", "--rounds", "10",
+                     "--warmup", "0", "--workers", "1", "--no-warm-cache", "--json", str(out)])
+    finally:
+        watcher.join()
+    printed = capsys.readouterr()
+    first = seen["first"]
+    assert validate(first) == [] and first["complete"] is False
+    assert [len(f["windows"]) for f in first["feeds"]] == [1]
+    assert code == 130 and "interrupted" in printed.err
+    last = json.loads(out.read_text())
+    assert validate(last) == [] and last["complete"] is False
+    (feed,) = last["feeds"]
+    assert feed["status"] == "ok" and 1 <= len(feed["windows"]) < 10 and feed["images"] > 0
+    assert "incomplete" in printed.out and "iofeed-dataset" in printed.out
+    assert not list(tmp_path.glob(".b.json.*.tmp"))  # written atomically: no temporary left behind
+
+
+@pytest.mark.gpu
+@pytest.mark.slow
+def test_resnet50_bench_fits_every_feed_on_the_gpu(tmp_path, capsys):
+    """Every feed, each in its own process with its own ResNet-50 at batch 256 x 224 px, on one GPU:
+    none runs out of memory (hosts hand back their cache between windows), and each records its
+    peak reservation. 320 JPEGs of 160-1190 px: one batch of 256 per epoch."""
+    from iofeed.benchmark.feeds import CATALOGUE, dali_installed
+
+    tree = make_colour_tree(tmp_path / "tree", per_class=80)
+    out = tmp_path / "gpu.json"
+    code = main(["bench", str(tree), "--model", "resnet50", "--device", "cuda", "--batch-size", "256",
+                 "--seconds", "2", "--rounds", "2", "--warmup", "0", "--workers", "8", "--json", str(out)])
+    printed = capsys.readouterr()
+    assert code == 0, printed.err
+    record = json.loads(out.read_text())
+    assert validate(record) == [] and record["complete"] is True
+    expected = [n for n in CATALOGUE if dali_installed() or not CATALOGUE[n].needs_dali] + ["synthetic"]
+    assert [f["name"] for f in record["feeds"]] == expected
+    for feed in record["feeds"]:
+        assert feed["status"] == "ok", (feed["name"], feed["reason"])
+        assert feed["max_memory_reserved_bytes"] > 0 and feed["training"]["percent_of_ceiling"] > 0
+    print(printed.out)  # the table, in the session's log

@@ -13,9 +13,8 @@ import numpy as np
 import pytest
 
 import iofeed
-from conftest import label_from_pixels
 
-pytestmark = pytest.mark.torch
+pytestmark = pytest.mark.slow  # ~5 s each: processes started, torch imported
 
 SIZE = 32
 DIST_ENV = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "MASTER_ADDR", "MASTER_PORT")
@@ -75,8 +74,9 @@ def _ddp_worker(rank: int, world: int, init: str, source: str, out: str) -> None
         dist.destroy_process_group()
 
 
+@pytest.mark.torch
 def test_ddp_two_ranks_shard_from_the_process_group(colour_dataset, tmp_path, monkeypatch):
-    torch = pytest.importorskip("torch")
+    import torch
     import torch.multiprocessing as tmp
 
     if not torch.distributed.is_available():
@@ -104,7 +104,7 @@ _ENV_SCRIPT = """
 import json, sys
 import numpy as np
 import iofeed
-from conftest import label_from_pixels
+from helpers.images import label_from_pixels
 with iofeed.loader(sys.argv[1], batch_size=4, image_size=32, workers=1, drop_last=False) as ld:
     indices, labels_ok = [], True
     for images, labels in ld:
@@ -141,3 +141,58 @@ def test_two_nodes_two_processes_from_env_only(colour_dataset):
     assert all(r["batches"] == r["len"] == 2 for r in per_rank)  # 32 / 4 ranks / batch 4
     assert all(r["images"] == total // world for r in per_rank), "each process decoded only its own share"
     assert all(r["labels_ok"] for r in per_rank)
+
+
+_TORCHRUN_SCRIPT = """
+import json, os, sys
+import torch
+import iofeed
+from iofeed.errors import OptionError
+
+source, backend, out = sys.argv[1], sys.argv[2], sys.argv[3]
+local = int(os.environ["LOCAL_RANK"])
+result = {"local_rank": local}
+try:  # built before torch.cuda.set_device, as many training scripts do
+    ld = iofeed.loader(source, batch_size=4, image_size=32, framework="torch", device="cuda", backend=backend,
+                       workers=1, drop_last=False)
+except OptionError as exc:
+    result["error"] = str(exc)
+else:
+    torch.cuda.set_device(local)
+    model = torch.nn.Conv2d(3, 4, 3).cuda()  # on the current device: the rank's GPU
+    with ld:
+        devices = set()
+        for images, labels in ld:
+            model(images).sum().item()  # fails across devices
+            devices |= {str(images.device), str(labels.device)}
+    result["devices"] = sorted(devices)
+with open(os.path.join(out, f"rank{local}.json"), "w") as f:
+    json.dump(result, f)
+"""
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("backend", ["workers", pytest.param("dali", marks=pytest.mark.dali)])
+def test_loader_built_before_set_device_under_torchrun(colour_dataset, tmp_path, backend):
+    """2 ranks by torchrun: each decodes and copies on its LOCAL_RANK's GPU. On a one-GPU machine
+    rank 1 has no GPU of its own: it gets the one-line error naming LOCAL_RANK (no silent sharing)."""
+    import torch
+
+    if backend == "dali":
+        pytest.importorskip("nvidia.dali")
+    env = {k: v for k, v in os.environ.items() if k not in DIST_ENV}
+    tests = str(Path(__file__).parent)
+    env["PYTHONPATH"] = os.pathsep.join([tests, env.get("PYTHONPATH", "")])
+    script = tmp_path / "train.py"
+    script.write_text(_TORCHRUN_SCRIPT)
+    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
+                           str(script), str(colour_dataset), backend, str(tmp_path)],
+                          env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    count = torch.cuda.device_count()
+    for rank in (0, 1):
+        result = json.loads((tmp_path / f"rank{rank}.json").read_text())
+        if rank < count:
+            assert result["devices"] == [f"cuda:{rank}"], result
+        else:
+            assert "LOCAL_RANK=1" in result["error"] and "set_device" in result["error"], result

@@ -7,11 +7,11 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from iofeed.image import fastjpeg
-from iofeed.image.boxes import Augment
+from helpers.images import exif_rotated_jpeg, jpeg_bytes, png_bytes, smooth_rgb
 from iofeed.backends.workers.decode import decode_augmented
 from iofeed.errors import SampleError
-from conftest import exif_rotated_jpeg, jpeg_bytes, png_bytes, smooth_rgb
+from iofeed.image import fastjpeg
+from iofeed.image.boxes import Augment
 
 pytest.importorskip("simplejpeg")
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from iofeed.image.boxes import Augment, center_box, random_resized_box
 from iofeed.errors import OptionError
+from iofeed.image.boxes import Augment, center_box, random_resized_box
 from iofeed.order import OrderSpec
 from iofeed.prepare.splits import validation_mask
 
@@ -21,7 +21,8 @@ def test_validation_mask_per_class_and_deterministic():
     assert [int(fixed[labels == c].sum()) for c in range(5)] == [0, 1, 5, 5, 5]
 
 
-@pytest.mark.parametrize("kwargs", [{"val_fraction": 1.0}, {"val_per_class": -1}, {"val_per_class": 1, "val_fraction": 0.1}])
+@pytest.mark.parametrize("kwargs", [{"val_fraction": 1.0}, {"val_per_class": -1},
+                                    {"val_per_class": 1, "val_fraction": 0.1}])
 def test_validation_mask_rejects_bad_options(kwargs):
     with pytest.raises(OptionError):
         validation_mask(np.zeros(4), seed=0, **kwargs)

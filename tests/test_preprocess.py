@@ -13,9 +13,9 @@ from PIL import Image, ImageOps
 from iofeed.cli import main
 from iofeed.errors import IofeedError, OptionError, SourceError
 from iofeed.format.manifest import Manifest
-from iofeed.prepare.run import ImagePolicy, default_output, preprocess
 from iofeed.format.shards import read_index, read_member
 from iofeed.format.table import load_sources, load_table
+from iofeed.prepare.run import ImagePolicy, default_output, preprocess
 
 
 def _samples(out: Path) -> dict[str, tuple[str, int, bytes, tuple[int, int]]]:
@@ -93,7 +93,9 @@ def test_small_images_are_never_upscaled(image_tree, tmp_path):
     src, expected = image_tree
     out = tmp_path / "out.iof"
     preprocess(src, out, policy=ImagePolicy(shorter_side=1000), progress=False, workers=1)
-    for rel, (_, _, data, size) in _samples(out).items():
+    samples = _samples(out)
+    assert set(samples) == set(expected)
+    for rel, (_, _, data, size) in samples.items():
         assert Image.open(src / rel).size == size
         assert data == (src / rel).read_bytes(), "baseline RGB JPEGs below the size are kept as they are"
 
@@ -104,7 +106,7 @@ def test_index_reads_any_sample_by_offset(image_tree, tmp_path):
     preprocess(src, out, progress=False, workers=1, shard_bytes=1 << 16)
     manifest = Manifest.read(out)
     assert len(manifest.splits["train"].shards) > 1, "small shards force several"
-    for split, info in manifest.splits.items():
+    for info in manifest.splits.values():
         table = load_table(out / info.table)
         by_shard = {i: {s.members["jpg"] for s in read_index(out / sh["index"])} for i, sh in enumerate(info.shards)}
         for row in table:
@@ -189,3 +191,13 @@ def test_cli_preprocess_then_inspect(image_tree, capsys):
     assert "tree.iof" in printed and f"images found  {len(expected)}" in printed
     assert main(["inspect", str(src.parent / "tree.iof")]) == 0
     assert "train" in capsys.readouterr().out
+
+
+def test_bad_engine_and_address_are_one_line_errors(image_tree, tmp_path, capsys):
+    src, _ = image_tree
+    with pytest.raises(OptionError, match="engine='spark' is not one of local, ray"):
+        preprocess(src, tmp_path / "o.iof", engine="spark", progress=False)
+    status = main(["preprocess", str(src), "-o", str(tmp_path / "o.iof"), "--address", "auto"])
+    err = capsys.readouterr().err.strip()
+    assert status != 0 and "--engine ray" in err and len(err.splitlines()) == 1
+    assert not (tmp_path / "o.iof").exists()

@@ -9,14 +9,15 @@ import numpy as np
 import pytest
 
 import iofeed
+from helpers.images import label_from_pixels
+from helpers.runs import state_after
 from iofeed.cli import main
-from iofeed.samples import SampleReader, open_source
 from iofeed.errors import OptionError
-from iofeed.image.pil import open_rgb, resize_shorter
 from iofeed.format.manifest import Manifest
-from iofeed.prepare.run import ImagePolicy, preprocess
 from iofeed.format.table import RAW, load_sources
-from conftest import label_from_pixels, state_after
+from iofeed.image.pil import open_rgb, resize_shorter
+from iofeed.prepare.run import ImagePolicy, preprocess
+from iofeed.samples import SampleReader, open_source
 
 MIXED_THRESHOLD = 30_000  # the colour tree's stored images span 22,400–46,536 pixels
 
@@ -108,6 +109,7 @@ def test_raw_and_jpeg_datasets_give_the_same_pictures(raw_dataset, colour_datase
     for name, source in (("raw", raw_dataset), ("jpeg", colour_dataset)):
         with iofeed.loader(source, batch_size=4, workers=1, seed=2, drop_last=False) as ld:
             runs[name] = [(ld.last_indices.copy(), images.astype(np.float64)) for images, _ in ld]
+    assert len(runs["raw"]) == 8  # 32 training samples in batches of 4
     for (i_raw, raw), (i_jpeg, jpeg) in zip(runs["raw"], runs["jpeg"], strict=True):
         assert np.array_equal(i_raw, i_jpeg)
         assert np.abs(raw - jpeg).mean() < 3.0
@@ -124,26 +126,36 @@ def test_truncated_raw_shard_is_skipped_and_counted(tmp_path, colour_tree):
     assert skipped > 0 and delivered + skipped == len(ld.source)
 
 
+@pytest.mark.torch
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
 @pytest.mark.parametrize("train", [True, False])
-def test_gpu_augment_matches_the_cpu_path(mixed_dataset, train):
-    """Same samples, boxes and flips as CPU augmentation: the pictures agree but for resampling."""
-    torch = pytest.importorskip("torch")
+def test_gpu_augment_matches_the_cpu_path(mixed_dataset, train, device):
+    """Same samples, boxes and flips as CPU augmentation (on the CPU), run on `device`: the pictures
+    agree but for resampling."""
+    import torch
     runs = {}
-    for gpu_augment in (False, True):
+    for gpu_augment, where in ((False, "cpu"), (True, device)):
         with iofeed.loader(mixed_dataset, batch_size=4, workers=2, seed=6, augment=train, framework="torch",
-                           device="cpu", gpu_augment=gpu_augment, drop_last=False) as ld:
-            runs[gpu_augment] = [(ld.last_indices.copy(), images.clone(), labels.clone()) for images, labels in ld]
+                           device=where, gpu_augment=gpu_augment, drop_last=False) as ld:
+            runs[gpu_augment] = []
+            for images, labels in ld:
+                assert images.device.type == labels.device.type == torch.device(where).type
+                runs[gpu_augment].append((ld.last_indices.copy(), images.to("cpu", copy=True),
+                                          labels.to("cpu", copy=True)))
     assert len(runs[True]) == len(runs[False]) == 8  # 32 train samples
-    for (i_gpu, gpu, l_gpu), (i_cpu, cpu, l_cpu) in zip(runs[True], runs[False], strict=True):
+    for (i_gpu, on_device, l_gpu), (i_cpu, cpu, l_cpu) in zip(runs[True], runs[False], strict=True):
         assert np.array_equal(i_gpu, i_cpu) and torch.equal(l_gpu, l_cpu)
-        assert gpu.shape == cpu.shape == (4, 3, 224, 224) and gpu.is_contiguous(memory_format=torch.channels_last)
-        blocks = [torch.nn.functional.avg_pool2d(x, 8) for x in (gpu, cpu)]  # another box or flip: far apart
+        assert on_device.shape == cpu.shape == (4, 3, 224, 224)
+        assert on_device.is_contiguous(memory_format=torch.channels_last)
+        blocks = [torch.nn.functional.avg_pool2d(x, 8) for x in (on_device, cpu)]  # another box or flip: far apart
         assert (blocks[0] - blocks[1]).abs().mean() < 0.05
 
 
+@pytest.mark.torch
 def test_gpu_augment_flip_and_box_are_exact_on_a_gradient():
     """A known image and box: the resized crop and its mirror, checked value by value."""
-    torch = pytest.importorskip("torch")
+    import torch
+
     from iofeed.adapters.torch.gpu_augment import crop_resize_packed
 
     height, width = 6, 8
@@ -151,10 +163,10 @@ def test_gpu_augment_flip_and_box_are_exact_on_a_gradient():
     data = torch.from_numpy(np.concatenate([np.zeros(5, np.uint8), image.reshape(-1)]))
     meta = {"offset": torch.tensor([5, 5]), "height": torch.tensor([height] * 2), "width": torch.tensor([width] * 2),
             "box": torch.tensor([[2.0, 1.0, 6.0, 5.0]] * 2), "flip": torch.tensor([False, True])}
-    out = crop_resize_packed(torch, data, meta, side=4).numpy()
+    out = crop_resize_packed(data, meta, side=4).numpy()
     assert np.allclose(out[0], image[1:5, 2:6])  # a same-size crop is a copy
     assert np.allclose(out[1], image[1:5, 2:6][:, ::-1])
-    half = crop_resize_packed(torch, data, {**meta, "box": torch.tensor([[0.0, 0.0, 8.0, 6.0]] * 2)}, side=2).numpy()
+    half = crop_resize_packed(data, {**meta, "box": torch.tensor([[0.0, 0.0, 8.0, 6.0]] * 2)}, side=2).numpy()
     rows = image[[1, 4]].astype(float)  # y = 1.0 and 4.0; x = 1.5 and 5.5: the mean of two neighbours
     assert np.allclose(half[0], 0.5 * (rows[:, [1, 5]] + rows[:, [2, 6]]))
 
@@ -172,6 +184,5 @@ def test_bad_options_for_raw(raw_dataset, colour_tree, tmp_path):
 
 @pytest.mark.dali
 def test_dali_refuses_raw_datasets(raw_dataset):
-    pytest.importorskip("nvidia.dali")
     with pytest.raises(OptionError, match="raw pixels"):
         iofeed.loader(raw_dataset, batch_size=4, backend="dali")

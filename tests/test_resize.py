@@ -4,9 +4,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from helpers.images import smooth_rgb
 from iofeed.image import resize
 from iofeed.image.resize import crop_resize, crop_resize_into
-from conftest import smooth_rgb
 
 ENLARGING = [(10.0, 20.0, 160.0, 200.0), (50.0, 30.0, 130.0, 110.0), (3.0, 7.0, 200.0, 219.0), (0.0, 0.0, 40.0, 224.0)]
 SHRINKING = [(0.0, 0.0, 300.0, 256.0), (20.0, 10.0, 280.0, 200.0), (5.0, 0.0, 100.0, 250.0)]
@@ -25,6 +25,7 @@ def _into(pixels: np.ndarray, box, flip: bool, side: int = 224) -> np.ndarray:
     return out
 
 
+@pytest.mark.opencv
 @pytest.mark.parametrize("box", ENLARGING)
 @pytest.mark.parametrize("flip", [False, True])
 def test_enlarging_crops_match_the_antialiased_kernel(photo, box, flip):
@@ -62,6 +63,7 @@ def test_non_contiguous_output_is_written(photo):
     assert not wide[:, 1::2].any()
 
 
+@pytest.mark.opencv
 def test_same_pixels_without_opencv(photo, monkeypatch):
     with_opencv = [_into(photo, box, flip).astype(int) for box in ENLARGING + SHRINKING for flip in (False, True)]
     monkeypatch.setattr(resize, "_cv2", lambda: None)

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from iofeed.prepare.caltech_names import CALTECH256_CLASSES
 from iofeed.errors import OptionError
+from iofeed.prepare.caltech_names import CALTECH256_CLASSES
 from iofeed.prepare.synth import ROOT_NAME, class_counts, plan_images, synth_caltech256
 
 

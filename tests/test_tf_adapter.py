@@ -3,6 +3,7 @@ one loader epoch per iteration, and Keras training on it."""
 from __future__ import annotations
 
 import os
+import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
@@ -11,7 +12,7 @@ import numpy as np
 import pytest
 
 import iofeed
-from conftest import label_from_pixels
+from helpers.images import label_from_pixels
 
 tf = pytest.importorskip("tensorflow")
 pytestmark = pytest.mark.tf
@@ -109,15 +110,49 @@ def test_keras_fit_two_epochs(colour_dataset):
         ])
         model.compile(optimizer=keras.optimizers.Adam(1e-2),
                       loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
-        history = model.fit(dataset, epochs=2, shuffle=False, verbose=0)  # the loader shuffles
+        validation = _dataset(colour_dataset, split="val", batch_size=3)
+        with validation.iofeed_loader as val_loader:
+            history = model.fit(dataset, epochs=2, shuffle=False, verbose=0,  # the loader shuffles
+                                validation_data=validation)
+            assert val_loader.epoch == 2 and val_loader.stats.images == 2 * 8, "all of val, each epoch"
         # Keras opens (and abandons) an iterator for a third epoch: it restarts epoch 2 if used
         assert loader.epoch == 2, "each Keras epoch ran one loader epoch"
-    losses = history.history["loss"]
-    assert len(losses) == 2 and all(np.isfinite(losses))
+        assert loader.stats.images == 2 * 32
+    for key in ("loss", "val_loss"):
+        assert len(history.history[key]) == 2 and all(np.isfinite(history.history[key])), key
 
 
+def test_a_dropped_dataset_frees_its_workers(colour_dataset):
+    import gc
+
+    import psutil
+
+    dataset = _dataset(colour_dataset)
+    assert len(_pass(dataset)) == 8
+    workers = [p.pid for p in dataset.iofeed_loader.backend.processes()]
+    assert workers
+    del dataset
+    gc.collect()
+    deadline = time.monotonic() + 10
+    while any(psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE for p in workers):
+        assert time.monotonic() < deadline, "the workers of a dropped dataset are still running"
+        time.sleep(0.1)
+
+
+def test_closing_under_a_live_iterator_ends_it_with_the_loader_error(colour_dataset, capfd):
+    dataset = _dataset(colour_dataset)
+    iterator = iter(dataset)
+    next(iterator)
+    dataset.iofeed_loader.close()
+    time.sleep(0.5)  # TF's prefetch thread asks the closed loader for more
+    with pytest.raises(tf.errors.OpError, match="this loader was closed"):
+        for _ in range(len(dataset.iofeed_loader)):
+            next(iterator)
+    assert "TypeError" not in capfd.readouterr().err
+
+
+@pytest.mark.torch
 def test_tensorflow_and_torch_share_a_process(colour_dataset):
-    torch = pytest.importorskip("torch")
     with iofeed.loader(colour_dataset, batch_size=4, image_size=SIZE, workers=1, seed=3, framework="torch") as ld:
         torch_images, _ = next(iter(ld))
     dataset = _dataset(colour_dataset)

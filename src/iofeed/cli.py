@@ -3,11 +3,12 @@ from __future__ import annotations
 
 import argparse
 import functools
+import math
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .errors import IofeedError
+from .errors import DatasetError, IofeedError, OptionError
 from .format.manifest import Manifest
 
 if TYPE_CHECKING:
@@ -19,6 +20,13 @@ def _positive_int(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
     return value
+
+
+def _shard_bytes(mib: float) -> int:
+    """`--shard-mb` in bytes; OptionError for NaN, infinite or non-positive sizes."""
+    if not math.isfinite(mib) or mib <= 0:
+        raise OptionError(f"--shard-mb must be a positive number of MiB, got {mib}")
+    return int(mib * 2**20)
 
 
 def _mib(n: float) -> str:
@@ -35,6 +43,12 @@ def print_preprocess_summary(summary: PreprocessSummary) -> None:
     print(f"  rejected      {rejected:,}" + (f" (see {summary.out}/rejected.jsonl)" if rejected else ""))
     for reason, count in sorted(summary.rejected.items(), key=lambda kv: -kv[1]):
         print(f"    {count:>6,}  {reason}")
+    if summary.empty_classes:
+        names = ", ".join(summary.empty_classes[:5]) + (", ..." if len(summary.empty_classes) > 5 else "")
+        print(f"  empty classes {len(summary.empty_classes):,} class folders without an image, "
+              f"kept as labels with 0 samples: {names}")
+    for path in summary.stale_removed:
+        print(f"  removed       {path} (left by an interrupted run)")
     print(f"  bytes         {_mib(summary.bytes_in)} in, {_mib(summary.bytes_out)} out")
     print(f"  time          {summary.seconds:.1f} s ({summary.images_per_sec:,.0f} images/sec)")
 
@@ -55,7 +69,8 @@ def print_manifest(path: Path | str, manifest: Manifest) -> None:
         print(f"  stored        {stored['samples']['raw']:,} raw, {stored['samples']['jpeg']:,} JPEG: "
               f"{_mib(on_disk)} on disk against ~{_mib(stored['as_jpeg_bytes_estimate'])} as JPEG "
               f"({on_disk / max(stored['as_jpeg_bytes_estimate'], 1):.1f}x); the page cache should hold it")
-    print(f"  source        {src['path']}: {src['found']:,} found, {src['accepted']:,} accepted, {src['rejected']:,} rejected")
+    print(f"  source        {src['path']}: {src['found']:,} found, {src['accepted']:,} accepted, "
+          f"{src['rejected']:,} rejected")
     for reason, count in src["rejected_by_reason"].items():
         print(f"    {count:>6,}  {reason}")
     mean_w, mean_h = src["mean_size"]
@@ -75,6 +90,7 @@ def _cmd_synth(args: argparse.Namespace) -> None:
 
 
 def _cmd_preprocess(args: argparse.Namespace) -> None:
+    from .prepare.output import terminate_as_interrupt
     from .prepare.run import ImagePolicy, preprocess
     from .remote.upload import preprocess_to_url
     from .remote.urls import is_url
@@ -83,19 +99,20 @@ def _cmd_preprocess(args: argparse.Namespace) -> None:
         run = functools.partial(preprocess_to_url, args.src, args.out)
     else:
         run = functools.partial(preprocess, args.src, None if args.out is None else Path(args.out))
-    summary = run(
-        policy=ImagePolicy(shorter_side=args.size, quality=args.quality, format=args.format,
-                           raw_max_pixels=args.raw_max_pixels),
-        seed=args.seed,
-        val_per_class=args.val_per_class,
-        val_fraction=args.val_fraction,
-        shard_bytes=int(args.shard_mb * 2**20),
-        workers=args.workers,
-        overwrite=args.overwrite,
-        strict=args.strict,
-        engine=args.engine,
-        address=args.address,
-    )
+    with terminate_as_interrupt():
+        summary = run(
+            policy=ImagePolicy(shorter_side=args.size, quality=args.quality, format=args.format,
+                               raw_max_pixels=args.raw_max_pixels),
+            seed=args.seed,
+            val_per_class=args.val_per_class,
+            val_fraction=args.val_fraction,
+            shard_bytes=_shard_bytes(args.shard_mb),
+            workers=args.workers,
+            overwrite=args.overwrite,
+            strict=args.strict,
+            engine=args.engine,
+            address=args.address,
+        )
     print_preprocess_summary(summary)
 
 
@@ -103,8 +120,26 @@ def _cmd_inspect(args: argparse.Namespace) -> None:
     from .remote.dataset import read_manifest
     from .remote.urls import is_url
 
-    dataset = args.dataset if is_url(args.dataset) else Path(args.dataset)
-    print_manifest(dataset, read_manifest(args.dataset) if is_url(args.dataset) else Manifest.read(dataset))
+    if is_url(args.dataset):
+        if args.verify:
+            raise OptionError(f"--verify reads every shard, so it checks local datasets only: verify the folder "
+                              f"before uploading it to {args.dataset} (a streamed shard is checked against its "
+                              "size and sha256 whenever it is fetched)")
+        print_manifest(args.dataset, read_manifest(args.dataset))
+        return
+    dataset = Path(args.dataset)
+    print_manifest(dataset, Manifest.read(dataset))
+    if args.verify:
+        from .format.verify import verify_dataset
+
+        checked = verify_dataset(dataset)
+        for problem in checked.problems:
+            print(f"  problem       {problem}")
+        if checked.problems:
+            raise DatasetError(f"{dataset} failed verification: {len(checked.problems)} problem(s), first: "
+                               f"{checked.problems[0]} (run `iofeed preprocess` again)")
+        print(f"  verified      {checked.samples:,} samples in {checked.shards} shards: tables, indexes, "
+              "shard sizes and labels agree")
 
 
 def _cmd_bench(args: argparse.Namespace) -> None:
@@ -113,12 +148,14 @@ def _cmd_bench(args: argparse.Namespace) -> None:
     from .benchmark.run import run_benchmark
 
     options = BenchOptions(
-        source=args.source, model=args.model, batch_size=args.batch_size, image_size=args.image_size,
+        source=args.source, model=args.model, device=args.device, batch_size=args.batch_size,
+        image_size=args.image_size,
         feeds=parse_feeds(args.feeds), seconds=args.seconds, rounds=args.rounds, warmup=args.warmup,
         workers=args.workers, seed=args.seed, warm_cache=not args.no_warm_cache,
         json_path=args.json, plot_path=args.plot,
     )
-    flags = {"--model": args.model, "--batch-size": args.batch_size, "--image-size": args.image_size,
+    flags = {"--model": args.model, "--device": args.device, "--batch-size": args.batch_size,
+             "--image-size": args.image_size,
              "--feeds": args.feeds, "--seconds": args.seconds, "--rounds": args.rounds, "--warmup": args.warmup,
              "--workers": args.workers, "--seed": args.seed, "--json": args.json, "--plot": args.plot}
     command = " ".join(["iofeed bench", *([str(args.source)] if args.source else []),
@@ -127,6 +164,8 @@ def _cmd_bench(args: argparse.Namespace) -> None:
     record, json_path, png_path = run_benchmark(options, command)
     print(table(record))
     print(f"page cache: {record['page_cache']['state']}; results: {json_path} and {png_path}")
+    if not record["complete"]:
+        raise KeyboardInterrupt  # the table of what was measured is printed; the exit status says interrupted
 
 
 def _cmd_doctor(args: argparse.Namespace) -> None:
@@ -144,11 +183,14 @@ def build_parser() -> argparse.ArgumentParser:
     synth = sub.add_parser("synth", help="make a Caltech-256-shaped stand-in dataset")
     synth.add_argument("kind", choices=["caltech256"])
     synth.add_argument("out", type=Path)
-    synth.add_argument("--per-class", type=_positive_int, default=None, help="images per class (default: the real counts)")
+    synth.add_argument("--per-class", type=_positive_int, default=None,
+                       help="images per class (default: the real counts)")
     synth.add_argument("--seed", type=int, default=0)
-    synth.add_argument("--workers", type=_positive_int, default=None, help="processes (default: all cores)")
+    synth.add_argument("--workers", type=_positive_int, default=None, help="processes (default: the usable cores)")
     synth.add_argument("--overwrite", action="store_true", help="replace an existing stand-in")
     synth.set_defaults(func=_cmd_synth)
+
+    from .prepare.engines import ENGINES
 
     prep = sub.add_parser("preprocess", help="validate, convert, resize, split and pack a folder once")
     prep.add_argument("src", type=Path, help="folder with one subfolder per class (Caltech-256 layout accepted)")
@@ -167,32 +209,43 @@ def build_parser() -> argparse.ArgumentParser:
     split.add_argument("--val-per-class", type=int, default=None, help="validation images per class")
     split.add_argument("--val-fraction", type=float, default=None, help="validation share of each class (default 0.1)")
     prep.add_argument("--shard-mb", type=float, default=128.0, help="maximum shard size in MiB (default 128)")
-    prep.add_argument("--workers", type=_positive_int, default=None, help="processes (default: all cores)")
+    prep.add_argument("--workers", type=_positive_int, default=None, help="processes (default: the usable cores)")
     prep.add_argument("--overwrite", action="store_true", help="replace an existing output")
     prep.add_argument("--strict", action="store_true", help="fail if any input is rejected")
-    prep.add_argument("--engine", choices=["local", "ray"], default="local",
+    prep.add_argument("--engine", choices=ENGINES.names(), default="local",
                       help="local: process pool on this machine (default); ray: Ray Data tasks on a Ray cluster")
     prep.add_argument("--address", default=None,
-                      help="Ray cluster to use with --engine ray (default: RAY_ADDRESS, else a local one of --workers CPUs)")
+                      help="Ray cluster to use with --engine ray (default: RAY_ADDRESS, else a local one of --workers "
+                            "CPUs)")
     prep.set_defaults(func=_cmd_preprocess)
 
     inspect = sub.add_parser("inspect", help="print the summary of an iofeed dataset")
     inspect.add_argument("dataset", help="an iofeed dataset folder, or its s3://, gs:// or http(s):// URL")
+    inspect.add_argument("--verify", action="store_true",
+                         help="also read every shard index and sample table and check them against the manifest "
+                              "(local datasets only)")
     inspect.set_defaults(func=_cmd_inspect)
 
     from .benchmark.feeds import CATALOGUE
 
     bench = sub.add_parser("bench", help="measure loaders side by side: images/sec, CPU, memory (and GPU)")
     bench.add_argument("source", type=Path, nargs="?", default=None,
-                       help="image folder or iofeed dataset (default: the Caltech-256 stand-in in data/c256, made if missing)")
-    bench.add_argument("--model", default=None, help="resnet50, resnet18 or none (default: resnet50 with a GPU, none without)")
+                       help="image folder or iofeed dataset (default: the Caltech-256 stand-in in data/c256, made if "
+                             "missing)")
+    bench.add_argument("--model", default=None,
+                       help="resnet50, resnet18 or none (default: resnet50 on the GPU, none on the CPU)")
+    bench.add_argument("--device", default=None, help="cpu or cuda (default: cuda when PyTorch sees a GPU)")
     bench.add_argument("--batch-size", type=int, default=64)
     bench.add_argument("--image-size", type=int, default=224, help="output side in pixels (default 224)")
-    bench.add_argument("--feeds", default=None, help=f"comma-separated, from: {', '.join(CATALOGUE)} (default: all that can run)")
-    bench.add_argument("--seconds", type=float, default=10.0, help="timed seconds per feed, split over the rounds (default 10)")
+    bench.add_argument("--feeds", default=None,
+                       help=f"comma-separated, from: {', '.join(CATALOGUE)} (default: all that can run)")
+    bench.add_argument("--seconds", type=float, default=10.0,
+                       help="timed seconds per feed, split over the rounds (default 10)")
     bench.add_argument("--rounds", type=int, default=3, help="windows per feed, feeds alternating (default 3)")
-    bench.add_argument("--warmup", type=float, default=2.0, help="untimed seconds per feed before its first window (default 2)")
-    bench.add_argument("--workers", type=int, default=None, help="worker processes/threads per feed (default: all cores)")
+    bench.add_argument("--warmup", type=float, default=2.0,
+                       help="untimed seconds per feed before its first window (default 2)")
+    bench.add_argument("--workers", type=int, default=None,
+                       help="worker processes/threads per feed (default: the usable cores)")
     bench.add_argument("--seed", type=int, default=0)
     bench.add_argument("--json", type=Path, default=None, help="results file (default bench/results/bench-<date>.json)")
     bench.add_argument("--plot", type=Path, default=None, help="PNG plot (default: beside the JSON)")
@@ -226,6 +279,10 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("iofeed: interrupted", file=sys.stderr)
         return 130
+    except OSError as exc:  # one the command did not expect: still one line, with the file
+        where = f": {exc.filename}" if exc.filename else ""
+        print(f"iofeed: error: {exc.strerror or exc}{where}", file=sys.stderr)
+        return 1
     return 0
 
 

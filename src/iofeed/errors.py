@@ -44,3 +44,17 @@ def require(module: str, extra: str):
 
 class FetchError(SampleError):
     """A remote shard that could not be fetched or verified (its samples cannot be read)."""
+
+
+class StartError(IofeedError, RuntimeError):
+    """Worker processes that cannot be started from where the caller runs."""
+
+
+class LoaderStateError(IofeedError, RuntimeError):
+    """A loader used after `close()`, or iterated twice at once."""
+
+    @classmethod
+    def closed(cls) -> LoaderStateError:
+        """The error for a loader asked for a batch after `close()`."""
+        return cls("this loader was closed (close() or the end of its `with` block): "
+                   "make a new one with iofeed.loader(...)")

@@ -1,29 +1,27 @@
 """`iofeed.loader(...)`: one loader interface over the backends, with framework adapters."""
 from __future__ import annotations
 
-import os
-import sys
+import dataclasses
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from .adapters.base import Adapter
+from .adapters.registry import ADAPTERS
 from .backends.base import Backend, Batch
-from .errors import OptionError
-from .image.boxes import Augment
+from .backends.select import make_engine
+from .device import loader_device
+from .errors import LoaderStateError, OptionError
+from .options import LoaderOptions, distributed_rank_world
 from .order import OrderSpec
-from .parallel import resolve_workers
 from .prepare.scan import reason_kind
 from .remote.prefetch import prefetcher_for
 from .samples import SampleSource, open_source
-
-FRAMEWORKS = ("numpy", "torch", "tf")
-BACKENDS = ("auto", "workers", "dali")
-ON_ERROR = ("skip", "raise")
 
 
 @dataclass
@@ -32,6 +30,7 @@ class LoaderStats:
 
     images: int = 0
     batches: int = 0
+    skipped_batches: int = 0  # batches not delivered: every sample of them was skipped
     skipped: Counter = field(default_factory=Counter)  # reason kind -> count (includes the source scan)
     skipped_examples: list[str] = field(default_factory=list)  # first few "path: reason"
     wait_seconds: float = 0.0  # time the consumer spent waiting for the next batch
@@ -43,6 +42,7 @@ class LoaderStats:
         return {
             "images": self.images,
             "batches": self.batches,
+            "skipped_batches": self.skipped_batches,
             "skipped": dict(self.skipped),
             "skipped_examples": list(self.skipped_examples),
             "wait_seconds": self.wait_seconds,
@@ -53,39 +53,59 @@ class LoaderStats:
 
 class Loader:
     """Batches of one split for one rank. Iterate it once per epoch; `set_epoch` for DDP-style
-    control (otherwise each full pass advances the epoch by itself)."""
+    control (otherwise each full pass advances the epoch by itself). `len()` is the number of
+    batches an epoch holds at most: a batch whose samples were all skipped is not delivered."""
 
-    def __init__(self, source: SampleSource, order: OrderSpec, backend: Backend, adapter: Callable[[Batch], Any],
-                 image_size: int) -> None:
+    def __init__(self, source: SampleSource, order: OrderSpec, backend: Backend, adapter: Adapter,
+                 options: LoaderOptions) -> None:
         self.source, self.order, self.backend, self._adapter = source, order, backend, adapter
-        self.image_size = image_size
+        self.options = options
+        self.image_size = options.image_size
         self._iteration: object | None = None  # token of the live iteration
+        self._closed = False
+        self._follow_group = options.rank is None  # rank and world_size from a process group started later
         self.epoch = 0
         self._position = 0  # batches of `epoch` already delivered
         self.last_indices = np.empty(0, np.int64)  # sample indices of the latest batch, for auditing
         self.stats = LoaderStats(skipped=Counter(source.rejected))
         self.stats.settings = {"samples": len(source), "rank": order.rank, "world_size": order.world_size,
-                               "batch_size": order.batch_size, "image_size": image_size, **backend.describe()}
+                               "batch_size": order.batch_size, "image_size": options.image_size,
+                               **backend.describe()}
 
     def __len__(self) -> int:
+        self._join_group()
         return len(self.order)
+
+    def _join_group(self) -> None:
+        """Take rank and world_size from torch.distributed once it is initialised, when they were
+        not given: Lightning and other trainers start the process group after the loader is made."""
+        if not self._follow_group or self._position:
+            return
+        rank, world_size = distributed_rank_world()
+        if (rank, world_size) != (self.order.rank, self.order.world_size):
+            self.order = dataclasses.replace(self.order, rank=rank, world_size=world_size)
+            self.stats.settings.update(rank=rank, world_size=world_size)
 
     def set_epoch(self, epoch: int) -> None:
         """Start `epoch` (from its beginning) at the next iteration."""
         self.epoch, self._position = int(epoch), 0
 
     def __iter__(self) -> Iterator[Any]:
+        self._check_open()
+        self._join_group()
         epoch, start = self.epoch, self._position
         batches = self.order.batches(epoch)
         token = self._iteration = object()
         ahead = prefetcher_for(self.source, batches, start)
+        position = start  # batches of this pass's epoch delivered (self._position restarts when it completes)
         try:
             stream = self.backend.run(epoch, batches, start, self.order.rank)
             while True:
+                self._check_open()
                 if self._iteration is not token:
-                    raise RuntimeError("this loader was iterated again before the previous pass ended; "
-                                       "use one iteration at a time")
-                ahead.advance(self._position)
+                    raise LoaderStateError("this loader was iterated again before this pass ended, and the newer "
+                                           "iteration took over: use one iteration at a time")
+                ahead.advance(position)
                 asked = time.perf_counter()
                 try:
                     batch = next(stream)
@@ -93,17 +113,25 @@ class Loader:
                     break
                 self.stats.wait_seconds += time.perf_counter() - asked
                 self._record(batch)
-                self._position += 1
-                yield self._adapter(batch)
-            self.epoch, self._position = epoch + 1, 0
-            self._count_fetched()
+                position += 1
+                self._position = position
+                if position == len(batches):  # complete once its last batch is out: a consumer that
+                    self.epoch, self._position = epoch + 1, 0  # stops after len() batches (Lightning) moves on
+                    self._count_fetched()
+                if len(batch.indices):  # an empty batch (all skipped) would be a NaN loss: only counted
+                    yield self._adapter(batch)
+            if start >= len(batches):  # nothing was left of this epoch
+                self.epoch, self._position = epoch + 1, 0
         finally:
             ahead.close()
 
     def _record(self, batch: Batch) -> None:
-        self.last_indices = batch.indices
-        self.stats.images += len(batch.indices)
-        self.stats.batches += 1
+        if len(batch.indices):
+            self.last_indices = batch.indices
+            self.stats.images += len(batch.indices)
+            self.stats.batches += 1
+        else:
+            self.stats.skipped_batches += 1
         for index, reason in batch.skipped:
             self.stats.skipped[reason_kind(reason)] += 1
             if len(self.stats.skipped_examples) < 20:
@@ -131,9 +159,15 @@ class Loader:
         if self.source.remote is not None:
             self.stats.fetched = self.source.remote.fetched()
 
+    def _check_open(self) -> None:
+        if self._closed:
+            raise LoaderStateError.closed()
+
     def close(self) -> None:
-        """Stop workers and free shared memory (idempotent)."""
-        self._count_fetched()
+        """Stop workers and free shared memory (idempotent); batches already taken stay valid."""
+        if not self._closed:
+            self._count_fetched()
+        self._closed = True
         self.backend.close()
 
     def __enter__(self) -> Loader:
@@ -141,22 +175,6 @@ class Loader:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def distributed_rank_world() -> tuple[int, int]:
-    """(rank, world_size) of an initialised torch.distributed group, else RANK/WORLD_SIZE, else (0, 1)."""
-    dist = sys.modules.get("torch.distributed")
-    if dist is not None and dist.is_available() and dist.is_initialized():
-        return dist.get_rank(), dist.get_world_size()
-    if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
-        return int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    return 0, 1
-
-
-def _choose(name: str, value: str, allowed: tuple[str, ...]) -> str:
-    if value not in allowed:
-        raise OptionError(f"{name}={value!r} is not one of {', '.join(allowed)}")
-    return value
 
 
 def loader(
@@ -184,87 +202,87 @@ def loader(
     cache_dir: str | Path | None = None,
     cache_limit: int | None = None,
 ) -> Any:
-    """A loader over an iofeed dataset or an image folder.
+    """A loader over an iofeed dataset or an image folder: a `Loader` (numpy, torch) or a
+    `tf.data.Dataset` (tf). Every argument is checked before any work starts; a bad one raises a
+    one-line `OptionError`.
 
-    Train augmentation (random-resized-crop 0.08–1, ratio 3/4–4/3, flip) by default for
-    `split="train"`, resize + centre crop otherwise. `framework="numpy"` yields uint8 NHWC
-    views and int64 labels; `"torch"` normalised NCHW channels_last tensors on `device`;
-    `"tf"` returns a `tf.data.Dataset`.
+    Args:
+        source: an iofeed dataset (made by `iofeed preprocess`; a path, or a URL: see below) or a
+            folder with one subfolder per class (Caltech-256 layout accepted).
+        split: the dataset's split to read ("train", "val"); an image folder has one split, read
+            whatever the name. `"train"` is shuffled each epoch (see `shuffle`); others are read in order.
+        batch_size: samples per batch (an int >= 1). With `drop_last`, it may not exceed the
+            samples of the split on this rank (that would be no batch at all).
+        image_size: side of the square output images in pixels (an int >= 8).
+        augment: random-resized crop (area 0.08–1, ratio 3/4–4/3) and horizontal flip when True,
+            resize + centre crop (0.875) when False. Default: True for `split="train"` only.
+        framework: "numpy" yields (uint8 NHWC views, int64 labels) — views valid until the next
+            batch; "torch" yields normalised (ImageNet mean/std) NCHW channels_last tensors and
+            int64 labels on `device`; "tf" returns a `tf.data.Dataset` of normalised float32
+            NHWC images (`dataset.iofeed_loader` is the Loader).
+        device: where batches end up: None or "cpu", "cuda", "cuda:N", an ordinal or a
+            `torch.device`. The DALI engine decodes there; the torch adapter copies there.
+        dtype: torch dtype of the images (default float32; float16/bfloat16 are computed in
+            float32 and rounded once). Only for `framework="torch"`.
+        backend: "workers" (CPU processes), "dali" (NVIDIA DALI; JPEG datasets and folders only)
+            or "auto": DALI when `device` is a CUDA device, a GPU is present and DALI is
+            installed and can read the source, else workers.
+        workers: worker processes (workers engine) or threads (DALI). None autotunes the workers
+            engine: one worker at first, then the count that keeps the consumer from waiting, up
+            to the usable cores — CPU affinity and cgroup quota, shared among the node's local ranks
+            (`LOCAL_WORLD_SIZE`); see `stats.settings["decisions"]` and `["cores_because"]`; for
+            DALI, the usable cores.
+        prefetch: batches made ahead (an int >= 1). Default: two per worker, at least 8 (workers
+            engine, within `memory_budget`); 2 for DALI.
+        seed: seed of the shuffle and of the augmentation (an int >= 0): the order and the
+            crops are a function of (seed, epoch, rank, batch), whatever the engine or workers.
+        rank, world_size: this process's share of each epoch (pass both, or neither): every
+            rank gets the same number of batches, disjoint but for padding. Default: from an
+            initialised torch.distributed group, else RANK/WORLD_SIZE, else (0, 1).
+        drop_last: drop each rank's last incomplete batch. Default: True for `split="train"`.
+        on_error: "skip" a sample that cannot be read (counted in `stats.skipped`, with the
+            first few paths in `stats.skipped_examples`), or "raise" a `SampleError` naming it.
+            A batch whose samples were all skipped is not delivered (counted in
+            `stats.skipped_batches`): `len(loader)` is the number of batches at most.
+        memory_budget: bytes of memory for the workers engine's batch slots (an int >= 1;
+            anonymous shared memory, not limited by /dev/shm). Default: a quarter of the memory
+            this process may use (available RAM, capped by the cgroup limit), shared among local
+            ranks; see `stats.settings["memory_because"]`.
+        gpu_augment: with `framework="torch"`, the workers engine and an iofeed dataset (best
+            made with `--format raw`): workers only gather each sample's stored pixels; the crop,
+            resize and flip run on `device`.
 
-    `workers=None` autotunes the workers engine (one worker at first, then the count that
-    keeps the consumer from waiting, up to all cores; see `stats.settings["decisions"]`);
-    an int fixes it. `prefetch` batches are made ahead (default: two per worker, at least 8),
-    within `memory_budget` bytes of slots (default: a quarter of free RAM or /dev/shm).
-    Breaking out of an epoch and iterating again continues it.
+        shuffle: the epoch order: "global" (a permutation of all samples; the default for the
+            train split of a local dataset or folder), "block" (the default for a streamed train
+            split: shards in a shuffled order, samples shuffled within blocks of `block_shards`
+            shards, so that only two blocks are live at a time) or "none" (the default for
+            other splits). Every order is a function of (seed, epoch, rank, world_size).
+        block_shards: shards per block of `shuffle="block"` (an int >= 1).
+        cache_dir: the node-local cache of a streamed dataset, shared by every rank of the node
+            (default `IOFEED_CACHE`, else ~/.cache/iofeed); ignored for local paths.
+        cache_limit: bytes the cache may hold (an int >= 1; default: what it holds plus the free
+            disk above a 10% reserve); it must hold the shards the order keeps live.
 
-    `gpu_augment=True` (torch, workers engine, an iofeed dataset, best with `--format raw`):
-    workers only gather each sample's stored pixels; the crop, resize and flip run on `device`.
+    `source` may also be the s3://, gs:// or http(s):// URL of an iofeed dataset (`pip install
+    'iofeed[s3]'`, `[gcs]`, `[http]`; credentials and endpoint the standard way): its shards are
+    fetched whole, ahead of decoding, into `cache_dir`, and each is checked against the size and
+    sha256 its manifest records. A shard that cannot be fetched after retries raises, or with
+    `on_error="skip"` its samples are skipped and counted; `stats.fetched` sums the node's
+    downloads since the dataset was opened.
 
-    `source` may be an s3://, gs:// or http(s):// URL of an iofeed dataset (`pip install
-    'iofeed[s3]'`, `[gcs]`, `[http]`; credentials and endpoint the standard way). Its shards are
-    fetched whole, ahead of decoding, into the node-local cache `cache_dir` (default
-    `IOFEED_CACHE`, else ~/.cache/iofeed), shared by every rank of the node and bounded by
-    `cache_limit` bytes (default: the free disk above a 10% reserve); both are ignored for local
-    paths. A shard that cannot be fetched after retries raises, or with `on_error="skip"` its
-    samples are skipped and counted; `stats.fetched` sums the node's downloads.
-
-    `shuffle`: "global" (a permutation of all samples; the default for local train splits),
-    "block" (the default for streamed train splits: shards in a shuffled order, samples
-    shuffled within blocks of `block_shards` shards, so only two blocks are live at a time) or
-    "none" (the default for other splits). Every order is a pure function of (seed, epoch,
-    rank, world_size).
+    Breaking out of an epoch and iterating again continues it; `state_dict()` and
+    `load_state_dict()` resume exactly; `close()` (or `with`) frees processes and memory.
     """
-    _choose("framework", framework, FRAMEWORKS)
-    _choose("backend", backend, BACKENDS)
-    _choose("on_error", on_error, ON_ERROR)
-    if image_size < 8:
-        raise OptionError(f"image_size must be >= 8, got {image_size}")
-    train = split == "train" if augment is None else bool(augment)
-    data = open_source(source, split, cache_dir=cache_dir, cache_limit=cache_limit)
-    if rank is None or world_size is None:
-        rank, world_size = distributed_rank_world()
-    if shuffle is None:
-        shuffle = ("block" if data.remote is not None else "global") if split == "train" else "none"
-    order = OrderSpec(len(data), batch_size, shuffle=shuffle,
-                      drop_last=(split == "train") if drop_last is None else drop_last,
-                      seed=seed, rank=rank, world_size=world_size, block_shards=block_shards, shard_of=data.file_id)
+    options = LoaderOptions(
+        batch_size=batch_size, split=split, image_size=image_size, augment=augment, framework=framework,
+        device=loader_device(device), dtype=dtype, backend=backend, workers=workers, prefetch=prefetch, seed=seed,
+        rank=rank, world_size=world_size, drop_last=drop_last, on_error=on_error, memory_budget=memory_budget,
+        gpu_augment=gpu_augment, shuffle=shuffle, block_shards=block_shards, cache_dir=cache_dir,
+        cache_limit=cache_limit,
+    )
+    adapter = ADAPTERS[framework].load().from_options(options)  # imports the framework now, not before
+    data = open_source(source, split, cache_dir=options.cache_dir, cache_limit=options.cache_limit)
+    order = options.order(len(data), shard_of=data.file_id, streamed=data.remote is not None)
     if data.remote is not None:
         data.remote.fit_order(order)
-    if gpu_augment and (framework != "torch" or backend == "dali"):
-        raise OptionError("gpu_augment=True needs framework='torch' and the workers backend")
-    engine = _make_backend("workers" if gpu_augment else backend, data, Augment(size=image_size, train=train),
-                           batch_size, workers, prefetch, on_error, seed, device, memory_budget, gpu_augment)
-    if framework == "torch":
-        from .adapters.torch.adapter import TorchAdapter
-
-        return Loader(data, order, engine, TorchAdapter(device, dtype, image_size), image_size)
-    from .adapters.numpy import to_numpy
-
-    result = Loader(data, order, engine, to_numpy, image_size)
-    if framework == "tf":
-        from .adapters.tf import to_tf_dataset
-
-        return to_tf_dataset(result)
-    return result
-
-
-def _make_backend(name: str, data: SampleSource, augment: Augment, batch_size: int, workers: int | None,
-                  prefetch: int | None, on_error: str, seed: int, device: Any, memory_budget: int | None,
-                  packed: bool = False) -> Backend:
-    count = resolve_workers(workers)
-    if prefetch is not None and prefetch < 1:
-        raise OptionError(f"prefetch must be >= 1, got {prefetch}")
-    if name == "auto":
-        from .backends.dali import dali_fits
-
-        name = "dali" if dali_fits(device) and not data.has_raw() else "workers"
-    if name == "dali" and data.has_raw():
-        raise OptionError("backend='dali' decodes JPEGs, and this dataset holds raw pixels: use backend='workers' "
-                          "(raw needs no decoding), or preprocess with --format jpeg for DALI")
-    if name == "dali":  # `workers` is DALI's thread count; prefetch its queue depth
-        from .backends.dali import DaliEngine
-
-        return DaliEngine(data, augment, batch_size, count, 2 if prefetch is None else prefetch, on_error, seed, device)
-    from .backends.workers.engine import make_worker_engine
-
-    return make_worker_engine(data, augment, batch_size, workers, prefetch, on_error, seed, memory_budget, packed)
+    return adapter.wrap(Loader(data, order, make_engine(options, data), adapter, options))

@@ -1,41 +1,96 @@
-"""Process pools started safely: forkserver (or spawn), never a bare fork after CUDA or DALI."""
+"""Process start for iofeed's own workers: forkserver (or spawn), never a bare fork after CUDA
+or DALI, and never a re-run of the caller's `__main__` module."""
 from __future__ import annotations
 
 import importlib.util
 import multiprocessing as mp
-import os
+import sys
+import threading
+import types
+from collections.abc import Iterator
+from contextlib import contextmanager
 from multiprocessing.context import BaseContext
 from multiprocessing.pool import Pool
+from typing import Any
 
-from .errors import OptionError
+from .errors import OptionError, StartError
+from .system import usable_cores
+
+_METHOD = "forkserver" if "forkserver" in mp.get_all_start_methods() else "spawn"
+_Base: Any = type(mp.get_context(_METHOD))
+_BARE_MAIN = types.ModuleType("__main__")  # no __file__, no __spec__: nothing for a child to re-import
+_SWAP = threading.Lock()
+
+
+@contextmanager
+def _main_hidden() -> Iterator[None]:
+    """`sys.modules["__main__"]` is a bare module while a process starts.
+
+    multiprocessing tells a forkserver or spawn child to re-run the parent's main script (by
+    its `__file__`, or its module name under `python -m`) before it unpickles its target. iofeed's
+    targets live in iofeed, so the child never needs it; and re-running a script written without
+    `if __name__ == "__main__":` (most training scripts, `python - < train.py`) would build
+    another loader inside the worker.
+    """
+    if getattr(mp.current_process(), "_inheriting", False):
+        raise StartError(
+            "iofeed cannot start worker processes while this process is itself starting up as a "
+            "multiprocessing child that re-runs your script: put the script's top-level code under "
+            "`if __name__ == \"__main__\":`"
+        )
+    with _SWAP:
+        main = sys.modules.get("__main__")
+        sys.modules["__main__"] = _BARE_MAIN
+        try:
+            yield
+        finally:
+            if main is not None:
+                sys.modules["__main__"] = main
+
+
+class MainlessProcess(_Base.Process):
+    """A forkserver (or spawn) process started without the caller's `__main__` module."""
+
+    @staticmethod
+    def _Popen(process_obj: Any) -> Any:
+        with _main_hidden():
+            return _Base.Process._Popen(process_obj)
+
+
+class _MainlessContext(_Base):
+    Process = MainlessProcess
+
+
+_CONTEXT = _MainlessContext()
 
 
 def safe_context() -> BaseContext:
-    """forkserver where the platform has it, else spawn.
+    """The context iofeed starts its processes with (`Process`, `Pool`, `ProcessPoolExecutor(mp_context=)`).
 
-    The fork server imports the loader's worker code (and torch, when installed) once, so
-    that each worker starts in milliseconds instead of importing them again. The server is a
-    fresh process: nothing CUDA or DALI started in the caller is forked.
+    forkserver where the platform has it, else spawn: nothing CUDA or DALI started in the caller
+    is forked. The fork server imports the loader's worker code (and torch, when installed) once,
+    so that each worker starts in milliseconds. Children do not re-run the caller's `__main__`,
+    so a script without a `__main__` guard, stdin, `-c`, the prompt and notebooks all work;
+    in exchange, targets and initializers must live in importable modules (iofeed's own), not
+    in `__main__`.
     """
-    if "forkserver" not in mp.get_all_start_methods():
-        return mp.get_context("spawn")
-    ctx = mp.get_context("forkserver")
-    preload = ["iofeed.backends.workers.engine"]
-    if importlib.util.find_spec("torch") is not None:
-        preload.append("torch")
-    ctx.set_forkserver_preload(preload)
-    return ctx
+    if _METHOD == "forkserver":
+        preload = ["iofeed.backends.workers.engine"]
+        if importlib.util.find_spec("torch") is not None:
+            preload.append("torch")
+        _CONTEXT.set_forkserver_preload(preload)
+    return _CONTEXT
 
 
 def resolve_workers(workers: int | None) -> int:
-    """`None` → all cores; otherwise a positive count."""
+    """`None` → the usable cores (`system.usable_cores`); otherwise a positive count."""
     if workers is None:
-        return max(1, os.cpu_count() or 1)
+        return usable_cores().amount
     if workers < 1:
         raise OptionError(f"workers must be >= 1, got {workers}")
     return workers
 
 
 def worker_pool(workers: int | None) -> Pool:
-    """A process pool of `workers` processes (all cores by default), safe to use after CUDA."""
+    """A process pool of `workers` processes (the usable cores by default), safe to use after CUDA."""
     return safe_context().Pool(resolve_workers(workers))

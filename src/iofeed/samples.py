@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from .errors import FetchError, SampleError, SourceError
-from .format.manifest import MANIFEST_NAME, Manifest
+from .errors import DatasetError, FetchError, SampleError, SourceError
+from .format.manifest import MANIFEST_NAME, Manifest, SplitInfo
 from .format.table import RAW, load_table
 from .prepare.scan import display_path, reason_kind, scan_folder
 from .remote.urls import is_url
@@ -40,6 +40,8 @@ class SampleSource:
     width: np.ndarray  # int32
     height: np.ndarray  # int32
     rejected: Counter = field(default_factory=Counter)  # reason kind -> count, found before loading
+    dataset: Path | None = None  # the local dataset directory (None for folders and streamed datasets)
+    dataset_id: str = ""  # the manifest's id when opened ("" for folders and datasets before version 3)
     remote: RemoteShards | None = None  # streamed dataset: `files` are URLs read through the node cache
 
     def __len__(self) -> int:
@@ -68,7 +70,10 @@ def open_source(source: Path | str, split: str = "train", *, cache_dir: Path | s
     if is_url(source):
         from .remote.dataset import open_remote
 
-        return open_remote(str(source), split, cache_dir, cache_limit)
+        opened = open_remote(str(source), split, cache_dir, cache_limit)
+        streamed = dataset_source(opened.manifest, opened.info, opened.table, opened.files, opened.where)
+        streamed.remote = opened.shards
+        return streamed
     path = Path(source)
     if not path.exists():
         raise SourceError(f"source not found: {path} (pass an image folder or an iofeed dataset)")
@@ -85,11 +90,17 @@ def _open_dataset(path: Path, split: str) -> SampleSource:
     missing = [s["name"] for s in info.shards if not (path / s["name"]).is_file()]
     if missing:
         raise SourceError(f"{path} is incomplete: shard {missing[0]} is missing (run `iofeed preprocess` again)")
-    return dataset_source(manifest, table, files)
+    return dataset_source(manifest, info, table, files, str(path / info.table), dataset=path)
 
 
-def dataset_source(manifest: Manifest, table: np.ndarray, files: np.ndarray) -> SampleSource:
-    """The samples of one split's table, read from `files` (one per shard)."""
+def dataset_source(manifest: Manifest, info: SplitInfo, table: np.ndarray, files: np.ndarray, where: str,
+                   dataset: Path | None = None) -> SampleSource:
+    """The samples of one split's table (read from `where`), in `files` (one per shard); DatasetError
+    when the table does not match the split's sample and shard counts."""
+    shard = table["shard"]
+    if len(table) != info.samples or (len(table) and (shard.min() < 0 or shard.max() >= len(info.shards))):
+        raise DatasetError(f"{where} does not match the manifest's {info.samples} samples in "
+                           f"{len(info.shards)} shards (run `iofeed preprocess` again)")
     return SampleSource(
         files=files,
         file_id=table["shard"].astype(np.int32),
@@ -101,8 +112,37 @@ def dataset_source(manifest: Manifest, table: np.ndarray, files: np.ndarray) -> 
         encoding=table["encoding"].copy(),
         width=table["width"].copy(),
         height=table["height"].copy(),
+        dataset=dataset,
+        dataset_id=manifest.dataset_id,
     )
 
+
+def check_unchanged(source: SampleSource) -> None:
+    """DatasetError unless the manifest of `source`'s dataset still has the id it had when the
+    source was opened: called after opening a shard, so that shard belongs to that dataset. A
+    streamed dataset has no local manifest: each shard is checked instead against the size and
+    sha256 its opened manifest records, when it is fetched into the cache."""
+    if source.dataset is None:
+        return
+    try:
+        now = Manifest.read(source.dataset).dataset_id
+    except (DatasetError, OSError):
+        now = "(unreadable)"
+    if now != source.dataset_id:
+        raise DatasetError(f"{source.dataset} was replaced after it was opened (dataset id "
+                           f"{source.dataset_id or '(none)'} is now {now or '(none)'}): its shards no longer "
+                           "match the sample table this loader holds; open it again")
+
+
+def _open_checked(source: SampleSource, file_id: int) -> int:
+    """A descriptor of local shard `file_id`, opened before its dataset is checked unchanged."""
+    fd = os.open(source.files[file_id], os.O_RDONLY)
+    try:
+        check_unchanged(source)
+    except DatasetError:
+        os.close(fd)
+        raise
+    return fd
 
 def _open_folder(path: Path) -> SampleSource:
     scan = scan_folder(path)
@@ -150,7 +190,7 @@ class SampleReader:
             return fd
         remote = self._source.remote
         if remote is None:
-            fd = os.open(self._source.files[file_id], os.O_RDONLY)
+            fd = _open_checked(self._source, file_id)
         elif file_id in self._failed:
             raise FetchError(self._failed[file_id])
         else:

@@ -1,21 +1,37 @@
-"""TensorFlow adapter: a `tf.data.Dataset` over a numpy loader, normalised with TF ops."""
+"""TensorFlow adapter: a `tf.data.Dataset` wrapped around a numpy Loader, normalised with TF ops."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+import weakref
+from typing import Any
 
 import numpy as np
+import tensorflow as tf
 
-from ..errors import require
-from .torch.adapter import (  # plain tuples: that module imports torch lazily
-    IMAGENET_MEAN,
-    IMAGENET_STD,
-)
-
-if TYPE_CHECKING:
-    from ..loader import Loader
+from ..backends.base import Batch
+from ..options import LoaderOptions
+from .base import EpochLoader
+from .normalize import uint8_affine
+from .numpy import to_numpy
 
 
-def to_tf_dataset(loader: Loader) -> Any:
+class TfAdapter:
+    """The tf framework: numpy batches from the engine, and `iofeed.loader` returns
+    `to_tf_dataset(loader)`, an explicit wrapper over the Loader."""
+
+    @classmethod
+    def from_options(cls, options: LoaderOptions) -> TfAdapter:
+        """The adapter for `options` (it has nothing to set up)."""
+        return cls()
+
+    def __call__(self, batch: Batch) -> tuple[np.ndarray, np.ndarray]:
+        return to_numpy(batch)
+
+    def wrap(self, loader: EpochLoader) -> tf.data.Dataset:
+        """The dataset over `loader`."""
+        return to_tf_dataset(loader)
+
+
+def to_tf_dataset(loader: EpochLoader) -> tf.data.Dataset:
     """A `tf.data.Dataset` of (images float32 NHWC (None, S, S, 3), labels int64 (None,)).
 
     `loader` is a numpy-framework Loader. Each batch is copied out of shared memory (the view
@@ -34,13 +50,17 @@ def to_tf_dataset(loader: Loader) -> Any:
     The Loader is kept as `dataset.iofeed_loader` (for `set_epoch`, `state_dict`, `stats`);
     datasets derived with further transformations do not carry that attribute, so keep the
     returned object. Close it when done with `dataset.iofeed_loader.close()`; otherwise its
-    workers and shared memory are released when it is garbage-collected or at exit.
+    workers and memory are released once the dataset, the datasets derived from it and their
+    iterators are all gone (TensorFlow keeps the generator function for the life of the process,
+    so that function refers to the Loader only weakly). An iterator still running when the Loader
+    is closed stops there: asking it for more raises the Loader's one-line error.
     """
-    tf = require("tensorflow", "tf")
     size = loader.image_size
     state: dict[str, Any] = {"active": None}  # the token of the iteration now running
+    loader_ref = weakref.ref(loader)
 
     def generate() -> Any:
+        loader = loader_ref()  # alive: the dataset (kept by its iterators) holds it
         token = object()
         if state["active"] is not None:  # the previous iteration did not reach its end
             loader.set_epoch(loader.epoch)
@@ -53,8 +73,6 @@ def to_tf_dataset(loader: Loader) -> Any:
                 except StopIteration:
                     state["active"] = None
                     return
-                if len(labels) == 0:  # every sample of the batch was skipped
-                    continue
                 yield np.array(images, copy=True, order="C"), np.array(labels, np.int64, copy=True)
         finally:
             batches.close()
@@ -63,8 +81,7 @@ def to_tf_dataset(loader: Loader) -> Any:
         tf.TensorSpec(shape=(None, size, size, 3), dtype=tf.uint8),
         tf.TensorSpec(shape=(None,), dtype=tf.int64),
     )
-    scale = tf.constant([1.0 / (255.0 * s) for s in IMAGENET_STD], tf.float32)
-    shift = tf.constant([-m / s for m, s in zip(IMAGENET_MEAN, IMAGENET_STD)], tf.float32)
+    scale, shift = (tf.constant(values, tf.float32) for values in uint8_affine())
 
     def normalise(images: Any, labels: Any) -> tuple[Any, Any]:
         # per-channel affine in NHWC order: x * scale + shift == (x / 255 - mean) / std

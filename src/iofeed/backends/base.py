@@ -1,4 +1,5 @@
-"""What every backend yields, and the interface the loader drives."""
+"""The engine contract, written once: the batch every engine yields, the interface the loader
+drives, the per-batch RNG key and the skip-or-raise policy for samples that cannot be read."""
 from __future__ import annotations
 
 from collections.abc import Iterator
@@ -7,11 +8,18 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from ..errors import SampleError
+
+ON_ERROR = ("skip", "raise")
+SKIP_HINT = " (pass on_error='skip' to skip such samples)"
+
 
 @dataclass
 class Batch:
-    """One batch. `images` is uint8 NHWC: a numpy view into shared memory (valid until the next
-    batch is asked for) or, for GPU backends, a DLPack-capable device tensor."""
+    """One batch. `images` is uint8 NHWC: a numpy array (a view into shared memory, valid until
+    the next batch is asked for) whenever the consumer wants host arrays (`LoaderOptions.host`);
+    otherwise an engine decoding on a GPU hands over a DLPack-capable device tensor. A batch whose
+    samples were all skipped has no images (`indices` empty)."""
 
     images: Any
     labels: np.ndarray  # int64
@@ -20,15 +28,40 @@ class Batch:
 
 
 class Backend(Protocol):
-    """A batch producer driven by the loader."""
+    """A batch producer driven by the loader; built by its registry entry from (source, options)."""
 
     name: str
 
     def run(self, epoch: int, batches: list[np.ndarray], start: int, rank: int) -> Iterator[Batch]:
-        """Yield `batches[start:]` of `epoch`, in order."""
+        """Yield `batches[start:]` of `epoch`, in order; batch k's crops drawn from `BatchKey`."""
 
     def describe(self) -> dict[str, Any]:
         """Settings and memory, for `loader.stats`."""
 
     def close(self) -> None:
         """Release processes, threads and memory; idempotent."""
+
+
+@dataclass(frozen=True)
+class BatchKey:
+    """The per-batch RNG key. Every engine draws a batch's crop boxes and flips, sample by sample
+    in batch order, from `rng()`: the same (seed, epoch, rank, batch) gives the same pictures
+    whatever the engine, its worker count, or where an epoch was resumed."""
+
+    seed: int
+    epoch: int
+    rank: int
+    batch_no: int
+
+    def rng(self) -> np.random.Generator:
+        """A fresh generator for this batch."""
+        return np.random.default_rng((self.seed, self.epoch, self.rank, self.batch_no))
+
+
+def sample_failure(on_error: str, path: str, reason: str) -> SampleError | None:
+    """The skip-or-raise policy for a sample that cannot be read: None when it is to be skipped
+    (the engine reports it in `Batch.skipped`, the loader counts it), else the error to raise,
+    naming the file and how to skip instead."""
+    if on_error == "raise":
+        return SampleError(f"{path}: {reason}{SKIP_HINT}")
+    return None

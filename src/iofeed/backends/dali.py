@@ -3,7 +3,8 @@
 DALI reads nothing by itself here. A batch-mode `fn.external_source` callback, run by DALI in
 the consumer's thread while its own threads decode earlier batches, reads the encoded bytes of
 each batch of `OrderSpec.batches(epoch)` with `SampleReader`, parses their headers and draws
-the crop boxes with the same `Augment.box` and the same per-batch RNG key as the workers engine.
+the crop boxes with the same `Augment.box` and the same per-batch RNG key (`BatchKey`) as the
+workers engine.
 DALI decodes only the box's pixel region (`fn.decoders.image_slice`, ROI decoding; on the GPU
 with `device="mixed"`, hardware JPEG decoder included) and `fn.resize` maps the exact
 (sub-pixel) box to `size` x `size`, mirrored by swapping the box's x ends. So order, sharding,
@@ -14,7 +15,6 @@ buffer shuffle seeded per pipeline) and cannot follow an order given from outsid
 """
 from __future__ import annotations
 
-import importlib.util
 import math
 import re
 import sys
@@ -26,55 +26,45 @@ from typing import Any
 
 import numpy as np
 
+from ..device import loader_device
 from ..errors import OptionError, SampleError, WorkerError, require
 from ..image.boxes import Augment
+from ..image.fastjpeg import check_strictly
 from ..image.pil import Opened, decode_rgb, open_image
-from ..parallel import worker_pool
+from ..options import LoaderOptions
+from ..parallel import resolve_workers, worker_pool
 from ..samples import SampleReader, SampleSource
-from ..system import gpu_present
-from .base import Batch
+from .base import Batch, BatchKey, sample_failure
 
 DEFAULT_HW_DECODER_LOAD = 0.65  # DALI's own default: share of JPEGs for the hardware decoder
+DEFAULT_PREFETCH = 2  # DALI's own default queue depth
 INLINE_CHECK_FILES = 64  # folders up to this size are validated in-process (no pool start-up)
-_SKIP_HINT = " (pass on_error='skip' to skip such samples)"
 _FAILED_SAMPLE = re.compile(r"[Ff]ailed to decode sample #(\d+)")
 _SOF = {0xC0, 0xC1, 0xC2}  # baseline, extended, progressive Huffman JPEG
 
 
-# ---------------------------------------------------------------- device and availability
+# ---------------------------------------------------------------- device
 
 
 def cuda_device_id(device: Any) -> int | None:
     """DALI's `device_id` for the loader's `device`: None for the CPU, else the CUDA ordinal."""
-    if device is None:
-        return None
-    if isinstance(device, int) and not isinstance(device, bool):
-        return device
-    text = str(device)
-    if text == "cpu":
-        return None
-    if text == "cuda":
-        torch = sys.modules.get("torch")
-        if torch is not None and torch.cuda.is_initialized():
-            return int(torch.cuda.current_device())
-        return 0
-    match = re.fullmatch(r"cuda:(\d+)", text)
-    if match:
-        return int(match[1])
-    raise OptionError(f"device={device!r} is not usable with backend='dali' (use None, 'cpu', 'cuda' or 'cuda:N')")
+    resolved = loader_device(device)
+    return None if resolved == "cpu" else int(resolved.split(":")[1])
 
 
-def dali_fits(device: Any) -> bool:
-    """`backend="auto"` picks DALI when `device` is a CUDA device, a GPU is there and DALI is installed.
+def consumer_stream(device_id: int | None) -> Any:
+    """PyTorch's current CUDA stream on `device_id` when DALI runs there and PyTorch has
+    initialised CUDA, else None: what to pass to `pipe.run()`.
 
-    Without a CUDA device the workers engine is the CPU engine: DALI's CPU mode is for tests.
+    DALI binds its outputs to this stream: the consumer's kernels wait for them without a host
+    sync, and DALI frees each output in that stream's order, after the kernels queued on it have
+    read it. Without a stream the outputs are host-synchronous and freed as soon as the last
+    reference goes, possibly before queued kernels have read them.
     """
-    try:
-        if cuda_device_id(device) is None or importlib.util.find_spec("nvidia.dali") is None:
-            return False
-    except (OptionError, ImportError, ValueError):
-        return False
-    return gpu_present()
+    torch = sys.modules.get("torch")
+    if device_id is None or torch is None or not torch.cuda.is_initialized():
+        return None
+    return torch.cuda.current_stream(device_id)
 
 
 # ---------------------------------------------------------------- index-time validation
@@ -84,7 +74,9 @@ def check_file(path: bytes) -> str | None:
     """Why the image file at `path` cannot be decoded, or None. Runs in a pool worker.
 
     Decodes the whole entropy-coded stream (JPEGs at 1/8 DCT scale), so truncated or corrupt
-    files are found here, not by DALI mid-epoch, where they would stop the pipeline.
+    files are found here, not by DALI mid-epoch, where they would stop the pipeline. JPEGs are
+    also checked as strictly as the workers engine decodes them: DALI would decode corrupt
+    data that engine refuses, and the two engines would deliver different samples.
     """
     try:
         with open(path, "rb") as f:
@@ -93,6 +85,7 @@ def check_file(path: bytes) -> str | None:
         return f"unreadable ({exc.strerror})"
     try:
         decode_rgb(open_image(data), min_size=(1, 1))
+        check_strictly(data)
     except SampleError as exc:
         return str(exc)
     return None
@@ -228,7 +221,7 @@ class _Feed:
 
     def _prepare(self, batch_no: int) -> tuple[_Planned, tuple[list[np.ndarray], ...] | None]:
         """Read, size and place every sample of batch `batch_no`; same RNG key as the workers engine."""
-        rng = np.random.default_rng((self._seed, self._epoch, self._rank, batch_no))
+        rng = BatchKey(self._seed, self._epoch, self._rank, batch_no).rng()
         encoded, anchors, shapes, starts, ends = [], [], [], [], []
         delivered: list[int] = []
         skipped: list[tuple[int, str]] = []
@@ -241,8 +234,9 @@ class _Feed:
                 except SampleError as exc:
                     reason = str(exc)
             if reason is not None:
-                if self._on_error == "raise":
-                    return self._failed(batch_no, SampleError(f"{self._source.path_of(index)}: {reason}{_SKIP_HINT}")), None
+                failure = sample_failure(self._on_error, self._source.path_of(index), reason)
+                if failure is not None:
+                    return self._failed(batch_no, failure), None
                 skipped.append((index, reason))
                 continue
             (left, top, right, bottom), flip = self._augment.box(width, height, rng)
@@ -268,25 +262,30 @@ class _Feed:
 
 
 class DaliEngine:
-    """A DALI pipeline fed in iofeed's order: uint8 NHWC batches on the CPU or on a GPU."""
+    """A DALI pipeline fed in iofeed's order: uint8 NHWC batches on the CPU or on a GPU.
+
+    `options.workers` is DALI's thread count (all cores by default), `options.prefetch` its
+    queue depth (DALI's default of 2). On a GPU, batches stay there unless the adapter wants
+    host arrays (`options.host`): then the engine copies them to the host itself."""
 
     name = "dali"
 
     def __init__(
-        self, source: SampleSource, augment: Augment, batch_size: int, threads: int, prefetch: int,
-        on_error: str, seed: int, device: Any = None, hw_decoder_load: float = DEFAULT_HW_DECODER_LOAD,
+        self, source: SampleSource, options: LoaderOptions, hw_decoder_load: float = DEFAULT_HW_DECODER_LOAD,
     ) -> None:
         require("nvidia.dali", "dali")
         if not 0.0 <= hw_decoder_load <= 1.0:
             raise OptionError(f"hw_decoder_load must be in [0, 1], got {hw_decoder_load}")
-        self._source, self._augment, self._seed = source, augment, seed
-        self.batch_size, self.threads, self.prefetch = batch_size, threads, prefetch
-        self.device_id = cuda_device_id(device)
+        self._source, self._augment, self._seed = source, options.augmentation, options.seed
+        self.batch_size, self.threads = options.batch_size, resolve_workers(options.workers)
+        self.prefetch = DEFAULT_PREFETCH if options.prefetch is None else options.prefetch
+        self.device_id = cuda_device_id(options.device)
+        self.host = options.host
         self.hw_decoder_load = hw_decoder_load
-        self._bad = validate_folder(source, threads)  # index -> reason; DALI failures are added
+        self._bad = validate_folder(source, self.threads)  # index -> reason; DALI failures are added
         self._checked = len(source) if source.kind == "folder" else 0
-        self._feed = _Feed(source, augment, seed, on_error, self._bad)
-        self._on_error = on_error
+        self._feed = _Feed(source, self._augment, self._seed, options.on_error, self._bad)
+        self._on_error = options.on_error
         self._pipe: Any = None
         self._state = "idle"  # "running": an epoch may have outputs queued; "ended": needs reset()
 
@@ -361,7 +360,7 @@ class DaliEngine:
         while True:
             yield from self._unfed(pending)
             try:
-                (images,) = self._pipe.run(self._consumer_stream())
+                (images,) = self._pipe.run(consumer_stream(self.device_id))
             except StopIteration:
                 self._state = "ended"
                 yield from self._unfed(pending)
@@ -400,26 +399,19 @@ class DaliEngine:
             raise WorkerError(f"DALI failed{where}: {_first_line(exc)}") from None
         index = int(planned.indices[int(match[1])])
         reason = "corrupt or truncated image (DALI could not decode it)"
-        if self._on_error == "raise":
-            raise SampleError(f"{self._source.path_of(index)}: {reason}{_SKIP_HINT}") from None
+        failure = sample_failure(self._on_error, self._source.path_of(index), reason)
+        if failure is not None:
+            raise failure from None
         self._bad[index] = reason
-
-    def _consumer_stream(self) -> Any:
-        """PyTorch's current CUDA stream when the pipeline runs on a GPU and PyTorch has initialised
-        CUDA, else None. DALI binds its outputs to this stream: the consumer's kernels wait for them
-        without a host sync, and DALI frees each output in that stream's order, after the kernels
-        queued on it have read it. Without a stream the outputs are host-synchronous and freed as
-        soon as the last reference goes, possibly before queued kernels have read them."""
-        torch = sys.modules.get("torch")
-        if self.device_id is None or torch is None or not torch.cuda.is_initialized():
-            return None
-        return torch.cuda.current_stream(self.device_id)
 
     def _host_or_device(self, images: Any) -> Any:
         """A CPU batch as a zero-copy, writable numpy array (the buffer keeps DALI's tensor alive);
-        a GPU batch as a DLPack-capable DALI tensor (`__dlpack__` syncs the consumer's stream)."""
+        a GPU batch copied to such an array when the adapter wants host arrays, else as a
+        DLPack-capable DALI tensor (`__dlpack__` syncs the consumer's stream)."""
         tensor = images.as_tensor()
-        return np.asarray(tensor) if self.device_id is None else tensor
+        if self.device_id is None:
+            return np.asarray(tensor)
+        return np.asarray(tensor.as_cpu()) if self.host else tensor
 
     def _shutdown(self) -> None:
         pipe, self._pipe, self._state = self._pipe, None, "idle"

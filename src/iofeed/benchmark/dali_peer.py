@@ -2,11 +2,15 @@
 → flip + normalise, on the raw JPEG folder. CPU decode without a GPU, `mixed` (nvJPEG) with one."""
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from typing import Any
 
-from .feeds import MEAN, STD, FeedSpec
+import numpy as np
+
+from ..adapters.normalize import IMAGENET_MEAN, IMAGENET_STD
+from ..backends.dali import consumer_stream
+from ..system import usable_cores
+from .feeds import FeedSpec
 
 PREFETCH_QUEUE_DEPTH = 2
 
@@ -27,7 +31,7 @@ def _pipeline(files: list[str], labels: list[int], spec: FeedSpec, threads: int)
         images = fn.resize(images, resize_x=spec.image_size, resize_y=spec.image_size)
         images = fn.crop_mirror_normalize(
             images, dtype=types.FLOAT, output_layout="CHW", mirror=fn.random.coin_flip(),
-            mean=[m * 255 for m in MEAN], std=[s * 255 for s in STD],
+            mean=[m * 255 for m in IMAGENET_MEAN], std=[s * 255 for s in IMAGENET_STD],
         )
         return images, classes
 
@@ -38,30 +42,39 @@ def _pipeline(files: list[str], labels: list[int], spec: FeedSpec, threads: int)
 
 
 class DaliFolderFeed:
-    """The DALI peer behind DALI's own PyTorch iterator."""
+    """The DALI peer, run as DALI's own PyTorch iterator would run it, outputs bound to PyTorch's stream.
+
+    `pipe.run(stream)` with PyTorch's current stream (as the `dali` engine does): without it DALI
+    may free an output before kernels queued on that stream have read it. The file reader loops
+    over the folder by itself, so batches continue across epochs.
+    """
 
     def __init__(self, spec: FeedSpec) -> None:
         import torch
-        from nvidia.dali.plugin.pytorch import DALIGenericIterator, LastBatchPolicy
 
         from ..prepare.scan import scan_folder
 
         scan = scan_folder(spec.source)  # the same accepted files as the other folder feeds
         files = [str(scan.root / f) for f in scan.files]
-        threads = spec.workers or os.cpu_count() or 1
-        pipe = _pipeline(files, scan.labels, spec, threads)
-        self._iterator = DALIGenericIterator([pipe], ["images", "labels"], reader_name="Reader",
-                                             last_batch_policy=LastBatchPolicy.DROP, auto_reset=True)
+        threads = spec.workers or usable_cores().amount
+        self._pipe = _pipeline(files, scan.labels, spec, threads)
+        self._device_id = 0 if spec.device == "cuda" else None
         self._torch = torch
-        self.capacity = PREFETCH_QUEUE_DEPTH + 1  # the pipeline's queue and the iterator's batch in hand
+        self.capacity = PREFETCH_QUEUE_DEPTH  # the pipeline's queue
         self.settings = {"threads": threads, "prefetch_queue_depth": PREFETCH_QUEUE_DEPTH,
                          "decode": "mixed" if spec.device == "cuda" else "cpu", "samples": len(files)}
 
     def batches(self) -> Iterator[tuple[Any, Any]]:
+        torch = self._torch
         while True:
-            for out in self._iterator:
-                labels = out[0]["labels"].reshape(-1).to(self._torch.int64)
-                yield out[0]["images"], labels
+            images, classes = self._pipe.run(consumer_stream(self._device_id))
+            labels = torch.from_numpy(np.array(classes.as_tensor())).reshape(-1).to(torch.int64)
+            if self._device_id is None:
+                yield torch.from_numpy(np.array(images.as_tensor())), labels
+            else:
+                yield torch.from_dlpack(images.as_tensor()), labels
 
     def close(self) -> None:
-        self._iterator = None
+        pipe, self._pipe = self._pipe, None
+        if pipe is not None:
+            getattr(pipe, "_shutdown", lambda: None)()

@@ -11,42 +11,58 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from ..adapters.normalize import IMAGENET_MEAN, IMAGENET_STD
 from ..errors import IofeedError
+from ..registry import Entry, Registry
 
-MEAN = (0.485, 0.456, 0.406)
-STD = (0.229, 0.224, 0.225)
 BASELINE = "torchvision-Nw"
 CEILING = "synthetic"
 
 
 @dataclass(frozen=True)
-class Entry:
-    """A feed in the catalogue: its kind, which form of the data it reads, and what it needs."""
+class FeedCaps:
+    """What the catalogue says of a feed: its kind, which form of the data it reads, what it needs."""
 
     kind: str  # "torchvision", "iofeed", "dali-peer" or "synthetic"
     reads: str  # "folder", "dataset" (JPEG), "raw" (raw pixels) or "" (synthetic)
     about: str
     needs_dali: bool = False
     gpu_augment: bool = False  # crop, resize and flip on the GPU (needs one)
+    workers: int | None = None  # a fixed worker count (otherwise `--workers`)
     stream: str = ""  # streamed from the local S3 endpoint: "cold" (10% cache) or "warm" (all cached)
 
 
-CATALOGUE: dict[str, Entry] = {
-    "torchvision-1w": Entry("torchvision", "folder", "torchvision ImageFolder + DataLoader, 1 worker"),
-    "torchvision-Nw": Entry("torchvision", "folder", "torchvision ImageFolder + DataLoader, all cores"),
-    "iofeed-folder": Entry("iofeed", "folder", "iofeed workers engine on the JPEG folder"),
-    "iofeed-dataset": Entry("iofeed", "dataset", "iofeed workers engine on the preprocessed dataset"),
-    "iofeed-raw": Entry("iofeed", "raw", "iofeed workers engine on the raw-pixel dataset (--format raw)"),
-    "iofeed-raw-gpu": Entry("iofeed", "raw", "iofeed on the raw-pixel dataset, crop/resize/flip on the GPU",
-                            gpu_augment=True),
-    "iofeed-s3-cold": Entry("iofeed", "dataset", "iofeed workers engine streaming the dataset from a local "
-                            "S3 endpoint, cache of 10% (shards fetched all along)", stream="cold"),
-    "iofeed-s3-warm": Entry("iofeed", "dataset", "iofeed workers engine on the dataset's URL, every shard "
-                            "already in the node cache", stream="warm"),
-    "iofeed-dali": Entry("iofeed", "dataset", "iofeed DALI backend on the preprocessed dataset", True),
-    "dali-folder": Entry("dali-peer", "folder", "plain DALI pipeline on the JPEG folder", True),
-}
-EXTRA = {CEILING: Entry("synthetic", "", "synthetic tensors already on the device (the ceiling)")}
+_HERE = "iofeed.benchmark.feeds"
+# Every feed, in table order; an entry's target is the feed class, built as `target(spec)`.
+FEEDS: Registry[FeedCaps] = Registry("feed", {
+    "torchvision-1w": Entry(f"{_HERE}:TorchvisionFeed",
+                            FeedCaps("torchvision", "folder", "torchvision ImageFolder + DataLoader, 1 worker",
+                                     workers=1)),
+    "torchvision-Nw": Entry(f"{_HERE}:TorchvisionFeed",
+                            FeedCaps("torchvision", "folder", "torchvision ImageFolder + DataLoader, all cores")),
+    "iofeed-folder": Entry(f"{_HERE}:IofeedFeed",
+                           FeedCaps("iofeed", "folder", "iofeed workers engine on the JPEG folder")),
+    "iofeed-dataset": Entry(f"{_HERE}:IofeedFeed",
+                            FeedCaps("iofeed", "dataset", "iofeed workers engine on the preprocessed dataset")),
+    "iofeed-raw": Entry(f"{_HERE}:IofeedFeed",
+                        FeedCaps("iofeed", "raw", "iofeed workers engine on the raw-pixel dataset (--format raw)")),
+    "iofeed-raw-gpu": Entry(f"{_HERE}:IofeedFeed",
+                            FeedCaps("iofeed", "raw", "iofeed on the raw-pixel dataset, crop/resize/flip on the GPU",
+                                     gpu_augment=True)),
+    "iofeed-s3-cold": Entry(f"{_HERE}:IofeedFeed",
+                            FeedCaps("iofeed", "dataset", "iofeed workers engine streaming the dataset from a local "
+                                     "S3 endpoint, cache of 10% (shards fetched all along)", stream="cold")),
+    "iofeed-s3-warm": Entry(f"{_HERE}:IofeedFeed",
+                            FeedCaps("iofeed", "dataset", "iofeed workers engine on the dataset's URL, every shard "
+                                     "already in the node cache", stream="warm")),
+    "iofeed-dali": Entry(f"{_HERE}:IofeedFeed",
+                         FeedCaps("iofeed", "dataset", "iofeed DALI backend on the preprocessed dataset", True)),
+    "dali-folder": Entry("iofeed.benchmark.dali_peer:DaliFolderFeed",
+                         FeedCaps("dali-peer", "folder", "plain DALI pipeline on the JPEG folder", True)),
+    CEILING: Entry(f"{_HERE}:SyntheticFeed",
+                   FeedCaps("synthetic", "", "synthetic tensors already on the device (the ceiling)")),
+})
+CATALOGUE = tuple(name for name in FEEDS.names() if name != CEILING)  # the feeds `--feeds` may name
 
 
 @dataclass(frozen=True)
@@ -65,9 +81,9 @@ class FeedSpec:
     endpoint: str = ""  # the local S3 endpoint of a streaming feed (`source` is then its URL)
 
     @property
-    def entry(self) -> Entry:
-        """The catalogue entry of this feed."""
-        return CATALOGUE.get(self.name) or EXTRA[self.name]
+    def entry(self) -> FeedCaps:
+        """What the catalogue says of this feed."""
+        return FEEDS.caps(self.name)
 
 
 class FeedUnavailable(IofeedError):
@@ -94,18 +110,9 @@ def dali_installed() -> bool:
 
 def open_feed(spec: FeedSpec) -> Feed:
     """Build the feed `spec` names (in the calling process); FeedUnavailable if it cannot run."""
-    kind = spec.entry.kind
     if spec.entry.needs_dali and not dali_installed():
         raise FeedUnavailable("NVIDIA DALI is not installed")
-    if kind == "torchvision":
-        return TorchvisionFeed(spec)
-    if kind == "iofeed":
-        return IofeedFeed(spec)
-    if kind == "dali-peer":
-        from .dali_peer import DaliFolderFeed
-
-        return DaliFolderFeed(spec)
-    return SyntheticFeed(spec)
+    return FEEDS[spec.name].load()(spec)
 
 
 class TorchvisionFeed:
@@ -121,7 +128,7 @@ class TorchvisionFeed:
             transforms.RandomResizedCrop(spec.image_size),
             transforms.RandomHorizontalFlip(),
             transforms.ToTensor(),
-            transforms.Normalize(MEAN, STD),
+            transforms.Normalize(IMAGENET_MEAN, IMAGENET_STD),
         ])
         torch.manual_seed(spec.seed)
         self._device = torch.device(spec.device)

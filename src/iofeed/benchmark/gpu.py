@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import threading
 import time
+from collections import Counter
 from dataclasses import dataclass
 
 from ..errors import IofeedError, require
+from ..system import cuda_nvml_handle
 
 
 @dataclass(frozen=True)
@@ -19,7 +21,8 @@ class Sample:
 
 
 class GpuSampler:
-    """Reads GPU `index` utilisation every `interval` seconds until `close()`.
+    """Reads CUDA device `index`'s utilisation every `interval` seconds until `close()` (NVML's
+    handle for it found through CUDA_VISIBLE_DEVICES: NVML numbers every GPU of the machine).
 
     NVML's utilisation is the share of its last sample period (1/6 s to 1 s, by GPU) during
     which a kernel ran, so means over windows of several seconds are what it is good for.
@@ -32,14 +35,21 @@ class GpuSampler:
         except self._nvml.NVMLError as exc:
             raise IofeedError(f"NVML cannot start ({exc})") from None
         try:
-            self._handle = self._nvml.nvmlDeviceGetHandleByIndex(index)
+            self._handle = cuda_nvml_handle(self._nvml, index)
+            if self._handle is None:
+                raise IofeedError(f"CUDA device {index} is not among the GPUs NVML lists "
+                                  "(check CUDA_VISIBLE_DEVICES)")
             self._nvml.nvmlDeviceGetUtilizationRates(self._handle)  # "Not Supported" on MIG instances
         except self._nvml.NVMLError as exc:
             self._nvml.nvmlShutdown()
-            raise IofeedError(f"NVML cannot read GPU {index}'s utilisation ({exc})") from None
+            raise IofeedError(f"NVML cannot read CUDA device {index}'s utilisation ({exc})") from None
+        except IofeedError:
+            self._nvml.nvmlShutdown()
+            raise
         self._interval = interval
         self.label: str | None = None  # the feed being timed; set by the measuring loop
         self.samples: list[Sample] = []
+        self.failures: Counter[str] = Counter()  # error text -> reads that failed with it (kept missing)
         self._start = time.perf_counter()
         self._stopped = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="iofeed-bench-nvml", daemon=True)
@@ -47,8 +57,17 @@ class GpuSampler:
 
     def _loop(self) -> None:
         while not self._stopped.wait(self._interval):
-            util = self._nvml.nvmlDeviceGetUtilizationRates(self._handle).gpu
-            self.samples.append(Sample(time.perf_counter() - self._start, float(util), self.label))
+            try:
+                util = float(self._nvml.nvmlDeviceGetUtilizationRates(self._handle).gpu)
+            except Exception as exc:  # noqa: BLE001 - a failed read is missing, never the end of sampling
+                self.failures[f"{type(exc).__name__}: {exc}"] += 1
+                continue
+            self.samples.append(Sample(time.perf_counter() - self._start, util, self.label))
+
+    def notes(self) -> list[str]:
+        """One line per kind of failed read (those samples are missing from the timeline)."""
+        return [f"NVML failed {count} utilisation read(s), left out of the GPU timeline: {error}"
+                for error, count in dict(self.failures).items()]  # a copy: the thread may add to it
 
     def mean(self, feed: str) -> float | None:
         """Mean utilisation (%) over the samples taken while `feed` was timed."""

@@ -27,6 +27,7 @@ class Tally:
     batches: int = 0
     seconds: float = 0.0
     wait_seconds: float = 0.0  # time blocked waiting for the feed's next batch
+    max_memory_reserved_bytes: int | None = None  # PyTorch's peak GPU reservation so far (asked with release)
 
 
 def consume(stream: Iterator[tuple[Any, Any]], *, batches: int | None = None, seconds: float | None = None,
@@ -53,6 +54,24 @@ def consume(stream: Iterator[tuple[Any, Any]], *, batches: int | None = None, se
     return tally
 
 
+def release_gpu_cache(device: str) -> int | None:
+    """PyTorch's peak GPU reservation so far (None off the GPU), then its unused cache handed back.
+
+    Called after a timed window: the hosts of the other feeds run their windows on the same GPU
+    while this one waits, and the next drain (untimed) grows the cache again.
+    """
+    if device != "cuda":
+        return None
+    import torch
+
+    if not torch.cuda.is_initialized():
+        return None
+    torch.cuda.synchronize()
+    peak = int(torch.cuda.max_memory_reserved())
+    torch.cuda.empty_cache()
+    return peak
+
+
 def host_main(spec: FeedSpec, conn: Connection) -> None:
     """Body of a host process: build the feed, then answer ("consume", kwargs) until ("close", {})."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C and closes its hosts
@@ -70,7 +89,11 @@ def host_main(spec: FeedSpec, conn: Connection) -> None:
             command, kwargs = conn.recv()
             if command == "close":
                 break
-            conn.send(("done", asdict(consume(stream, step=step, sync=sync, **kwargs))))
+            release = kwargs.pop("release", False)
+            tally = consume(stream, step=step, sync=sync, **kwargs)
+            if release:
+                tally.max_memory_reserved_bytes = release_gpu_cache(spec.device)
+            conn.send(("done", asdict(tally)))
     except (EOFError, BrokenPipeError):
         pass  # the parent is gone
     except FeedUnavailable as exc:
@@ -112,7 +135,8 @@ class FeedHost:
         self.settings: dict[str, Any] = info["settings"]
 
     def consume(self, timeout: float, **kwargs: Any) -> Tally:
-        """Have the host consume (see `consume`) and return its tally."""
+        """Have the host consume (see `consume`) and return its tally; `release=True` then hands
+        back its unused GPU cache and reports its peak reservation (`release_gpu_cache`)."""
         self._conn.send(("consume", kwargs))
         return Tally(**self._reply(timeout))
 

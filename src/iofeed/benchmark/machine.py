@@ -10,13 +10,16 @@ import psutil
 from ..system import cpu_model, gpu_info, versions
 
 
-def describe_machine(with_gpu: bool) -> dict[str, Any]:
-    """The machine record of the results file."""
+def describe_machine(with_gpu: bool, notes: list[str]) -> dict[str, Any]:
+    """The machine record of the results file; what NVML failed to read is null, and said in `notes`."""
+    gpu = gpu_info() if with_gpu else None
+    if gpu is not None and "errors" in gpu:
+        notes.append("NVML could not read the GPU's " + "; ".join(gpu.pop("errors")))
     return {
         "cpu_model": cpu_model(),
         "cores": os.cpu_count() or 1,
         "ram_bytes": int(psutil.virtual_memory().total),
         "os": f"{platform.system()} {platform.release()}",
-        "gpu": gpu_info() if with_gpu else None,
+        "gpu": gpu,
         "versions": versions(),
     }

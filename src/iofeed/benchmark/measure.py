@@ -3,7 +3,7 @@ feed's prefetch buffer untimed, then timing whole batches. CPU per core and peak
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -56,10 +56,22 @@ class FeedRun:
     windows: list[Window] = field(default_factory=list)
     peak_memory_bytes: int = 0
     processes: int = 0  # most processes the feed had at once
+    max_memory_reserved_bytes: int | None = None  # PyTorch's peak GPU reservation (None off the GPU)
+
+    def reserved(self, tally: Tally) -> None:
+        """Keep the highest GPU reservation a host reported."""
+        if tally.max_memory_reserved_bytes is not None:
+            self.max_memory_reserved_bytes = max(self.max_memory_reserved_bytes or 0,
+                                                 tally.max_memory_reserved_bytes)
 
     def stop(self, status: str, reason: str) -> None:
         """Mark the feed as not measured (further)."""
         self.status, self.reason = status, reason
+
+
+def memory_metric() -> str:
+    """"pss" where the kernel gives it (shared pages counted once), else "rss"."""
+    return "pss" if hasattr(psutil.Process().memory_full_info(), "pss") else "rss"
 
 
 class MemoryWatch:
@@ -75,7 +87,7 @@ class MemoryWatch:
     """
 
     def __init__(self, interval: float) -> None:
-        self.metric = "pss" if hasattr(psutil.Process().memory_full_info(), "pss") else "rss"
+        self.metric = memory_metric()
         self._interval = interval
         self._target: tuple[FeedRun, FeedHost] | None = None
         self._lock = threading.Lock()
@@ -160,11 +172,16 @@ class _CpuMeter:
         return CpuUse(busy, total, mine, max(sum(busy) - mine, 0.0))
 
 
-def measure(specs: list[FeedSpec], rounds: int, window_seconds: float, warmup_seconds: float,
-            gpu: Any = None, progress: bool = True) -> tuple[list[FeedRun], str]:
-    """Start every feed, warm each up, then run `rounds` rounds of one window per feed, the
-    order rotating each round. Returns the runs (in `specs` order) and the memory metric."""
-    runs = [FeedRun(spec) for spec in specs]
+def measure(runs: list[FeedRun], rounds: int, window_seconds: float, warmup_seconds: float,
+            gpu: Any = None, progress: bool = True,
+            after_round: Callable[[int], None] | None = None) -> None:
+    """Start every feed of `runs`, warm each up, then run `rounds` rounds of one window per feed,
+    the order rotating each round; `after_round(rounds done)` after each. Results go into `runs`
+    as they come: windows finished before an exception (Ctrl-C included) are kept there.
+
+    Only one feed uses the GPU at a time: each host hands back its unused GPU cache after its
+    warm-up and after each timed window (`release=True`), and regrows it in the next drain.
+    """
     hosts: dict[str, FeedHost] = {}
     watch = MemoryWatch(MEMORY_INTERVAL)
     try:
@@ -174,7 +191,8 @@ def measure(specs: list[FeedSpec], rounds: int, window_seconds: float, warmup_se
                 run.capacity, run.settings = host.capacity, host.settings
                 with watch.watching(run, host):  # the first batch (start-up), then `warmup_seconds` more
                     first = host.consume(timeout=CALL_SLACK, batches=1)
-                    rest = host.consume(timeout=warmup_seconds + CALL_SLACK, seconds=warmup_seconds)
+                    rest = host.consume(timeout=warmup_seconds + CALL_SLACK, seconds=warmup_seconds, release=True)
+                run.reserved(rest)
                 run.warmup = Tally(first.images + rest.images, first.batches + rest.batches,
                                    first.seconds + rest.seconds, first.wait_seconds + rest.wait_seconds)
             except FeedUnavailable as exc:
@@ -195,12 +213,13 @@ def measure(specs: list[FeedSpec], rounds: int, window_seconds: float, warmup_se
                     run.stop("failed", str(exc))
                     hosts.pop(run.spec.name).close()
                 bar.update(1)
+            if after_round is not None:
+                after_round(number + 1)
         bar.close()
     finally:
         watch.close()
         for host in hosts.values():
             host.close()
-    return runs, watch.metric
 
 
 def _window(run: FeedRun, host: FeedHost, number: int, seconds: float, watch: MemoryWatch, gpu: Any) -> None:
@@ -212,10 +231,11 @@ def _window(run: FeedRun, host: FeedHost, number: int, seconds: float, watch: Me
     if gpu is not None:
         gpu.label = run.spec.name
     try:
-        timed = host.consume(timeout=seconds + CALL_SLACK, seconds=seconds)
+        timed = host.consume(timeout=seconds + CALL_SLACK, seconds=seconds, release=True)
     finally:
         if gpu is not None:
             gpu.label = None
     cpu = meter.read()
+    run.reserved(timed)
     watch.sample(run, host)
     run.windows.append(Window(number, drained, timed, cpu))

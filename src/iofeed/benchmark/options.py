@@ -8,6 +8,7 @@ from pathlib import Path
 from ..errors import OptionError, SourceError
 
 MODELS = ("resnet50", "resnet18", "none")
+DEVICES = ("cpu", "cuda")
 DEFAULT_SOURCE = Path("data/c256")
 RESULTS_DIR = Path("bench/results")
 
@@ -17,11 +18,13 @@ class BenchOptions:
     """Settings of one `iofeed bench` run.
 
     `seconds` is the timed time per feed, split evenly over `rounds` windows; `feeds` None
-    means every feed that can run here; `model` None means resnet50 with a GPU, none without.
+    means every feed that can run here; `device` None means "cuda" when PyTorch sees a GPU, else
+    "cpu"; `model` None means resnet50 on the GPU, none on the CPU.
     """
 
     source: Path | None = None
     model: str | None = None
+    device: str | None = None
     batch_size: int = 64
     image_size: int = 224
     feeds: tuple[str, ...] | None = None
@@ -46,6 +49,8 @@ class BenchOptions:
             raise SourceError(f"source not found: {self.source} (pass an image folder or an iofeed dataset)")
         if self.model is not None and self.model not in MODELS:
             raise OptionError(f"--model {self.model!r} is not one of {', '.join(MODELS)}")
+        if self.device is not None and self.device not in DEVICES:
+            raise OptionError(f"--device {self.device!r} is not one of {', '.join(DEVICES)}")
         for name in self.feeds or ():
             if name not in known_feeds:
                 raise OptionError(f"unknown feed {name!r} (choose from {', '.join(known_feeds)})")

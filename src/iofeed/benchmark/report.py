@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +47,7 @@ def feed_record(run: FeedRun, image_size: int, baseline: float | None, ceiling: 
         "other_cpu_percent": 100.0 * other_cpu / sum(total) if sum(total) > 0 else None,
         "peak_memory_bytes": run.peak_memory_bytes if run.status == "ok" else None,
         "processes": run.processes if run.status == "ok" else None,
+        "max_memory_reserved_bytes": run.max_memory_reserved_bytes,
         "warmup": None if run.warmup is None else
         {"images": run.warmup.images, "batches": run.warmup.batches, "seconds": run.warmup.seconds},
         "windows": [{"round": w.round, "images": w.timed.images, "batches": w.timed.batches,
@@ -69,12 +71,15 @@ def build_record(**parts: Any) -> dict[str, Any]:
 
 
 def write_json(record: dict[str, Any], path: Path) -> None:
-    """Check `record` against the schema, then write it (folders made as needed)."""
+    """Check `record` against the schema, then write it atomically (a reader, or a run killed
+    mid-write, sees the previous version or this one, never half of one; folders made as needed)."""
     problems = validate(record)
     if problems:
         raise ValueError("benchmark record breaks its schema: " + "; ".join(problems[:5]))
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    temporary.write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+    os.replace(temporary, path)
 
 
 NOISY_PERCENT = 10.0  # other processes' share of the machine above which a window is flagged
@@ -91,6 +96,9 @@ def table(record: dict[str, Any]) -> str:
             "other CPU %", "peak MiB"]
     if training:
         head += ["GPU util %", "data wait %", "% of ceiling"]
+    gpu_memory = any(feed["max_memory_reserved_bytes"] is not None for feed in record["feeds"])
+    if gpu_memory:
+        head += ["GPU reserved MiB"]
     rows = [head]
     notes = []
     for feed in record["feeds"]:
@@ -107,6 +115,9 @@ def table(record: dict[str, Any]) -> str:
             t = feed["training"] or {}
             row += [_num(t.get("gpu_util_mean"), ".0f"), _num(100 * t.get("data_wait_fraction", 0), ".0f"),
                     _num(t.get("percent_of_ceiling"), ".0f")]
+        if gpu_memory:
+            reserved = feed["max_memory_reserved_bytes"]
+            row += [_num(None if reserved is None else reserved / 2**20, ",.0f")]
         rows.append(row)
         busy = [w for w in feed["windows"] if w["other_cpu_percent"] > NOISY_PERCENT]
         if busy:
@@ -117,4 +128,6 @@ def table(record: dict[str, Any]) -> str:
     lines = ["  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths)))
              for r in rows]
     lines.insert(1, "  ".join("-" * w for w in widths))
+    if not record["complete"]:
+        notes.append("  incomplete: interrupted; the windows above are those measured before it stopped")
     return "\n".join(lines + notes)

@@ -1,24 +1,26 @@
 """`iofeed bench` from options to results: inputs, feed plan, page cache, measurement, record, files."""
 from __future__ import annotations
 
-import os
 from dataclasses import asdict, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from ..errors import IofeedError, require
+from ..errors import IofeedError, OptionError, require
 from ..prepare.scan import find_class_root
-from .feeds import BASELINE, CATALOGUE, CEILING, FeedSpec, dali_installed
+from ..system import usable_cores
+from .feeds import BASELINE, CATALOGUE, CEILING, FEEDS, FeedSpec, dali_installed
 from .inputs import CacheState, Inputs, data_files, resolve_inputs, warm_page_cache
-from .measure import FeedRun, measure
+from .measure import FeedRun, measure, memory_metric
 from .options import BenchOptions
 
 
-def pick_device() -> str:
-    """"cuda" when PyTorch sees a GPU, else "cpu"."""
+def pick_device(asked: str | None) -> str:
+    """`asked` ("cpu" or "cuda"; a GPU must be there for "cuda"), else "cuda" when PyTorch sees a GPU."""
     torch = require("torch", "bench")
-    return "cuda" if torch.cuda.is_available() else "cpu"
+    if asked == "cuda" and not torch.cuda.is_available():
+        raise OptionError("--device cuda, but PyTorch sees no CUDA GPU (use --device cpu)")
+    return asked or ("cuda" if torch.cuda.is_available() else "cpu")
 
 
 def _classes(inputs: Inputs) -> int:
@@ -35,38 +37,45 @@ def _classes(inputs: Inputs) -> int:
 def plan_feeds(names: tuple[str, ...], inputs: Inputs, options: BenchOptions, device: str,
                model: str) -> tuple[list[FeedSpec], list[FeedRun]]:
     """Specs of the feeds to measure, and runs already marked skipped (with the reason)."""
-    workers = options.workers or os.cpu_count() or 1
+    workers = options.workers or usable_cores().amount
     classes = _classes(inputs) if model != "none" else 1000
     specs, skipped = [], []
     for name in names + ((CEILING,) if model != "none" else ()):
-        entry = CATALOGUE.get(name)
-        reads = entry.reads if entry else ""
-        source = inputs.path(reads)
-        spec = FeedSpec(name, str(source or ""), 1 if name == "torchvision-1w" else workers, options.batch_size,
+        entry = FEEDS.caps(name)
+        source = inputs.path(entry.reads)
+        spec = FeedSpec(name, str(source or ""), entry.workers or workers, options.batch_size,
                         options.image_size, device, options.seed, model, classes)
-        if entry and entry.needs_dali and not dali_installed():
+        if entry.needs_dali and not dali_installed():
             skipped.append(FeedRun(spec, "skipped", "NVIDIA DALI is not installed"))
-        elif entry and entry.gpu_augment and device != "cuda":
+        elif entry.gpu_augment and device != "cuda":
             skipped.append(FeedRun(spec, "skipped", "augments on the GPU: needs a CUDA GPU"))
-        elif reads and source is None:
-            skipped.append(FeedRun(spec, "skipped", inputs.missing.get(reads, f"no {reads} to read")))
+        elif entry.reads and source is None:
+            skipped.append(FeedRun(spec, "skipped", inputs.missing.get(entry.reads, f"no {entry.reads} to read")))
         else:
             specs.append(spec)
     return specs, skipped
 
 
 def run_benchmark(options: BenchOptions, command: str) -> tuple[dict[str, Any], Path, Path]:
-    """Measure, write the JSON and PNG, and return (record, JSON path, PNG path)."""
+    """Measure, write the JSON (after every round, atomically) and the PNG; return (record, JSON
+    path, PNG path). After Ctrl-C the record holds the windows measured so far, `"complete": false`."""
     options.check(tuple(CATALOGUE))
     names = options.feeds or tuple(CATALOGUE)
-    device = pick_device()
+    device = pick_device(options.device)
     model = options.model or ("resnet50" if device == "cuda" else "none")
-    needed = {CATALOGUE[n].reads for n in names if not (CATALOGUE[n].gpu_augment and device != "cuda")}
+    needed = {FEEDS.caps(n).reads for n in names if not (FEEDS.caps(n).gpu_augment and device != "cuda")}
     inputs = resolve_inputs(options.source, needed, options.progress)
     specs, skipped = plan_feeds(names, inputs, options, device, model)
     specs, skipped, endpoint = _serve_streamed(specs, skipped)
     cache = (warm_page_cache(data_files(inputs), options.progress) if options.warm_cache
              else CacheState("as found", 0, 0, 0.0))
+    from .machine import describe_machine
+    from .plot import plot
+    from .report import build_record, feed_records, write_json
+
+    now = datetime.now(timezone.utc)
+    json_path, png_path = options.outputs(now)
+    machine = describe_machine(device == "cuda", inputs.notes)  # before measuring: a late NVML error loses nothing
     gpu = None
     if device == "cuda":
         from .gpu import GpuSampler
@@ -75,41 +84,49 @@ def run_benchmark(options: BenchOptions, command: str) -> tuple[dict[str, Any], 
             gpu = GpuSampler()
         except IofeedError as exc:  # nvidia-ml-py missing, or NVML unable to read the GPU
             inputs.notes.append(f"no GPU utilisation: {exc}")
+    runs = [FeedRun(spec) for spec in specs]
+    order = {name: i for i, name in enumerate(names + (CEILING,))}
+
+    def record(complete: bool) -> dict[str, Any]:
+        done = sorted(runs + skipped, key=lambda r: order[r.spec.name])
+        return build_record(
+            created=now.isoformat(timespec="seconds"),
+            complete=complete,
+            command=command,
+            machine=machine,
+            page_cache=asdict(cache),
+            settings={"batch_size": options.batch_size, "image_size": options.image_size, "model": model,
+                      "device": device, "seconds_per_feed": options.seconds, "rounds": options.rounds,
+                      "window_seconds": options.window_seconds, "warmup_seconds": options.warmup,
+                      "workers": options.workers or usable_cores().amount, "seed": options.seed,
+                      "memory_metric": memory_metric()},
+            inputs={"folder": _text(inputs.folder), "dataset": _text(inputs.dataset), "raw": _text(inputs.raw),
+                    "missing": inputs.missing,
+                    "notes": inputs.notes + (gpu.notes() if gpu is not None else [])},
+            baseline=BASELINE,
+            feeds=feed_records(done, options.image_size, gpu),
+            gpu_timeline=[asdict(s) for s in gpu.samples] if gpu is not None else [],
+        )
+
     try:
-        runs, metric = measure(specs, options.rounds, options.window_seconds, options.warmup, gpu, options.progress)
+        measure(runs, options.rounds, options.window_seconds, options.warmup, gpu, options.progress,
+                after_round=lambda rounds: write_json(record(False), json_path))
+    except KeyboardInterrupt:
+        for run in runs:
+            if run.status == "ok" and not run.windows:
+                run.stop("skipped", "not measured: the run was interrupted before its first window")
+        complete = False
+    else:
+        complete = True
     finally:
         if gpu is not None:
             gpu.close()
         if endpoint is not None:
             endpoint.close()
-    order = {name: i for i, name in enumerate(names + (CEILING,))}
-    runs = sorted(runs + skipped, key=lambda r: order[r.spec.name])
-    from .machine import describe_machine
-    from .report import build_record, feed_records, write_json
-
-    now = datetime.now(timezone.utc)
-    record = build_record(
-        created=now.isoformat(timespec="seconds"),
-        command=command,
-        machine=describe_machine(device == "cuda"),
-        page_cache=asdict(cache),
-        settings={"batch_size": options.batch_size, "image_size": options.image_size, "model": model,
-                  "device": device, "seconds_per_feed": options.seconds, "rounds": options.rounds,
-                  "window_seconds": options.window_seconds, "warmup_seconds": options.warmup,
-                  "workers": options.workers or os.cpu_count() or 1, "seed": options.seed, "memory_metric": metric},
-        inputs={"folder": _text(inputs.folder), "dataset": _text(inputs.dataset), "raw": _text(inputs.raw),
-                "missing": inputs.missing,
-                "notes": inputs.notes},
-        baseline=BASELINE,
-        feeds=feed_records(runs, options.image_size, gpu),
-        gpu_timeline=[asdict(s) for s in gpu.samples] if gpu is not None else [],
-    )
-    json_path, png_path = options.outputs(now)
-    write_json(record, json_path)
-    from .plot import plot
-
-    plot(record, png_path)
-    return record, json_path, png_path
+    result = record(complete)
+    write_json(result, json_path)
+    plot(result, png_path)
+    return result, json_path, png_path
 
 
 def _serve_streamed(specs: list[FeedSpec], skipped: list[FeedRun]) -> tuple[list[FeedSpec], list[FeedRun], Any]:

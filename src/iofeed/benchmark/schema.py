@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 FORMAT = "iofeed-bench"
-VERSION = 1
+VERSION = 2  # 2: "complete", --device, max_memory_reserved_bytes per feed
 
 
 def _obj(required: dict[str, Any], **extra: Any) -> dict[str, Any]:
@@ -31,7 +31,7 @@ _FEED = _obj({
     "images_per_sec": _OPT_NUM, "mpix_per_sec": _OPT_NUM, "vs_baseline": _OPT_NUM,
     "cpu_percent_per_core": {"type": "array", "items": _NUM}, "cpu_percent": _OPT_NUM, "cpu_ms_per_image": _OPT_NUM,
     "other_cpu_percent": _OPT_NUM,
-    "peak_memory_bytes": _OPT_INT, "processes": _OPT_INT,
+    "peak_memory_bytes": _OPT_INT, "processes": _OPT_INT, "max_memory_reserved_bytes": _OPT_INT,
     "warmup": _or_null(_TALLY),
     "windows": {"type": "array", "items": _WINDOW},
     "training": _or_null(_TRAINING),
@@ -40,6 +40,7 @@ SCHEMA: dict[str, Any] = _obj({
     "format": {"type": "string", "enum": [FORMAT]},
     "version": {"type": "integer", "enum": [VERSION]},
     "created": _STR,
+    "complete": {"type": "boolean"},
     "command": _STR,
     "machine": _obj({
         "cpu_model": _STR, "cores": _INT, "ram_bytes": _INT, "os": _STR,

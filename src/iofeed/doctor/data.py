@@ -22,6 +22,7 @@ from ..format.policy import ImagePolicy
 from ..format.table import RAW
 from ..image.pil import encode_jpeg, is_progressive, open_rgb, resize_shorter
 from ..image.sniff import SNIFF_BYTES, sniff_bytes
+from ..prepare.file import prepare_file
 from ..prepare.scan import display_path, find_class_root
 from ..samples import is_iofeed_dataset, open_source
 from .finding import Finding
@@ -37,6 +38,7 @@ class _Item:
     open: Callable[[], BinaryIO]
     nbytes: int
     raw_size: tuple[int, int] | None = None  # (width, height) of a raw-pixel sample: nothing to decode
+    path: str | None = None  # the file of a folder item (what `preprocess` would prepare)
 
 
 @dataclass
@@ -48,7 +50,8 @@ class DataCheck:
     total: int  # files (folder) or train samples (dataset)
     sampled: int
     file_kib_mean: float
-    formats: dict[str, int] = field(default_factory=dict)  # "jpeg", "png", ..., "raw" (pixels), "not an image", "unreadable"
+    # "jpeg", "png", ..., "raw" (pixels), "not an image", "unreadable"
+    formats: dict[str, int] = field(default_factory=dict)
     modes: dict[str, int] = field(default_factory=dict)  # Pillow modes: RGB, L, CMYK, P, RGBA, ...
     progressive: list[str] = field(default_factory=list)  # sampled progressive JPEGs
     cmyk: list[str] = field(default_factory=list)  # sampled CMYK JPEGs
@@ -127,7 +130,7 @@ def _folder_items(path: Path) -> list[_Item]:
             paths += [os.path.join(folder, f) for f in files if not f.startswith(".")]
     if not paths:
         raise SourceError(f"no files in class folders under {root} (expected one subfolder per class)")
-    return [_Item(display_path(os.path.relpath(p, root)), partial(open, p, "rb"), _size(p)) for p in paths]
+    return [_Item(display_path(os.path.relpath(p, root)), partial(open, p, "rb"), _size(p), path=p) for p in paths]
 
 
 def _size(path: str) -> int:
@@ -156,38 +159,65 @@ def _read_at(path: str, offset: int, size: int) -> BinaryIO:
 
 def _decode_rates(items: list[_Item], budget_s: float, resized: bool) -> dict[str, float]:
     """Pillow decode rate on one core for the images as they are and, with `resized`, as
-    `preprocess` would write them (and the rate of writing them), over as many of `items` as
-    fit in `budget_s`."""
+    `preprocess` would write them (and the rate of `preprocess`'s own per-file work), over as
+    many of `items` as fit in `budget_s`. Every step runs once untimed first: first calls
+    import codecs and the resize kernel (PyTorch's: seconds), which `preprocess` workers pay
+    once (its fork server imports PyTorch before they start), not per image."""
     policy = ImagePolicy()
     orig_s = small_s = prep_s = 0.0
     done = 0
     start = perf_counter()
+    if items:
+        encode_jpeg(resize_shorter(Image.new("RGB", (2 * TARGET_SIDE, 2 * TARGET_SIDE)), TARGET_SIDE), policy.quality)
+        _time_one(items[0], resized, policy)
+    startup_s = perf_counter() - start
+    start = perf_counter()
     for item in items:
         if perf_counter() - start > budget_s:
             break
-        with item.open() as f:
-            data = f.read()
-        try:
-            t0 = perf_counter()
-            open_rgb(data)
-            t1 = perf_counter()
-            if resized:
-                decoded = open_rgb(data, min_size=(policy.shorter_side, policy.shorter_side))
-                small = encode_jpeg(resize_shorter(decoded.image, policy.shorter_side), policy.quality)
-                t2 = perf_counter()
-                open_rgb(small)
-                small_s += perf_counter() - t2
-                prep_s += t2 - t1
-        except SampleError:
+        times = _time_one(item, resized, policy)
+        if times is None:
             continue
-        orig_s += t1 - t0
+        orig_s, small_s, prep_s = orig_s + times[0], small_s + times[1], prep_s + times[2]
         done += 1
     if not done:
         return {}
     rates = {"images": float(done), "original_per_sec": done / orig_s}
     if resized:
-        rates.update(resized_per_sec=done / small_s, preprocess_per_sec=done / prep_s)
+        rates.update(resized_per_sec=done / small_s, preprocess_per_sec=done / prep_s, startup_s=startup_s)
     return rates
+
+
+def preprocess_estimate_s(images: int, decode: dict[str, float]) -> tuple[float, float]:
+    """(seconds, cores) `iofeed preprocess` of `images` files should take here: the start-up
+    its workers pay once (the untimed first calls) plus the measured per-file rate over the
+    cores that the machine's other work (load average) leaves free."""
+    cores = len(os.sched_getaffinity(0))
+    free = max(1.0, min(float(cores), cores + 1 - os.getloadavg()[0]))  # this check is one of the load
+    return decode.get("startup_s", 0.0) + images / decode["preprocess_per_sec"] / free, free
+
+
+def _time_one(item: _Item, resized: bool, policy: ImagePolicy) -> tuple[float, float, float] | None:
+    """Seconds to decode `item` as stored and, with `resized`, to prepare it as `preprocess`
+    does (`prepare_file`) and to decode what it writes; None when it does not decode."""
+    with item.open() as f:
+        data = f.read()
+    try:
+        t0 = perf_counter()
+        open_rgb(data)
+        original = perf_counter() - t0
+    except SampleError:
+        return None
+    if not resized or item.path is None:
+        return original, 0.0, 0.0
+    t0 = perf_counter()
+    prepared = prepare_file(0, item.path, policy)
+    prepare = perf_counter() - t0
+    if prepared.data is None or prepared.encoding != "jpeg":
+        return None
+    t0 = perf_counter()
+    open_rgb(prepared.data)
+    return original, perf_counter() - t0, prepare
 
 
 def _findings(check: DataCheck) -> list[Finding]:
@@ -230,10 +260,14 @@ def _preprocess_evidence(check: DataCheck) -> list[str]:
     speedup = d["resized_per_sec"] / d["original_per_sec"]
     if speedup < PAYS_SPEEDUP or side["p50"] <= TARGET_SIDE:  # most images would not be resized
         return []
-    cores = len(os.sched_getaffinity(0))
-    once_s = check.total / d["preprocess_per_sec"] / cores
+    once_s, cores = preprocess_estimate_s(check.total, d)
     return [f"mean shorter side {side['mean']:.0f} px (median {side['p50']:.0f}) vs {TARGET_SIDE} needed; "
             f"{check.large_share:.0%} of images are >= {LARGE_SIDE} px",
             f"Pillow decode on one core: {d['original_per_sec']:,.0f} img/s as stored, "
             f"{d['resized_per_sec']:,.0f} img/s resized ({speedup:.1f}x), over {d['images']:.0f} images",
-            f"resizing all {check.total:,} once: about {once_s / 60:.1f} min on {cores} cores"]
+            f"resizing all {check.total:,} once: about {_duration(once_s)} on {cores:g} free cores"]
+
+
+def _duration(seconds: float) -> str:
+    """`42 s` or `3.5 min`."""
+    return f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.1f} min"

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import require
-from ..system import cgroup_cpu_quota, cpu_model, dali_import_status, gpu_info, versions
+from ..system import cgroup_cpu_quota, cpu_model, dali_import_status, gpu_info, usable_cores, versions
 from .finding import Finding
 
 GIB = 2**30
@@ -20,7 +20,8 @@ class Environment:
 
     cpu_model: str
     cores: int  # logical cores the OS reports
-    usable_cores: int  # cores this process may run on (affinity)
+    usable_cores: int  # cores this rank may use: affinity ∩ quota, split among local ranks (`system.usable_cores`)
+    cores_because: str  # what `usable_cores` was found from
     cpu_quota: float | None  # cgroup CPU limit in cores, None when unlimited
     ram_bytes: int
     ram_available_bytes: int
@@ -40,8 +41,9 @@ def check_environment() -> Environment:
     memory = psutil.virtual_memory()
     shm = shutil.disk_usage("/dev/shm") if os.path.isdir("/dev/shm") else None
     gpus, gpu_note = _gpus()
+    cores = usable_cores()
     env = Environment(
-        cpu_model=cpu_model(), cores=os.cpu_count() or 1, usable_cores=len(os.sched_getaffinity(0)),
+        cpu_model=cpu_model(), cores=os.cpu_count() or 1, usable_cores=cores.amount, cores_because=cores.because,
         cpu_quota=cgroup_cpu_quota(), ram_bytes=int(memory.total), ram_available_bytes=int(memory.available),
         shm_bytes=shm.total if shm else None, shm_free_bytes=shm.free if shm else None,
         gpus=gpus, gpu_note=gpu_note, versions=versions(), dali_import=dali_import_status(),
@@ -70,13 +72,13 @@ def _findings(env: Environment) -> list[Finding]:
             "small-shm", "/dev/shm is small: DataLoader workers pass every batch through it",
             [f"/dev/shm is {env.shm_bytes / GIB:.2f} GiB ({(env.shm_free_bytes or 0) / GIB:.2f} GiB free)"],
             ["in Docker, start the container with --shm-size=16g (or --ipc=host)"]))
-    limit = min(env.usable_cores, env.cpu_quota or env.usable_cores)
+    limit = env.usable_cores
     if limit < env.cores:
         out.append(Finding(
             "cpu-limit", "this process may use fewer cores than the machine has",
-            [f"{env.cores} cores on the machine, {env.usable_cores} in this process's affinity"
-             + (f", CPU quota {env.cpu_quota:g} cores" if env.cpu_quota else "")],
-            [f"size DataLoader num_workers for {limit:g} cores, not os.cpu_count() = {env.cores}"]))
+            [f"{env.cores} cores on the machine, {limit} usable by this process ({env.cores_because})"],
+            [f"size DataLoader num_workers for {limit} cores, not os.cpu_count() = {env.cores} "
+             "(iofeed.loader does by itself)"]))
     if env.versions.get("libjpeg_turbo") is None:
         out.append(Finding(
             "no-libjpeg-turbo", "Pillow is built without libjpeg-turbo: JPEG decoding is slower",

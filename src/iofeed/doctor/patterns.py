@@ -90,7 +90,7 @@ def _short(trace: Trace, samples: int, seconds: float) -> Finding:
 
 
 def _unused(trace: Trace) -> Finding:
-    peak = float(trace.gpu_util.max(initial=0.0))
+    peak = float(np.nanmax(trace.gpu_util, initial=0.0))
     return Finding(
         "gpu-unused", "the command never used the GPU",
         [f"{trace.gpus} GPU(s), highest utilisation {peak:.0f}% over {float(trace.t[-1]):.0f} s"],
@@ -155,7 +155,8 @@ def _few_workers(window: Window, gpu_text: str, cpu_text: str, mem_text: str, sr
     evidence = [gpu_text, f"{cpu_text}: about {busy_cores:.1f} of {cores} cores' worth of work"]
     if loader_busy is not None:
         evidence.append(f"{window.loaders_at_once:.0f} loader process(es) at a time, each {loader_busy:.0f}% of a "
-                        f"core busy on average (>= {LOADER_SATURATED:.0f}%): they are the bottleneck while cores are idle")
+                        f"core busy on average (>= {LOADER_SATURATED:.0f}%): "
+                        "they are the bottleneck while cores are idle")
         title = "the GPU is waiting on too few loader workers: each one is saturated while cores are idle"
     else:
         evidence.append(mem_text)

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from .command import command_text
 from .finding import Finding
-from .report import command_text
 from .stats import active_window
 from .trace import Recording
 

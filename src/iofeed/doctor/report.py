@@ -2,28 +2,20 @@
 from __future__ import annotations
 
 import math
-import shlex
 from dataclasses import asdict
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
+from .checkup import Checkup
+from .command import command_text
 from .finding import Finding
 from .stats import summarize
 from .trace import Trace
 
-if TYPE_CHECKING:
-    from .run import Checkup
-
 FORMAT, VERSION = "iofeed-doctor", 1
 MAX_JSON_SAMPLES = 6000  # longer traces keep every k-th sample in the JSON
 GIB = 2**30
-
-
-def command_text(command: list[str], width: int = 120) -> str:
-    """The command on one line, shortened to `width` characters."""
-    text = shlex.join(command).replace("\n", "\\n")
-    return text if len(text) <= width else text[: width - 3] + "..."
 
 
 def to_dict(checkup: Checkup) -> dict[str, Any]:
@@ -35,7 +27,7 @@ def to_dict(checkup: Checkup) -> dict[str, Any]:
         rec = checkup.recording
         stride = max(1, math.ceil(len(rec.trace.t) / MAX_JSON_SAMPLES))
         trace = {"command": rec.command, "exit_code": rec.exit_code, "seconds": rec.seconds,
-                 "interrupted": rec.interrupted, "summary": summarize(rec.trace),
+                 "interrupted": rec.interrupted, "notes": rec.notes, "summary": summarize(rec.trace),
                  "stride": stride, "samples": _thinned(rec.trace, stride)}
     return {"format": FORMAT, "version": VERSION, "environment": env, "data": data, "trace": trace,
             "findings": [{"area": area, **asdict(f)} for area, f in _areas(checkup)]}
@@ -75,8 +67,8 @@ def _environment(checkup: Checkup) -> list[str]:
     v = env.versions
     shm = f"{env.shm_bytes / GIB:.1f} GiB" if env.shm_bytes is not None else "absent"
     lines = ["\nenvironment",
-             f"  {env.cpu_model}: {env.cores} cores ({env.usable_cores} usable"
-             + (f", quota {env.cpu_quota:g}" if env.cpu_quota else "") + f"), RAM {env.ram_bytes / GIB:.1f} GiB "
+             f"  {env.cpu_model}: {env.cores} cores ({env.usable_cores} usable: {env.cores_because}), "
+             f"RAM {env.ram_bytes / GIB:.1f} GiB "
              f"({env.ram_available_bytes / GIB:.1f} available), /dev/shm {shm}"]
     lines += [f"  GPU {i}: {g['name']}, {g['memory_bytes'] / GIB:.0f} GiB, driver {g['driver']}"
               for i, g in enumerate(env.gpus)] or [f"  GPUs: none: {env.gpu_note}"]
@@ -122,4 +114,4 @@ def _trace(checkup: Checkup) -> list[str]:
                     if loaders is not None else "no working loader processes"))
     if not s["gpus"]:
         lines.append("  no GPU: the GPU patterns were not looked for")
-    return lines
+    return lines + [f"  note: {note}" for note in rec.notes]

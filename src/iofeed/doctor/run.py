@@ -4,28 +4,19 @@ from __future__ import annotations
 import json
 import os
 import shutil
-from dataclasses import dataclass, field
+from dataclasses import replace
 from pathlib import Path
 
 from ..errors import OptionError
-from .data import DataCheck, check_data
-from .environment import Environment, check_environment
-from .finding import Finding
+from .checkup import Checkup
+from .data import check_data
+from .environment import check_environment
 from .patterns import diagnose
 from .plot import plot_timeline
 from .report import to_dict
-from .trace import Recording, record
+from .trace import record
 
-
-@dataclass
-class Checkup:
-    """Everything `iofeed doctor` found; `data` and `recording` are None when not asked for."""
-
-    environment: Environment
-    data: DataCheck | None
-    recording: Recording | None
-    findings: list[Finding] = field(default_factory=list)  # from the trace
-    files: list[Path] = field(default_factory=list)  # JSON and PNG written
+LOADER_SPLIT = ("few-workers", "small-batch")  # findings that rest on training vs loader processes' CPU
 
 
 def run_doctor(source: Path | None = None, command: list[str] | None = None, interval: float = 0.1,
@@ -40,6 +31,9 @@ def run_doctor(source: Path | None = None, command: list[str] | None = None, int
     data = check_data(source) if source is not None else None
     recording = record(command, interval) if command else None
     findings = diagnose(recording.trace, command, str(source) if source else None) if recording else []
+    if recording is not None:  # how trainers were told from loaders is evidence where the split decides
+        findings = [replace(f, evidence=[*f.evidence, *recording.notes]) if f.code in LOADER_SPLIT else f
+                    for f in findings]
     checkup = Checkup(environment, data, recording, findings)
     if json_path is not None:
         _write(json_path, json.dumps(to_dict(checkup), indent=1) + "\n")

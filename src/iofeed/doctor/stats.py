@@ -88,14 +88,17 @@ class Window:
 
 
 def active_window(trace: Trace) -> Window | None:
-    """The part of `trace` in which the GPUs worked; None when GPUs are present but never used."""
+    """The part of `trace` in which the GPUs worked, less samples with a GPU reading missing;
+    None when GPUs are present but never used."""
     if trace.gpus == 0:
-        keep = slice(None)
+        keep = np.ones(len(trace.t), bool)
     else:
         busy = np.flatnonzero(trace.gpu_util.max(axis=0) >= ACTIVE_UTIL)
         if not len(busy):
             return None
-        keep = slice(busy[0], busy[-1] + 1)
+        keep = np.zeros(len(trace.t), bool)
+        keep[busy[0]:busy[-1] + 1] = True
+        keep &= ~np.isnan(trace.gpu_util).any(axis=0) & ~np.isnan(trace.gpu_mem).any(axis=0)  # missing readings
     return Window(trace.t[keep], trace.gpu_util[:, keep], trace.gpu_mem[:, keep], trace.gpu_mem_total,
                   trace.cpu[:, keep], trace.iowait[keep], trace.trainer_cpu[keep], trace.loader_cpu[:, keep])
 

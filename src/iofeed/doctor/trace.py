@@ -6,12 +6,15 @@ from __future__ import annotations
 import os
 import subprocess
 import time
-from dataclasses import dataclass
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from ..errors import OptionError, require
+from .trainers import Reader, read_proc, recognise_trainers
 
 TREE_REFRESH = 10  # samples between two listings of the child's process tree
 
@@ -21,8 +24,8 @@ class Trace:
     """Utilisation over time: column j of every array is the sample taken at `t[j]`."""
 
     t: np.ndarray  # (n,) seconds since the command started
-    gpu_util: np.ndarray  # (gpus, n) % of the last NVML period a kernel ran
-    gpu_mem: np.ndarray  # (gpus, n) bytes used on the device (by every process)
+    gpu_util: np.ndarray  # (gpus, n) % of the last NVML period a kernel ran (NaN: NVML failed the reading)
+    gpu_mem: np.ndarray  # (gpus, n) bytes used on the device (by every process; NaN: failed)
     gpu_mem_total: np.ndarray  # (gpus,) bytes
     cpu: np.ndarray  # (cores, n) % busy, iowait excluded, for the cores this process may run on
     iowait: np.ndarray  # (n,) mean % of those cores' time waiting for I/O
@@ -39,9 +42,10 @@ class Trace:
         return self.cpu.shape[0]
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready lists (NaN, a process not alive, as null)."""
+        """JSON-ready lists (NaN — a process not alive, a GPU reading NVML failed — as null)."""
         out = {name: getattr(self, name).tolist() for name in self.__dataclass_fields__}
-        out["loader_cpu"] = [[None if v != v else v for v in row] for row in out["loader_cpu"]]
+        for name in ("loader_cpu", "gpu_util", "gpu_mem"):
+            out[name] = [[None if v != v else v for v in row] for row in out[name]]
         return out
 
     @classmethod
@@ -59,13 +63,14 @@ class Trace:
 
 @dataclass
 class Recording:
-    """A finished (or interrupted) run of the command and its trace."""
+    """A finished (or interrupted) run of the command and its trace, and what to know in reading it."""
 
     command: list[str]
     exit_code: int
     seconds: float
     interrupted: bool
     trace: Trace
+    notes: list[str] = field(default_factory=list)  # failed NVML reads; how training processes were told
 
 
 class _Nvml:
@@ -73,6 +78,7 @@ class _Nvml:
 
     def __init__(self) -> None:
         self._nvml, self.handles, self.total = None, [], []
+        self.failures: Counter[str] = Counter()  # error text -> readings it left missing (NaN)
         try:
             import pynvml
 
@@ -90,9 +96,22 @@ class _Nvml:
         self._nvml, self.handles, self.total = pynvml, handles, total
 
     def read(self) -> tuple[list[float], list[float]]:
-        util = [float(self._nvml.nvmlDeviceGetUtilizationRates(h).gpu) for h in self.handles]
-        mem = [float(self._nvml.nvmlDeviceGetMemoryInfo(h).used) for h in self.handles]
+        """Each GPU's utilisation % and used bytes; a reading NVML fails to give is NaN (missing)."""
+        util = [self._reading(lambda h: self._nvml.nvmlDeviceGetUtilizationRates(h).gpu, h) for h in self.handles]
+        mem = [self._reading(lambda h: self._nvml.nvmlDeviceGetMemoryInfo(h).used, h) for h in self.handles]
         return util, mem
+
+    def _reading(self, read: Callable[[Any], float], handle: Any) -> float:
+        try:
+            return float(read(handle))
+        except Exception as exc:  # noqa: BLE001 - a failed read is missing, never the end of tracing
+            self.failures[f"{type(exc).__name__}: {exc}"] += 1
+            return float("nan")
+
+    def notes(self) -> list[str]:
+        """One line per kind of failed reading."""
+        return [f"NVML failed {count} reading(s), left missing (null) in the trace: {error}"
+                for error, count in self.failures.items()]
 
     def gpu_pids(self) -> set[int]:
         """Processes with a CUDA context on any GPU (as NVML numbers them; none if it cannot say)."""
@@ -150,7 +169,8 @@ def record(command: list[str], interval: float = 0.1) -> Recording:
         seconds = time.perf_counter() - start
     finally:
         nvml.close()
-    return Recording(list(command), child.returncode, seconds, interrupted, _trace(rows, nvml.total))
+    notes = nvml.notes() + tree.notes()
+    return Recording(list(command), child.returncode, seconds, interrupted, _trace(rows, nvml.total), notes)
 
 
 def _stop(child: subprocess.Popen) -> None:
@@ -174,9 +194,11 @@ class _Tree:
         self._procs: dict[int, Any] = {}
         self._fresh: set[int] = set()  # listed, not sampled yet: their first CPU reading means nothing
         self._trainers: set[int] = {pid}
+        self._unmatched: dict[int, str] = {}  # trainers NVML's PIDs did not show, and why they count
 
-    def refresh(self, gpu_pids: set[int]) -> None:
-        """List the tree again; `gpu_pids` (from NVML) marks training processes."""
+    def refresh(self, gpu_pids: set[int], read: Reader = read_proc) -> None:
+        """List the tree again; training processes are those NVML lists (`gpu_pids`), the command's
+        own, and those `recognise_trainers` finds (NVML's PIDs are the host's, not a container's)."""
         try:
             root = self._psutil.Process(self._pid)
             alive = [root, *root.children(recursive=True)]
@@ -184,7 +206,20 @@ class _Tree:
             alive = []
         self._fresh |= {p.pid for p in alive if p.pid not in self._procs}
         self._procs = {p.pid: self._procs.get(p.pid, p) for p in alive}
-        self._trainers = {self._pid} | (gpu_pids & set(self._procs))
+        matched = gpu_pids & set(self._procs)
+        recognised = recognise_trainers({p.pid: _parent(self._psutil, p) for p in alive}, read)
+        self._trainers = {self._pid} | matched | set(recognised)
+        if gpu_pids and not matched:
+            self._unmatched.update({pid: why for pid, why in recognised.items() if pid != self._pid})
+
+    def notes(self) -> list[str]:
+        """What to know about how training processes were told apart (empty when NVML's PIDs did it)."""
+        if not self._unmatched:
+            return []
+        how = ", ".join(f"{pid} ({why})" for pid, why in sorted(self._unmatched.items())[:8])
+        return ["NVML's GPU process IDs matched none of the command's processes (another PID namespace: a "
+                f"container?); training processes were recognised instead as {how}: the split of CPU between "
+                "training and loader processes rests on that"]
 
     def sample(self) -> tuple[float, float, dict[int, float]]:
         """(bytes resident, training processes' CPU %, {other process: its CPU %, NaN on its first sample})."""
@@ -205,6 +240,14 @@ class _Tree:
         return float(rss), trainer, loaders
 
 
+def _parent(psutil: Any, process: Any) -> int | None:
+    """The parent PID of `process` (None when it is gone)."""
+    try:
+        return int(process.ppid())
+    except psutil.Error:
+        return None
+
+
 def _cpu(psutil: Any, usable: list[int]) -> tuple[list[float], float]:
     """Busy % per usable core (idle and iowait excluded) and their mean iowait %."""
     every = psutil.cpu_times_percent(percpu=True)
@@ -219,7 +262,8 @@ def _trace(rows: list[tuple[Any, ...]], mem_total: list[int]) -> Trace:
     t, util, mem, cpu, iowait, rss, trainer, loaders = zip(*rows) if rows else ((),) * 8
     cores = len(cpu[0]) if rows else 0
     pids = list(dict.fromkeys(pid for sample in loaders for pid in sample))  # in order of appearance
-    loader_cpu = np.array([[sample.get(pid, np.nan) for sample in loaders] for pid in pids], float).reshape(len(pids), n)
+    loader_cpu = np.array([[sample.get(pid, np.nan) for sample in loaders] for pid in pids], float)
+    loader_cpu = loader_cpu.reshape(len(pids), n)
     return Trace(t=np.asarray(t, float), gpu_util=np.asarray(util, float).reshape(n, gpus).T,
                  gpu_mem=np.asarray(mem, float).reshape(n, gpus).T, gpu_mem_total=np.asarray(mem_total, float),
                  cpu=np.asarray(cpu, float).reshape(n, cores).T, iowait=np.asarray(iowait, float),

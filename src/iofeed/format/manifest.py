@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import uuid
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -10,8 +11,8 @@ from ..errors import DatasetError, OptionError
 
 MANIFEST_NAME = "iofeed.json"
 FORMAT_NAME = "iofeed-dataset"
-FORMAT_VERSION = 2  # 2 added raw-pixel samples (the `encoding` column)
-READABLE_VERSIONS = (1, 2)
+FORMAT_VERSION = 3  # 2 added raw-pixel samples (the `encoding` column); 3 the dataset id
+READABLE_VERSIONS = (1, 2, 3)
 
 
 @dataclass
@@ -36,6 +37,7 @@ class Manifest:
     format: str = FORMAT_NAME
     version: int = FORMAT_VERSION
     created_by: str = field(default="")
+    dataset_id: str = field(default_factory=lambda: uuid.uuid4().hex)  # new for every write; "" before version 3
 
     def write(self, directory: Path) -> None:
         """Write `iofeed.json` into `directory`."""
@@ -50,7 +52,7 @@ class Manifest:
             raise DatasetError(f"not an iofeed dataset: {path} is missing (make one with `iofeed preprocess`)")
         try:
             text = path.read_text(encoding="utf-8")
-        except OSError as exc:
+        except (OSError, ValueError) as exc:
             raise DatasetError(f"unreadable manifest {path}: {exc}") from None
         return cls.parse(text, str(path))
 
@@ -61,8 +63,9 @@ class Manifest:
             raw = json.loads(text)
         except ValueError as exc:
             raise DatasetError(f"unreadable manifest {where}: {exc}") from None
-        if raw.get("format") != FORMAT_NAME:
-            raise DatasetError(f"{where} is not an iofeed manifest (format={raw.get('format')!r})")
+        kind = raw.get("format") if isinstance(raw, dict) else type(raw).__name__
+        if kind != FORMAT_NAME:
+            raise DatasetError(f"{where} is not an iofeed manifest (format={kind!r})")
         if raw.get("version") not in READABLE_VERSIONS:
             raise DatasetError(
                 f"{where} has format version {raw.get('version')}; this iofeed reads versions "
@@ -70,12 +73,27 @@ class Manifest:
             )
         try:
             raw["splits"] = {name: SplitInfo(**info) for name, info in raw["splits"].items()}
-            return cls(**raw)
-        except (KeyError, TypeError) as exc:
-            raise DatasetError(f"malformed manifest {where}: {exc}") from None
+            raw.setdefault("dataset_id", "")
+            manifest = cls(**raw)
+            for name, info in manifest.splits.items():
+                for file in [info.table, *(s[key] for s in info.shards for key in ("name", "index"))]:
+                    plain_name(file)
+                if sum(int(s["samples"]) for s in info.shards) != int(info.samples):
+                    raise ValueError(f"split {name!r}: its shards do not add up to {info.samples} samples")
+        except (AttributeError, KeyError, TypeError, ValueError) as exc:
+            raise DatasetError(f"malformed manifest {where}: {exc} (run `iofeed preprocess` again)") from None
+        return manifest
 
     def split(self, name: str, where: str) -> SplitInfo:
         """Split `name`; OptionError lists the splits of the dataset at `where`."""
         if name not in self.splits:
             raise OptionError(f"split {name!r} not in {where} (it has: {', '.join(self.splits)})")
         return self.splits[name]
+
+
+def plain_name(name: object) -> str:
+    """`name` if it names a file in the dataset's own directory; ValueError for anything that
+    could leave it (absolute, `..`, a sub-path, empty, not a string)."""
+    if not isinstance(name, str) or not name or name in (".", "..") or "/" in name or "\\" in name or "\0" in name:
+        raise ValueError(f"file name {name!r} leaves the dataset directory (only plain names inside it are allowed)")
+    return name

@@ -1,10 +1,13 @@
 """The per-split sample table: one numpy structured row per sample, saved as `.npy`."""
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import BinaryIO
 
 import numpy as np
+
+from ..errors import DatasetError
 
 SAMPLE_DTYPE = np.dtype(
     [
@@ -20,6 +23,7 @@ SAMPLE_DTYPE = np.dtype(
 ENCODINGS = ("jpeg", "raw")  # raw: height x width x 3 uint8 RGB, row-major, no header
 RAW = ENCODINGS.index("raw")
 MEMBER_EXTENSIONS = {"jpeg": "jpg", "raw": "rgb"}  # the tar member holding each encoding
+SOURCES = ".sources.jsonl"  # beside `<split>-samples.npy`: each row's source path as a JSON string
 
 
 def new_table(rows: int) -> np.ndarray:
@@ -28,15 +32,23 @@ def new_table(rows: int) -> np.ndarray:
 
 
 def save_table(path: Path, table: np.ndarray, sources: list[str]) -> None:
-    """Save the table and, beside it, the source path of each row (one per line)."""
+    """Save the table and, beside it, the source path of each row (one JSON string per line,
+    so any file name, newlines included, reads back as it was)."""
     np.save(Path(path), table, allow_pickle=False)
-    text = "".join(f"{s}\n" for s in sources)
-    Path(path).with_suffix(".sources.txt").write_text(text, encoding="utf-8", errors="backslashreplace")
+    text = "".join(json.dumps(s) + "\n" for s in sources)
+    Path(path).with_suffix(SOURCES).write_text(text, encoding="ascii")
 
 
-def load_table(path: Path | BinaryIO) -> np.ndarray:
-    """Load a table saved by `save_table` (from a path, or a file object of its bytes)."""
-    table = np.load(path if hasattr(path, "read") else Path(path), allow_pickle=False)
+def load_table(path: Path | BinaryIO, where: str | None = None) -> np.ndarray:
+    """Load a table saved by `save_table`, from a path or a file object of its bytes read from
+    `where` (for messages); DatasetError when it is missing or malformed."""
+    where = str(path) if where is None else where
+    try:
+        table = np.load(path if hasattr(path, "read") else Path(path), allow_pickle=False)
+    except (OSError, ValueError, EOFError) as exc:
+        raise DatasetError(f"unreadable sample table {where}: {exc} (run `iofeed preprocess` again)") from None
+    if not isinstance(table, np.ndarray) or table.ndim != 1:
+        raise DatasetError(f"{where} is not a sample table (run `iofeed preprocess` again)")
     if table.dtype == SAMPLE_DTYPE:
         return table
     if set(table.dtype.names or ()) == set(SAMPLE_DTYPE.names) - {"encoding"}:  # format version 1: all JPEG
@@ -44,9 +56,16 @@ def load_table(path: Path | BinaryIO) -> np.ndarray:
         for name in table.dtype.names:
             upgraded[name] = table[name]
         return upgraded
-    raise ValueError(f"{path}: unexpected sample table layout {table.dtype}")
+    raise DatasetError(f"{where}: unexpected sample table layout {table.dtype} (run `iofeed preprocess` again)")
 
 
 def load_sources(path: Path) -> list[str]:
-    """The source path of each row of the table at `path`."""
-    return Path(path).with_suffix(".sources.txt").read_text(encoding="utf-8").splitlines()
+    """The source path of each row of the table at `path` (datasets before format version 3
+    have a `.sources.txt` of plain lines)."""
+    jsonl = Path(path).with_suffix(SOURCES)
+    try:
+        if jsonl.is_file():
+            return [json.loads(line) for line in jsonl.read_text(encoding="utf-8").splitlines()]
+        return Path(path).with_suffix(".sources.txt").read_text(encoding="utf-8").splitlines()
+    except (OSError, ValueError) as exc:
+        raise DatasetError(f"unreadable source list beside {path}: {exc} (run `iofeed preprocess` again)") from None

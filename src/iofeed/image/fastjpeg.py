@@ -46,6 +46,14 @@ def decode_rgb_array(data: bytes, min_size: tuple[int, int]) -> np.ndarray:
         raise SampleError(f"corrupt or truncated image ({exc})") from None
 
 
+def check_strictly(data: bytes) -> None:
+    """Raise SampleError when the loader's libjpeg-turbo path would refuse `data` (it treats
+    libjpeg's "Corrupt JPEG data" warnings as errors, where Pillow and DALI decode such files
+    with grey blocks); decodes at 1/8 scale. Nothing to check for files that path does not take."""
+    if plain_jpeg_size(data) is not None:
+        decode_rgb_array(data, (1, 1))
+
+
 def _has_exif(data: bytes) -> bool:
     """Whether an APP1 "Exif" segment comes before the image data (walks the header markers);
     True also when the header cannot be walked, so that Pillow's path takes the file."""

@@ -3,37 +3,62 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
+from dataclasses import dataclass
 
 from ..errors import OptionError
-from ..parallel import worker_pool
+from ..parallel import resolve_workers
+from ..registry import Entry, Registry
 from .file import Prepared, Task, prepare_file
+from .pool import ordered_map
 
-ENGINES = ("local", "ray")
+
+@dataclass(frozen=True)
+class PrepareCaps:
+    """What a preprocess engine takes."""
+
+    address: bool  # runs on a cluster named by `--address`
+
+
+# An entry's target is a context manager `target(tasks, *, workers, address)` of results in task order.
+ENGINES: Registry[PrepareCaps] = Registry("engine", {
+    "local": Entry("iofeed.prepare.engines:local_engine", PrepareCaps(address=False)),
+    "ray": Entry("iofeed.prepare.ray:ray_engine", PrepareCaps(address=True), extra="ray"),
+})
 
 
 def _prepare_task(task: Task) -> Prepared:
     return prepare_file(*task)
 
 
+def _died(task: Task, reason: str) -> Prepared:
+    """The rejection of a file whose worker died preparing it."""
+    return Prepared(task[0], None, reason)
+
+
+def _path(task: Task) -> str:
+    return task[1]
+
+
 @contextmanager
 def local_engine(
     tasks: list[Task], *, workers: int | None = None, address: str | None = None
 ) -> Iterator[Iterator[Prepared]]:
-    """`prepare_file` over `tasks` in a process pool of this machine; results in task order."""
-    with worker_pool(workers) as pool:
-        yield pool.imap(_prepare_task, tasks, chunksize=16)
+    """`prepare_file` over `tasks` in processes of this machine; results in task order. A file
+    whose worker dies (killed, out of memory) is retried alone, then rejected with the reason."""
+    count = resolve_workers(workers)
+    chunksize = max(1, min(16, len(tasks) // (4 * count)))
+    results = ordered_map(_prepare_task, tasks, workers=count, chunksize=chunksize, died=_died, describe=_path)
+    try:
+        yield results
+    finally:
+        results.close()
 
 
 def select_engine(
     engine: str, address: str | None
 ) -> Callable[..., AbstractContextManager[Iterator[Prepared]]]:
-    """The engine that maps `prepare_file` over the tasks, in order: `local` or `ray`."""
-    if engine not in ENGINES:
-        raise OptionError(f"unknown engine {engine!r}: use one of {', '.join(ENGINES)}")
-    if address is not None and engine != "ray":
-        raise OptionError(f"--address {address} needs --engine ray")
-    if engine == "ray":
-        from .ray import ray_engine
-
-        return ray_engine
-    return local_engine
+    """The engine that maps `prepare_file` over the tasks, in order (see `ENGINES`)."""
+    entry = ENGINES[engine]
+    if address is not None and not entry.caps.address:
+        raise OptionError(f"--address {address} needs --engine {' or '.join(ENGINES.having('address'))}")
+    return entry.load()

@@ -6,6 +6,7 @@ from pathlib import Path
 
 from ..errors import SampleError
 from ..format.policy import ImagePolicy
+from ..image.fastjpeg import check_strictly
 from ..image.pil import (
     Opened,
     decode_rgb,
@@ -43,6 +44,8 @@ def prepare_file(index: int, path: str, policy: ImagePolicy) -> Prepared:
         opened = open_image(data)
         keep = _keepable(opened, policy)
         decoded = decode_rgb(opened, min_size=(1, 1) if keep else (target, target))
+        if keep:  # stored as it came: it must pass the loader's strict decoder too
+            check_strictly(data)
     except SampleError as exc:
         return Prepared(index, None, str(exc))
     except OSError as exc:
@@ -83,7 +86,3 @@ def _keepable(opened: Opened, policy: ImagePolicy) -> bool:
 
 
 Task = tuple[int, str, ImagePolicy]
-
-
-def _prepare_task(task: Task) -> Prepared:
-    return prepare_file(*task)

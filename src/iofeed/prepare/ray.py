@@ -49,7 +49,7 @@ def _prepare_batch(
     for index, path in zip(indices, batch["path"].tolist()):
         try:
             blob, error = pickle.dumps(prepare(index, os.fsdecode(path), policy)), ""
-        except Exception as exc:  # retried alone by the driver, then rejected with this reason
+        except Exception as exc:  # noqa: BLE001 - retried alone by the driver, then rejected with this reason
             blob, error = b"", _describe(exc)
         blobs.append(blob)
         errors.append(error)

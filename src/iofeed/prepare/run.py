@@ -2,13 +2,12 @@
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -22,6 +21,7 @@ from ..format.shards import ShardWriter
 from ..format.table import ENCODINGS, MEMBER_EXTENSIONS, new_table, save_table
 from .engines import select_engine
 from .file import Prepared, Task
+from .output import check_output, lock_output, output_error, staging_dir, swap_in
 from .scan import FolderScan, Rejection, display_path, reason_kind, scan_folder
 from .splits import validation_mask, write_order
 
@@ -39,6 +39,8 @@ class PreprocessSummary:
     bytes_in: int
     bytes_out: int
     seconds: float
+    empty_classes: list[str] = field(default_factory=list)  # class folders without an image (no samples)
+    stale_removed: list[Path] = field(default_factory=list)  # what interrupted runs had left beside OUT
 
     @property
     def images_per_sec(self) -> float:
@@ -78,10 +80,11 @@ def preprocess(
     policy.check()
     run_engine = select_engine(engine, address)
     out = Path(out) if out is not None else default_output(src)
-    if out.exists() and not overwrite:
-        raise OptionError(f"output already exists: {out} (pass --overwrite to replace it)")
     if shard_bytes < 1 << 16:
         raise OptionError(f"shard size must be at least 64 KiB, got {shard_bytes} bytes")
+    if not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise OptionError(f"--seed must be an integer >= 0, got {seed!r}")
+    check_output(src, out, overwrite)
     start = time.perf_counter()
     scan = scan_folder(src)
     if strict and scan.rejected:
@@ -93,35 +96,32 @@ def preprocess(
         "val": write_order(np.flatnonzero(is_val), seed, shuffle=False),
     }
     orders = {name: order for name, order in orders.items() if len(order)}
-    staging = out.parent / f".{out.name}.partial-{os.getpid()}"
-    shutil.rmtree(staging, ignore_errors=True)
-    staging.mkdir(parents=True)
     try:
-        results = _pack(scan, orders, policy, staging, shard_bytes, progress,
-                        lambda tasks: run_engine(tasks, workers=workers, address=address))
-        rejected = scan.rejected + results.rejected
-        if strict and rejected:
-            _fail_strict(rejected)
-        _write_rejected(staging / REJECTED_NAME, rejected)
-        seconds = time.perf_counter() - start
-        manifest = Manifest(
-            classes=scan.class_names,
-            class_dirs=scan.class_dirs,
-            splits=results.splits,
-            image={"encoding": policy.format, "progressive": False, "colour": "RGB",
-                   "shorter_side": policy.shorter_side, "quality": policy.quality,
-                   "raw_max_pixels": policy.raw_max_pixels if policy.format == "mixed" else None},
-            split_policy={"seed": seed, "val_per_class": val_per_class, "val_fraction": val_fraction},
-            source=_source_stats(scan, results.facts, rejected),
-            created_by=f"iofeed {__version__}",
-        )
-        manifest.write(staging)
-        if out.exists():
-            shutil.rmtree(out)
-        os.replace(staging, out)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
+        with lock_output(out):
+            staging, stale = staging_dir(out)
+            try:
+                results, rejected = _write(scan, orders, policy, staging, shard_bytes, progress, strict,
+                                           lambda tasks: run_engine(tasks, workers=workers, address=address))
+                seconds = time.perf_counter() - start
+                manifest = Manifest(
+                    classes=scan.class_names,
+                    class_dirs=scan.class_dirs,
+                    splits=results.splits,
+                    image={"encoding": policy.format, "progressive": False, "colour": "RGB",
+                           "shorter_side": policy.shorter_side, "quality": policy.quality,
+                           "raw_max_pixels": policy.raw_max_pixels if policy.format == "mixed" else None},
+                    split_policy={"seed": seed, "val_per_class": val_per_class, "val_fraction": val_fraction},
+                    source=_source_stats(scan, results.facts, rejected),
+                    created_by=f"iofeed {__version__}",
+                )
+                manifest.write(staging)
+                check_output(src, out, overwrite)  # OUT may have appeared (or changed) meanwhile
+                swap_in(staging, out)
+            except BaseException:
+                shutil.rmtree(staging, ignore_errors=True)
+                raise
+    except OSError as exc:
+        raise output_error(exc, out) from None
     return PreprocessSummary(
         out=out,
         found=len(scan.files) + len(scan.rejected),
@@ -130,7 +130,28 @@ def preprocess(
         bytes_in=sum(f["bytes_in"] for f in results.facts),
         bytes_out=sum(s["bytes"] for info in results.splits.values() for s in info.shards),
         seconds=seconds,
+        empty_classes=scan.empty_classes,
+        stale_removed=stale,
     )
+
+
+def _write(
+    scan: FolderScan,
+    orders: dict[str, np.ndarray],
+    policy: ImagePolicy,
+    staging: Path,
+    shard_bytes: int,
+    progress: bool,
+    strict: bool,
+    run_engine: Callable[[list[Task]], AbstractContextManager[Iterator[Prepared]]],
+) -> tuple[_PackResult, list[Rejection]]:
+    """Shards, tables and `rejected.jsonl` into `staging`; every rejection, scan's included."""
+    results = _pack(scan, orders, policy, staging, shard_bytes, progress, run_engine)
+    rejected = scan.rejected + results.rejected
+    if strict and rejected:
+        _fail_strict(rejected)
+    _write_rejected(staging / REJECTED_NAME, rejected)
+    return results, rejected
 
 
 @dataclass
@@ -216,6 +237,7 @@ def _source_stats(scan: FolderScan, facts: list[dict], rejected: list[Rejection]
         "accepted": len(facts),
         "rejected": len(rejected),
         "rejected_by_reason": dict(Counter(reason_kind(r.reason) for r in rejected)),
+        "empty_classes": scan.empty_classes,
         "bytes_in": int(sum(f["bytes_in"] for f in facts)),
         "modes": dict(modes),
         "formats": dict(Counter(f["format_in"] for f in facts)),

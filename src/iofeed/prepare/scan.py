@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import SourceError
+from ..format.manifest import MANIFEST_NAME
 from ..image.sniff import sniff_file
 
 CALTECH_SUBFOLDER = "256_ObjectCategories"
@@ -35,6 +36,12 @@ class FolderScan:
     def class_names(self) -> list[str]:
         """Display names: `001.ak47` → `ak47`."""
         return [class_name(d) for d in self.class_dirs]
+
+    @property
+    def empty_classes(self) -> list[str]:
+        """Class folders without an accepted image: labels with no sample."""
+        used = set(self.labels)
+        return [d for label, d in enumerate(self.class_dirs) if label not in used]
 
 
 def class_name(folder: str) -> str:
@@ -76,6 +83,8 @@ def scan_folder(src: Path) -> FolderScan:
     for entry in entries:
         if entry.name.startswith("."):
             scan.rejected.append(Rejection(entry.name, "hidden file or folder"))
+        elif entry.is_dir(follow_symlinks=False) and os.path.isfile(os.path.join(entry.path, MANIFEST_NAME)):
+            scan.rejected.append(Rejection(entry.name, "an iofeed dataset, not a class folder"))
         elif entry.is_dir(follow_symlinks=False):
             scan.class_dirs.append(entry.name)
         elif entry.is_symlink() and entry.is_dir():

@@ -9,10 +9,11 @@ from __future__ import annotations
 import io
 import shutil
 import time
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterable, Iterator, NamedTuple
+from typing import NamedTuple
 
 import numpy as np
 from PIL import Image, ImageDraw

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..errors import DatasetError, OptionError, SourceError
-from ..format.manifest import MANIFEST_NAME, Manifest
+from ..format.manifest import MANIFEST_NAME, Manifest, SplitInfo
 from ..format.table import load_table
 from .cache import ShardCache, ShardRef, default_cache_dir, resolve_limit
 from .retry import with_retries
@@ -17,7 +17,6 @@ from .urls import filesystem, join, scheme
 
 if TYPE_CHECKING:
     from ..order import OrderSpec
-    from ..samples import SampleSource
 
 GLOBAL_OPEN_SHARDS = 64  # shards one reader keeps leased under a global shuffle
 
@@ -87,25 +86,35 @@ def read_manifest(url: str, settings: dict | None = None) -> Manifest:
     return Manifest.parse(text, join(url, MANIFEST_NAME))
 
 
-def open_remote(url: str, split: str, cache_dir: Path | str | None = None,
-                cache_limit: int | None = None) -> SampleSource:
-    """Open split `split` of the iofeed dataset at `url`; shards are fetched when first read."""
-    from ..samples import dataset_source
+@dataclass
+class RemoteSplit:
+    """One split of a dataset URL, opened: its manifest and table fetched, its shards read through the cache."""
 
+    manifest: Manifest
+    info: SplitInfo
+    table: np.ndarray
+    files: np.ndarray  # each shard's URL
+    where: str  # the table's URL, for messages
+    shards: RemoteShards
+
+
+def open_remote(url: str, split: str, cache_dir: Path | str | None = None,
+                cache_limit: int | None = None) -> RemoteSplit:
+    """Open split `split` of the iofeed dataset at `url`; shards are fetched when first read."""
     url = url.rstrip("/")
     settings = scheme(url).settings()
     manifest = read_manifest(url, settings)
     info = manifest.split(split, url)
+    where = join(url, info.table)
     try:
-        table = load_table(io.BytesIO(_cat(join(url, info.table), settings)))
+        data = _cat(where, settings)
     except Exception as exc:  # noqa: BLE001 - as above
-        raise DatasetError(f"cannot read {join(url, info.table)} ({type(exc).__name__}: {exc}): "
-                           "upload the dataset again") from None
+        raise DatasetError(f"cannot read {where} ({type(exc).__name__}: {exc}): upload the dataset again") from None
+    table = load_table(io.BytesIO(data), where)
     root = Path(cache_dir) if cache_dir is not None else default_cache_dir()
     root.mkdir(parents=True, exist_ok=True)
     refs = [ShardRef(join(url, s["name"]), int(s["bytes"]), s.get("sha256", "")) for s in info.shards]
     files = np.array([ref.url.encode() for ref in refs], dtype=np.bytes_)
-    source = dataset_source(manifest, table, files)
     cache = ShardCache(root, url, resolve_limit(root, cache_limit), settings)
-    source.remote = RemoteShards(cache, refs, log_start=cache.log_offset())
-    return source
+    shards = RemoteShards(cache, refs, log_start=cache.log_offset())
+    return RemoteSplit(manifest, info, table, files, where, shards)

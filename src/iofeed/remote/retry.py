@@ -30,6 +30,9 @@ class RetryPolicy:
     mismatch_attempts: int = 2  # a short body may be a cut transfer: fetched once more, then final
 
 
+DEFAULT_POLICY = RetryPolicy()
+
+
 def _status(exc: BaseException) -> int | None:
     for name in ("status", "status_code", "code"):
         value = getattr(exc, name, None)
@@ -49,7 +52,7 @@ def is_transient(exc: BaseException) -> bool:
     return isinstance(exc, (TimeoutError, ConnectionError)) or any(word in names for word in TRANSIENT_WORDS)
 
 
-def with_retries(action: Callable[[], T], policy: RetryPolicy = RetryPolicy()) -> T:
+def with_retries(action: Callable[[], T], policy: RetryPolicy = DEFAULT_POLICY) -> T:
     """Run `action`, retrying transient failures with jittered exponential backoff; re-raise the last."""
     failures = mismatches = 0
     while True:

@@ -45,7 +45,7 @@ def upload_dataset(local: Path, url: str, *, overwrite: bool = False,
     files = sorted(p for p in local.rglob("*") if p.is_file() and p.name != MANIFEST_NAME)
     for path in [*files, local / MANIFEST_NAME]:
         name = path.relative_to(local).as_posix()
-        with_retries(lambda: fs.put_file(str(path), join(url, name)))
+        with_retries(lambda path=path, name=name: fs.put_file(str(path), join(url, name)))
         if on_file is not None:
             on_file(name, path.stat().st_size)
 

@@ -5,15 +5,16 @@ import sys
 from typing import Any
 
 import numpy as np
+import torch
 
 from ...backends.base import Batch
 from ...backends.workers.packing import PackedImages
-from ...errors import require
+from ...options import LoaderOptions
+from ..base import EpochLoader
+from ..normalize import uint8_affine
 from .gpu_augment import crop_resize_packed
 from .host_to_device import HostToDevice
 
-IMAGENET_MEAN = (0.485, 0.456, 0.406)
-IMAGENET_STD = (0.229, 0.224, 0.225)
 PACKED_META = ("offset", "height", "width", "box", "flip")
 
 
@@ -32,24 +33,27 @@ class TorchAdapter:
     """
 
     def __init__(self, device: Any = None, dtype: Any = None, image_size: int = 224) -> None:
-        torch = require("torch", "torch")
-        self._torch = torch
         self.device = torch.device(device if device is not None else "cpu")
         self.dtype = dtype if dtype is not None else torch.float32
-        mean = torch.tensor(IMAGENET_MEAN) * 255.0
-        std = torch.tensor(IMAGENET_STD) * 255.0
-        # per-channel affine in NHWC order: x * scale + shift == (x - mean) / std, computed in
-        # float32 (float64 if asked) and rounded once to a narrower `dtype`
+        # per-channel affine in NHWC order: x * scale + shift == (x / 255 - mean) / std, computed
+        # in float32 (float64 if asked) and rounded once to a narrower `dtype`
         compute = torch.float64 if self.dtype == torch.float64 else torch.float32
-        self._scale = (1.0 / std).to(self.device, compute)
-        self._shift = (-mean / std).to(self.device, compute)
+        self._scale, self._shift = (torch.tensor(v, dtype=compute, device=self.device) for v in uint8_affine())
         self._tiled: dict[int, tuple[Any, Any]] = {}
         self._outputs: list[Any] = []
         self._copier: HostToDevice | None = None
         self.image_size = image_size
 
+    @classmethod
+    def from_options(cls, options: LoaderOptions) -> TorchAdapter:
+        """The adapter for `options`: its device, dtype and image size."""
+        return cls(options.device, options.dtype, options.image_size)
+
+    def wrap(self, loader: EpochLoader) -> EpochLoader:
+        """The loader itself."""
+        return loader
+
     def __call__(self, batch: Batch) -> tuple[Any, Any]:
-        torch = self._torch
         images = batch.images
         labels = torch.from_numpy(np.array(batch.labels, np.int64))  # a copy: the batch's array is reused
         if isinstance(images, PackedImages):
@@ -63,10 +67,9 @@ class TorchAdapter:
 
     def _augment_packed(self, packed: PackedImages, labels: Any) -> tuple[Any, Any]:
         """Stored pixels to the device as they are, then crop, resize and flip there."""
-        torch = self._torch
         meta = [torch.from_numpy(np.ascontiguousarray(packed.meta[name])) for name in PACKED_META]
         data, labels, *meta = self._to_device(torch.from_numpy(packed.data[: packed.used_bytes]), labels, *meta)
-        return crop_resize_packed(torch, data, dict(zip(PACKED_META, meta)), self.image_size), labels
+        return crop_resize_packed(data, dict(zip(PACKED_META, meta)), self.image_size), labels
 
     def normalise(self, images: Any) -> Any:
         """uint8 NHWC → `dtype` NCHW (channels_last memory), normalised, on the same device."""
@@ -76,7 +79,7 @@ class TorchAdapter:
         source = images.reshape(n, h * w * c)
         scale, shift = self._tiled_affine(h * w)
         if flat.dtype != scale.dtype:  # half precision
-            flat.copy_(self._torch.addcmul(shift, source.to(scale.dtype), scale))
+            flat.copy_(torch.addcmul(shift, source.to(scale.dtype), scale))
         elif self.device.type == "cpu":
             _affine_per_image(source.numpy(), flat.numpy(), scale.numpy(), shift.numpy())
         else:
@@ -92,10 +95,9 @@ class TorchAdapter:
 
     def _output(self, shape: tuple[int, int, int, int]) -> Any:
         """A channels_last output tensor: on the CPU a recycled one nobody else holds, if any."""
-        torch = self._torch
         if self.device.type == "cpu" and hasattr(torch._C, "_storage_Use_Count"):
             for tensor in self._outputs:
-                if tensor.shape == shape and _unreferenced(torch, tensor):
+                if tensor.shape == shape and _unreferenced(tensor):
                     return tensor
         out = torch.empty(shape, dtype=self.dtype, device=self.device, memory_format=torch.channels_last)
         if self.device.type == "cpu":
@@ -107,7 +109,7 @@ class TorchAdapter:
         if self.device.type != "cuda":
             return tensors
         if self._copier is None:
-            self._copier = HostToDevice(self._torch, self.device)
+            self._copier = HostToDevice(self.device)
         return self._copier.copy(*tensors)
 
 
@@ -127,7 +129,7 @@ def _affine_per_image(source: np.ndarray, out: np.ndarray, scale: np.ndarray, sh
         row += shift
 
 
-def _unreferenced(torch: Any, tensor: Any) -> bool:
+def _unreferenced(tensor: Any) -> bool:
     """Whether only the adapter's list refers to `tensor` and its memory (no views, no arrays).
 
     Python references when free: the list, the caller's loop variable, this function's argument

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 from typing import Any
 
+import torch
 
-def crop_resize_packed(torch: Any, data: Any, meta: dict[str, Any], side: int) -> Any:
+
+def crop_resize_packed(data: Any, meta: dict[str, Any], side: int) -> Any:
     """(B, side, side, 3) float32 pixels (0–255) cut from packed uint8 `data` (flat, on the device).
 
     `meta` holds device tensors: offset (B,) int64, height and width (B,) int64, box (B, 4)
@@ -24,8 +26,8 @@ def crop_resize_packed(torch: Any, data: Any, meta: dict[str, Any], side: int) -
     xs = left[:, None] + grid[None, :] * scale_x - 0.5  # (B, side) source x of each output column
     ys = top[:, None] + grid[None, :] * scale_y - 0.5
     xs = torch.where(meta["flip"][:, None], xs.flip(1), xs)
-    x0, x1, wx = _neighbours(torch, xs, meta["width"])
-    y0, y1, wy = _neighbours(torch, ys, meta["height"])
+    x0, x1, wx = _neighbours(xs, meta["width"])
+    y0, y1, wy = _neighbours(ys, meta["height"])
     row = meta["width"][:, None] * 3  # bytes per stored row, per sample
     base = meta["offset"][:, None, None, None]
     channel = torch.arange(3, device=device)[None, None, None, :]
@@ -41,7 +43,7 @@ def crop_resize_packed(torch: Any, data: Any, meta: dict[str, Any], side: int) -
     return top_row * (1 - wy) + bottom_row * wy
 
 
-def _neighbours(torch: Any, coords: Any, limit: Any) -> tuple[Any, Any, Any]:
+def _neighbours(coords: Any, limit: Any) -> tuple[Any, Any, Any]:
     """Integer neighbours (clamped to the image) and the weight of the second, per coordinate."""
     high = (limit[:, None] - 1).float()
     coords = coords.clamp(min=0.0).minimum(high)

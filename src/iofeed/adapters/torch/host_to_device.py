@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import torch
+
 
 class HostToDevice:
     """Copies one batch's host tensors to a CUDA device without holding up the training stream.
@@ -13,15 +15,14 @@ class HostToDevice:
     for. Two sets of buffers alternate; a set is refilled only after its last copies finished.
     """
 
-    def __init__(self, torch: Any, device: Any) -> None:
-        self._torch, self.device = torch, device
+    def __init__(self, device: Any) -> None:
+        self.device = device
         self._stream = torch.cuda.Stream(device)
-        self._sets = [_PinnedSet(torch), _PinnedSet(torch)]
+        self._sets = [_PinnedSet(), _PinnedSet()]
         self._turn = 0
 
     def copy(self, *tensors: Any) -> list[Any]:
         """`tensors` (on the host) on the device, ready for work queued next on the current stream."""
-        torch = self._torch
         self._turn ^= 1
         pinned = self._sets[self._turn]
         pinned.done.synchronize()  # the copies that last read these buffers have finished
@@ -38,14 +39,12 @@ class HostToDevice:
 class _PinnedSet:
     """Pinned byte buffers, one per tensor position, grown as needed, and the event of their last copies."""
 
-    def __init__(self, torch: Any) -> None:
-        self._torch = torch
+    def __init__(self) -> None:
         self._buffers: list[Any] = []
         self.done = torch.cuda.Event(blocking=True)  # waited on without spinning a core
 
     def stage(self, k: int, tensor: Any) -> Any:
         """`tensor` copied into pinned buffer `k`, as a tensor of its dtype and shape."""
-        torch = self._torch
         nbytes = tensor.numel() * tensor.element_size()
         if len(self._buffers) <= k:
             self._buffers.append(None)

@@ -49,5 +49,6 @@ def decide(window: Window, max_workers: int) -> Decision:
         return Decision(needed, f"grow to {needed}: {facts}")
     if needed < window.workers and wait_share <= WAIT_SHARE_TO_GROW:
         return Decision(window.workers - 1, f"shrink to {window.workers - 1}: {facts}")
-    starved = " (the maximum, still waiting: preprocess or decode on the GPU)" if wait_share > WAIT_SHARE_TO_GROW else ""
+    starved = (" (the maximum, still waiting: preprocess or decode on the GPU)"
+               if wait_share > WAIT_SHARE_TO_GROW else "")
     return Decision(window.workers, f"keep {window.workers}{starved}: {facts}")

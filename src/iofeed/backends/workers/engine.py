@@ -1,24 +1,27 @@
 """The `workers` engine: processes (forkserver/spawn) decode whole batches into shared memory."""
 from __future__ import annotations
 
+import mmap
 import signal
 import time
 import traceback
 import weakref
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
-from multiprocessing import shared_memory
 from multiprocessing.connection import Connection, wait
 from typing import Any
 
 import numpy as np
 
-from ...errors import OptionError, SampleError, WorkerError
+from ...errors import LoaderStateError, OptionError, SampleError, WorkerError
 from ...image.boxes import Augment
+from ...options import LoaderOptions
 from ...parallel import resolve_workers, safe_context
 from ...samples import SampleReader, SampleSource
-from ..base import Batch
+from ...system import Share, usable_cores
+from ..base import Batch, BatchKey, sample_failure
 from .autotune import Window, decide
+from .memory import SharedBlock
 from .packing import PackedLayout
 from .slots import Layout, SlotLayout, default_memory_budget, default_prefetch
 
@@ -31,7 +34,7 @@ class _Task:
     batch_no: int
     slot: int
     indices: np.ndarray
-    rng_key: tuple[int, ...]
+    key: BatchKey
 
 
 @dataclass(frozen=True)
@@ -47,12 +50,11 @@ class _Done:
 
 
 def _worker_main(
-    shm_name: str, layout: Layout, source: SampleSource, augment: Augment, on_error: str, conn: Connection
+    block: mmap.mmap, layout: Layout, source: SampleSource, augment: Augment, on_error: str, conn: Connection
 ) -> None:
     """Worker loop: take a task, decode its samples into the slot, report. Exits with its parent."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    shm = shared_memory.SharedMemory(name=shm_name)
-    payload, labels = layout.views(shm.buf)
+    payload, labels = layout.views(memoryview(block))
     reader = SampleReader(source)
     try:
         while True:
@@ -70,7 +72,6 @@ def _worker_main(
     finally:
         del payload, labels
         reader.close()
-        shm.close()
 
 
 def _run_task(
@@ -78,7 +79,7 @@ def _run_task(
     slot_payload: Any, labels: np.ndarray,
 ) -> _Done:
     """Fill one slot; failures become `skipped` entries or an error report, never an exception."""
-    rng = np.random.default_rng(task.rng_key)
+    rng = task.key.rng()
     delivered: list[int] = []
     skipped: list[tuple[int, str]] = []
     for index in task.indices:
@@ -86,9 +87,9 @@ def _run_task(
         try:
             layout.write(slot_payload, len(delivered), reader, source, index, augment, rng)
         except SampleError as exc:
-            if on_error == "raise":
-                error = f"{source.path_of(index)}: {exc} (pass on_error='skip' to skip such samples)"
-                return _Done(task.generation, task.batch_no, task.slot, np.empty(0, np.int64), [], error, True)
+            failure = sample_failure(on_error, source.path_of(index), str(exc))
+            if failure is not None:
+                return _Done(task.generation, task.batch_no, task.slot, np.empty(0, np.int64), [], str(failure), True)
             skipped.append((index, str(exc)))
             continue
         except Exception:  # noqa: BLE001 - reported to the consumer with the traceback
@@ -118,19 +119,21 @@ class WorkerEngine:
 
     name = "workers"
 
-    def __init__(
-        self, source: SampleSource, augment: Augment, layout: Layout, workers: int, max_workers: int,
-        on_error: str, seed: int, autotune: bool = False,
-    ) -> None:
-        self._source, self._augment, self._on_error, self._seed = source, augment, on_error, seed
-        self._initial, self.max_workers, self.autotune = workers, max_workers, autotune
+    def __init__(self, source: SampleSource, options: LoaderOptions, layout: Layout,
+                 found: dict[str, Any] | None = None) -> None:
+        self._source, self._augment, self._on_error, self._seed = (
+            source, options.augmentation, options.on_error, options.seed)
+        self.max_workers, self.autotune = resolve_workers(options.workers), options.workers is None
+        self._initial = 1 if self.autotune else self.max_workers
         self.layout = layout
         self._generation = 0
         self._workers: list[_Worker] = []
-        self._shm: shared_memory.SharedMemory | None = None
+        self._block: SharedBlock | None = None
         self._finalizer: weakref.finalize | None = None
+        self._closed = False
         self._window = _WindowMeter()
         self.decisions: list[str] = []
+        self._found = dict(found or {})  # the usable cores and memory budget, and why
 
     @property
     def workers(self) -> int:
@@ -151,6 +154,7 @@ class WorkerEngine:
             "prefetch_batches": self._depth(),
             "shared_memory_bytes": self.layout.total_bytes,
             "decisions": list(self.decisions[-5:]),
+            **self._found,
         }
 
     def _depth(self) -> int:
@@ -158,9 +162,9 @@ class WorkerEngine:
         return min(self.layout.slots - 1, default_prefetch(self.workers)) if self.autotune else self.layout.slots - 1
 
     def _start(self) -> None:
-        self._shm = shared_memory.SharedMemory(create=True, size=self.layout.total_bytes)
-        self._payload, self._labels = self.layout.views(self._shm.buf)
-        self._finalizer = weakref.finalize(self, _shutdown, self._workers, self._shm)
+        self._block = SharedBlock(self.layout.total_bytes)
+        self._payload, self._labels = self.layout.views(self._block.buffer)
+        self._finalizer = weakref.finalize(self, _shutdown, self._workers, self._block)
         for _ in range(self._initial):
             self._add_worker()
 
@@ -169,7 +173,7 @@ class WorkerEngine:
         mine, theirs = ctx.Pipe(duplex=True)
         proc = ctx.Process(
             target=_worker_main,
-            args=(self._shm.name, self.layout, self._source, self._augment, self._on_error, theirs),
+            args=(self._block, self.layout, self._source, self._augment, self._on_error, theirs),
             daemon=True,
         )
         proc.start()
@@ -194,7 +198,7 @@ class WorkerEngine:
 
     def run(self, epoch: int, batches: list[np.ndarray], start: int, rank: int) -> Iterator[Batch]:
         """Yield `batches[start:]` in order; a view stays valid until the next batch is asked for."""
-        if self._shm is None:
+        if self._block is None:
             self._start()
             self._window.reset()  # starting the workers is not the consumer's time
         self._drain()
@@ -205,7 +209,7 @@ class WorkerEngine:
         submitted = needed = start
         while needed < len(batches):
             while free and submitted < len(batches) and submitted - needed < self._depth():
-                key = (self._seed, epoch, rank, submitted)
+                key = BatchKey(self._seed, epoch, rank, submitted)
                 self._send(_Task(generation, submitted, free.pop(), batches[submitted], key))
                 submitted += 1
             asked = time.perf_counter()
@@ -214,6 +218,8 @@ class WorkerEngine:
                 if done.generation == generation:
                     ready[done.batch_no] = done
             done = ready.pop(needed)
+            if self._closed:  # by another thread (a tf.data prefetch thread runs this generator)
+                raise LoaderStateError.closed()
             if done.error is not None:
                 raise (SampleError if done.sample_error else WorkerError)(done.error)
             self._window.add(len(done.delivered), time.perf_counter() - asked, done.busy_seconds)
@@ -240,8 +246,16 @@ class WorkerEngine:
     def _receive(self) -> _Done:
         """The next finished task; raises WorkerError as soon as a worker dies."""
         while True:
+            if self._closed:
+                raise LoaderStateError.closed()
             by_handle = {w.conn: w for w in self._workers} | {w.proc.sentinel: w for w in self._workers}
-            for handle in wait(list(by_handle)):
+            try:
+                ready = wait(list(by_handle))
+            except (OSError, ValueError):  # a pipe closed by close() on another thread
+                if self._closed:
+                    raise LoaderStateError.closed() from None
+                raise
+            for handle in ready:
                 worker = by_handle[handle]
                 if isinstance(handle, Connection):
                     try:
@@ -254,15 +268,13 @@ class WorkerEngine:
                 self._raise_dead(worker)
 
     def _raise_dead(self, worker: _Worker) -> None:
+        if self._closed:  # stopped by close() from another thread, not dead
+            raise LoaderStateError.closed()
         proc = worker.proc
         proc.join(timeout=1.0)
         code = proc.exitcode if proc.exitcode is not None else 0
-        how = f"signal {signal.Signals(-code).name}" if code < 0 else f"exit code {code}"
         self.close()
-        raise WorkerError(
-            f"loader worker (pid {proc.pid}) died with {how}; "
-            "if it was killed for memory, lower workers or batch_size"
-        )
+        raise WorkerError(f"loader worker (pid {proc.pid}) {_death(code)}")
 
     def _drain(self) -> None:
         """Wait for tasks of an abandoned epoch, so that their slots can be reused."""
@@ -271,6 +283,7 @@ class WorkerEngine:
 
     def close(self) -> None:
         """Stop the workers and free the shared memory (also on garbage collection and exit)."""
+        self._closed = True
         if self._finalizer is not None:
             self._payload = self._labels = None
             self._finalizer()
@@ -303,8 +316,17 @@ class _WindowMeter:
         return window
 
 
-def _shutdown(workers: list[_Worker], shm: shared_memory.SharedMemory) -> None:
-    """Stop workers (politely, then by force) and unlink the shared memory block."""
+def _death(code: int) -> str:
+    """How a worker with exit status `code` died, and what to do about it."""
+    if code == -signal.SIGKILL:
+        return "was killed (SIGKILL): if the system ran out of memory, lower workers or batch_size"
+    if code < 0:
+        return f"died with signal {signal.Signals(-code).name}"
+    return f"exited with code {code}: its error is printed above"
+
+
+def _shutdown(workers: list[_Worker], block: SharedBlock) -> None:
+    """Stop workers (politely, then by force) and give up the shared block (views keep their memory)."""
     for worker in workers:
         try:
             worker.conn.send(None)
@@ -316,41 +338,32 @@ def _shutdown(workers: list[_Worker], shm: shared_memory.SharedMemory) -> None:
             worker.proc.kill()
             worker.proc.join(timeout=1.0)
         worker.conn.close()
-    try:
-        shm.close()
-    except BufferError:
-        pass  # a caller still holds a view; the name is unlinked all the same
-    try:
-        shm.unlink()
-    except FileNotFoundError:
-        pass
+    block.release()
 
 
-def make_worker_engine(
-    source: SampleSource, augment: Augment, batch_size: int, workers: int | None, prefetch: int | None,
-    on_error: str, seed: int, memory_budget: int | None, packed: bool = False,
-) -> WorkerEngine:
-    """A workers engine: `workers=None` autotunes up to all cores; slots fit `memory_budget`.
+def make_worker_engine(source: SampleSource, options: LoaderOptions) -> WorkerEngine:
+    """A workers engine: `workers=None` autotunes up to this rank's usable cores; slots fit
+    `memory_budget` (default: a quarter of this rank's usable memory).
 
-    `packed` slots carry stored pixels and crop boxes for augmenting on the device
-    (`gpu_augment`) instead of augmented images."""
-    max_workers = resolve_workers(workers)
-    if prefetch is not None and prefetch < 1:
-        raise OptionError(f"prefetch must be >= 1, got {prefetch}")
-    budget = default_memory_budget() if memory_budget is None else memory_budget
+    With `gpu_augment`, packed slots carry stored pixels and crop boxes for augmenting on the
+    device instead of augmented images."""
+    cores = usable_cores()
+    max_workers, prefetch, batch_size = resolve_workers(options.workers), options.prefetch, options.batch_size
+    budget = (default_memory_budget() if options.memory_budget is None
+              else Share(options.memory_budget, "memory_budget argument"))
     def layout(slots: int) -> Layout:
-        if packed:
+        if options.gpu_augment:
             return PackedLayout.for_source(source, slots, batch_size)
-        return SlotLayout(slots, batch_size, augment.size)
+        return SlotLayout(slots, batch_size, options.image_size)
 
     slot_bytes = layout(1).total_bytes
     wanted = (default_prefetch(max_workers) if prefetch is None else prefetch) + 1
-    slots = min(wanted, budget // slot_bytes)
+    slots = min(wanted, budget.amount // slot_bytes)
     if slots < 2:
         raise OptionError(
-            f"memory_budget={budget:,} bytes holds fewer than 2 batches of {slot_bytes:,} bytes: "
-            "raise it, or lower batch_size or image_size"
+            f"memory_budget={budget.amount:,} bytes ({budget.because}) holds fewer than 2 batches of "
+            f"{slot_bytes:,} bytes: raise it, or lower batch_size or image_size"
         )
-    autotune = workers is None
-    return WorkerEngine(source, augment, layout(slots), 1 if autotune else max_workers, max_workers,
-                        on_error, seed, autotune)
+    found = {"usable_cores": cores.amount, "cores_because": cores.because,
+             "memory_budget": budget.amount, "memory_because": budget.because}
+    return WorkerEngine(source, options, layout(slots), found)

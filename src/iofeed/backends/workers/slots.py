@@ -1,14 +1,13 @@
 """The slots workers decode into: a ring of whole batches in one shared-memory block, and its size."""
 from __future__ import annotations
 
-import os
-import shutil
 from dataclasses import dataclass
 
 import numpy as np
 
 from ...image.boxes import Augment
 from ...samples import SampleReader, SampleSource
+from ...system import Share, usable_memory
 from .decode import load_augmented
 from .packing import PackedLayout
 
@@ -65,11 +64,7 @@ class SlotLayout:
 Layout = SlotLayout | PackedLayout
 
 
-def default_memory_budget() -> int:
-    """A quarter of what is free in RAM and in /dev/shm, whichever is smaller."""
-    free_ram = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    try:
-        free_shm = shutil.disk_usage("/dev/shm").free
-    except OSError:
-        free_shm = free_ram
-    return min(free_ram, free_shm) // 4
+def default_memory_budget() -> Share:
+    """A quarter of the memory this rank may use (`system.usable_memory`)."""
+    usable = usable_memory()
+    return Share(usable.amount // 4, f"a quarter of {usable.amount:,} bytes: {usable.because}")

@@ -1,0 +1,26 @@
+"""The engines `iofeed.loader(backend=...)` can choose, with what each can do and needs."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..registry import Entry, Registry
+
+
+@dataclass(frozen=True)
+class EngineCaps:
+    """What an engine can do and needs; `backend="auto"` decides from these alone."""
+
+    reads_raw: bool  # reads raw-pixel datasets (`preprocess --format raw|mixed`)
+    packs: bool  # hands over packed batches (stored pixels + crop boxes) for `gpu_augment`
+    needs_gpu: bool  # "auto" picks it only for a CUDA `device` with a GPU present
+    requires: str | None = None  # module it needs installed ("auto" looks for it without importing)
+
+
+# In order of preference for backend="auto". An entry's target is called as `target(source, options)`.
+ENGINES: Registry[EngineCaps] = Registry("backend", {
+    "dali": Entry("iofeed.backends.dali:DaliEngine",
+                  EngineCaps(reads_raw=False, packs=False, needs_gpu=True, requires="nvidia.dali"), extra="dali"),
+    "workers": Entry("iofeed.backends.workers.engine:make_worker_engine",
+                     EngineCaps(reads_raw=True, packs=True, needs_gpu=False)),
+})
+AUTO = "auto"

@@ -1,0 +1,47 @@
+"""Choosing the engine: a named one checked against the source, or for "auto" the first that fits."""
+from __future__ import annotations
+
+import importlib.util
+
+from ..errors import OptionError
+from ..options import LoaderOptions
+from ..samples import SampleSource
+from ..system import gpu_present
+from .base import Backend
+from .registry import AUTO, ENGINES, EngineCaps
+
+
+def engine_name(options: LoaderOptions, source: SampleSource) -> str:
+    """`options.backend` when it can read `source`; for "auto" the first engine whose capabilities fit."""
+    if options.backend != AUTO:
+        if source.has_raw() and not ENGINES.caps(options.backend).reads_raw:
+            readers = " or ".join(repr(n) for n in ENGINES.having("reads_raw"))
+            raise OptionError(f"backend={options.backend!r} decodes JPEGs, and this dataset holds raw pixels: use "
+                              f"backend={readers} (raw needs no decoding), or preprocess with --format jpeg for "
+                              f"backend={options.backend!r}")
+        return options.backend
+    for name, entry in ENGINES:
+        if fits(entry.caps, options, source):
+            return name
+    raise OptionError(f"no backend among {', '.join(ENGINES.names())} can read {source.kind} with these options")
+
+
+def fits(caps: EngineCaps, options: LoaderOptions, source: SampleSource) -> bool:
+    """Whether "auto" may pick an engine of `caps` here (nothing is imported)."""
+    if source.has_raw() and not caps.reads_raw or options.gpu_augment and not caps.packs:
+        return False
+    if caps.needs_gpu and not (options.cuda and gpu_present()):
+        return False
+    return caps.requires is None or _installed(caps.requires)
+
+
+def make_engine(options: LoaderOptions, source: SampleSource) -> Backend:
+    """The chosen engine, built (its module imported only now)."""
+    return ENGINES[engine_name(options, source)].load()(source, options)
+
+
+def _installed(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):  # a parent package missing, or a module stubbed out in sys.modules
+        return False

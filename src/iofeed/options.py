@@ -1,0 +1,159 @@
+"""`LoaderOptions`: every setting of `iofeed.loader` but the source, validated once, before any work."""
+from __future__ import annotations
+
+import numbers
+import os
+import sys
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .adapters.registry import ADAPTERS
+from .backends.base import ON_ERROR
+from .backends.registry import AUTO, ENGINES
+from .errors import OptionError
+from .image.boxes import Augment
+from .order import SHUFFLES, OrderSpec
+
+
+@dataclass(frozen=True)
+class LoaderOptions:
+    """The loader's settings (see `iofeed.loader` for each). Built once by `loader()` and handed
+    whole to the engine and the adapter; a bad value raises a one-line OptionError here, before
+    any file is opened or any shared memory made. Integers may be numpy integers (kept as int);
+    booleans are not integers here."""
+
+    batch_size: int
+    split: str = "train"
+    image_size: int = 224
+    augment: bool | None = None
+    framework: str = "numpy"
+    device: Any = None  # the one device of this loader: the engine decodes and the adapter copies there
+    dtype: Any = None
+    backend: str = AUTO
+    workers: int | None = None
+    prefetch: int | None = None
+    seed: int = 0
+    rank: int | None = None
+    world_size: int | None = None
+    drop_last: bool | None = None
+    on_error: str = "skip"
+    memory_budget: int | None = None
+    gpu_augment: bool = False
+    shuffle: str | None = None  # None: "block" for a streamed train split, "global" for a local one, else "none"
+    block_shards: int = 8
+    cache_dir: str | os.PathLike | None = None
+    cache_limit: int | None = None
+
+    def __post_init__(self) -> None:
+        for name, minimum in (("batch_size", 1), ("image_size", 8), ("seed", 0), ("block_shards", 1)):
+            self._integer(name, minimum, optional=False)
+        for name, minimum in (("workers", 1), ("prefetch", 1), ("memory_budget", 1), ("world_size", 1), ("rank", 0),
+                              ("cache_limit", 1)):
+            self._integer(name, minimum, optional=True)
+        for name in ("augment", "drop_last", "gpu_augment"):
+            value = getattr(self, name)
+            if not (isinstance(value, bool) or (value is None and name != "gpu_augment")):
+                raise OptionError(f"{name} must be True or False, got {value!r}")
+        if not isinstance(self.split, str) or not self.split:
+            raise OptionError(f"split must be a split name such as 'train' or 'val', got {self.split!r}")
+        _one_of("framework", self.framework, ADAPTERS.names())
+        _one_of("backend", self.backend, (AUTO, *ENGINES.names()))
+        _one_of("on_error", self.on_error, ON_ERROR)
+        if self.shuffle is not None:
+            _one_of("shuffle", self.shuffle, tuple(SHUFFLES))
+        if not (self.cache_dir is None or isinstance(self.cache_dir, (str, os.PathLike))):
+            raise OptionError(f"cache_dir must be a folder path or None, got {self.cache_dir!r} "
+                              f"({type(self.cache_dir).__name__})")
+        self._check_placement()
+        self._check_combinations()
+
+    def _integer(self, name: str, minimum: int, optional: bool) -> None:
+        value = getattr(self, name)
+        if value is None and optional:
+            return
+        if not isinstance(value, numbers.Integral) or isinstance(value, bool):
+            kind = "an int" + (" or None" if optional else "")
+            raise OptionError(f"{name} must be {kind}, got {value!r} ({type(value).__name__})")
+        if value < minimum:
+            raise OptionError(f"{name} must be >= {minimum}, got {value}")
+        object.__setattr__(self, name, int(value))
+
+    def _check_placement(self) -> None:
+        if (self.rank is None) != (self.world_size is None):
+            given, missing = ("rank", "world_size") if self.world_size is None else ("world_size", "rank")
+            raise OptionError(f"{given}={getattr(self, given)} was given without {missing}: pass both, or neither "
+                              "to take them from torch.distributed or RANK/WORLD_SIZE")
+        if self.rank is not None and self.rank >= self.world_size:
+            raise OptionError(f"rank={self.rank} is outside 0..{self.world_size - 1} (world_size={self.world_size})")
+
+    def _check_combinations(self) -> None:
+        adapter = ADAPTERS.caps(self.framework)
+        if self.gpu_augment and not (adapter.packs and (self.backend == AUTO or ENGINES.caps(self.backend).packs)):
+            raise OptionError(f"gpu_augment=True needs framework={_either(ADAPTERS.having('packs'))} and "
+                              f"backend={_either((AUTO, *ENGINES.having('packs')))}, got framework={self.framework!r}"
+                              f", backend={self.backend!r}")
+        if self.dtype is not None and not adapter.dtype:
+            raise OptionError(f"dtype={self.dtype!r} is for framework={_either(ADAPTERS.having('dtype'))}: "
+                              f"framework={self.framework!r} has a fixed dtype (drop dtype=)")
+
+    @property
+    def train(self) -> bool:
+        """Whether batches are augmented (random-resized crop and flip) rather than centre-cropped."""
+        return self.split == "train" if self.augment is None else self.augment
+
+    @property
+    def augmentation(self) -> Augment:
+        """The crop and flip policy of every sample."""
+        return Augment(size=self.image_size, train=self.train)
+
+    @property
+    def host(self) -> bool:
+        """Whether the adapter wants host arrays (an engine decoding on a GPU then copies to the host)."""
+        return ADAPTERS.caps(self.framework).host
+
+    @property
+    def cuda(self) -> bool:
+        """Whether `device` names a CUDA device ("cuda", "cuda:N", a torch.device of those, an ordinal)."""
+        if isinstance(self.device, numbers.Integral) and not isinstance(self.device, bool):
+            return True
+        return str(self.device).split(":")[0] == "cuda"
+
+    def order(self, samples: int, shard_of: np.ndarray | None = None, streamed: bool = False) -> OrderSpec:
+        """The epoch order of `samples` (in shards `shard_of`, for a block order; `streamed` when they
+        come from object storage) for this rank; OptionError when it would hold no batch."""
+        rank, world_size = (self.rank, self.world_size) if self.rank is not None else distributed_rank_world()
+        drop_last = self.split == "train" if self.drop_last is None else self.drop_last
+        shuffle = self.shuffle
+        if shuffle is None:
+            shuffle = ("block" if streamed else "global") if self.split == "train" else "none"
+        spec = OrderSpec(samples, self.batch_size, shuffle=shuffle, drop_last=drop_last, seed=self.seed, rank=rank,
+                         world_size=world_size, block_shards=self.block_shards, shard_of=shard_of)
+        if len(spec) == 0:
+            where = " on this rank" if world_size > 1 else ""
+            raise OptionError(
+                f"batch_size={self.batch_size} is larger than the {spec.per_rank} samples of split {self.split!r}"
+                f"{where}: with drop_last=True that is no batch at all; pass drop_last=False, or a batch_size of at "
+                f"most {spec.per_rank}")
+        return spec
+
+
+def distributed_rank_world() -> tuple[int, int]:
+    """(rank, world_size) of an initialised torch.distributed group, else RANK/WORLD_SIZE, else (0, 1)."""
+    dist = sys.modules.get("torch.distributed")
+    if dist is not None and dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
+        return int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    return 0, 1
+
+
+def _one_of(name: str, value: object, allowed: tuple[str, ...]) -> None:
+    if not isinstance(value, str) or value not in allowed:
+        raise OptionError(f"{name}={value!r} is not one of {', '.join(allowed)}")
+
+
+def _either(names: tuple[str, ...]) -> str:
+    """'a' or 'a' or 'b' ..., for messages."""
+    return " or ".join(repr(n) for n in names)

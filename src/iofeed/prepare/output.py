@@ -1,0 +1,170 @@
+"""A local output directory: guarded, locked for the run, written aside and swapped in atomically.
+
+The steps, each reusable by other outputs: `check_output` refuses an OUT whose replacement
+would destroy sources or a folder that is not an iofeed dataset; `lock_output` holds an
+`fcntl.flock` on `.OUT.lock` beside OUT for the whole run (two runs, even with one PID in two
+containers, cannot interleave); `staging_dir` clears what dead runs left and makes
+`.OUT.partial-PID`; `swap_in` renames the old dataset aside, the new one in, then deletes the
+old one, with SIGINT and SIGTERM held off during the two renames.
+"""
+from __future__ import annotations
+
+import errno
+import fcntl
+import os
+import shutil
+import signal
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from ..errors import IofeedError, OptionError
+from ..format.manifest import MANIFEST_NAME
+
+PARTIAL = ".partial-"  # `.OUT.partial-PID`: the dataset being written
+ASIDE = ".replaced-"  # `.OUT.replaced-PID`: the old dataset between the two renames of a swap
+
+
+class OutputError(IofeedError):
+    """The output directory cannot be written or is held by another run."""
+
+
+def check_output(src: Path, out: Path, overwrite: bool) -> None:
+    """Refuse an `out` that is, contains or lies inside `src`, is or contains the current
+    directory, exists without `overwrite`, or is not an iofeed dataset to overwrite."""
+    src_r, out_r, cwd = Path(src).resolve(), Path(out).resolve(), Path.cwd().resolve()
+    if out_r == src_r or out_r in src_r.parents or src_r in out_r.parents:
+        raise OptionError(f"output {out} overlaps the source folder {src} (its files would be lost "
+                          "or read as a class): pick an -o outside SRC")
+    if out_r == cwd or out_r in cwd.parents:
+        raise OptionError(f"output {out} is or contains the current directory: pick another -o")
+    if not os.path.lexists(out):
+        return
+    if not overwrite:
+        raise OptionError(f"output already exists: {out} (pass --overwrite to replace it)")
+    if Path(out).is_symlink() or not Path(out).is_dir():
+        raise OptionError(f"output {out} is not a directory: --overwrite replaces only an iofeed dataset "
+                          "(remove it yourself or pick another -o)")
+    if not (Path(out) / MANIFEST_NAME).is_file():
+        raise OptionError(f"output {out} is not an iofeed dataset (no {MANIFEST_NAME}): --overwrite replaces "
+                          "only an iofeed dataset (remove it yourself or pick another -o)")
+
+
+def lock_path(out: Path) -> Path:
+    """The lock file of `out`: `.OUT.lock` beside it."""
+    return Path(out).parent / f".{Path(out).name}.lock"
+
+
+@contextmanager
+def lock_output(out: Path) -> Iterator[None]:
+    """Hold an exclusive `flock` on `.OUT.lock` for the block; OutputError if another run holds it.
+
+    The lock file is removed on release. A locker checks after locking that the file it holds
+    is still the one at the path (a releasing run may have removed it meanwhile) and retries.
+    """
+    path = lock_path(out)
+    while True:
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as exc:
+            raise output_error(exc, out) from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise OutputError(f"another iofeed run is writing {out} (it holds {path}): wait for it to "
+                              "finish or stop it") from None
+        try:
+            same = os.stat(path).st_ino == os.fstat(fd).st_ino
+        except FileNotFoundError:
+            same = False
+        if same:
+            break
+        os.close(fd)
+    try:
+        yield
+    finally:
+        path.unlink(missing_ok=True)
+        os.close(fd)
+
+
+def staging_dir(out: Path) -> tuple[Path, list[Path]]:
+    """A fresh `.OUT.partial-PID` beside `out`, and what dead runs left there (removed).
+
+    Call with the lock held: every other `.OUT.partial-*` is then a dead run's. An old dataset
+    left aside by a swap killed between its renames is renamed back to OUT first.
+    """
+    out = Path(out)
+    leftovers = sorted(out.parent.glob(f".{out.name}{PARTIAL}*")) + sorted(out.parent.glob(f".{out.name}{ASIDE}*"))
+    asides = [p for p in leftovers if ASIDE in p.name and (p / MANIFEST_NAME).is_file()]
+    if asides and not os.path.lexists(out):
+        os.replace(asides[-1], out)
+        leftovers.remove(asides[-1])
+    for path in leftovers:
+        shutil.rmtree(path, ignore_errors=True)
+    staging = out.parent / f".{out.name}{PARTIAL}{os.getpid()}"
+    staging.mkdir(parents=True)
+    return staging, leftovers
+
+
+def swap_in(staging: Path, out: Path) -> None:
+    """Make `staging` the dataset at `out`: old aside, new in, old deleted; never a mix of both."""
+    out = Path(out)
+    aside = out.parent / f".{out.name}{ASIDE}{os.getpid()}"
+    with _signals_held():
+        if os.path.lexists(out):
+            os.replace(out, aside)
+        os.replace(staging, out)
+    shutil.rmtree(aside, ignore_errors=True)
+
+
+@contextmanager
+def _signals_held() -> Iterator[None]:
+    """SIGINT and SIGTERM that arrive during the block take effect when it ends (main thread:
+    their Python handlers are swapped for recorders, whichever thread the kernel picks)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    arrived: list[int] = []
+    previous = {sig: signal.signal(sig, lambda signum, frame: arrived.append(signum))
+                for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, signal.SIG_DFL if handler is None else handler)
+        for sig in arrived:
+            signal.raise_signal(sig)
+
+
+@contextmanager
+def terminate_as_interrupt() -> Iterator[None]:
+    """SIGTERM raises KeyboardInterrupt in the main thread for the block, so it cleans up as Ctrl-C does."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt(f"signal {signal.Signals(signum).name}")
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def output_error(exc: OSError, out: Path) -> OutputError:
+    """A one-line error for an OSError met while writing `out`, with what to do."""
+    advice = {
+        errno.ENOSPC: "free some space or pick another -o",
+        errno.EDQUOT: "free some space or pick another -o",
+        errno.EFBIG: "the file system or a size limit (ulimit -f) refused a file: pick another -o",
+        errno.EROFS: "the file system is read-only: pick another -o",
+        errno.EACCES: "no permission: pick another -o",
+        errno.EPERM: "no permission: pick another -o",
+    }.get(exc.errno, "pick another -o")
+    where = f" ({exc.filename})" if exc.filename else ""
+    return OutputError(f"cannot write {out}: {exc.strerror or exc}{where}: {advice}")

@@ -1,0 +1,151 @@
+"""The engine contract, once: what every loader engine promises, as checks any engine is run through.
+
+"Same crops, same order, exact resume, whatever the engine." Like torchdata's
+`run_test_save_load_state`, each check takes a loader factory bound to one engine
+(`make(source, **options)`, e.g. `functools.partial(iofeed.loader, backend="dali")`) and plain
+data, and asserts on what the caller sees. An engine listed in tests/test_contract.py is held to
+every check in `CHECKS`.
+"""
+from __future__ import annotations
+
+import gc
+import hashlib
+import os
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from iofeed.errors import SampleError
+
+from .runs import slot_memory
+
+MakeLoader = Callable[..., Any]
+SMALL = {"image_size": 64, "workers": 2}  # every check runs small: tiny images, two workers or threads
+CORRUPT = ("bad0.jpg", "bad1.jpg")  # truncated JPEGs added to the first class folder
+CORRUPT_REASON = "corrupt or truncated image"
+
+
+@dataclass(frozen=True)
+class ContractData:
+    """What the checks read: an iofeed dataset, a clean image folder, and a scratch folder."""
+
+    dataset: Path  # train split of at least 6 batches of 4
+    folder: Path  # class folders of JPEGs
+    scratch: Path
+
+
+def epoch(ld: Any) -> list[tuple[list[int], list[int], str]]:
+    """(sample indices, labels, pixel digest) of every batch of the loader's next epoch."""
+    out = []
+    for images, labels in ld:
+        pixels = np.ascontiguousarray(np.asarray(images))
+        out.append((ld.last_indices.tolist(), np.asarray(labels).tolist(), hashlib.sha256(pixels).hexdigest()))
+    return out
+
+
+def corrupt_copy(data: ContractData) -> tuple[Path, int]:
+    """A copy of the clean folder with `CORRUPT` truncated JPEGs added; (its path, its file count)."""
+    root = data.scratch / "corrupt"
+    if not root.exists():
+        shutil.copytree(data.folder, root)
+        first = sorted(p for p in root.iterdir() if p.is_dir())[0]
+        good = next(iter(sorted(first.glob("*.jpg")))).read_bytes()
+        for name in CORRUPT:
+            (first / name).write_bytes(good[: len(good) // 3])
+    return root, sum(1 for p in root.rglob("*.jpg"))
+
+
+def check_order_independent_of_worker_count(make: MakeLoader, data: ContractData) -> None:
+    """The same batches, labels and pixels with one worker (or thread) as with two."""
+    runs = []
+    for workers in (1, 2):
+        with make(data.dataset, batch_size=4, seed=7, **{**SMALL, "workers": workers}) as ld:
+            ld.set_epoch(3)
+            runs.append(epoch(ld))
+    assert len(runs[0]) >= 6
+    assert runs[0] == runs[1]
+
+
+def check_resume_mid_epoch(make: MakeLoader, data: ContractData) -> None:
+    """A new loader given `state_dict()` from mid-epoch yields exactly the rest of that epoch."""
+    with make(data.dataset, batch_size=4, seed=5, **SMALL) as ld:
+        ld.set_epoch(2)
+        full = epoch(ld)
+        ld.set_epoch(2)
+        for k, _ in enumerate(ld, start=1):
+            if k == 3:
+                state = ld.state_dict()
+                break
+    assert state["epoch"] == 2 and state["batches_done"] == 3
+    with make(data.dataset, batch_size=4, seed=5, **SMALL) as resumed:
+        resumed.load_state_dict(state)
+        rest = epoch(resumed)
+        assert resumed.epoch == 3, "the resumed epoch ended"
+    assert rest == full[3:]
+
+
+def check_skips_are_counted(make: MakeLoader, data: ContractData) -> None:
+    """With on_error="skip", unreadable samples are left out and counted, with their paths."""
+    root, files = corrupt_copy(data)
+    with make(root, batch_size=4, drop_last=False, **SMALL) as ld:
+        delivered = [i for indices, _, _ in epoch(ld) for i in indices]
+        stats = ld.stats
+    assert len(delivered) == len(set(delivered)) == files - len(CORRUPT)
+    assert stats.images == len(delivered) and stats.skipped[CORRUPT_REASON] == len(CORRUPT)
+    assert sorted(os.path.basename(e.split(": ")[0]) for e in stats.skipped_examples) == sorted(CORRUPT)
+
+
+def check_raise_names_the_file(make: MakeLoader, data: ContractData) -> None:
+    """With on_error="raise", an unreadable sample raises SampleError naming it and the way to skip it."""
+    root, files = corrupt_copy(data)
+    with make(root, batch_size=files, drop_last=False, on_error="raise", **SMALL) as ld:
+        with pytest.raises(SampleError) as info:
+            epoch(ld)
+    message = str(info.value)
+    assert any(name in message for name in CORRUPT) and "on_error='skip'" in message
+    assert "\n" not in message
+
+
+def check_fully_skipped_batches_are_not_delivered(make: MakeLoader, data: ContractData,
+                                                  framework: str = "numpy") -> None:
+    """A batch whose samples were all skipped is counted, never handed out empty (a NaN loss)."""
+    root, files = corrupt_copy(data)
+    with make(root, split="val", batch_size=1, framework=framework, **SMALL) as ld:
+        sizes = [len(labels) for _, labels in ld]
+        stats = ld.stats
+        assert len(ld) == files, "len() is the number of batches at most"
+    assert sizes == [1] * (files - len(CORRUPT))
+    assert stats.batches == files - len(CORRUPT) and stats.skipped_batches == len(CORRUPT)
+    assert stats.skipped[CORRUPT_REASON] == len(CORRUPT)
+
+
+def check_close_is_idempotent_and_frees_shared_memory(make: MakeLoader, data: ContractData) -> None:
+    """close() after an abandoned epoch, twice, then `with`'s own: no slot memory left once the
+    batches handed out are dropped (a batch kept by the caller keeps its memory, by design)."""
+    before = slot_memory()
+    ld = make(data.dataset, batch_size=4, **SMALL)
+    with ld:
+        for k, _batch in enumerate(ld):
+            if k == 1:
+                break
+        ld.close()
+        ld.close()
+        del _batch
+        gc.collect()
+        assert slot_memory() == before
+    assert slot_memory() == before
+
+
+CHECKS: tuple[Callable[[MakeLoader, ContractData], None], ...] = (
+    check_order_independent_of_worker_count,
+    check_resume_mid_epoch,
+    check_skips_are_counted,
+    check_raise_names_the_file,
+    check_fully_skipped_batches_are_not_delivered,
+    check_close_is_idempotent_and_frees_shared_memory,
+)

@@ -1,0 +1,38 @@
+"""Every engine passes the one engine contract (tests/helpers/contract.py)."""
+from __future__ import annotations
+
+import functools
+
+import pytest
+
+import iofeed
+from helpers.contract import CHECKS, ContractData, check_fully_skipped_batches_are_not_delivered
+
+# one line per engine: the workers engine, and DALI in its CPU mode (device=None)
+ENGINES = ["workers", pytest.param("dali", marks=pytest.mark.dali)]
+
+
+@pytest.fixture
+def make(request):
+    """`iofeed.loader` bound to the engine under test."""
+    if request.param == "dali":
+        pytest.importorskip("nvidia.dali")
+    return functools.partial(iofeed.loader, backend=request.param)
+
+
+@pytest.fixture
+def data(colour_dataset, colour_tree, tmp_path) -> ContractData:
+    return ContractData(colour_dataset, colour_tree, tmp_path)
+
+
+@pytest.mark.parametrize("make", ENGINES, indirect=True)
+@pytest.mark.parametrize("check", CHECKS, ids=lambda c: c.__name__.removeprefix("check_"))
+def test_engine_contract(make, data, check):
+    check(make, data)
+
+
+@pytest.mark.torch
+@pytest.mark.parametrize("make", ENGINES, indirect=True)
+def test_fully_skipped_batches_are_not_delivered_to_torch(make, data):
+    pytest.importorskip("torch")
+    check_fully_skipped_batches_are_not_delivered(make, data, framework="torch")

@@ -1,0 +1,165 @@
+"""`LoaderOptions` and the registries: every bad argument is a one-line error before any work,
+frameworks are imported only when chosen, and `backend="auto"` decides from capabilities."""
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+import iofeed
+from helpers.runs import slot_memory
+from iofeed.adapters.numpy import to_numpy
+from iofeed.adapters.registry import ADAPTERS, AdapterCaps
+from iofeed.backends import select
+from iofeed.backends.registry import ENGINES
+from iofeed.errors import MissingDependencyError, OptionError
+from iofeed.options import LoaderOptions
+from iofeed.prepare.run import ImagePolicy, preprocess
+from iofeed.registry import Entry
+from iofeed.samples import open_source
+
+BAD = [
+    ({"batch_size": 2.5}, "batch_size"), ({"batch_size": True}, "batch_size"), ({"batch_size": "4"}, "batch_size"),
+    ({"batch_size": 0}, "batch_size"), ({"image_size": 64.0}, "image_size"), ({"image_size": 7}, "image_size"),
+    ({"workers": 1.5}, "workers"), ({"workers": 0}, "workers"), ({"workers": True}, "workers"),
+    ({"prefetch": 2.0}, "prefetch"), ({"prefetch": 0}, "prefetch"), ({"seed": -1}, "seed"), ({"seed": 0.5}, "seed"),
+    ({"memory_budget": 1e9}, "memory_budget"), ({"memory_budget": 0}, "memory_budget"),
+    ({"rank": 0}, "world_size"), ({"world_size": 2}, "rank"), ({"rank": 2, "world_size": 2}, "rank=2"),
+    ({"rank": -1, "world_size": 2}, "rank"), ({"world_size": 0, "rank": 0}, "world_size"),
+    ({"augment": "yes"}, "augment"), ({"drop_last": 1}, "drop_last"), ({"gpu_augment": None}, "gpu_augment"),
+    ({"split": ""}, "split"), ({"framework": "jax"}, "framework"), ({"framework": ["numpy"]}, "framework"),
+    ({"backend": "gpu"}, "backend"), ({"on_error": "ignore"}, "on_error"), ({"dtype": "float16"}, "dtype"),
+    ({"gpu_augment": True}, "gpu_augment"), ({"gpu_augment": True, "framework": "torch", "backend": "dali"}, "backend"),
+]
+
+
+@pytest.mark.parametrize("options, named", BAD, ids=lambda v: repr(v) if isinstance(v, dict) else None)
+def test_bad_arguments_are_one_line_errors_before_any_work(colour_dataset, options, named):
+    before = slot_memory()
+    with pytest.raises(OptionError) as info:
+        iofeed.loader(colour_dataset, **{"batch_size": 4, **options})
+    message = str(info.value)
+    assert named in message and "\n" not in message
+    assert slot_memory() == before, "nothing made before the error"
+
+
+def test_a_float_image_size_is_refused_before_shared_memory_is_made(tmp_path):
+    """It used to build the slots, fail inside them and leave a /dev/shm entry behind."""
+    before = slot_memory()
+    with pytest.raises(OptionError, match=r"image_size must be an int, got 224\.0 \(float\)"):
+        iofeed.loader(tmp_path / "not-even-opened", batch_size=4, image_size=224.0)
+    assert slot_memory() == before
+
+
+def test_numpy_integers_are_integers(colour_dataset):
+    with iofeed.loader(colour_dataset, batch_size=np.int64(4), image_size=np.int32(32), workers=np.uint8(1),
+                       seed=np.int16(3)) as ld:
+        images, labels = next(iter(ld))
+        assert images.shape == (4, 32, 32, 3) and len(labels) == 4
+        assert type(ld.stats.settings["batch_size"]) is int and type(ld.options.seed) is int
+
+
+def test_a_batch_larger_than_the_split_with_drop_last_says_so(colour_dataset):
+    with pytest.raises(OptionError) as info:
+        iofeed.loader(colour_dataset, batch_size=33, workers=1)  # the train split holds 32 samples
+    message = str(info.value)
+    assert "batch_size=33" in message and "32 samples" in message and "drop_last=False" in message
+    with pytest.raises(OptionError, match="16 samples of split 'train' on this rank"):
+        iofeed.loader(colour_dataset, batch_size=17, rank=1, world_size=2, workers=1)
+    with iofeed.loader(colour_dataset, batch_size=33, workers=1, drop_last=False, image_size=32) as ld:
+        assert [len(labels) for _, labels in ld] == [32]
+
+
+def test_rank_and_world_size_together_shard_the_epoch(colour_dataset):
+    with iofeed.loader(colour_dataset, batch_size=4, rank=1, world_size=2, workers=1, image_size=32) as ld:
+        assert len(ld) == 4 and ld.stats.settings["rank"] == 1 and ld.stats.settings["world_size"] == 2
+
+
+def test_frameworks_are_imported_only_when_chosen(colour_dataset):
+    script = textwrap.dedent("""
+        import sys, iofeed
+        with iofeed.loader(sys.argv[1], batch_size=4, image_size=32, workers=1) as ld:
+            next(iter(ld))
+        print(sorted(m for m in ("torch", "tensorflow", "nvidia.dali") if m in sys.modules))
+    """)
+    out = subprocess.run([sys.executable, "-c", script, str(colour_dataset)], capture_output=True, text=True,
+                         timeout=120, check=True).stdout
+    assert out.strip().splitlines()[-1] == "[]"
+
+
+@pytest.mark.parametrize("framework, module, extra", [("torch", "torch", "torch"), ("tf", "tensorflow", "tf")])
+def test_a_missing_framework_is_a_one_line_error(colour_dataset, monkeypatch, framework, module, extra):
+    adapter_module = ADAPTERS[framework].target.split(":")[0]
+    monkeypatch.delitem(sys.modules, adapter_module, raising=False)
+    monkeypatch.setitem(sys.modules, module, None)  # makes `import <module>` fail
+    with pytest.raises(MissingDependencyError) as info:
+        iofeed.loader(colour_dataset, batch_size=4, framework=framework)
+    assert f"pip install 'iofeed[{extra}]'" in str(info.value) and "\n" not in str(info.value)
+
+
+class ListAdapter:
+    """A framework made of Python lists: an adapter is one class and one registry line."""
+
+    @classmethod
+    def from_options(cls, options: LoaderOptions) -> ListAdapter:
+        return cls()
+
+    def __call__(self, batch):
+        images, labels = to_numpy(batch)
+        return images.tolist(), labels.tolist()
+
+    def wrap(self, loader):
+        return loader
+
+
+def test_an_adapter_is_one_registry_line(colour_dataset, monkeypatch):
+    entries = {**dict(ADAPTERS), "lists": Entry(f"{__name__}:ListAdapter", AdapterCaps(host=True, packs=False,
+                                                                                      dtype=False))}
+    monkeypatch.setattr(ADAPTERS, "_entries", entries)
+    with iofeed.loader(colour_dataset, batch_size=4, image_size=8, workers=1, framework="lists") as ld:
+        images, labels = next(iter(ld))
+    assert isinstance(images, list) and len(images) == 4 and len(images[0]) == 8 and isinstance(labels[0], int)
+
+
+@pytest.fixture(scope="module")
+def raw_source(colour_tree, tmp_path_factory):
+    out = tmp_path_factory.mktemp("raw") / "raw.iof"
+    preprocess(colour_tree, out, policy=ImagePolicy(format="raw"), val_per_class=2, progress=False, workers=1)
+    return open_source(out)
+
+
+def test_auto_decides_from_capabilities(colour_dataset, raw_source, monkeypatch):
+    jpeg, dali = open_source(colour_dataset), ENGINES.caps("dali")
+    monkeypatch.setattr(select, "gpu_present", lambda: True)
+    monkeypatch.setattr(select, "_installed", lambda module: True)
+    assert select.fits(dali, LoaderOptions(4, device="cuda"), jpeg)
+    assert select.fits(dali, LoaderOptions(4, device="cuda:1", framework="torch"), jpeg)
+    assert not select.fits(dali, LoaderOptions(4), jpeg) and not select.fits(dali, LoaderOptions(4, device="cpu"), jpeg)
+    assert not select.fits(dali, LoaderOptions(4, device="cuda"), raw_source), "DALI reads no raw pixels"
+    gpu_augment = LoaderOptions(4, device="cuda", framework="torch", gpu_augment=True)
+    assert not select.fits(dali, gpu_augment, jpeg) and select.engine_name(gpu_augment, jpeg) == "workers"
+    assert select.engine_name(LoaderOptions(4, device="cuda"), jpeg) == "dali"
+    monkeypatch.setattr(select, "gpu_present", lambda: False)
+    assert not select.fits(dali, LoaderOptions(4, device="cuda"), jpeg)
+    assert select.engine_name(LoaderOptions(4, device="cuda"), jpeg) == "workers"
+
+
+def test_auto_without_dali_installed(colour_dataset, monkeypatch):
+    monkeypatch.setattr(select, "gpu_present", lambda: True)
+    monkeypatch.setitem(sys.modules, "nvidia.dali", None)
+    assert not select.fits(ENGINES.caps("dali"), LoaderOptions(4, device="cuda"), open_source(colour_dataset))
+
+
+def test_auto_without_gpu_picks_workers(colour_dataset, monkeypatch):
+    monkeypatch.setattr(select, "gpu_present", lambda: False)
+    for device in (None, "cpu", "cuda"):
+        with iofeed.loader(colour_dataset, batch_size=4, backend="auto", workers=1, device=device) as ld:
+            assert ld.stats.settings["backend"] == "workers"
+
+
+def test_a_named_engine_that_cannot_read_raw_pixels_says_so(raw_source):
+    with pytest.raises(OptionError, match="raw pixels: use backend='workers'"):
+        select.engine_name(LoaderOptions(4, backend="dali"), raw_source)

@@ -1,0 +1,124 @@
+"""The loader where people start it from: a script without a `__main__` guard, stdin, `-c`, `-m`,
+the interactive prompt, a Jupyter kernel; and batches that outlive their loader."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from helpers.images import CLASS_COLOURS
+
+# One statement per line, no blocks: the same text runs as a file, on stdin, at the prompt.
+_EPOCH = """\
+import iofeed, numpy as np
+colours = np.array({colours})
+ld = iofeed.loader({tree!r}, batch_size=8, image_size=32, workers=2, seed=1)
+nearest = lambda image: int(np.abs(image.reshape(-1, 3).mean(0) - colours).sum(1).argmin())
+pairs = [(int(label), nearest(image)) for images, labels in ld for image, label in zip(images, labels)]
+print("EPOCH", len(pairs), sum(a == b for a, b in pairs), sorted(set(a for a, _ in pairs)), flush=True)
+ld.close()
+"""
+
+
+def _script(tree: Path) -> str:
+    return _EPOCH.format(colours=[list(c) for c in CLASS_COLOURS], tree=str(tree))
+
+
+def _env() -> dict[str, str]:
+    src = str(Path(__file__).resolve().parents[1] / "src")
+    return {**os.environ, "PYTHONPATH": os.pathsep.join([src, os.environ.get("PYTHONPATH", "")])}
+
+
+def _assert_full_epoch(out: subprocess.CompletedProcess) -> None:
+    assert out.returncode == 0, out.stderr[-3000:]
+    line = next(ln for ln in out.stdout.splitlines() if "EPOCH" in ln)
+    assert line.split("EPOCH", 1)[1].split() == ["40", "40", "[0,", "1,", "2,", "3]"], line
+    assert "leaked" not in out.stderr, out.stderr
+
+
+@pytest.fixture
+def tree(tmp_path):
+    from helpers.images import make_colour_tree
+
+    return make_colour_tree(tmp_path / "tree", per_class=10)
+
+
+@pytest.mark.parametrize("how", ["file", "stdin", "dash-c", "module", "prompt"])
+def test_unguarded_script_reads_a_full_epoch(tree, tmp_path, how):
+    text = _script(tree)
+    (tmp_path / "train.py").write_text(text)
+    run = {"file": ([sys.executable, "train.py"], None),
+           "stdin": ([sys.executable, "-"], text),
+           "dash-c": ([sys.executable, "-c", text], None),
+           "module": ([sys.executable, "-m", "train"], None),
+           "prompt": ([sys.executable, "-i", "-q"], text)}[how]
+    out = subprocess.run(run[0], input=run[1], cwd=tmp_path, env=_env(), capture_output=True, text=True,
+                         timeout=120)
+    _assert_full_epoch(out)
+
+
+def test_a_child_that_reruns_the_script_gets_a_one_line_error_naming_the_guard(tree, tmp_path):
+    # The user's own spawn child re-runs this unguarded script: iofeed cannot start workers there.
+    (tmp_path / "mine.py").write_text(textwrap.dedent(f"""\
+        import multiprocessing, os, iofeed
+        ld = iofeed.loader({str(tree)!r}, batch_size=8, image_size=32, workers=1)
+        next(iter(ld))
+        child = multiprocessing.get_context("spawn").Process(target=os.getpid)
+        child.start(); child.join()
+        print("CHILD", child.exitcode, flush=True)
+    """))
+    out = subprocess.run([sys.executable, "mine.py"], cwd=tmp_path, env=_env(), capture_output=True, text=True,
+                         timeout=120)
+    assert "CHILD 1" in out.stdout, out.stderr[-3000:]
+    error = next(ln for ln in out.stderr.splitlines() if ln.startswith("iofeed.errors.StartError"))
+    assert 'if __name__ == "__main__":' in error
+    assert "memory" not in out.stderr
+
+
+@pytest.mark.slow
+def test_jupyter_kernel_reads_a_full_epoch(tree):
+    jupyter_client = pytest.importorskip("jupyter_client")
+    pytest.importorskip("ipykernel")
+    manager, client = jupyter_client.manager.start_new_kernel(kernel_name="python3", env=_env())
+    try:
+        lines: list[str] = []
+        reply = client.execute_interactive(
+            _script(tree), timeout=120,
+            output_hook=lambda msg: lines.append(msg["content"].get("text", "")
+                                                 or msg["content"].get("evalue", "")))
+        assert reply["content"]["status"] == "ok", lines
+    finally:
+        client.stop_channels()
+        manager.shutdown_kernel(now=True)
+    text = "".join(lines)
+    assert "EPOCH 40 40 [0, 1, 2, 3]" in text, text
+
+
+_AFTER_CLOSE = """\
+import gc, iofeed
+source = {tree!r}
+def first_batch():
+    dl = iofeed.loader(source, batch_size=8, image_size=32, workers=1)
+    return next(iter(dl))
+images, labels = first_batch()
+gc.collect()
+ld = iofeed.loader(source, batch_size=8, image_size=32, workers=1)
+closed_images, closed_labels = next(iter(ld))
+ld.close()
+with iofeed.loader(source, batch_size=8, image_size=32, workers=1) as ld:
+    with_images, with_labels = next(iter(ld))
+print("SUMS", *(int(a.sum()) > 0 for a in (images, labels, closed_images, closed_labels, with_images)))
+"""
+
+
+def test_numpy_batches_outlive_their_loader(tree, tmp_path):
+    (tmp_path / "after.py").write_text('if __name__ == "__main__":\n' + textwrap.indent(
+        _AFTER_CLOSE.format(tree=str(tree)), "    "))
+    out = subprocess.run([sys.executable, "after.py"], cwd=tmp_path, env=_env(), capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, f"rc {out.returncode}: {out.stderr[-2000:]}"
+    assert "SUMS True True True True True" in out.stdout
