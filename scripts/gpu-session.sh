@@ -13,6 +13,9 @@
 #                                      bash scripts/gpu-session.sh bench resnet50 b  (~6.5 min)
 #                                      bash scripts/gpu-session.sh doctor            (~2 min)
 #   if device time is left:            bash scripts/gpu-session.sh bench resnet18 a  (and b)
+#   the CUDA copy deviation seen on 2026-11-24:  bash scripts/gpu-session.sh diag-copy  (~1 min)
+# Keep the calls back to back: the machine is given back after 30 s idle, and /tmp (data, DALI)
+# goes with it; a later call then starts a bare machine.
 # Results go to $OUT (which the device tool brings back), else to bench/results. Each bench call
 # writes its JSON after every round: a call cut off at its limit keeps every finished window.
 set -euo pipefail
@@ -57,6 +60,8 @@ step() {
     tests)  # the tests only a GPU (or DALI) runs, but the slow bench test
       set -o pipefail
       "$PY" -m pytest -q -p no:cacheprovider -rs -m "(gpu or dali) and not slow" tests 2>&1 | tee "$RESULTS/gpu-tests.log" ;;
+    diag-copy)  # the torch adapter's CUDA path against the CPU path, image by image
+      "$PY" scripts/diag_cuda_copy.py 2>&1 | tee "$RESULTS/cuda-copy-diag.log" ;;
     tests-slow)  # the ResNet-50 bench over every feed at batch 256 on one GPU (memory), ~4 min
       set -o pipefail
       "$PY" -m pytest -q -p no:cacheprovider -rs -s -m "gpu and slow" tests 2>&1 | tee "$RESULTS/gpu-tests-slow.log" ;;
@@ -68,7 +73,7 @@ step() {
     doctor)  # doctor against a deliberately input-bound run: one DataLoader worker, full-size JPEGs
       iofeed doctor "$DATA/c256" --json "$RESULTS/doctor-starved.json" -- \
         "$PY" bench/starved_train.py "$DATA/c256" --model resnet18 --workers 1 --seconds 60 ;;
-    *) echo "unknown step '$1' (wheels, setup, data, tests, tests-slow, bench resnet50|resnet18 a|b, doctor)" >&2
+    *) echo "unknown step '$1' (wheels, setup, data, tests, tests-slow, diag-copy, bench resnet50|resnet18 a|b, doctor)" >&2
        exit 2 ;;
   esac
 }

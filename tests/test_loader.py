@@ -140,9 +140,13 @@ def test_cuda_copies_do_not_wait_for_queued_work_and_stay_exact(colour_dataset):
     """With a long kernel queued on the current stream, batches still arrive exact (copy stream
     ordered before the consumer's work) and the loader's copies do not block on that kernel."""
     import torch
-    with iofeed.loader(colour_dataset, batch_size=4, workers=1, seed=2, framework="torch") as ld:
+    # the workers engine named: on a GPU machine with DALI, "auto" picks DALI, whose decoder differs
+    # from the CPU's by a few levels (seen on the first H100 run, 2026-11-24)
+    with iofeed.loader(colour_dataset, batch_size=4, workers=1, seed=2, framework="torch",
+                       backend="workers") as ld:
         expected = [(x.clone(), y.clone()) for x, y in ld]
-    with iofeed.loader(colour_dataset, batch_size=4, workers=1, seed=2, framework="torch", device="cuda") as ld:
+    with iofeed.loader(colour_dataset, batch_size=4, workers=1, seed=2, framework="torch", device="cuda",
+                       backend="workers") as ld:
         got = []
         for x, y in ld:
             torch.cuda._sleep(50_000_000)  # tens of ms of GPU time queued ahead of the next batch
