@@ -137,7 +137,10 @@ class FeedHost:
     def consume(self, timeout: float, **kwargs: Any) -> Tally:
         """Have the host consume (see `consume`) and return its tally; `release=True` then hands
         back its unused GPU cache and reports its peak reservation (`release_gpu_cache`)."""
-        self._conn.send(("consume", kwargs))
+        try:
+            self._conn.send(("consume", kwargs))
+        except OSError:  # it died since its last reply: _reply says how
+            pass
         return Tally(**self._reply(timeout))
 
     def pids(self) -> list[int]:

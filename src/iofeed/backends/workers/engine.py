@@ -1,6 +1,7 @@
 """The `workers` engine: processes (forkserver/spawn) decode whole batches into shared memory."""
 from __future__ import annotations
 
+import contextlib
 import mmap
 import signal
 import time
@@ -191,7 +192,8 @@ class WorkerEngine:
 
     def _retire_if_idle(self, worker: _Worker) -> None:
         if worker.retiring and worker.busy == 0:
-            worker.conn.send(None)
+            with contextlib.suppress(OSError):  # a retiring worker that died needs no goodbye
+                worker.conn.send(None)
             worker.conn.close()
             self._workers.remove(worker)
             worker.proc.join(timeout=5.0)
@@ -240,7 +242,10 @@ class WorkerEngine:
     def _send(self, task: _Task) -> None:
         """Give `task` to the least busy worker that is not retiring."""
         worker = min((w for w in self._workers if not w.retiring), key=lambda w: w.busy)
-        worker.conn.send(task)
+        try:
+            worker.conn.send(task)
+        except OSError:  # its end of the pipe is gone: it died since the last receive
+            self._raise_dead(worker)
         worker.busy += 1
 
     def _receive(self) -> _Done:
