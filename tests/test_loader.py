@@ -182,6 +182,22 @@ def test_prefetch_depth_defaults_and_bounds(colour_dataset):
             assert sum(1 for _ in ld) == len(ld)
 
 
+def test_the_next_epoch_starts_during_this_one(colour_dataset):
+    """Each new pass (each Keras epoch: a new iterator) begins on batches the workers started in
+    the previous pass, with the same workers; a pass the loader was moved away from does not."""
+    with iofeed.loader(colour_dataset, batch_size=4, workers=2, image_size=64) as ld:
+        sum(1 for _ in ld)
+        pids = [p.pid for p in ld.backend.processes()]
+        assert ld.backend.started_ahead == 0
+        sum(1 for _ in ld)
+        begun = ld.backend.started_ahead
+        assert 0 < begun <= ld.stats.settings["prefetch_batches"]
+        ld.set_epoch(7)
+        sum(1 for _ in ld)
+        assert ld.backend.started_ahead == begun, "epoch 2's early batches were not epoch 7's"
+        assert [p.pid for p in ld.backend.processes()] == pids
+
+
 def test_close_stops_the_workers_and_frees_their_memory(colour_dataset):
     """The workers engine's part of the contract's close check: its processes and its slot memory."""
     before = slot_memory()

@@ -159,3 +159,24 @@ def test_tensorflow_and_torch_share_a_process(colour_dataset):
     with dataset.iofeed_loader:
         tf_images, _ = next(iter(dataset))
     np.testing.assert_allclose(torch_images.permute(0, 2, 3, 1).numpy(), tf_images.numpy(), atol=1e-4)
+
+
+def test_epoch_boundary_script_measures_both_inputs(colour_dataset):
+    """scripts/epoch_boundary.py (docs/benchmarks.md) runs as a plain script: each new iterator of
+    the tf dataset (a Keras epoch) begins on batches the workers started during the previous one."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    out = subprocess.run(
+        [sys.executable, str(root / "scripts" / "epoch_boundary.py"), str(colour_dataset), "--split", "train",
+         "--epochs", "3", "--batch-size", "4", "--image-size", str(SIZE)],
+        capture_output=True, text=True, timeout=300,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join([str(root / "src"), os.environ.get("PYTHONPATH", "")])},
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    lines = out.stdout.splitlines()
+    assert sum(line.count(" s; inside epochs median") for line in lines) == 2, out.stdout
+    started = next(line for line in lines if "batches started in the previous epoch" in line)
+    assert int(started.rsplit(":", 1)[1]) > 0, out.stdout

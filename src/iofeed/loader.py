@@ -99,7 +99,8 @@ class Loader:
         ahead = prefetcher_for(self.source, batches, start)
         position = start  # batches of this pass's epoch delivered (self._position restarts when it completes)
         try:
-            stream = self.backend.run(epoch, batches, start, self.order.rank)
+            following = self.order.batches(epoch + 1)  # what the next pass will ask for, unless moved
+            stream = self.backend.run(epoch, batches, start, self.order.rank, following)
             while True:
                 self._check_open()
                 if self._iteration is not token:

@@ -89,6 +89,25 @@ def check_resume_mid_epoch(make: MakeLoader, data: ContractData) -> None:
     assert rest == full[3:]
 
 
+def check_epochs_back_to_back_match_fresh_loaders(make: MakeLoader, data: ContractData) -> None:
+    """Epochs read one after another (an engine may start the next before it is asked), one left
+    mid-way, then a jump with `set_epoch`: each as a new loader set to that epoch yields it."""
+    def fresh(n: int) -> list[tuple[list[int], list[int], str]]:
+        with make(data.dataset, batch_size=4, seed=3, **SMALL) as ld:
+            ld.set_epoch(n)
+            return epoch(ld)
+
+    with make(data.dataset, batch_size=4, seed=3, **SMALL) as ld:
+        first, second = epoch(ld), epoch(ld)
+        for k, _ in enumerate(ld):
+            if k == 1:
+                break
+        ld.set_epoch(5)
+        fifth = epoch(ld)
+    assert first == fresh(0) and second == fresh(1) and fifth == fresh(5)
+    assert first != second
+
+
 def check_skips_are_counted(make: MakeLoader, data: ContractData) -> None:
     """With on_error="skip", unreadable samples are left out and counted, with their paths."""
     root, files = corrupt_copy(data)
@@ -144,6 +163,7 @@ def check_close_is_idempotent_and_frees_shared_memory(make: MakeLoader, data: Co
 CHECKS: tuple[Callable[[MakeLoader, ContractData], None], ...] = (
     check_order_independent_of_worker_count,
     check_resume_mid_epoch,
+    check_epochs_back_to_back_match_fresh_loaders,
     check_skips_are_counted,
     check_raise_names_the_file,
     check_fully_skipped_batches_are_not_delivered,

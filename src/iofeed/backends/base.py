@@ -32,8 +32,10 @@ class Backend(Protocol):
 
     name: str
 
-    def run(self, epoch: int, batches: list[np.ndarray], start: int, rank: int) -> Iterator[Batch]:
-        """Yield `batches[start:]` of `epoch`, in order; batch k's crops drawn from `BatchKey`."""
+    def run(self, epoch: int, batches: list[np.ndarray], start: int, rank: int,
+            following: list[np.ndarray] | None = None) -> Iterator[Batch]:
+        """Yield `batches[start:]` of `epoch`, in order; batch k's crops drawn from `BatchKey`.
+        `following` is epoch + 1's order, which an engine may start on before the next pass asks."""
 
     def describe(self) -> dict[str, Any]:
         """Settings and memory, for `loader.stats`."""

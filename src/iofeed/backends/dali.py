@@ -348,8 +348,10 @@ class DaliEngine:
             self._pipe.reset()
         self._state = "idle"
 
-    def run(self, epoch: int, batches: list[np.ndarray], start: int, rank: int) -> Iterator[Batch]:
-        """Yield `batches[start:]` of `epoch` in order."""
+    def run(self, epoch: int, batches: list[np.ndarray], start: int, rank: int,
+            following: list[np.ndarray] | None = None) -> Iterator[Batch]:
+        """Yield `batches[start:]` of `epoch` in order. (`following` is not used: the pipeline
+        is reset between passes, and refills its prefetch queue at each one's start.)"""
         if self._pipe is None:
             self._build()
         self._settle()

@@ -8,7 +8,7 @@ import time
 import traceback
 import weakref
 from collections.abc import Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from multiprocessing.connection import Connection, wait
 from typing import Any
 
@@ -102,6 +102,24 @@ def _run_task(
 
 
 @dataclass
+class _Ahead:
+    """The next epoch's first batches, sent to the workers while this epoch's last ones decode, so
+    that a new epoch (a new iterator: each Keras epoch) starts on decoded batches."""
+
+    generation: int
+    epoch: int
+    rank: int
+    sent: list[np.ndarray] = field(default_factory=list)  # its batches 0, 1, … sent so far
+    slots: set[int] = field(default_factory=set)  # the slots they fill
+    ready: dict[int, _Done] = field(default_factory=dict)
+
+    def matches(self, epoch: int, batches: list[np.ndarray], start: int, rank: int) -> bool:
+        """Whether a pass of (epoch, batches from start, rank) begins with the batches sent."""
+        return ((epoch, rank, start) == (self.epoch, self.rank, 0) and len(self.sent) <= len(batches)
+                and all(np.array_equal(a, b) for a, b in zip(self.sent, batches)))
+
+
+@dataclass
 class _Worker:
     """One worker process, its pipe, and the tasks it has not answered yet."""
 
@@ -128,6 +146,8 @@ class WorkerEngine:
         self._initial = 1 if self.autotune else self.max_workers
         self.layout = layout
         self._generation = 0
+        self._ahead: _Ahead | None = None  # the next epoch's batches under way
+        self.started_ahead = 0  # batches begun during the pass before theirs, and used
         self._workers: list[_Worker] = []
         self._block: SharedBlock | None = None
         self._finalizer: weakref.finalize | None = None
@@ -198,27 +218,39 @@ class WorkerEngine:
             self._workers.remove(worker)
             worker.proc.join(timeout=5.0)
 
-    def run(self, epoch: int, batches: list[np.ndarray], start: int, rank: int) -> Iterator[Batch]:
-        """Yield `batches[start:]` in order; a view stays valid until the next batch is asked for."""
+    def run(self, epoch: int, batches: list[np.ndarray], start: int, rank: int,
+            following: list[np.ndarray] | None = None) -> Iterator[Batch]:
+        """Yield `batches[start:]` in order; a view stays valid until the next batch is asked for.
+        Once all of them are under way, free slots start on `following` (epoch + 1's batches)."""
         if self._block is None:
             self._start()
             self._window.reset()  # starting the workers is not the consumer's time
-        self._drain()
-        self._generation += 1
-        generation = self._generation
-        free = list(range(self.layout.slots))
-        ready: dict[int, _Done] = {}
-        submitted = needed = start
+        ahead, self._ahead = self._ahead, None
+        if ahead is not None and ahead.matches(epoch, batches, start, rank):
+            generation, ready, submitted = ahead.generation, ahead.ready, len(ahead.sent)
+            free = [slot for slot in range(self.layout.slots) if slot not in ahead.slots]
+            self.started_ahead += len(ahead.sent)
+        else:
+            self._drain()
+            self._generation += 1
+            generation, ready, submitted = self._generation, {}, start
+            free = list(range(self.layout.slots))
+        needed = start
+        coming = None if following is None else self._new_ahead(epoch + 1, rank)
         while needed < len(batches):
             while free and submitted < len(batches) and submitted - needed < self._depth():
                 key = BatchKey(self._seed, epoch, rank, submitted)
                 self._send(_Task(generation, submitted, free.pop(), batches[submitted], key))
                 submitted += 1
+            if coming is not None and submitted == len(batches):
+                self._send_ahead(coming, following, free, in_flight=submitted - needed)
             asked = time.perf_counter()
             while needed not in ready:
                 done = self._receive()
                 if done.generation == generation:
                     ready[done.batch_no] = done
+                elif coming is not None and done.generation == coming.generation:
+                    coming.ready[done.batch_no] = done
             done = ready.pop(needed)
             if self._closed:  # by another thread (a tf.data prefetch thread runs this generator)
                 raise LoaderStateError.closed()
@@ -232,6 +264,20 @@ class WorkerEngine:
             needed += 1
             if self.autotune and self._window.elapsed() >= TUNE_SECONDS:
                 self._tune()
+        self._ahead = coming
+
+    def _new_ahead(self, epoch: int, rank: int) -> _Ahead:
+        self._generation += 1
+        return _Ahead(self._generation, epoch, rank)
+
+    def _send_ahead(self, ahead: _Ahead, following: list[np.ndarray], free: list[int], in_flight: int) -> None:
+        """Send `following`'s next batches to free slots, within the prefetch depth."""
+        while free and len(ahead.sent) < len(following) and in_flight + len(ahead.sent) < self._depth():
+            batch_no, slot = len(ahead.sent), free.pop()
+            key = BatchKey(self._seed, ahead.epoch, ahead.rank, batch_no)
+            self._send(_Task(ahead.generation, batch_no, slot, following[batch_no], key))
+            ahead.sent.append(following[batch_no])
+            ahead.slots.add(slot)
 
     def _tune(self) -> None:
         decision = decide(self._window.close(self.workers), self.max_workers)
