@@ -4,5 +4,5 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup-env.sh
-.venv/bin/python -m ruff check src tests bench
+.venv/bin/python -m ruff check src tests bench scripts
 exec .venv/bin/python -m pytest "$@"
