@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from fake_nvml import FakeGpu, fake_pynvml, four_gpus
+from helpers.nvml import FakeGpu, fake_pynvml, four_gpus
 from iofeed import system
 from iofeed.device import resolve_device
 from iofeed.errors import IofeedError, OptionError

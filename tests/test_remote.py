@@ -25,7 +25,7 @@ pytest.importorskip("s3fs")
 pytest.importorskip("moto.server")
 pytest.importorskip("aiohttp")
 
-from storage_servers import CountingServer, free_port, make_tiny_dataset, moto_s3  # noqa: E402
+from helpers.storage import CountingServer, free_port, make_tiny_dataset, moto_s3  # noqa: E402
 
 pytestmark = pytest.mark.storage
 # Credentials for moto, set at collection: worker processes come from a fork server that may start

@@ -68,9 +68,9 @@ class DaliFolderFeed:
         torch = self._torch
         while True:
             images, classes = self._pipe.run(consumer_stream(self._device_id))
-            labels = torch.from_numpy(np.array(classes.as_tensor())).reshape(-1).to(torch.int64)
-            if self._device_id is None:
-                yield torch.from_numpy(np.array(images.as_tensor())), labels
+            labels = torch.from_numpy(np.asarray(classes.as_tensor())).reshape(-1).to(torch.int64)
+            if self._device_id is None:  # zero-copy: the array holds DALI's output alive, as the engine's do
+                yield torch.from_numpy(np.asarray(images.as_tensor())), labels
             else:
                 yield torch.from_dlpack(images.as_tensor()), labels
 
