@@ -196,3 +196,36 @@ def test_loader_built_before_set_device_under_torchrun(colour_dataset, tmp_path,
             assert result["devices"] == [f"cuda:{rank}"], result
         else:
             assert "LOCAL_RANK=1" in result["error"] and "set_device" in result["error"], result
+
+
+_TORCHRUN_CPU_SCRIPT = """
+import json, os, sys, iofeed
+ld = iofeed.loader(sys.argv[1], batch_size=4, image_size=32, seed=2)
+indices = []
+for _ in ld:
+    indices += ld.last_indices.tolist()
+settings = ld.stats.settings
+ld.close()
+result = {"indices": indices, "rank": settings["rank"], "world_size": settings["world_size"],
+          "cores_because": settings["cores_because"], "memory_because": settings["memory_because"]}
+with open(os.path.join(sys.argv[2], f"rank{os.environ['LOCAL_RANK']}.json"), "w") as f:
+    json.dump(result, f)
+"""
+
+
+def test_torchrun_two_local_ranks_on_the_cpu(colour_dataset, tmp_path):
+    """torchrun --nproc-per-node=2, a plain script (no main guard, no process group): each rank
+    reads its own half of the epoch, and takes half the node's cores and memory."""
+    pytest.importorskip("torch")
+    env = {k: v for k, v in os.environ.items() if k not in DIST_ENV}
+    script = tmp_path / "train.py"
+    script.write_text(_TORCHRUN_CPU_SCRIPT)
+    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
+                           str(script), str(colour_dataset), str(tmp_path)],
+                          env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
+    assert [(r["rank"], r["world_size"]) for r in ranks] == [(0, 2), (1, 2)]
+    first, second = (set(r["indices"]) for r in ranks)
+    assert first and len(first) == len(second) and not first & second
+    assert all("local ranks 2" in r["cores_because"] and "local ranks 2" in r["memory_because"] for r in ranks)
