@@ -10,10 +10,11 @@ import time
 import pytest
 
 from helpers.images import make_colour_tree
-from iofeed.benchmark.feeds import FeedSpec, FeedUnavailable, open_feed
+from iofeed.benchmark.feeds import FeedSpec, open_feed
 from iofeed.benchmark.host import consume
 from iofeed.benchmark.schema import validate
 from iofeed.cli import main
+from iofeed.errors import FeedUnavailable
 
 SIZE, BATCH = 64, 8
 

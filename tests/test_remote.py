@@ -291,6 +291,26 @@ def test_bench_streams_beside_local_disk(dataset: Path, tmp_path: Path, capsys) 
     assert os.environ.get("AWS_ACCESS_KEY_ID") != "iofeed-bench"  # the bench put the variables back
 
 
+def test_the_cold_feed_refuses_a_split_its_cache_would_hold(s3, dataset: Path, tmp_path: Path, monkeypatch) -> None:
+    """The bench's cold feed must evict: with the default 128 MiB shards (Caltech-256: 4 shards) its
+    cache of 6 shards holds the whole split, so it is reported unavailable, naming the fix."""
+    from iofeed.benchmark.stream import stream_options
+    from iofeed.errors import FeedUnavailable
+    from iofeed.prepare.run import preprocess
+
+    monkeypatch.setenv("IOFEED_CACHE", str(tmp_path / "cache"))
+    one_shard = tmp_path / "one-shard.iof"
+    preprocess(dataset.parent / "tiny", one_shard, shard_bytes=1 << 30, workers=1, progress=False)
+    url = f"s3://{BUCKET}/one-shard.iof"
+    upload_dataset(one_shard, url)
+    with pytest.raises(FeedUnavailable, match=r"holds the whole split .*--shard-mb 4"):
+        stream_options(url, "cold")
+    cold = stream_options(s3.url, "cold")  # ~30 shards of 64 KiB: 6 of them are a fifth of the split
+    assert cold["cache_limit"] < sum(s["bytes"] for s in _shards(dataset))
+    colds = [p for p in (tmp_path / "cache").iterdir() if p.name.startswith("bench-cold")]
+    assert len(colds) == 1, "the refused feed's cache folder is removed"
+
+
 @pytest.mark.dali
 def test_the_dali_engine_reads_the_same_stream(dataset: Path, tmp_path: Path) -> None:
     pytest.importorskip("nvidia.dali")

@@ -50,6 +50,10 @@ class StartError(IofeedError, RuntimeError):
     """Worker processes that cannot be started from where the caller runs."""
 
 
+class FeedUnavailable(IofeedError):
+    """A bench feed that cannot run here (the reason is shown in the results, the run goes on)."""
+
+
 class LoaderStateError(IofeedError, RuntimeError):
     """A loader used after `close()`, or iterated twice at once."""
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from ..adapters.normalize import IMAGENET_MEAN, IMAGENET_STD
-from ..errors import IofeedError
+from ..errors import FeedUnavailable
 from ..registry import Entry, Registry
 
 BASELINE = "torchvision-Nw"
@@ -84,10 +84,6 @@ class FeedSpec:
     def entry(self) -> FeedCaps:
         """What the catalogue says of this feed."""
         return FEEDS.caps(self.name)
-
-
-class FeedUnavailable(IofeedError):
-    """A feed that cannot run here (the reason is shown in the results, the run goes on)."""
 
 
 class Feed(Protocol):

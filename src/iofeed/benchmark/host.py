@@ -10,9 +10,9 @@ from multiprocessing.connection import Connection
 from time import perf_counter
 from typing import Any
 
-from ..errors import IofeedError
+from ..errors import FeedUnavailable, IofeedError
 from ..parallel import safe_context
-from .feeds import FeedSpec, FeedUnavailable, open_feed
+from .feeds import FeedSpec, open_feed
 
 
 class HostFailed(IofeedError):

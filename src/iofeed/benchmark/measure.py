@@ -11,7 +11,8 @@ from typing import Any
 import psutil
 from tqdm import tqdm
 
-from .feeds import FeedSpec, FeedUnavailable
+from ..errors import FeedUnavailable
+from .feeds import FeedSpec
 from .host import FeedHost, HostFailed, Tally
 
 CALL_SLACK = 300.0  # seconds a host may take beyond the asked duration before it counts as hung

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import socket
 import tempfile
 from pathlib import Path
 from typing import Any
 
-from ..errors import require
+from ..errors import FeedUnavailable, require
 from ..remote.cache import ShardCache, default_cache_dir
 
 BUCKET = "iofeed-bench"
@@ -71,7 +72,14 @@ def stream_options(url: str, temperature: str) -> dict[str, Any]:
     folder = tempfile.mkdtemp(prefix=f"bench-{temperature}-", dir=root)
     remote = open_source(url, "train", cache_dir=folder).remote
     if temperature == "cold":
-        limit = max(int(sum(r.bytes for r in remote.refs) * COLD_SHARE), (2 * COLD_BLOCK + 2) * remote.largest)
+        total = sum(r.bytes for r in remote.refs)
+        limit = max(int(total * COLD_SHARE), (2 * COLD_BLOCK + 2) * remote.largest)
+        if limit >= total:
+            shutil.rmtree(folder, ignore_errors=True)
+            raise FeedUnavailable(
+                f"cannot stream cold: a cache of {2 * COLD_BLOCK + 2} of its {len(remote.refs)} shards "
+                f"({limit / 2**20:,.0f} MiB) holds the whole split ({total / 2**20:,.0f} MiB), so each shard "
+                "would be fetched once; preprocess with --shard-mb 4 for a dataset that streams")
         return {"cache_dir": folder, "cache_limit": limit, "block_shards": COLD_BLOCK}
     cache = ShardCache(Path(folder), url, remote.cache.limit, remote.cache.settings)
     for ref in remote.refs:
