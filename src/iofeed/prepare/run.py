@@ -100,8 +100,12 @@ def preprocess(
         with lock_output(out):
             staging, stale = staging_dir(out)
             try:
-                results, rejected = _write(scan, orders, policy, staging, shard_bytes, progress, strict,
-                                           lambda tasks: run_engine(tasks, workers=workers, address=address))
+                results = _pack(scan, orders, policy, staging, shard_bytes, progress,
+                                lambda tasks: run_engine(tasks, workers=workers, address=address))
+                rejected = scan.rejected + results.rejected
+                if strict and rejected:
+                    _fail_strict(rejected)
+                _write_rejected(staging / REJECTED_NAME, rejected)
                 seconds = time.perf_counter() - start
                 manifest = Manifest(
                     classes=scan.class_names,
@@ -133,25 +137,6 @@ def preprocess(
         empty_classes=scan.empty_classes,
         stale_removed=stale,
     )
-
-
-def _write(
-    scan: FolderScan,
-    orders: dict[str, np.ndarray],
-    policy: ImagePolicy,
-    staging: Path,
-    shard_bytes: int,
-    progress: bool,
-    strict: bool,
-    run_engine: Callable[[list[Task]], AbstractContextManager[Iterator[Prepared]]],
-) -> tuple[_PackResult, list[Rejection]]:
-    """Shards, tables and `rejected.jsonl` into `staging`; every rejection, scan's included."""
-    results = _pack(scan, orders, policy, staging, shard_bytes, progress, run_engine)
-    rejected = scan.rejected + results.rejected
-    if strict and rejected:
-        _fail_strict(rejected)
-    _write_rejected(staging / REJECTED_NAME, rejected)
-    return results, rejected
 
 
 @dataclass
