@@ -80,9 +80,11 @@ ld = iofeed.loader(sys.argv[1], batch_size=4, image_size=16, framework="torch", 
 model = Recorder()
 fit = trainer(devices=2, strategy="ddp")
 fit.fit(model, train_dataloaders=ld)
-print("RESULT " + json.dumps({"rank": fit.global_rank, "steps": fit.global_step, "batches": len(ld),
-                              "loader_rank": ld.stats.settings["rank"], "world": ld.stats.settings["world_size"],
-                              "labels": [sum(model.seen[e], []) for e in (0, 1)]}), flush=True)
+result = {"rank": fit.global_rank, "steps": fit.global_step, "batches": len(ld),
+          "loader_rank": ld.stats.settings["rank"], "world": ld.stats.settings["world_size"],
+          "labels": [sum(model.seen[e], []) for e in (0, 1)]}
+with open(f"result-{fit.global_rank}.json", "w") as f:  # a file each: two ranks' prints interleave
+    json.dump(result, f)
 ld.close()
 """
 
@@ -94,8 +96,7 @@ def test_ddp_ranks_step_equally_over_their_shares(colour_dataset, tmp_path):
     out = subprocess.run([sys.executable, "ddp.py", str(colour_dataset)], cwd=tmp_path, env=env,
                          capture_output=True, text=True, timeout=400)
     assert out.returncode == 0, out.stderr[-3000:]
-    results = sorted((json.loads(line.split(" ", 1)[1]) for line in out.stdout.splitlines()
-                      if line.startswith("RESULT ")), key=lambda r: r["rank"])
+    results = [json.loads(p.read_text()) for p in sorted(tmp_path.glob("result-*.json"))]
     assert [r["rank"] for r in results] == [r["loader_rank"] for r in results] == [0, 1], out.stdout
     assert all(r["world"] == 2 and r["batches"] == 4 for r in results), "32 samples, 2 ranks, batch 4"
     assert results[0]["steps"] == results[1]["steps"] == 2 * 4

@@ -237,6 +237,8 @@ class WorkerEngine:
             free = list(range(self.layout.slots))
         needed = start
         coming = None if following is None else self._new_ahead(epoch + 1, rank)
+        if needed >= len(batches):
+            self._ahead = coming
         while needed < len(batches):
             while free and submitted < len(batches) and submitted - needed < self._depth():
                 key = BatchKey(self._seed, epoch, rank, submitted)
@@ -259,12 +261,13 @@ class WorkerEngine:
             self._window.add(len(done.delivered), time.perf_counter() - asked, done.busy_seconds)
             n = len(done.delivered)
             images = self.layout.images(self.layout.slot(self._payload, done.slot), n)
+            if needed == len(batches) - 1:  # before the last yield: a consumer that stops after
+                self._ahead = coming  # len() batches (Lightning) never resumes this generator
             yield Batch(images, self._labels[done.slot, :n], done.delivered, done.skipped)
             free.append(done.slot)
             needed += 1
             if self.autotune and self._window.elapsed() >= TUNE_SECONDS:
                 self._tune()
-        self._ahead = coming
 
     def _new_ahead(self, epoch: int, rank: int) -> _Ahead:
         self._generation += 1
