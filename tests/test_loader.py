@@ -200,6 +200,23 @@ def test_the_next_epoch_starts_during_this_one(colour_dataset):
         assert [p.pid for p in ld.backend.processes()] == pids
 
 
+def test_an_abandoned_epoch_leaves_its_queued_batches_undone(tmp_path):
+    """`break` then a jump elsewhere: batches queued for the old pass are not decoded, only
+    waited for (a worker stops a stale task at its next sample), and the new pass is exact."""
+    from helpers.images import make_colour_tree
+
+    tree = make_colour_tree(tmp_path / "tree", per_class=40)
+    options = {"batch_size": 16, "image_size": 64, "workers": 1, "prefetch": 6, "seed": 4}
+    with iofeed.loader(tree, **options) as ld:
+        next(iter(ld))
+        ld.set_epoch(3)
+        jumped = [ld.last_indices.copy() for _ in ld]
+        assert ld.backend.stopped_early > 0
+    with iofeed.loader(tree, **options) as fresh:
+        fresh.set_epoch(3)
+        assert all(np.array_equal(a, fresh.last_indices) for a, _ in zip(jumped, fresh, strict=True))
+
+
 def test_close_stops_the_workers_and_frees_their_memory(colour_dataset):
     """The workers engine's part of the contract's close check: its processes and its slot memory."""
     before = slot_memory()

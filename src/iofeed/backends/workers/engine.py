@@ -48,14 +48,17 @@ class _Done:
     error: str | None = None
     sample_error: bool = False
     busy_seconds: float = 0.0
+    stale: bool = False  # left undone: its pass was abandoned
 
 
 def _worker_main(
-    block: mmap.mmap, layout: Layout, source: SampleSource, augment: Augment, on_error: str, conn: Connection
+    block: mmap.mmap, stale: mmap.mmap, layout: Layout, source: SampleSource, augment: Augment, on_error: str,
+    conn: Connection,
 ) -> None:
     """Worker loop: take a task, decode its samples into the slot, report. Exits with its parent."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     payload, labels = layout.views(memoryview(block))
+    stale_below = np.frombuffer(stale, np.int64, 1)
     reader = SampleReader(source)
     try:
         while True:
@@ -67,23 +70,26 @@ def _worker_main(
                 return
             started = time.perf_counter()
             done = _run_task(task, layout, reader, source, augment, on_error, layout.slot(payload, task.slot),
-                             labels[task.slot])
+                             labels[task.slot], stale_below)
             reader.end_batch()
             conn.send(replace(done, busy_seconds=time.perf_counter() - started))
     finally:
-        del payload, labels
+        del payload, labels, stale_below
         reader.close()
 
 
 def _run_task(
     task: _Task, layout: Layout, reader: SampleReader, source: SampleSource, augment: Augment, on_error: str,
-    slot_payload: Any, labels: np.ndarray,
+    slot_payload: Any, labels: np.ndarray, stale_below: np.ndarray,
 ) -> _Done:
-    """Fill one slot; failures become `skipped` entries or an error report, never an exception."""
+    """Fill one slot; failures become `skipped` entries or an error report, never an exception. A
+    task of a pass the consumer left (generation below `stale_below[0]`) stops at its next sample."""
     rng = task.key.rng()
     delivered: list[int] = []
     skipped: list[tuple[int, str]] = []
     for index in task.indices:
+        if task.generation < stale_below[0]:
+            return _Done(task.generation, task.batch_no, task.slot, np.empty(0, np.int64), [], stale=True)
         index = int(index)
         try:
             layout.write(slot_payload, len(delivered), reader, source, index, augment, rng)
@@ -148,8 +154,10 @@ class WorkerEngine:
         self._generation = 0
         self._ahead: _Ahead | None = None  # the next epoch's batches under way
         self.started_ahead = 0  # batches begun during the pass before theirs, and used
+        self.stopped_early = 0  # tasks of abandoned passes that workers left undone
         self._workers: list[_Worker] = []
         self._block: SharedBlock | None = None
+        self._stale: SharedBlock | None = None  # one int64: tasks of generations below it stop early
         self._finalizer: weakref.finalize | None = None
         self._closed = False
         self._window = _WindowMeter()
@@ -183,9 +191,10 @@ class WorkerEngine:
         return min(self.layout.slots - 1, default_prefetch(self.workers)) if self.autotune else self.layout.slots - 1
 
     def _start(self) -> None:
-        self._block = SharedBlock(self.layout.total_bytes)
+        self._block, self._stale = SharedBlock(self.layout.total_bytes), SharedBlock(8)
         self._payload, self._labels = self.layout.views(self._block.buffer)
-        self._finalizer = weakref.finalize(self, _shutdown, self._workers, self._block)
+        self._stale_below = np.frombuffer(self._stale.buffer, np.int64, 1)
+        self._finalizer = weakref.finalize(self, _shutdown, self._workers, (self._block, self._stale))
         for _ in range(self._initial):
             self._add_worker()
 
@@ -194,7 +203,7 @@ class WorkerEngine:
         mine, theirs = ctx.Pipe(duplex=True)
         proc = ctx.Process(
             target=_worker_main,
-            args=(self._block, self.layout, self._source, self._augment, self._on_error, theirs),
+            args=(self._block, self._stale, self.layout, self._source, self._augment, self._on_error, theirs),
             daemon=True,
         )
         proc.start()
@@ -231,8 +240,9 @@ class WorkerEngine:
             free = [slot for slot in range(self.layout.slots) if slot not in ahead.slots]
             self.started_ahead += len(ahead.sent)
         else:
-            self._drain()
             self._generation += 1
+            self._stale_below[0] = self._generation  # what earlier passes left queued stops at once
+            self._drain()
             generation, ready, submitted = self._generation, {}, start
             free = list(range(self.layout.slots))
         needed = start
@@ -331,15 +341,15 @@ class WorkerEngine:
         raise WorkerError(f"loader worker (pid {proc.pid}) {_death(code)}")
 
     def _drain(self) -> None:
-        """Wait for tasks of an abandoned epoch, so that their slots can be reused."""
+        """Wait for tasks of an abandoned epoch (told to stop early), so that their slots can be reused."""
         while any(w.busy for w in self._workers):
-            self._receive()
+            self.stopped_early += self._receive().stale
 
     def close(self) -> None:
         """Stop the workers and free the shared memory (also on garbage collection and exit)."""
         self._closed = True
         if self._finalizer is not None:
-            self._payload = self._labels = None
+            self._payload = self._labels = self._stale_below = None
             self._finalizer()
             self._finalizer = None
 
@@ -379,8 +389,8 @@ def _death(code: int) -> str:
     return f"exited with code {code}: its error is printed above"
 
 
-def _shutdown(workers: list[_Worker], block: SharedBlock) -> None:
-    """Stop workers (politely, then by force) and give up the shared block (views keep their memory)."""
+def _shutdown(workers: list[_Worker], blocks: tuple[SharedBlock, ...]) -> None:
+    """Stop workers (politely, then by force) and give up the shared blocks (views keep their memory)."""
     for worker in workers:
         try:
             worker.conn.send(None)
@@ -392,7 +402,8 @@ def _shutdown(workers: list[_Worker], block: SharedBlock) -> None:
             worker.proc.kill()
             worker.proc.join(timeout=1.0)
         worker.conn.close()
-    block.release()
+    for block in blocks:
+        block.release()
 
 
 def make_worker_engine(source: SampleSource, options: LoaderOptions) -> WorkerEngine:
