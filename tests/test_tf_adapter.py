@@ -3,6 +3,7 @@ one loader epoch per iteration, and Keras training on it."""
 from __future__ import annotations
 
 import os
+import threading
 import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -12,7 +13,7 @@ import numpy as np
 import pytest
 
 import iofeed
-from helpers.images import label_from_pixels
+from helpers.images import label_from_pixels, png_bytes, smooth_rgb
 
 tf = pytest.importorskip("tensorflow")
 pytestmark = pytest.mark.tf
@@ -86,6 +87,37 @@ def test_abandoned_iteration_restarts_its_epoch(colour_dataset):
     assert np.array_equal(peeked[0][0], expected[0][0][0])
     for epoch_got, epoch_expected in zip(full, expected, strict=True):
         assert [labels.tolist() for labels, _ in epoch_got] == [labels.tolist() for labels, _ in epoch_expected]
+
+
+@pytest.mark.slow
+def test_a_new_iterator_waits_for_the_old_ones_thread(tmp_path):
+    """An older iterator kept alive keeps its prefetch thread asking the Loader for batches: the
+    newer one must not read the workers' pipes at the same time (it hung there, both threads
+    waiting for the one reply)."""
+    for c in range(2):  # large PNGs: each batch takes long enough that the old thread waits in the engine
+        (tmp_path / f"00{c}.class").mkdir()
+        for i in range(4):
+            (tmp_path / f"00{c}.class" / f"{i}.png").write_bytes(png_bytes(smooth_rgb(1400, 1400, seed=10 * c + i)))
+    options = {"batch_size": 2, "prefetch": 1}
+    expected = [labels for labels, _ in _numpy_epochs(tmp_path, 1, **options)[0][:2]]
+    dataset = _dataset(tmp_path, **options)
+    results: list[bool] = []
+
+    def trials() -> None:
+        for _ in range(3):
+            older = iter(dataset)
+            next(older)
+            time.sleep(0.05)  # its prefetch thread now waits for the next batch
+            newer = iter(dataset)  # restarts epoch 0: the older one did not finish it
+            results.append(all(np.array_equal(next(newer)[1].numpy(), labels) for labels in expected))
+            del older, newer
+
+    with dataset.iofeed_loader:
+        runner = threading.Thread(target=trials, daemon=True)
+        runner.start()
+        runner.join(timeout=60)
+        assert not runner.is_alive(), f"hung after {len(results)} iterator pairs"
+    assert results == [True] * 3
 
 
 def test_val_split_in_file_order(colour_dataset):

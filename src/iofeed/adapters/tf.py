@@ -1,6 +1,7 @@
 """TensorFlow adapter: a `tf.data.Dataset` wrapped around a numpy Loader, normalised with TF ops."""
 from __future__ import annotations
 
+import threading
 import weakref
 from typing import Any
 
@@ -45,7 +46,8 @@ def to_tf_dataset(loader: EpochLoader) -> tf.data.Dataset:
     resumed exactly, because prefetching has pulled batches the consumer never saw: the next
     iteration restarts that epoch from its first batch. A Loader already positioned mid-epoch
     (`load_state_dict`) before the dataset is made is resumed from there by the first
-    iteration. Iterate one iterator at a time: starting a new one ends the previous one.
+    iteration. Iterate one iterator at a time: starting a new one ends the previous one (it waits
+    until the previous one's thread has left the Loader, at most one batch).
 
     The Loader is kept as `dataset.iofeed_loader` (for `set_epoch`, `state_dict`, `stats`);
     datasets derived with further transformations do not carry that attribute, so keep the
@@ -57,23 +59,29 @@ def to_tf_dataset(loader: EpochLoader) -> tf.data.Dataset:
     """
     size = loader.image_size
     state: dict[str, Any] = {"active": None}  # the token of the iteration now running
+    turn = threading.Lock()  # one thread at a time in the Loader: each iterator runs on its own threads
     loader_ref = weakref.ref(loader)
 
     def generate() -> Any:
         loader = loader_ref()  # alive: the dataset (kept by its iterators) holds it
         token = object()
-        if state["active"] is not None:  # the previous iteration did not reach its end
-            loader.set_epoch(loader.epoch)
-        state["active"] = token
-        batches = iter(loader)
+        with turn:  # an older iterator's thread may be inside the Loader: wait until it is out
+            if state["active"] is not None:  # the previous iteration did not reach its end
+                loader.set_epoch(loader.epoch)
+            state["active"] = token
+            batches = iter(loader)
         try:
-            while state["active"] is token:  # a newer iteration ends this one
-                try:
-                    images, labels = next(batches)
-                except StopIteration:
-                    state["active"] = None
-                    return
-                yield np.array(images, copy=True, order="C"), np.array(labels, np.int64, copy=True)
+            while True:
+                with turn:
+                    if state["active"] is not token:  # a newer iteration ends this one
+                        return
+                    try:
+                        images, labels = next(batches)
+                    except StopIteration:
+                        state["active"] = None
+                        return
+                    images, labels = np.array(images, copy=True, order="C"), np.array(labels, np.int64, copy=True)
+                yield images, labels
         finally:
             batches.close()
 
