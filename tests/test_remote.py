@@ -372,6 +372,41 @@ def test_a_rank_killed_mid_download_leaves_nothing_trusted(dataset: Path, tmp_pa
     assert server.gets[f"/{dataset.name}/{shard['name']}"] == 2
 
 
+def test_a_download_becomes_its_shard_under_the_eviction_lock(dataset: Path, tmp_path: Path, monkeypatch) -> None:
+    """Scans for room run under the node's eviction lock; a part file renamed to its shard's name
+    outside it could be missed by a scan (listed under neither name), which then evicted too little:
+    the cache reached 1.04x its limit with two workers streaming the stand-in."""
+    import fcntl
+
+    from iofeed.remote.cache import ShardCache, ShardRef
+
+    shard = _shards(dataset)[0]
+    server = CountingServer(dataset.parent)
+    url = f"{server.url}/{dataset.name}"
+    cache = ShardCache(tmp_path / "cache", url, 1 << 30)
+    renames_unlocked, real_replace = [], os.replace
+
+    def replace(src, dst) -> None:
+        if ".part-" in str(src):
+            fd = os.open(cache.root / ".evict.lock", os.O_RDWR)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                renames_unlocked.append(str(dst))
+            except BlockingIOError:
+                pass  # held, as it must be
+            finally:
+                os.close(fd)
+        real_replace(src, dst)
+
+    monkeypatch.setattr(os, "replace", replace)
+    try:
+        os.close(cache.acquire(ShardRef(f"{url}/{shard['name']}", shard["bytes"], shard["sha256"])))
+    finally:
+        server.close()
+    assert server.gets[f"/{dataset.name}/{shard['name']}"] == 1
+    assert renames_unlocked == []
+
+
 def test_throttling_and_5xx_are_retried(dataset: Path, tmp_path: Path) -> None:
     server = CountingServer(dataset.parent)
     shards = _shards(dataset)

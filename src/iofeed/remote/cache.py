@@ -5,7 +5,8 @@ size, for datasets made before checksums were recorded), so a file under its fin
 always a verified copy of that exact shard. Every process of a node uses the same files:
 
 - a download happens under an exclusive `flock` on `<shard>~<tag>.lock` (one per node at a time),
-  into `<shard>~<tag>.part-<pid>-<thread>`, preallocated to its final size, then renamed;
+  into `<shard>~<tag>.part-<pid>-<thread>`, preallocated to its final size, then renamed (the part
+  is created and renamed under the eviction lock, so that scans for room count every byte);
 - a reader holds a shared `flock` on the shard file it reads (a lease); eviction takes an
   exclusive non-blocking lock, so a shard in use (or pinned ahead by the prefetcher) is never evicted;
 - a shard that could not be fetched leaves `<shard>~<tag>.failed`, so the other processes of
@@ -13,6 +14,7 @@ always a verified copy of that exact shard. Every process of a node uses the sam
 """
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import hashlib
 import json
@@ -205,7 +207,8 @@ class ShardCache:
                     os.fdatasync(fd)
                 finally:
                     os.close(fd)
-                os.replace(part, path)
+                with self._evict_lock():  # a scan for eviction never sees the bytes in neither name
+                    os.replace(part, path)
             except Exception as exc:  # noqa: BLE001 - becomes one FetchError naming the URL
                 part.unlink(missing_ok=True)
                 message = f"shard could not be fetched ({ref.url}: {_describe(exc)})"
@@ -219,12 +222,16 @@ class ShardCache:
         file at its full size; waits a while for leases to end rather than exceed the limit."""
         deadline = time.monotonic() + ROOM_WAIT_SECONDS
         while True:
-            with _flocked(self.root / ".evict.lock", fcntl.LOCK_EX):
+            with self._evict_lock():
                 if self._evict_for(size) or time.monotonic() > deadline:
                     fd = os.open(part, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
                     os.ftruncate(fd, size)
                     return fd
             time.sleep(0.05)
+
+    def _evict_lock(self) -> contextlib.AbstractContextManager[int]:
+        """The node-wide lock under which cache files appear, are renamed and are evicted."""
+        return _flocked(self.root / ".evict.lock", fcntl.LOCK_EX)
 
     def _evict_for(self, size: int) -> bool:
         """Evict until `size` more bytes fit under the limit; whether they do."""
