@@ -167,6 +167,27 @@ def test_a_tenth_of_the_dataset_bounds_the_cache(s3, dataset: Path, tmp_path: Pa
         iofeed.loader(s3.url, cache_dir=cache, cache_limit=limit, block_shards=8, **KW)
 
 
+def test_the_next_epochs_first_shards_are_fetched_ahead_not_by_workers(dataset: Path, tmp_path: Path) -> None:
+    """The workers start the next epoch's first batches while an epoch ends: the prefetcher fetches
+    their shards after the epoch's own (bounded by the limit, in parallel), so that workers do not
+    stop to download them one by one."""
+    limit = sum(s["bytes"] for s in _shards(dataset)) // 4
+    server = CountingServer(dataset.parent)
+    options = dict(KW, batch_size=8, workers=2, prefetch=4)
+    try:
+        with iofeed.loader(f"{server.url}/{dataset.name}", cache_dir=tmp_path / "cache", cache_limit=limit,
+                           block_shards=1, **options) as loader:
+            offset = loader.source.remote.cache.log_offset()
+            for _ in range(4):
+                _epoch(loader)
+            fetches = loader.source.remote.cache.fetches_since(offset)
+            assert loader.backend.started_ahead > 0
+    finally:
+        server.close()
+    by_workers = [f["url"].rsplit("/", 1)[-1] for f in fetches if f["pid"] != os.getpid()]
+    assert len(fetches) > len(_shards(dataset)) and by_workers == []
+
+
 def test_the_epoch_completes_when_the_server_restarts(s3, dataset: Path, tmp_path: Path) -> None:
     limit = sum(s["bytes"] for s in _shards(dataset)) // 10
     seen = []

@@ -95,11 +95,11 @@ class Loader:
         self._join_group()
         epoch, start = self.epoch, self._position
         batches = self.order.batches(epoch)
+        following = self.order.batches(epoch + 1)  # what the next pass will ask for, unless moved
         token = self._iteration = object()
-        ahead = prefetcher_for(self.source, batches, start)
+        ahead = prefetcher_for(self.source, batches, start, following[:self.backend.starts_ahead])
         position = start  # batches of this pass's epoch delivered (self._position restarts when it completes)
         try:
-            following = self.order.batches(epoch + 1)  # what the next pass will ask for, unless moved
             stream = self.backend.run(epoch, batches, start, self.order.rank, following)
             while True:
                 self._check_open()

@@ -269,6 +269,7 @@ class DaliEngine:
     host arrays (`options.host`): then the engine copies them to the host itself."""
 
     name = "dali"
+    starts_ahead = 0  # the pipeline is reset between epochs
 
     def __init__(
         self, source: SampleSource, options: LoaderOptions, hw_decoder_load: float = DEFAULT_HW_DECODER_LOAD,

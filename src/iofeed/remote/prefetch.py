@@ -34,11 +34,19 @@ def first_uses(shard_of: np.ndarray, batches: list[np.ndarray], start: int) -> t
 class Prefetcher:
     """Fetches the shards of one pass into the node cache ahead of the readers, `DOWNLOAD_THREADS`
     at a time, and pins each (holds a lease) until the consumer has passed its last batch. Pinned
-    bytes stay within the cache limit, so what is pinned is never evicted and the limit holds."""
+    bytes stay within the cache limit, so what is pinned is never evicted and the limit holds.
 
-    def __init__(self, remote: RemoteShards, shard_of: np.ndarray, batches: list[np.ndarray], start: int) -> None:
+    `ahead` are the next epoch's batches the engine starts during this pass: once every shard of
+    the pass is under way, their shards are needed again, and are pinned (or kept pinned) until
+    the pass ends."""
+
+    def __init__(self, remote: RemoteShards, shard_of: np.ndarray, batches: list[np.ndarray], start: int,
+                 ahead: list[np.ndarray]) -> None:
         self._remote = remote
-        self._need, self._last = first_uses(shard_of, batches, start)
+        need, last = first_uses(shard_of, batches, start)
+        end = len(batches)  # a position this pass never passes
+        self._need = [(s, last[s]) for s in need] + [(s, end) for s in first_uses(shard_of, ahead, 0)[0]]
+        self._last: dict[int, int] = {}  # pinned file id -> the last batch position that needs it
         self._next, self._position, self._reserved = 0, start, 0
         self._pins: dict[int, int | None] = {}  # file id -> leased descriptor (None while downloading)
         self._lock = threading.Lock()
@@ -53,12 +61,17 @@ class Prefetcher:
         """Start the next downloads that fit: threads, pins and bytes all bounded."""
         with self._lock:
             while not self._closed and self._next < len(self._need) and len(self._pins) < MAX_PINNED:
-                file_id = self._need[self._next]
+                file_id, last = self._need[self._next]
+                if file_id in self._pins:  # still pinned for an earlier use: keep it for this one too
+                    self._last[file_id] = max(self._last[file_id], last)
+                    self._next += 1
+                    continue
                 running = sum(fd is None for fd in self._pins.values())
                 fits = self._reserved + self._size(file_id) <= self._remote.cache.limit or not self._pins
                 if running >= DOWNLOAD_THREADS or not fits:
                     return
                 self._next += 1
+                self._last[file_id] = last
                 self._pins[file_id] = None
                 self._reserved += self._size(file_id)
                 self._pool.submit(self._fetch, file_id)
@@ -80,6 +93,7 @@ class Prefetcher:
 
     def _unpin(self, file_id: int) -> None:
         fd = self._pins.pop(file_id, None)
+        del self._last[file_id]
         self._reserved -= self._size(file_id)
         if fd is not None:
             os.close(fd)
@@ -113,8 +127,10 @@ class NoPrefetch:
         """Nothing to do."""
 
 
-def prefetcher_for(source: SampleSource, batches: list[np.ndarray], start: int) -> Prefetcher | NoPrefetch:
-    """A Prefetcher for one pass over a streamed dataset; a NoPrefetch for a local one."""
+def prefetcher_for(source: SampleSource, batches: list[np.ndarray], start: int,
+                   ahead: list[np.ndarray]) -> Prefetcher | NoPrefetch:
+    """A Prefetcher for one pass over a streamed dataset (and the next epoch's batches started
+    `ahead` during it); a NoPrefetch for a local one."""
     if source.remote is None:
         return NoPrefetch()
-    return Prefetcher(source.remote, source.file_id, batches, start)
+    return Prefetcher(source.remote, source.file_id, batches, start, ahead)

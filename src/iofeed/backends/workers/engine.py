@@ -169,6 +169,11 @@ class WorkerEngine:
         """Workers taking new tasks now."""
         return sum(not w.retiring for w in self._workers) if self._workers else self._initial
 
+    @property
+    def starts_ahead(self) -> int:
+        """Batches of the next epoch a pass may start: as many as slots can be in flight."""
+        return self.layout.slots - 1
+
     def processes(self) -> list[Any]:
         """The live worker processes."""
         return [w.proc for w in self._workers]
