@@ -188,6 +188,20 @@ def test_the_next_epochs_first_shards_are_fetched_ahead_not_by_workers(dataset: 
     assert len(fetches) > len(_shards(dataset)) and by_workers == []
 
 
+def test_a_pass_with_nothing_left_fetches_nothing(dataset: Path, tmp_path: Path) -> None:
+    """Resumed at the end of an epoch, a pass yields nothing and starts nothing of the next epoch:
+    its prefetcher must not download that epoch's first shards either."""
+    server = CountingServer(dataset.parent)
+    try:
+        with iofeed.loader(f"{server.url}/{dataset.name}", cache_dir=tmp_path / "cache", **KW) as loader:
+            loader.load_state_dict({**loader.state_dict(), "batches_done": len(loader)})
+            assert _epoch(loader) == [] and loader.epoch == 1
+            time.sleep(0.5)  # a download started by the pass would have asked by now
+    finally:
+        server.close()
+    assert not [path for path in server.gets if path.endswith(".tar")]
+
+
 def test_the_epoch_completes_when_the_server_restarts(s3, dataset: Path, tmp_path: Path) -> None:
     limit = sum(s["bytes"] for s in _shards(dataset)) // 10
     seen = []

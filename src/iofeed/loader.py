@@ -97,7 +97,7 @@ class Loader:
         batches = self.order.batches(epoch)
         following = self.order.batches(epoch + 1)  # what the next pass will ask for, unless moved
         token = self._iteration = object()
-        ahead = prefetcher_for(self.source, batches, start, following[:self.backend.starts_ahead])
+        ahead = prefetcher_for(self.source, batches, start, lambda: following[:self.backend.starts_ahead])
         position = start  # batches of this pass's epoch delivered (self._position restarts when it completes)
         try:
             stream = self.backend.run(epoch, batches, start, self.order.rank, following)

@@ -31,7 +31,7 @@ class Backend(Protocol):
     """A batch producer driven by the loader; built by its registry entry from (source, options)."""
 
     name: str
-    starts_ahead: int  # batches of `following` it may start during a pass (0: it never runs ahead)
+    starts_ahead: int  # batches of `following` it would start during a pass now (0: it never runs ahead)
 
     def run(self, epoch: int, batches: list[np.ndarray], start: int, rank: int,
             following: list[np.ndarray] | None = None) -> Iterator[Batch]:

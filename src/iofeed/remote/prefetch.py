@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
@@ -36,16 +37,16 @@ class Prefetcher:
     at a time, and pins each (holds a lease) until the consumer has passed its last batch. Pinned
     bytes stay within the cache limit, so what is pinned is never evicted and the limit holds.
 
-    `ahead` are the next epoch's batches the engine starts during this pass: once every shard of
-    the pass is under way, their shards are needed again, and are pinned (or kept pinned) until
-    the pass ends."""
+    `ahead` says which of the next epoch's batches the engine would start during this pass (it
+    may start some once all of the pass's are under way): it is asked once every shard of the pass
+    is under way, and their shards are then pinned (or kept pinned) until the pass ends."""
 
     def __init__(self, remote: RemoteShards, shard_of: np.ndarray, batches: list[np.ndarray], start: int,
-                 ahead: list[np.ndarray]) -> None:
-        self._remote = remote
+                 ahead: Callable[[], list[np.ndarray]]) -> None:
+        self._remote, self._shard_of, self._end = remote, shard_of, len(batches)  # a position never passed
         need, last = first_uses(shard_of, batches, start)
-        end = len(batches)  # a position this pass never passes
-        self._need = [(s, last[s]) for s in need] + [(s, end) for s in first_uses(shard_of, ahead, 0)[0]]
+        self._need = [(s, last[s]) for s in need]
+        self._ahead: Callable[[], list[np.ndarray]] | None = ahead if start < len(batches) else None
         self._last: dict[int, int] = {}  # pinned file id -> the last batch position that needs it
         self._next, self._position, self._reserved = 0, start, 0
         self._pins: dict[int, int | None] = {}  # file id -> leased descriptor (None while downloading)
@@ -60,7 +61,13 @@ class Prefetcher:
     def _fill(self) -> None:
         """Start the next downloads that fit: threads, pins and bytes all bounded."""
         with self._lock:
-            while not self._closed and self._next < len(self._need) and len(self._pins) < MAX_PINNED:
+            while not self._closed and len(self._pins) < MAX_PINNED:
+                if self._next == len(self._need):
+                    if self._ahead is None:
+                        return
+                    batches, self._ahead = self._ahead(), None
+                    self._need += [(s, self._end) for s in first_uses(self._shard_of, batches, 0)[0]]
+                    continue
                 file_id, last = self._need[self._next]
                 if file_id in self._pins:  # still pinned for an earlier use: keep it for this one too
                     self._last[file_id] = max(self._last[file_id], last)
@@ -128,7 +135,7 @@ class NoPrefetch:
 
 
 def prefetcher_for(source: SampleSource, batches: list[np.ndarray], start: int,
-                   ahead: list[np.ndarray]) -> Prefetcher | NoPrefetch:
+                   ahead: Callable[[], list[np.ndarray]]) -> Prefetcher | NoPrefetch:
     """A Prefetcher for one pass over a streamed dataset (and the next epoch's batches started
     `ahead` during it); a NoPrefetch for a local one."""
     if source.remote is None:

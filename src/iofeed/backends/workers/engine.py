@@ -171,8 +171,8 @@ class WorkerEngine:
 
     @property
     def starts_ahead(self) -> int:
-        """Batches of the next epoch a pass may start: as many as slots can be in flight."""
-        return self.layout.slots - 1
+        """Batches of the next epoch a pass would start now: the depth less this pass's last batch."""
+        return self._depth() - 1
 
     def processes(self) -> list[Any]:
         """The live worker processes."""
