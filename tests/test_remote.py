@@ -202,6 +202,38 @@ def test_a_pass_with_nothing_left_fetches_nothing(dataset: Path, tmp_path: Path)
     assert not [path for path in server.gets if path.endswith(".tar")]
 
 
+def test_a_newer_iteration_ends_the_pins_of_a_suspended_one(dataset: Path, tmp_path: Path) -> None:
+    """An iteration left suspended (an older tf iterator, Lightning's after len() batches) is not
+    collected at once: the newer iteration ends its downloads and pins, which otherwise hold cache
+    room (and descriptors) until then."""
+    shards, cache = _shards(dataset), tmp_path / "cache"
+
+    def pins() -> int:
+        """This process's descriptors of cached shards, once the downloads have settled."""
+        counts, deadline = [], time.monotonic() + 10
+        while len(counts) < 5 or len(set(counts[-5:])) > 1:
+            assert time.monotonic() < deadline, counts[-5:]
+            time.sleep(0.1)
+            fds = os.listdir("/proc/self/fd")
+            counts.append(sum(str(cache) in os.path.realpath(f"/proc/self/fd/{fd}") for fd in fds))
+        return counts[-1]
+
+    server = CountingServer(dataset.parent)
+    try:
+        with iofeed.loader(f"{server.url}/{dataset.name}", cache_dir=cache, **KW) as loader:
+            older = iter(loader)
+            next(older)
+            alone = pins()
+            newer = iter(loader)
+            next(newer)  # takes over; `older` stays suspended, and referenced
+            both = pins()
+            del older, newer
+    finally:
+        server.close()
+    assert 0 < alone <= len(shards) and both <= alone
+    assert pins() == 0, "closing the loader ends every pin"
+
+
 def test_the_epoch_completes_when_the_server_restarts(s3, dataset: Path, tmp_path: Path) -> None:
     limit = sum(s["bytes"] for s in _shards(dataset)) // 10
     seen = []

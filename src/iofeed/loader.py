@@ -20,7 +20,7 @@ from .errors import LoaderStateError, OptionError
 from .options import LoaderOptions, distributed_rank_world
 from .order import OrderSpec
 from .prepare.scan import reason_kind
-from .remote.prefetch import prefetcher_for
+from .remote.prefetch import NoPrefetch, Prefetcher, prefetcher_for
 from .samples import SampleSource, open_source
 
 
@@ -62,6 +62,7 @@ class Loader:
         self.options = options
         self.image_size = options.image_size
         self._iteration: object | None = None  # token of the live iteration
+        self._fetching: Prefetcher | NoPrefetch = NoPrefetch()  # the live iteration's downloads and pins
         self._closed = False
         self._follow_group = options.rank is None  # rank and world_size from a process group started later
         self.epoch = 0
@@ -97,7 +98,9 @@ class Loader:
         batches = self.order.batches(epoch)
         following = self.order.batches(epoch + 1)  # what the next pass will ask for, unless moved
         token = self._iteration = object()
-        ahead = prefetcher_for(self.source, batches, start, lambda: following[:self.backend.starts_ahead])
+        self._fetching.close()  # an older iteration left suspended (tf, Lightning) holds no pins from now on
+        ahead = self._fetching = prefetcher_for(self.source, batches, start,
+                                                lambda: following[:self.backend.starts_ahead])
         position = start  # batches of this pass's epoch delivered (self._position restarts when it completes)
         try:
             stream = self.backend.run(epoch, batches, start, self.order.rank, following)
@@ -169,6 +172,7 @@ class Loader:
         if not self._closed:
             self._count_fetched()
         self._closed = True
+        self._fetching.close()
         self.backend.close()
 
     def __enter__(self) -> Loader:
