@@ -35,43 +35,56 @@ def _check_shards(per_rank: list[dict], total: int) -> None:
 
 def _ddp_worker(rank: int, world: int, init: str, source: str, out: str) -> None:
     """One DDP rank: read an epoch with the rank taken from the process group, train a few steps."""
+    import gc
+
     import torch
     import torch.distributed as dist
-    from torch.nn.parallel import DistributedDataParallel
 
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=init, rank=rank, world_size=world)
     try:
-        torch.manual_seed(0)  # DDP also broadcasts rank 0's parameters
-        model = DistributedDataParallel(torch.nn.Sequential(
-            torch.nn.Conv2d(3, 8, 3), torch.nn.ReLU(), torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(),
-            torch.nn.Linear(8, 4),
-        ))
-        optimiser = torch.optim.SGD(model.parameters(), lr=0.1)
-        indices, losses, labels_ok = [], [], True
-        with iofeed.loader(source, batch_size=4, image_size=SIZE, framework="torch", workers=1,
-                           drop_last=False) as ld:
-            settings = {k: ld.stats.settings[k] for k in ("rank", "world_size")}
-            for images, labels in ld:
-                indices.append(ld.last_indices.tolist())
-                labels_ok &= labels.tolist() == ld.source.label[ld.last_indices].tolist()
-                optimiser.zero_grad()
-                loss = torch.nn.functional.cross_entropy(model(images), labels)
-                loss.backward()  # DDP all-reduces the gradients here
-                optimiser.step()
-                losses.append(loss.item())
-            batches = len(indices)
-            assert batches == len(ld)
-        checksum = float(sum(p.detach().double().sum() for p in model.parameters()))
-        mine = {"rank": rank, "settings": settings, "indices": indices, "batches": batches, "losses": losses,
-                "labels_ok": labels_ok, "checksum": checksum}
-        gathered: list = [None] * world
-        dist.all_gather_object(gathered, mine)
-        if rank == 0:
-            Path(out).write_text(json.dumps(gathered))
-        dist.barrier()
+        _ddp_epoch(rank, world, source, out)
     finally:
+        # DDP's reducer holds the group: let it go while the interpreter is alive, or Gloo's threads
+        # may be torn down at exit ("terminate called without an active exception", 1 run in ~15)
+        gc.collect()
         dist.destroy_process_group()
+
+
+def _ddp_epoch(rank: int, world: int, source: str, out: str) -> None:
+    """The rank's epoch and training steps; the results gathered on rank 0 into `out`."""
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel
+
+    torch.manual_seed(0)  # DDP also broadcasts rank 0's parameters
+    model = DistributedDataParallel(torch.nn.Sequential(
+        torch.nn.Conv2d(3, 8, 3), torch.nn.ReLU(), torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(),
+        torch.nn.Linear(8, 4),
+    ))
+    optimiser = torch.optim.SGD(model.parameters(), lr=0.1)
+    indices, losses, labels_ok = [], [], True
+    with iofeed.loader(source, batch_size=4, image_size=SIZE, framework="torch", workers=1,
+                       drop_last=False) as ld:
+        settings = {k: ld.stats.settings[k] for k in ("rank", "world_size")}
+        for images, labels in ld:
+            indices.append(ld.last_indices.tolist())
+            labels_ok &= labels.tolist() == ld.source.label[ld.last_indices].tolist()
+            optimiser.zero_grad()
+            loss = torch.nn.functional.cross_entropy(model(images), labels)
+            loss.backward()  # DDP all-reduces the gradients here
+            optimiser.step()
+            losses.append(loss.item())
+        batches = len(indices)
+        assert batches == len(ld)
+    checksum = float(sum(p.detach().double().sum() for p in model.parameters()))
+    mine = {"rank": rank, "settings": settings, "indices": indices, "batches": batches, "losses": losses,
+            "labels_ok": labels_ok, "checksum": checksum}
+    gathered: list = [None] * world
+    dist.all_gather_object(gathered, mine)
+    if rank == 0:
+        Path(out).write_text(json.dumps(gathered))
+    dist.barrier()
 
 
 @pytest.mark.torch
