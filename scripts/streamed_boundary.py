@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import fcntl
 import os
 import shutil
 import socket
@@ -24,7 +23,7 @@ import time
 from pathlib import Path
 
 import iofeed
-from iofeed.remote.cache import cache_usage
+from iofeed.remote.cache import cache_usage, eviction_lock
 
 
 def serve(folder: Path) -> tuple[subprocess.Popen, int]:
@@ -53,15 +52,8 @@ class PeakUsage:
 
     def _watch(self) -> None:
         while not self._done.wait(0.02):
-            lock = self.root / ".evict.lock"
-            if not lock.exists():
-                continue
-            fd = os.open(lock, os.O_RDWR)
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX)
+            with eviction_lock(self.root):
                 self.peak = max(self.peak, cache_usage(self.root))
-            finally:
-                os.close(fd)
 
     def stop(self) -> int:
         self._done.set()

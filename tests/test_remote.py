@@ -445,7 +445,7 @@ def test_a_download_becomes_its_shard_under_the_eviction_lock(dataset: Path, tmp
     the cache reached 1.04x its limit with two workers streaming the stand-in."""
     import fcntl
 
-    from iofeed.remote.cache import ShardCache, ShardRef
+    from iofeed.remote.cache import EVICT_LOCK, ShardCache, ShardRef
 
     shard = _shards(dataset)[0]
     server = CountingServer(dataset.parent)
@@ -455,7 +455,7 @@ def test_a_download_becomes_its_shard_under_the_eviction_lock(dataset: Path, tmp
 
     def replace(src, dst) -> None:
         if ".part-" in str(src):
-            fd = os.open(cache.root / ".evict.lock", os.O_RDWR)
+            fd = os.open(cache.root / EVICT_LOCK, os.O_RDWR)
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 renames_unlocked.append(str(dst))

@@ -14,7 +14,6 @@ always a verified copy of that exact shard. Every process of a node uses the sam
 """
 from __future__ import annotations
 
-import contextlib
 import fcntl
 import hashlib
 import json
@@ -23,7 +22,7 @@ import shutil
 import threading
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -35,6 +34,7 @@ CHUNK = 4 << 20
 ROOM_WAIT_SECONDS = 10.0  # how long a fetch waits for leases to end before exceeding the limit
 DISK_RESERVE = 0.1  # the default limit leaves this share of the cache's disk free
 PART, LOCK, FAILED = ".part-", ".lock", ".failed"
+EVICT_LOCK = ".evict.lock"  # in the cache root
 FETCH_LOG = "fetches.jsonl"
 
 
@@ -68,6 +68,12 @@ def _flocked(path: Path, mode: int) -> Iterator[int]:
         yield fd
     finally:
         os.close(fd)
+
+
+def eviction_lock(root: Path) -> AbstractContextManager[int]:
+    """The node-wide lock of the cache at `root`, under which cache files appear, are renamed and
+    are evicted: what is read under it is a consistent view of the cache's size."""
+    return _flocked(root / EVICT_LOCK, fcntl.LOCK_EX)
 
 
 def _entries(root: Path) -> Iterator[tuple[str, str, os.stat_result]]:
@@ -207,7 +213,7 @@ class ShardCache:
                     os.fdatasync(fd)
                 finally:
                     os.close(fd)
-                with self._evict_lock():  # a scan for eviction never sees the bytes in neither name
+                with eviction_lock(self.root):  # a scan for eviction never sees the bytes in neither name
                     os.replace(part, path)
             except Exception as exc:  # noqa: BLE001 - becomes one FetchError naming the URL
                 part.unlink(missing_ok=True)
@@ -222,16 +228,12 @@ class ShardCache:
         file at its full size; waits a while for leases to end rather than exceed the limit."""
         deadline = time.monotonic() + ROOM_WAIT_SECONDS
         while True:
-            with self._evict_lock():
+            with eviction_lock(self.root):
                 if self._evict_for(size) or time.monotonic() > deadline:
                     fd = os.open(part, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
                     os.ftruncate(fd, size)
                     return fd
             time.sleep(0.05)
-
-    def _evict_lock(self) -> contextlib.AbstractContextManager[int]:
-        """The node-wide lock under which cache files appear, are renamed and are evicted."""
-        return _flocked(self.root / ".evict.lock", fcntl.LOCK_EX)
 
     def _evict_for(self, size: int) -> bool:
         """Evict until `size` more bytes fit under the limit; whether they do."""
