@@ -99,8 +99,8 @@ class Loader:
         following = self.order.batches(epoch + 1)  # what the next pass will ask for, unless moved
         token = self._iteration = object()
         self._fetching.close()  # an older iteration left suspended (tf, Lightning) holds no pins from now on
-        ahead = self._fetching = prefetcher_for(self.source, batches, start,
-                                                lambda: following[:self.backend.starts_ahead])
+        fetching = self._fetching = prefetcher_for(self.source, batches, start,
+                                                   lambda: following[:self.backend.starts_ahead])
         position = start  # batches of this pass's epoch delivered (self._position restarts when it completes)
         try:
             stream = self.backend.run(epoch, batches, start, self.order.rank, following)
@@ -109,7 +109,7 @@ class Loader:
                 if self._iteration is not token:
                     raise LoaderStateError("this loader was iterated again before this pass ended, and the newer "
                                            "iteration took over: use one iteration at a time")
-                ahead.advance(position)
+                fetching.advance(position)
                 asked = time.perf_counter()
                 try:
                     batch = next(stream)
@@ -127,7 +127,7 @@ class Loader:
             if start >= len(batches):  # nothing was left of this epoch
                 self.epoch, self._position = epoch + 1, 0
         finally:
-            ahead.close()
+            fetching.close()
 
     def _record(self, batch: Batch) -> None:
         if len(batch.indices):
