@@ -12,6 +12,6 @@ if [ ! -f "$stamp" ]; then
   .venv/bin/python -m pip install -q --upgrade pip 2>&1 | grep -v '^WARNING: Location' || true
   .venv/bin/python -m pip install -q -r scripts/requirements-pinned.txt 2>&1 | grep -v '^WARNING: Location' || true
   .venv/bin/python -m pip install -q --no-deps -e . 2>&1 | grep -v '^WARNING: Location' || true
-  .venv/bin/python -c "import iofeed, torch, torchvision, tensorflow, nvidia.dali, webdataset, ray.data, simplejpeg, cv2" >/dev/null
+  .venv/bin/python -c "import iofeed, torch, torchvision, tensorflow, nvidia.dali, webdataset, ray.data, simplejpeg, cv2, jax, albumentations, kornia, pyarrow, datasets, grain" >/dev/null
   touch "$stamp"
 fi
