@@ -16,11 +16,13 @@ from .adapters.registry import ADAPTERS
 from .backends.base import Backend, Batch
 from .backends.select import make_engine
 from .device import loader_device
-from .errors import LoaderStateError, OptionError
+from .errors import LoaderStateError
 from .options import LoaderOptions, distributed_rank_world
 from .order import OrderSpec
 from .prepare.scan import reason_kind
 from .remote.prefetch import NoPrefetch, Prefetcher, prefetcher_for
+from .resume import Progress, fingerprint, parse
+from .resume import state as resume_state
 from .samples import SampleSource, open_source
 
 
@@ -66,7 +68,9 @@ class Loader:
         self._closed = False
         self._follow_group = options.rank is None  # rank and world_size from a process group started later
         self.epoch = 0
-        self._position = 0  # batches of `epoch` already delivered
+        self._position = 0  # batches of `epoch` already delivered (counting those before a resume)
+        self._done, self._first = 0, 0  # a resumed epoch: samples of its global order and batches done before
+        self._identity = ""  # the source's fingerprint, made when a state first needs it
         self.last_indices = np.empty(0, np.int64)  # sample indices of the latest batch, for auditing
         self.stats = LoaderStats(skipped=Counter(source.rejected))
         self.stats.settings = {"samples": len(source), "rank": order.rank, "world_size": order.world_size,
@@ -74,13 +78,18 @@ class Loader:
                                **backend.describe()}
 
     def __len__(self) -> int:
+        """Batches an epoch holds at most: a resumed epoch may hold more (those counted before the
+        resume, and the rest cut to this loader's world and batch size), so that a consumer that
+        takes `len()` once (Lightning) misses none of its batches."""
         self._join_group()
-        return len(self.order)
+        if not self._done:
+            return len(self.order)
+        return max(len(self.order), self._first + self.order.batch_count(self._done))
 
     def _join_group(self) -> None:
         """Take rank and world_size from torch.distributed once it is initialised, when they were
         not given: Lightning and other trainers start the process group after the loader is made."""
-        if not self._follow_group or self._position:
+        if not self._follow_group or self._position > self._first:
             return
         rank, world_size = distributed_rank_world()
         if (rank, world_size) != (self.order.rank, self.order.world_size):
@@ -89,13 +98,13 @@ class Loader:
 
     def set_epoch(self, epoch: int) -> None:
         """Start `epoch` (from its beginning) at the next iteration."""
-        self.epoch, self._position = int(epoch), 0
+        self.epoch, self._position, self._done, self._first = int(epoch), 0, 0, 0
 
     def __iter__(self) -> Iterator[Any]:
         self._check_open()
         self._join_group()
         epoch, start = self.epoch, self._position
-        batches = self.order.batches(epoch)
+        batches = self.order.batches(epoch, self._done, self._first)
         following = self.order.batches(epoch + 1)  # what the next pass will ask for, unless moved
         token = self._iteration = object()
         self._fetching.close()  # an older iteration left suspended (tf, Lightning) holds no pins from now on
@@ -120,12 +129,12 @@ class Loader:
                 position += 1
                 self._position = position
                 if position == len(batches):  # complete once its last batch is out: a consumer that
-                    self.epoch, self._position = epoch + 1, 0  # stops after len() batches (Lightning) moves on
+                    self.set_epoch(epoch + 1)  # stops after len() batches (Lightning) moves on
                     self._count_fetched()
                 if len(batch.indices):  # an empty batch (all skipped) would be a NaN loss: only counted
                     yield self._adapter(batch)
             if start >= len(batches):  # nothing was left of this epoch
-                self.epoch, self._position = epoch + 1, 0
+                self.set_epoch(epoch + 1)
         finally:
             fetching.close()
 
@@ -142,21 +151,27 @@ class Loader:
                 self.stats.skipped_examples.append(f"{self.source.path_of(index)}: {reason}")
 
     def state_dict(self) -> dict[str, Any]:
-        """Where the loader is: resuming from it yields exactly the rest of the epoch."""
+        """Where the run is, as a small plain dict (ints and strings): the dataset's identity, the
+        order's settings, the epoch and how many samples of its global order are done. It is the
+        same on every rank (all ranks deliver batches in step), and `load_state_dict` continues
+        from it on any world size, batch size, worker count or engine."""
         o = self.order
-        return {"epoch": self.epoch, "batches_done": self._position, "seed": o.seed, "samples": o.samples,
-                "batch_size": o.batch_size, "rank": o.rank, "world_size": o.world_size, "shuffle": o.shuffle,
-                "block_shards": o.block_shards}
+        done = min(self._done + (self._position - self._first) * o.batch_size * o.world_size, o.samples)
+        return resume_state(self._fingerprint(), o, Progress(self.epoch, done, self._position))
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Continue from `state_dict()` of a loader over the same data and settings."""
-        mine = self.state_dict()
-        for key in ("seed", "samples", "batch_size", "rank", "world_size", "shuffle", "block_shards"):
-            if key in state and state[key] != mine[key]:  # a state from before shuffle modes has none
-                raise OptionError(f"cannot resume: state has {key}={state.get(key)!r}, this loader {mine[key]!r}")
-        if not 0 <= state["batches_done"] <= len(self):
-            raise OptionError(f"cannot resume: batches_done={state['batches_done']} outside 0..{len(self)}")
-        self.epoch, self._position = int(state["epoch"]), int(state["batches_done"])
+        """Continue from `state_dict()` of a loader over the same data, seed and shuffle: the rest of
+        the epoch's global order is shared out among this loader's ranks (each sample exactly once,
+        apart from padding to equal batches). OptionError naming the key when the state is
+        malformed or of other data or settings."""
+        progress = parse(state, self._fingerprint(), self.order)
+        self.epoch, self._done = progress.epoch, progress.samples_done
+        self._position = self._first = progress.batches_done
+
+    def _fingerprint(self) -> str:
+        if not self._identity:
+            self._identity = fingerprint(self.source)
+        return self._identity
 
     def _count_fetched(self) -> None:
         """Update `stats.fetched` from the node's fetch log (streamed datasets)."""

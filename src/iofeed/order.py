@@ -1,4 +1,5 @@
-"""Epoch order: a pure function of (seed, epoch, rank, world_size), whatever the worker count."""
+"""Epoch order: one global sample order per (seed, epoch), dealt out to ranks by (rank, world_size)
+from any point of it, whatever the worker count."""
 from __future__ import annotations
 
 import math
@@ -8,6 +9,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .errors import OptionError
+
+_DONE = np.empty(0, np.int64)  # the entry of a batch delivered before a resume
 
 
 def _unshuffled(spec: OrderSpec, epoch: int) -> np.ndarray:
@@ -79,36 +82,56 @@ class OrderSpec:
         if self.block_shards < 1:
             raise OptionError(f"block_shards must be >= 1, got {self.block_shards}")
 
+    def share(self, remaining: int) -> int:
+        """Samples each rank takes of `remaining` samples of the global order (padded or trimmed so
+        that all ranks are equal)."""
+        if self.drop_last:
+            return remaining // self.world_size
+        return math.ceil(remaining / self.world_size)
+
     @property
     def per_rank(self) -> int:
-        """Samples each rank sees in an epoch (padded or trimmed so that all ranks are equal)."""
-        if self.drop_last:
-            return self.samples // self.world_size
-        return math.ceil(self.samples / self.world_size)
+        """Samples each rank sees in a whole epoch."""
+        return self.share(self.samples)
+
+    def batch_count(self, done: int = 0) -> int:
+        """Batches on each rank for the rest of an epoch whose first `done` samples of the global
+        order are done."""
+        share = self.share(max(self.samples - done, 0))
+        return share // self.batch_size if self.drop_last else math.ceil(share / self.batch_size)
 
     def __len__(self) -> int:
         """Batches per epoch on each rank."""
-        if self.drop_last:
-            return self.per_rank // self.batch_size
-        return math.ceil(self.per_rank / self.batch_size)
+        return self.batch_count(0)
 
-    def rank_indices(self, epoch: int) -> np.ndarray:
-        """This rank's sample indices for `epoch`, in order.
+    def rank_indices(self, epoch: int, done: int = 0) -> np.ndarray:
+        """This rank's sample indices for `epoch`, in order, once the first `done` samples of the
+        epoch's global order are done (by any world size and batch size).
 
-        The epoch's order of all samples is padded by repeating samples (from its start, or
-        for a block order from its end), or trimmed, to `per_rank * world_size`, then dealt
-        out rank by rank: ranks are disjoint apart from the padding, their union covers every
-        sample, and they move through the order together (one block live per node).
+        The global order of all samples (a function of the seed and epoch only) less its first
+        `done` is padded by repeating samples (from the order's start, or for a block order
+        from its end), or trimmed, to equal shares, then dealt out rank by rank: sample i of
+        what is left goes to rank i mod world_size. Ranks are disjoint apart from the padding,
+        their union covers the rest of the epoch, and they move through the order together (one
+        block live per node). So the first k batches of every rank are exactly the first
+        k * batch_size * world_size samples of the global order: "done" is always a prefix.
         """
         shuffle = SHUFFLES[self.shuffle]
         order = shuffle.order(self, epoch)
-        total = self.per_rank * self.world_size
-        if total > len(order) and shuffle.pad_from_end:
-            order = np.concatenate([order, order[len(order) - (total - len(order)):]])
-        order = np.resize(order, total)  # wraps around to pad, or trims
-        return order[self.rank :: self.world_size]
+        rest = order[min(done, len(order)):]
+        total = self.share(len(rest)) * self.world_size
+        if total > len(rest):
+            pad = total - len(rest)
+            extra = order[len(order) - pad:] if shuffle.pad_from_end else np.resize(order, pad)
+            rest = np.concatenate([rest, extra])
+        return rest[:total][self.rank :: self.world_size]
 
-    def batches(self, epoch: int) -> list[np.ndarray]:
-        """This rank's batches of sample indices for `epoch`."""
-        indices = self.rank_indices(epoch)[: len(self) * self.batch_size]
-        return [indices[i : i + self.batch_size] for i in range(0, len(indices), self.batch_size)]
+    def batches(self, epoch: int, done: int = 0, first: int = 0) -> list[np.ndarray]:
+        """This rank's batches of sample indices for `epoch`, numbered from `first`: entry k is
+        batch k (its crops come from `BatchKey(..., k)`). After a resume (`done` samples of the
+        global order done, `first` batches counted by the run that did them) the entries before
+        `first` are empty: they were delivered before the resume."""
+        indices = self.rank_indices(epoch, done)[: self.batch_count(done) * self.batch_size]
+        rest = [indices[i : i + self.batch_size] for i in range(0, len(indices), self.batch_size)]
+        return [_DONE] * first + rest
+
