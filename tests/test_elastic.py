@@ -148,7 +148,8 @@ def test_a_resumed_epoch_counts_its_earlier_batches_in_len(colour_dataset):
         _take(ld, 3)  # 6 of 32 samples
         state = ld.state_dict()
     with iofeed.loader(colour_dataset, batch_size=2, rank=0, world_size=4, **OPTIONS) as ld:
-        ld.load_state_dict(state)
+        with pytest.warns(UserWarning, match="holds 7 batches .* whole epoch's 4"):
+            ld.load_state_dict(state)
         assert len(ld) == 3 + 4 == 7, "26 samples left: 7 per rank, 4 batches of 2"
         assert len(_take(ld, None)) == 7 and ld.epoch == 1
         assert len(ld) == 4, "whole epochs again"
@@ -227,3 +228,56 @@ def test_earliest_picks_the_rank_least_far_on():
         earliest([*states, {**states[0], "dataset": "cd"}])
     with pytest.raises(OptionError, match="one or more"):
         earliest([])
+
+
+# ---- real processes: torch.distributed.checkpoint over gloo, 2 ranks stopped, 3 ranks resumed
+
+
+def _dcp_rank(rank: int, world: int, phase: str, folder: str) -> None:
+    """One gloo rank: phase "stop" reads 2 batches of 2 and saves {"loader": loader} with
+    torch.distributed.checkpoint; phase "resume" (batches of 3) loads it and reads the rest."""
+    import json
+
+    import torch.distributed as dist
+    import torch.distributed.checkpoint as dcp
+
+    dist.init_process_group("gloo", init_method=f"file://{folder}/rendezvous-{phase}", rank=rank, world_size=world)
+    try:
+        batch = 2 if phase == "stop" else 3
+        with iofeed.loader(f"{folder}/data", batch_size=batch, **OPTIONS) as ld:  # rank from the group
+            if phase == "resume":
+                dcp.load({"loader": ld}, checkpoint_id=f"{folder}/checkpoint")
+            loaded = ld.state_dict()
+            seen = _take(ld, 2 if phase == "stop" else None)
+            if phase == "stop":
+                dcp.save({"loader": ld}, checkpoint_id=f"{folder}/checkpoint")
+            result = {"rank": ld.order.rank, "world": ld.order.world_size, "seen": seen, "loaded": loaded,
+                      "state": ld.state_dict()}
+        Path(f"{folder}/{phase}-{rank}.json").write_text(json.dumps(result))
+        dist.barrier()
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.slow
+@pytest.mark.torch
+def test_dcp_checkpoint_of_2_gloo_ranks_resumes_on_3(colour_dataset, tmp_path, monkeypatch):
+    import json
+
+    import torch.multiprocessing as tmp
+
+    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
+        monkeypatch.delenv(name, raising=False)
+    (tmp_path / "data").symlink_to(colour_dataset)
+    tmp.spawn(_dcp_rank, args=(2, "stop", str(tmp_path)), nprocs=2, join=True)
+    tmp.spawn(_dcp_rank, args=(3, "resume", str(tmp_path)), nprocs=3, join=True)
+    stop = [json.loads((tmp_path / f"stop-{r}.json").read_text()) for r in range(2)]
+    resume = [json.loads((tmp_path / f"resume-{r}.json").read_text()) for r in range(3)]
+    assert [(r["rank"], r["world"]) for r in stop + resume] == [(r, 2) for r in range(2)] + [(r, 3) for r in range(3)]
+    saved = stop[0]["state"]
+    assert all(r["state"] == saved for r in stop) and saved["samples_done"] == 8
+    assert all(r["loaded"] == saved for r in resume), "the checkpoint round trip gives the state back"
+    assert len({len(r["seen"]) for r in resume}) == 1
+    seen = Counter(sum((r["seen"] for r in stop + resume), []))
+    assert set(seen) == set(range(32)) and sum(seen.values()) - 32 == _padding(24, 3)
+    assert all(r["state"]["epoch"] == 1 for r in resume)

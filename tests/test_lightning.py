@@ -103,3 +103,57 @@ def test_ddp_ranks_step_equally_over_their_shares(colour_dataset, tmp_path):
     for epoch in (0, 1):
         both = results[0]["labels"][epoch] + results[1]["labels"][epoch]
         assert sorted(both) == sorted([0, 1, 2, 3] * 8), "the ranks share the epoch between them"
+
+
+class _Preempted(Exception):
+    """Raised by the test's callback right after a mid-epoch checkpoint, as a preemption would end a job."""
+
+
+def _preempted_run(dataset, recorder, checkpoint, batch_size, stop_after=None, ckpt_path=None):
+    """A fit over 2 epochs recording the samples of each epoch; with `stop_after`, a checkpoint is
+    saved after that many batches and the run ends (`_Preempted`)."""
+
+    class Record(pl.Callback):
+        def __init__(self):
+            self.seen = {}
+
+        def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
+            self.seen.setdefault(trainer.current_epoch, []).extend(ld.last_indices.tolist())
+            if batch_idx + 1 == stop_after:
+                trainer.save_checkpoint(checkpoint)
+                raise _Preempted
+
+    record = Record()
+    with iofeed.loader(dataset, batch_size=batch_size, image_size=16, framework="torch", workers=1, seed=5,
+                       drop_last=False) as ld:
+        trainer = recorder.trainer(callbacks=[record])
+        if stop_after is None:
+            trainer.fit(recorder.Recorder(), train_dataloaders=ld, ckpt_path=ckpt_path)
+        else:
+            with pytest.raises(_Preempted):
+                trainer.fit(recorder.Recorder(), train_dataloaders=ld)
+    return record.seen, trainer
+
+
+def test_lightning_checkpoint_resumes_mid_epoch_with_another_batch_size(colour_dataset, recorder, tmp_path):
+    """Lightning keeps the loader's state_dict() in its checkpoints by itself (the fit loop saves the
+    state of every train loader with state_dict/load_state_dict) and loads it on `fit(ckpt_path=)`:
+    stopped after 3 batches of 4, resumed with batches of 2, every sample of the epoch exactly once."""
+    checkpoint = tmp_path / "mid.ckpt"
+    first, _ = _preempted_run(colour_dataset, recorder, checkpoint, 4, stop_after=3)
+    second, trainer = _preempted_run(colour_dataset, recorder, checkpoint, 2, ckpt_path=checkpoint)
+    assert len(first[0]) == 12 and len(second[0]) == 20
+    assert sorted(first[0] + second[0]) == list(range(32)), "epoch 0 over both runs"
+    assert sorted(second[1]) == list(range(32)), "epoch 1 whole"
+    assert trainer.current_epoch == 2
+
+
+def test_lightning_resume_with_a_larger_global_batch_warns_and_loses_nothing(colour_dataset, recorder, tmp_path):
+    """Lightning fixes the epoch's length before it loads the loader's state, and counts on from its
+    own batches: with a larger batch the resumed epoch holds more batches than it will ask for. The
+    loader says so, and the rest of the epoch comes at Lightning's next pass: nothing lost or repeated."""
+    checkpoint = tmp_path / "mid.ckpt"
+    first, _ = _preempted_run(colour_dataset, recorder, checkpoint, 4, stop_after=3)
+    with pytest.warns(UserWarning, match="holds 6 batches"):
+        second, _ = _preempted_run(colour_dataset, recorder, checkpoint, 8, ckpt_path=checkpoint)
+    assert sorted(first[0] + second[0] + second[1]) == list(range(32))

@@ -138,6 +138,35 @@ def test_resume_mid_epoch_yields_exactly_the_rest(s3, tmp_path: Path) -> None:
     assert [b.tolist() for b in head + rest] == [b.tolist() for b in full]
 
 
+def test_streamed_stop_at_4_ranks_resumes_at_3_with_another_batch_size(s3, dataset: Path, tmp_path: Path) -> None:
+    """Block order over S3: 4 ranks stop after 3 batches of 16, 3 ranks of 12 take the rest; every
+    sample once but the padding. The state names the data, not where it lives: a local copy's agrees."""
+    options = dict(KW, cache_dir=tmp_path / "cache", seed=2, drop_last=False)
+    before, states = [], []
+    for rank in range(4):
+        with iofeed.loader(s3.url, rank=rank, world_size=4, **options) as ld:
+            stream = iter(ld)
+            for _ in range(3):
+                next(stream)
+                before += ld.last_indices.tolist()
+            states.append(ld.state_dict())
+    assert all(s == states[0] for s in states) and states[0]["shuffle"] == "block"
+    after, counts = [], []
+    for rank in range(3):
+        with iofeed.loader(s3.url, rank=rank, world_size=3, **{**options, "batch_size": 12}) as ld:
+            ld.load_state_dict(states[0])
+            mine = [i for _ in ld for i in ld.last_indices.tolist()]
+            counts.append(len(mine))
+            after += mine
+    total = len(open_source(dataset))
+    assert len(set(counts)) == 1
+    assert sorted(set(before + after)) == list(range(total))
+    assert len(before) + len(after) - total == -(total - 4 * 3 * 16) % 3, "only the padding repeats"
+    with iofeed.loader(str(dataset), shuffle="block", **options) as local:
+        local.load_state_dict(states[0])
+        assert local.state_dict() == states[0]
+
+
 def test_a_tenth_of_the_dataset_bounds_the_cache(s3, dataset: Path, tmp_path: Path) -> None:
     shards = _shards(dataset)
     limit = sum(s["bytes"] for s in shards) // 10
@@ -210,7 +239,8 @@ def test_a_pass_with_nothing_left_fetches_nothing(dataset: Path, tmp_path: Path)
     server = CountingServer(dataset.parent)
     try:
         with iofeed.loader(f"{server.url}/{dataset.name}", cache_dir=tmp_path / "cache", **KW) as loader:
-            loader.load_state_dict({**loader.state_dict(), "batches_done": len(loader)})
+            loader.load_state_dict({**loader.state_dict(), "samples_done": len(loader.source),
+                                    "batches_done": len(loader)})
             assert _epoch(loader) == [] and loader.epoch == 1
             time.sleep(0.5)  # a download started by the pass would have asked by now
     finally:

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+import warnings
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -167,6 +168,11 @@ class Loader:
         progress = parse(state, self._fingerprint(), self.order)
         self.epoch, self._done = progress.epoch, progress.samples_done
         self._position = self._first = progress.batches_done
+        self._join_group()
+        if len(self) > len(self.order):
+            warnings.warn(f"the resumed epoch holds {len(self)} batches (counting {self._first} done before the "
+                          f"resume), more than a whole epoch's {len(self.order)}: a trainer that takes len() once "
+                          "(Lightning) stops it early, and the next pass continues it", UserWarning, stacklevel=2)
 
     def _fingerprint(self) -> str:
         if not self._identity:
