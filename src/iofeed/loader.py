@@ -297,7 +297,8 @@ def loader(
     downloads since the dataset was opened.
 
     Breaking out of an epoch and iterating again continues it; `state_dict()` and
-    `load_state_dict()` resume exactly; `close()` (or `with`) frees processes and memory.
+    `load_state_dict()` resume exactly, also on another world size, batch size or engine
+    (docs/distributed.md); `close()` (or `with`) frees processes and memory.
     """
     options = LoaderOptions(
         batch_size=batch_size, split=split, image_size=image_size, augment=augment, framework=framework,

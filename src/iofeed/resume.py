@@ -64,7 +64,7 @@ def parse(given: Any, identity: str, order: OrderSpec) -> Progress:
                           f"{type(given).__name__}")
     if "version" not in given:
         return _old(given, order)
-    version = _int(given, "version", 1, None)
+    version = _int(given, "version", VERSION, None)
     if version > VERSION:
         raise OptionError(f"cannot resume: state version={version} comes from a newer iofeed (this one reads up "
                           f"to {VERSION}): upgrade iofeed")

@@ -81,7 +81,7 @@ def check_resume_mid_epoch(make: MakeLoader, data: ContractData) -> None:
             if k == 3:
                 state = ld.state_dict()
                 break
-    assert state["epoch"] == 2 and state["batches_done"] == 3
+    assert state["epoch"] == 2 and state["batches_done"] == 3 and state["samples_done"] == 12
     with make(data.dataset, batch_size=4, seed=5, **SMALL) as resumed:
         resumed.load_state_dict(state)
         rest = epoch(resumed)
