@@ -138,10 +138,14 @@ def test_resume_mid_epoch_yields_exactly_the_rest(s3, tmp_path: Path) -> None:
     assert [b.tolist() for b in head + rest] == [b.tolist() for b in full]
 
 
-def test_streamed_stop_at_4_ranks_resumes_at_3_with_another_batch_size(s3, dataset: Path, tmp_path: Path) -> None:
-    """Block order over S3: 4 ranks stop after 3 batches of 16, 3 ranks of 12 take the rest; every
-    sample once but the padding. The state names the data, not where it lives: a local copy's agrees."""
-    options = dict(KW, cache_dir=tmp_path / "cache", seed=2, drop_last=False)
+@pytest.mark.slow
+@pytest.mark.parametrize("shuffle", ["block", "global"])
+def test_streamed_stop_at_4_ranks_resumes_at_2_3_8_and_another_batch_size(s3, dataset: Path, tmp_path: Path,
+                                                                          shuffle: str) -> None:
+    """Over S3: 4 ranks stop after 3 batches of 16; 2, 3 (batches of 12) and 8 ranks take the rest,
+    every sample once but the padding. The state names the data, not where it lives: a local
+    copy's agrees."""
+    options = dict(KW, cache_dir=tmp_path / "cache", seed=2, drop_last=False, shuffle=shuffle)
     before, states = [], []
     for rank in range(4):
         with iofeed.loader(s3.url, rank=rank, world_size=4, **options) as ld:
@@ -150,19 +154,20 @@ def test_streamed_stop_at_4_ranks_resumes_at_3_with_another_batch_size(s3, datas
                 next(stream)
                 before += ld.last_indices.tolist()
             states.append(ld.state_dict())
-    assert all(s == states[0] for s in states) and states[0]["shuffle"] == "block"
-    after, counts = [], []
-    for rank in range(3):
-        with iofeed.loader(s3.url, rank=rank, world_size=3, **{**options, "batch_size": 12}) as ld:
-            ld.load_state_dict(states[0])
-            mine = [i for _ in ld for i in ld.last_indices.tolist()]
-            counts.append(len(mine))
-            after += mine
+    assert all(s == states[0] for s in states) and states[0]["shuffle"] == shuffle
     total = len(open_source(dataset))
-    assert len(set(counts)) == 1
-    assert sorted(set(before + after)) == list(range(total))
-    assert len(before) + len(after) - total == -(total - 4 * 3 * 16) % 3, "only the padding repeats"
-    with iofeed.loader(str(dataset), shuffle="block", **options) as local:
+    for world, batch in [(2, 16), (3, 12), (8, 16)]:
+        after, counts = [], []
+        for rank in range(world):
+            with iofeed.loader(s3.url, rank=rank, world_size=world, **{**options, "batch_size": batch}) as ld:
+                ld.load_state_dict(states[0])
+                mine = [i for _ in ld for i in ld.last_indices.tolist()]
+                counts.append(len(mine))
+                after += mine
+        assert len(set(counts)) == 1, f"{world}x{batch}: equal shares"
+        assert sorted(set(before + after)) == list(range(total)), f"{world}x{batch}: every sample"
+        assert len(before) + len(after) - total == -(total - 4 * 3 * 16) % world, "only the padding repeats"
+    with iofeed.loader(str(dataset), **options) as local:
         local.load_state_dict(states[0])
         assert local.state_dict() == states[0]
 
