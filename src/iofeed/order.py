@@ -49,7 +49,10 @@ SHUFFLES: dict[str, Shuffle] = {
 
 @dataclass(frozen=True)
 class OrderSpec:
-    """Everything the order of an epoch depends on, apart from the epoch number.
+    """Everything the order of an epoch depends on, apart from the epoch number (and, after a
+    resume, how much of it is done). The global order depends on `samples`, `seed`, `shuffle`,
+    `block_shards` and `shard_of` only; `rank`, `world_size`, `batch_size` and `drop_last` say how
+    it is dealt out.
 
     `shuffle` is "global" (a permutation of all samples), "block" (see `_block`: for streamed
     datasets; needs `shard_of`, each sample's shard) or "none"; True and False mean
