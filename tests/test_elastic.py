@@ -228,6 +228,8 @@ def test_earliest_picks_the_rank_least_far_on():
         earliest([*states, {**states[0], "dataset": "cd"}])
     with pytest.raises(OptionError, match="one or more"):
         earliest([])
+    with pytest.raises(OptionError, match="epoch='1'"):
+        earliest([*states, {**states[0], "epoch": "1"}])
 
 
 # ---- real processes: torch.distributed.checkpoint over gloo, 2 ranks stopped, 3 ranks resumed

@@ -126,4 +126,5 @@ def earliest(states: Iterable[Mapping]) -> Mapping:
         values = {repr(s.get(key)) for s in states}
         if len(values) > 1:
             raise OptionError(f"the states are not of one run: {key} differs ({', '.join(sorted(values))})")
-    return min(states, key=lambda s: (s["epoch"], s.get("samples_done", 0), s.get("batches_done", 0)))
+    return min(states, key=lambda s: tuple(_int(s, k, 0, None) if k in s else 0
+                                           for k in ("epoch", "samples_done", "batches_done")))
