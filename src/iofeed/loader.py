@@ -15,7 +15,7 @@ from .adapters.base import Adapter
 from .adapters.registry import ADAPTERS
 from .backends.base import Backend, Batch
 from .backends.select import make_engine
-from .device import loader_device
+from .device import usable_device
 from .errors import LoaderStateError, OptionError
 from .options import LoaderOptions, distributed_rank_world
 from .order import OrderSpec
@@ -280,7 +280,7 @@ def loader(
     """
     options = LoaderOptions(
         batch_size=batch_size, split=split, image_size=image_size, augment=augment, framework=framework,
-        device=loader_device(device), dtype=dtype, backend=backend, workers=workers, prefetch=prefetch, seed=seed,
+        device=usable_device(device), dtype=dtype, backend=backend, workers=workers, prefetch=prefetch, seed=seed,
         rank=rank, world_size=world_size, drop_last=drop_last, on_error=on_error, memory_budget=memory_budget,
         gpu_augment=gpu_augment, shuffle=shuffle, block_shards=block_shards, cache_dir=cache_dir,
         cache_limit=cache_limit,
