@@ -4,7 +4,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -34,8 +34,16 @@ class LoaderStats:
     skipped: Counter = field(default_factory=Counter)  # reason kind -> count (includes the source scan)
     skipped_examples: list[str] = field(default_factory=list)  # first few "path: reason"
     wait_seconds: float = 0.0  # time the consumer spent waiting for the next batch
-    settings: dict[str, Any] = field(default_factory=dict)
+    fixed: dict[str, Any] = field(default_factory=dict)  # the loader's settings that do not change
     fetched: dict[str, float] = field(default_factory=dict)  # streamed datasets: shards, bytes, seconds downloaded
+    live: Callable[[], dict[str, Any]] | None = field(default=None, repr=False)  # the engine's settings now
+
+    @property
+    def settings(self) -> dict[str, Any]:
+        """The loader's settings as they are now: `fixed` and the engine's (`Backend.describe()`), so the
+        worker count, prefetch depth and the autotuner's `decisions` (after_seconds, workers, reason)
+        follow the autotuner. A new dict at each read."""
+        return {**self.fixed, **(self.live() if self.live is not None else {})}
 
     def as_dict(self) -> dict[str, Any]:
         """Plain-JSON form."""
@@ -46,7 +54,7 @@ class LoaderStats:
             "skipped": dict(self.skipped),
             "skipped_examples": list(self.skipped_examples),
             "wait_seconds": self.wait_seconds,
-            "settings": dict(self.settings),
+            "settings": self.settings,
             "fetched": dict(self.fetched),
         }
 
@@ -68,10 +76,9 @@ class Loader:
         self.epoch = 0
         self._position = 0  # batches of `epoch` already delivered
         self.last_indices = np.empty(0, np.int64)  # sample indices of the latest batch, for auditing
-        self.stats = LoaderStats(skipped=Counter(source.rejected))
-        self.stats.settings = {"samples": len(source), "rank": order.rank, "world_size": order.world_size,
-                               "batch_size": order.batch_size, "image_size": options.image_size,
-                               **backend.describe()}
+        self.stats = LoaderStats(skipped=Counter(source.rejected), live=backend.describe)
+        self.stats.fixed = {"samples": len(source), "rank": order.rank, "world_size": order.world_size,
+                            "batch_size": order.batch_size, "image_size": options.image_size}
 
     def __len__(self) -> int:
         self._join_group()
@@ -85,7 +92,7 @@ class Loader:
         rank, world_size = distributed_rank_world()
         if (rank, world_size) != (self.order.rank, self.order.world_size):
             self.order = dataclasses.replace(self.order, rank=rank, world_size=world_size)
-            self.stats.settings.update(rank=rank, world_size=world_size)
+            self.stats.fixed.update(rank=rank, world_size=world_size)
 
     def set_epoch(self, epoch: int) -> None:
         """Start `epoch` (from its beginning) at the next iteration."""
