@@ -253,3 +253,15 @@ def test_resnet50_bench_fits_every_feed_on_the_gpu(tmp_path, capsys):
         assert feed["status"] == "ok", (feed["name"], feed["reason"])
         assert feed["max_memory_reserved_bytes"] > 0 and feed["training"]["percent_of_ceiling"] > 0
     print(printed.out)  # the table, in the session's log
+
+
+@pytest.mark.parametrize("missing", ["psutil", "matplotlib", "torchvision"])
+def test_a_missing_bench_extra_names_its_pip_command_before_any_work(missing, colour_tree, capsys, monkeypatch):
+    """`iofeed bench` without psutil used to end in `ModuleNotFoundError: psutil`."""
+    import sys
+
+    monkeypatch.setitem(sys.modules, missing, None)  # an import of it now fails as if not installed
+    assert main(["bench", str(colour_tree), "--feeds", "iofeed-dataset"]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"{missing} is not installed: run `pip install 'iofeed[bench]'`" in err
+    assert not (colour_tree.parent / "tree.iof").exists(), "nothing preprocessed"

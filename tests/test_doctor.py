@@ -405,3 +405,13 @@ def test_cli_a_command_without_the_double_dash_gets_a_hint(tmp_path, capsys):
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "unrecognized arguments: python train.py" in err
     assert f"iofeed doctor {tmp_path / 'tree'} -- python train.py" in err
+
+
+def test_cli_a_missing_doctor_extra_names_its_pip_command_before_tracing(tmp_path, capsys, monkeypatch):
+    """The timeline needs matplotlib: it used to fail after the whole trace with ModuleNotFoundError."""
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    out = tmp_path / "d.json"
+    assert main(["doctor", "--json", str(out), "--", sys.executable, "-c", "open('ran', 'w')"]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "matplotlib is not installed: run `pip install 'iofeed[doctor]'`" in err
+    assert not out.exists() and not os.path.exists("ran"), "nothing traced"

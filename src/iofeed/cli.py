@@ -143,7 +143,9 @@ def _cmd_inspect(args: argparse.Namespace) -> None:
 
 
 def _cmd_bench(args: argparse.Namespace) -> None:
-    from .benchmark.options import BenchOptions, parse_feeds
+    from .benchmark.options import BenchOptions, parse_feeds, require_bench
+
+    require_bench()  # before importing what needs it
     from .benchmark.report import table
     from .benchmark.run import run_benchmark
 

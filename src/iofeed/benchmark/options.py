@@ -5,12 +5,20 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
-from ..errors import OptionError, SourceError
+from ..errors import OptionError, SourceError, require
 
 MODELS = ("resnet50", "resnet18", "none")
 DEVICES = ("cpu", "cuda")
 DEFAULT_SOURCE = Path("data/c256")
 RESULTS_DIR = Path("bench/results")
+NEEDS = ("psutil", "matplotlib", "torch", "torchvision")  # modules of the `bench` extra every run uses
+
+
+def require_bench() -> None:
+    """A one-line MissingDependencyError naming `pip install 'iofeed[bench]'` when a module every bench
+    run uses is missing: checked before any work, not as a ModuleNotFoundError mid-run."""
+    for module in NEEDS:
+        require(module, "bench")
 
 
 @dataclass(frozen=True)

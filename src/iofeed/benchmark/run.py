@@ -46,7 +46,7 @@ def plan_feeds(names: tuple[str, ...], inputs: Inputs, options: BenchOptions, de
         spec = FeedSpec(name, str(source or ""), entry.workers or workers, options.batch_size,
                         options.image_size, device, options.seed, model, classes)
         if entry.needs_dali and not dali_installed():
-            skipped.append(FeedRun(spec, "skipped", "NVIDIA DALI is not installed"))
+            skipped.append(FeedRun(spec, "skipped", "NVIDIA DALI is not installed (pip install 'iofeed[dali]')"))
         elif entry.gpu_augment and device != "cuda":
             skipped.append(FeedRun(spec, "skipped", "augments on the GPU: needs a CUDA GPU"))
         elif entry.reads and source is None:
