@@ -265,3 +265,25 @@ def test_a_missing_bench_extra_names_its_pip_command_before_any_work(missing, co
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and f"{missing} is not installed: run `pip install 'iofeed[bench]'`" in err
     assert not (colour_tree.parent / "tree.iof").exists(), "nothing preprocessed"
+
+
+@pytest.mark.torch
+@pytest.mark.slow
+def test_results_go_beside_the_data_and_the_raw_size_is_said_first(tmp_path, capsys, monkeypatch):
+    """Results used to land in ./bench/results of whatever folder bench ran in (a checkout's `git
+    status`), and the 5.5 GiB raw dataset was written without a word about its size."""
+    tree = make_colour_tree(tmp_path / "data" / "tree", per_class=4)
+    cwd = tmp_path / "elsewhere"
+    cwd.mkdir()
+    monkeypatch.chdir(cwd)
+    assert main(["bench", str(tree), "--feeds", "iofeed-raw", "--seconds", "0.3", "--rounds", "1", "--warmup", "0",
+                 "--model", "none", "--device", "cpu", "--batch-size", "4", "--image-size", "32",
+                 "--no-warm-cache"]) == 0
+    printed = capsys.readouterr().out
+    said = next(line for line in printed.splitlines() if "preprocessing" in line and "raw.iof" in line)
+    assert "16 files, about 0.0 GiB" in said and "GiB free there" in said, said
+    assert "iofeed-raw, iofeed-raw-gpu (--feeds without them skips this)" in said, said
+    (result,) = (tmp_path / "data" / "tree.bench").glob("bench-*.json")
+    assert result.with_suffix(".png").is_file() and f"results will go to {result}" in printed
+    assert list(cwd.iterdir()) == [], "nothing written where the command ran"
+    assert not (tmp_path / "data" / "tree.iof").exists(), "the JPEG dataset is not needed by iofeed-raw"

@@ -252,7 +252,8 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--workers", type=int, default=None,
                        help="worker processes/threads per feed (default: the usable cores)")
     bench.add_argument("--seed", type=int, default=0)
-    bench.add_argument("--json", type=Path, default=None, help="results file (default bench/results/bench-<date>.json)")
+    bench.add_argument("--json", type=Path, default=None,
+                       help="results file (default: SOURCE.bench/bench-<date>.json beside the data)")
     bench.add_argument("--plot", type=Path, default=None, help="PNG plot (default: beside the JSON)")
     bench.add_argument("--no-warm-cache", action="store_true", help="do not read the data once before measuring")
     bench.set_defaults(func=_cmd_bench)

@@ -12,7 +12,7 @@ from ..system import usable_cores
 from .feeds import BASELINE, CATALOGUE, CEILING, FEEDS, FeedSpec, dali_installed
 from .inputs import CacheState, Inputs, data_files, resolve_inputs, warm_page_cache
 from .measure import FeedRun, measure, memory_metric
-from .options import BenchOptions
+from .options import BenchOptions, check_writable
 
 
 def pick_device(asked: str | None) -> str:
@@ -60,6 +60,10 @@ def run_benchmark(options: BenchOptions, command: str) -> tuple[dict[str, Any], 
     """Measure, write the JSON (after every round, atomically) and the PNG; return (record, JSON
     path, PNG path). After Ctrl-C the record holds the windows measured so far, `"complete": false`."""
     options.check(tuple(CATALOGUE))
+    now = datetime.now(timezone.utc)
+    json_path, png_path = options.outputs(now)
+    check_writable(json_path, png_path)  # before any work: the JSON is written after every round
+    print(f"iofeed bench: results will go to {json_path} and {png_path}")
     names = options.feeds or tuple(CATALOGUE)
     device = pick_device(options.device)
     model = options.model or ("resnet50" if device == "cuda" else "none")
@@ -73,8 +77,6 @@ def run_benchmark(options: BenchOptions, command: str) -> tuple[dict[str, Any], 
     from .plot import plot
     from .report import build_record, feed_records, write_json
 
-    now = datetime.now(timezone.utc)
-    json_path, png_path = options.outputs(now)
     machine = describe_machine(device == "cuda", inputs.notes)  # before measuring: a late NVML error loses nothing
     gpu = None
     if device == "cuda":
