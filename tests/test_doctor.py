@@ -396,6 +396,7 @@ def test_cli_a_failed_command_is_said_first_and_sets_the_exit_status(capsys):
     assert code == 3
     assert printed[0] == "iofeed doctor" and "the traced command FAILED" in printed[1] and "status 3" in printed[1]
     assert printed[-1] == "no findings (the traced command failed: see above)"
+    assert any(" trace samples, peak memory" in line for line in printed), "samples of the trace, not images"
 
 
 def test_cli_a_command_without_the_double_dash_gets_a_hint(tmp_path, capsys):

@@ -29,6 +29,11 @@ def _shard_bytes(mib: float) -> int:
     return int(mib * 2**20)
 
 
+def _count(n: int, noun: str) -> str:
+    """"1 shard", "2 shards"."""
+    return f"{n:,} {noun}{'' if n == 1 else 's'}"
+
+
 def _mib(n: float) -> str:
     return f"{n / 2**20:,.1f} MiB"
 
@@ -60,9 +65,10 @@ def print_manifest(path: Path | str, manifest: Manifest) -> None:
     print(f"  classes       {len(manifest.classes)} ({', '.join(manifest.classes[:3])}, ...)")
     for name, info in manifest.splits.items():
         size = sum(s["bytes"] for s in info.shards)
-        print(f"  {name:<13} {info.samples:,} samples in {len(info.shards)} shards, {_mib(size)}")
+        print(f"  {name:<13} {info.samples:,} samples in {_count(len(info.shards), 'shard')}, {_mib(size)}")
     image = manifest.image
-    print(f"  images        {image['encoding']}, shorter side {image['shorter_side']}, quality {image['quality']}")
+    quality = "" if image["encoding"] == "raw" else f", quality {image['quality']}"  # raw pixels have none
+    print(f"  images        {image['encoding']}, shorter side {image['shorter_side']}{quality}")
     stored = src.get("stored")
     if stored and stored["samples"]["raw"]:
         on_disk = stored["bytes"]["jpeg"] + stored["bytes"]["raw"]
@@ -138,7 +144,7 @@ def _cmd_inspect(args: argparse.Namespace) -> None:
         if checked.problems:
             raise DatasetError(f"{dataset} failed verification: {len(checked.problems)} problem(s), first: "
                                f"{checked.problems[0]} (run `iofeed preprocess` again)")
-        print(f"  verified      {checked.samples:,} samples in {checked.shards} shards: tables, indexes, "
+        print(f"  verified      {checked.samples:,} samples in {_count(checked.shards, 'shard')}: tables, indexes, "
               "shard sizes and labels agree")
 
 

@@ -108,7 +108,7 @@ def _trace(checkup: Checkup) -> list[str]:
     s = summarize(rec.trace)
     status = "interrupted" if rec.interrupted else f"exited with status {rec.exit_code}"
     lines = ["\ntrace", f"  `{command_text(rec.command)}` {status} after {rec.seconds:.1f} s; "
-             f"{s['samples']} samples, peak memory of its processes {s['rss_peak_bytes'] / GIB:.2f} GiB"]
+             f"{s['samples']} trace samples, peak memory of its processes {s['rss_peak_bytes'] / GIB:.2f} GiB"]
     if s["active_window"] is None:
         return lines + ["  no sample" if not s["samples"] else "  the GPUs were never in use"]
     t0, t1 = s["active_window"]
