@@ -230,3 +230,15 @@ def test_a_gpu_index_beyond_the_visible_ones_is_refused(colour_dataset, monkeypa
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
     with pytest.raises(OptionError, match=r"device='cuda:2' is GPU 2, but 1 GPU\(s\) are visible here"):
         iofeed.loader(colour_dataset, batch_size=4, device="cuda:2")
+
+
+def test_backend_dali_without_dali_names_its_extra_at_the_loader(colour_dataset, monkeypatch):
+    import iofeed
+    from helpers.runs import slot_memory
+    from iofeed.errors import MissingDependencyError
+
+    monkeypatch.setitem(sys.modules, "nvidia.dali", None)
+    before = slot_memory()
+    with pytest.raises(MissingDependencyError, match=r"pip install 'iofeed\[dali\]'"):
+        iofeed.loader(colour_dataset, batch_size=4, backend="dali")
+    assert slot_memory() == before

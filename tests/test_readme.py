@@ -104,3 +104,21 @@ def test_the_readme_commands_and_snippet_run_as_written(tmp_path):
     assert done.returncode == 0, done.stderr[-2000:]
     assert len(list((cwd / "data" / "c256.bench").glob("bench-*.png"))) == 1
     assert sorted(p.name for p in cwd.iterdir()) == ["data", "train.py"], "nothing else where the commands ran"
+
+
+def test_the_scripts_say_what_they_do_before_each_long_step():
+    """The first ~3 minutes of the main job printed nothing while pip installed."""
+    for script, heavy in (("setup-env.sh", ("pip install", "-m venv")), ("bench.sh", ("setup-env.sh", " synth ",
+                                                                                      " preprocess ", " bench "))):
+        lines = [line.strip() for line in (ROOT / "scripts" / script).read_text().splitlines()
+                 if line.strip() and not line.lstrip().startswith("#")]
+        runs = [i for i, line in enumerate(lines) if any(word in line for word in heavy) and "say " not in line]
+        assert runs, script
+        for i in runs:  # the nearest earlier line that does something is `say ...` (or a pip step after one)
+            before = [line for line in lines[:i] if not line.startswith(("if ", "fi", "then", "|"))]
+            assert any(line.startswith("say ") for line in before[-3:]), (script, lines[i])
+
+
+def test_generated_bench_results_stay_out_of_git_status():
+    ignored = (ROOT / ".gitignore").read_text().splitlines()
+    assert "*.bench/" in ignored and "data/" in ignored
