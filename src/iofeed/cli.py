@@ -284,7 +284,7 @@ def main(argv: list[str] | None = None) -> int:
         argv, child = argv[:argv.index("--")], argv[argv.index("--") + 1:]
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
-    if extra and args.command == "doctor":  # `iofeed doctor SRC python train.py`: the command needs `--`
+    if extra and args.command == "doctor" and not extra[0].startswith("-"):  # `doctor SRC python x.py`: no `--`
         print(f"iofeed doctor: error: unrecognized arguments: {' '.join(extra)}: put the command to trace after "
               f"`--`: iofeed doctor {' '.join(a for a in argv[1:] if a not in extra)} -- {' '.join(extra)}",
               file=sys.stderr)
