@@ -233,8 +233,9 @@ def loader(
             int64 labels on `device`; "tf" returns a `tf.data.Dataset` of normalised float32
             NHWC images (`dataset.iofeed_loader` is the Loader).
         device: where batches end up: None or "cpu", "cuda", "cuda:N", an ordinal or a
-            `torch.device`. The DALI engine decodes there; the torch adapter copies there.
-        dtype: torch dtype of the images (default float32; float16/bfloat16 are computed in
+            `torch.device`. The DALI engine decodes there; the torch adapter copies there. A CUDA
+            device this process cannot see (no GPU) is refused at once: pass "cpu".
+        dtype: floating-point torch dtype of the images (default float32; float16/bfloat16 are computed in
             float32 and rounded once). Only for `framework="torch"`.
         backend: "workers" (CPU processes), "dali" (NVIDIA DALI; JPEG datasets and folders only)
             or "auto": DALI when `device` is a CUDA device, a GPU is present and DALI is

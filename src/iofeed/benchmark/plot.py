@@ -124,8 +124,11 @@ def _rates(axes: Any, record: dict[str, Any]) -> None:
             axes.annotate(reason, (0, i), xytext=(3, 0), textcoords="offset points", va="center", fontsize=8,
                           color="0.3", style="italic")
     axes.set_xlim(0, max((r for r in rates if r is not None), default=1) * 1.45)
-    axes.set_xlabel(f"images/sec over the timed windows; orange: the baseline ({baseline}), green: synthetic data "
-                    "already on the device (the ceiling), grey: did not run", fontsize=8)
+    ceiling = (", green: synthetic data already on the device (the ceiling)"
+               if any(f["kind"] == "synthetic" for f in feeds) else "")
+    skipped = ", grey: did not run" if any(f["status"] != "ok" for f in feeds) else ""
+    axes.set_xlabel(f"images/sec over the timed windows; orange: the baseline ({baseline}){ceiling}{skipped}",
+                    fontsize=8)
     axes.tick_params(labelsize=8)
 
 
