@@ -253,3 +253,79 @@ def test_resnet50_bench_fits_every_feed_on_the_gpu(tmp_path, capsys):
         assert feed["status"] == "ok", (feed["name"], feed["reason"])
         assert feed["max_memory_reserved_bytes"] > 0 and feed["training"]["percent_of_ceiling"] > 0
     print(printed.out)  # the table, in the session's log
+
+
+@pytest.mark.parametrize("missing", ["psutil", "matplotlib", "torchvision"])
+def test_a_missing_bench_extra_names_its_pip_command_before_any_work(missing, colour_tree, capsys, monkeypatch):
+    """`iofeed bench` without psutil used to end in `ModuleNotFoundError: psutil`."""
+    import sys
+
+    monkeypatch.setitem(sys.modules, missing, None)  # an import of it now fails as if not installed
+    assert main(["bench", str(colour_tree), "--feeds", "iofeed-dataset"]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"{missing} is not installed: run `pip install 'iofeed[bench]'`" in err
+    assert not (colour_tree.parent / "tree.iof").exists(), "nothing preprocessed"
+
+
+@pytest.mark.torch
+@pytest.mark.slow
+def test_results_go_beside_the_data_and_the_raw_size_is_said_first(tmp_path, capsys, monkeypatch):
+    """Results used to land in ./bench/results of whatever folder bench ran in (a checkout's `git
+    status`), and the 5.5 GiB raw dataset was written without a word about its size."""
+    tree = make_colour_tree(tmp_path / "data" / "tree", per_class=4)
+    cwd = tmp_path / "elsewhere"
+    cwd.mkdir()
+    monkeypatch.chdir(cwd)
+    assert main(["bench", str(tree), "--feeds", "iofeed-raw", "--seconds", "0.3", "--rounds", "1", "--warmup", "0",
+                 "--model", "none", "--device", "cpu", "--batch-size", "4", "--image-size", "32",
+                 "--no-warm-cache"]) == 0
+    printed = capsys.readouterr().out
+    said = next(line for line in printed.splitlines() if "preprocessing" in line and "raw.iof" in line)
+    assert "16 files, about 0.0 GiB" in said and "GiB free there" in said, said
+    assert "iofeed-raw, iofeed-raw-gpu (--feeds without them skips this)" in said, said
+    (result,) = (tmp_path / "data" / "tree.bench").glob("bench-*.json")
+    assert result.with_suffix(".png").is_file() and f"results will go to {result}" in printed
+    assert list(cwd.iterdir()) == [], "nothing written where the command ran"
+    assert not (tmp_path / "data" / "tree.iof").exists(), "the JPEG dataset is not needed by iofeed-raw"
+
+
+def _texts(figure) -> list[str]:
+    from matplotlib.text import Text
+
+    return [t.get_text() for t in figure.findobj(Text)]
+
+
+@pytest.mark.matplotlib
+def test_the_plot_shows_every_feed_with_ratio_cpu_memory_and_skipped_reasons(tmp_path):
+    """The PNG used to leave skipped feeds out, show no memory although the README said so, and
+    put the legend over the last bar."""
+    from pathlib import Path
+
+    from iofeed.benchmark.plot import draw, plot
+
+    results = Path(__file__).resolve().parents[1] / "bench" / "results"
+    cpu = json.loads((results / "ab-2026-11-24" / "main-job-final.json").read_text())
+    figure = draw(cpu)
+    figure.canvas.draw()
+    texts = _texts(figure)
+    assert "skipped: augments on the GPU: needs a CUDA GPU" in texts
+    assert "3,941   5.47x the baseline" in texts and "720   1.00x the baseline" in texts
+    assert "5,583" in texts, "the raw feed's peak memory in MiB"
+    labels = [axes.get_xlabel() for axes in figure.axes]
+    assert len(labels) == 3 and labels[1].startswith("CPU ms per image") and labels[2].startswith("peak memory MiB")
+    for axes in figure.axes[:2]:  # the rates and the first small panel (the others share its feed axis)
+        assert [t.get_text() for t in axes.get_yticklabels()] == [f["name"] for f in cpu["feeds"]]
+    for axes in figure.axes:  # every panel has a bar for every feed, the skipped ones too, and no legend
+        assert len(axes.patches) == len(cpu["feeds"]) and axes.get_legend() is None
+
+    gpu = json.loads((results / "h100-resnet50-a.json").read_text())
+    figure = draw(gpu)
+    labels = [axes.get_xlabel() for axes in figure.axes]
+    assert any(label.startswith("mean GPU utilisation %") for label in labels) and len(labels) == 6
+    assert "3,930   1.43x the baseline   98% of the ceiling" in _texts(figure)
+    timeline = figure.axes[-1]
+    figure.canvas.draw()
+    legend = timeline.get_legend().get_window_extent()
+    assert legend.x0 >= timeline.get_window_extent().x1, "the legend stands beside the plot, not over it"
+    plot(gpu, tmp_path / "plots" / "gpu.png")
+    assert (tmp_path / "plots" / "gpu.png").read_bytes()[:4] == b"\x89PNG"

@@ -204,3 +204,41 @@ def test_the_doctor_keeps_tracing_when_nvml_fails(monkeypatch):
     raw = json.loads(json.dumps(rec.trace.to_dict(), allow_nan=False))
     assert raw["gpu_util"][0][-1] is None
     assert doctor_trace.Trace.from_dict(raw).gpu_util.shape == rec.trace.gpu_util.shape
+
+
+@pytest.mark.parametrize("options", [{"framework": "numpy"}, {"framework": "torch"}, {"backend": "dali"}],
+                         ids=lambda o: next(iter(o.values())))
+def test_cuda_without_a_visible_gpu_is_refused_at_the_loader(colour_dataset, monkeypatch, options):
+    """It used to give CPU arrays silently (numpy), PyTorch's driver traceback or DALI's assert at the
+    first batch; now one line at `loader()`, before any work, naming device='cpu'."""
+    import iofeed
+    from helpers.runs import slot_memory
+
+    monkeypatch.setitem(sys.modules, "pynvml", fake_pynvml([]))
+    monkeypatch.delenv("LOCAL_RANK", raising=False)
+    before = slot_memory()
+    with pytest.raises(OptionError, match=r"^device='cuda', but no CUDA device is available here: pass "
+                                          r"device='cpu'") as info:
+        iofeed.loader(colour_dataset, batch_size=4, device="cuda", **options)
+    assert "\n" not in str(info.value) and slot_memory() == before
+
+
+def test_a_gpu_index_beyond_the_visible_ones_is_refused(colour_dataset, monkeypatch):
+    import iofeed
+
+    monkeypatch.setitem(sys.modules, "pynvml", fake_pynvml([FakeGpu("GPU-aaaa")]))
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
+    with pytest.raises(OptionError, match=r"device='cuda:2' is GPU 2, but 1 GPU\(s\) are visible here"):
+        iofeed.loader(colour_dataset, batch_size=4, device="cuda:2")
+
+
+def test_backend_dali_without_dali_names_its_extra_at_the_loader(colour_dataset, monkeypatch):
+    import iofeed
+    from helpers.runs import slot_memory
+    from iofeed.errors import MissingDependencyError
+
+    monkeypatch.setitem(sys.modules, "nvidia.dali", None)
+    before = slot_memory()
+    with pytest.raises(MissingDependencyError, match=r"pip install 'iofeed\[dali\]'"):
+        iofeed.loader(colour_dataset, batch_size=4, backend="dali")
+    assert slot_memory() == before

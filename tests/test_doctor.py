@@ -387,3 +387,32 @@ def test_cli_bad_input_fails_with_one_line(tmp_path, capsys, args, message):
     assert main(["doctor", *(a.format(tmp=tmp_path) for a in args)]) == 1
     err = capsys.readouterr().err
     assert err.startswith("iofeed: error:") and message in err and err.count("\n") == 1
+
+
+def test_cli_a_failed_command_is_said_first_and_sets_the_exit_status(capsys):
+    """It used to report "no findings" and exit 0 for `doctor -- python nonexist.py`."""
+    code = main(["doctor", "--interval", "0.05", "--", sys.executable, "-c", "import sys; sys.exit(3)"])
+    printed = capsys.readouterr().out.splitlines()
+    assert code == 3
+    assert printed[0] == "iofeed doctor" and "the traced command FAILED" in printed[1] and "status 3" in printed[1]
+    assert printed[-1] == "no findings (the traced command failed: see above)"
+    assert any(" trace samples, peak memory" in line for line in printed), "samples of the trace, not images"
+
+
+def test_cli_a_command_without_the_double_dash_gets_a_hint(tmp_path, capsys):
+    """`iofeed doctor SRC python train.py` used to print the top-level usage."""
+    make_image_tree(tmp_path / "tree", classes=1, per_class=1)
+    assert main(["doctor", str(tmp_path / "tree"), "python", "train.py"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "unrecognized arguments: python train.py" in err
+    assert f"iofeed doctor {tmp_path / 'tree'} -- python train.py" in err
+
+
+def test_cli_a_missing_doctor_extra_names_its_pip_command_before_tracing(tmp_path, capsys, monkeypatch):
+    """The timeline needs matplotlib: it used to fail after the whole trace with ModuleNotFoundError."""
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    out = tmp_path / "d.json"
+    assert main(["doctor", "--json", str(out), "--", sys.executable, "-c", "open('ran', 'w')"]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "matplotlib is not installed: run `pip install 'iofeed[doctor]'`" in err
+    assert not out.exists() and not os.path.exists("ran"), "nothing traced"

@@ -33,6 +33,7 @@ BAD = [
     ({"split": ""}, "split"), ({"framework": "jax"}, "framework"), ({"framework": ["numpy"]}, "framework"),
     ({"backend": "gpu"}, "backend"), ({"on_error": "ignore"}, "on_error"), ({"dtype": "float16"}, "dtype"),
     ({"gpu_augment": True}, "gpu_augment"), ({"gpu_augment": True, "framework": "torch", "backend": "dali"}, "backend"),
+    ({"framework": "torch", "dtype": "banana"}, "dtype='banana' is not a floating-point torch dtype"),
 ]
 
 
@@ -155,7 +156,7 @@ def test_auto_without_dali_installed(colour_dataset, monkeypatch):
 
 def test_auto_without_gpu_picks_workers(colour_dataset, monkeypatch):
     monkeypatch.setattr(select, "gpu_present", lambda: False)
-    for device in (None, "cpu", "cuda"):
+    for device in (None, "cpu"):  # "cuda" without a GPU is refused (test_devices.py)
         with iofeed.loader(colour_dataset, batch_size=4, backend="auto", workers=1, device=device) as ld:
             assert ld.stats.settings["backend"] == "workers"
 
@@ -163,3 +164,15 @@ def test_auto_without_gpu_picks_workers(colour_dataset, monkeypatch):
 def test_a_named_engine_that_cannot_read_raw_pixels_says_so(raw_source):
     with pytest.raises(OptionError, match="raw pixels: use backend='workers'"):
         select.engine_name(LoaderOptions(4, backend="dali"), raw_source)
+
+
+@pytest.mark.torch
+def test_a_torch_dtype_that_is_not_floating_point_is_refused(colour_dataset):
+    """Normalised images in an integer dtype are garbage; "banana" used to fail at the first batch."""
+    import torch
+
+    with pytest.raises(OptionError, match=r"dtype=torch.int64 is not a floating-point torch dtype"):
+        iofeed.loader(colour_dataset, batch_size=4, framework="torch", dtype=torch.int64)
+    with iofeed.loader(colour_dataset, batch_size=4, image_size=32, framework="torch", dtype=torch.bfloat16,
+                       workers=1) as ld:
+        assert next(iter(ld))[0].dtype == torch.bfloat16

@@ -421,7 +421,8 @@ def test_the_cold_feed_refuses_a_split_its_cache_would_hold(s3, dataset: Path, t
     preprocess(dataset.parent / "tiny", one_shard, shard_bytes=1 << 30, workers=1, progress=False)
     url = f"s3://{BUCKET}/one-shard.iof"
     upload_dataset(one_shard, url)
-    with pytest.raises(FeedUnavailable, match=r"holds the whole split .*--shard-mb 4"):
+    with pytest.raises(FeedUnavailable,
+                       match=r"cache that streams holds 6 shards .*whole split is 1 shard \(.*--shard-mb 4"):
         stream_options(url, "cold")
     cold = stream_options(s3.url, "cold")  # ~30 shards of 64 KiB: 6 of them are a fifth of the split
     assert cold["cache_limit"] < sum(s["bytes"] for s in _shards(dataset))

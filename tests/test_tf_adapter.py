@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+import warnings
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
@@ -146,9 +147,13 @@ def test_keras_fit_two_epochs(colour_dataset):
         model.compile(optimizer=keras.optimizers.Adam(1e-2),
                       loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
         validation = _dataset(colour_dataset, split="val", batch_size=3)
-        with validation.iofeed_loader as val_loader:
+        with validation.iofeed_loader as val_loader, warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
             history = model.fit(dataset, epochs=2, shuffle=False, verbose=0,  # the loader shuffles
                                 validation_data=validation)
+            # the number of batches is declared: Keras used to warn "Your input ran out of data" at every fit
+            assert int(dataset.cardinality()) == len(dataset) == len(loader) == 8
+            assert not [w for w in caught if "ran out of data" in str(w.message)], [str(w.message) for w in caught]
             assert val_loader.epoch == 2 and val_loader.stats.images == 2 * 8, "all of val, each epoch"
         # Keras opens (and abandons) an iterator for a third epoch: it restarts epoch 2 if used
         assert loader.epoch == 2, "each Keras epoch ran one loader epoch"

@@ -29,6 +29,11 @@ def _shard_bytes(mib: float) -> int:
     return int(mib * 2**20)
 
 
+def _count(n: int, noun: str) -> str:
+    """"1 shard", "2 shards"."""
+    return f"{n:,} {noun}{'' if n == 1 else 's'}"
+
+
 def _mib(n: float) -> str:
     return f"{n / 2**20:,.1f} MiB"
 
@@ -60,9 +65,10 @@ def print_manifest(path: Path | str, manifest: Manifest) -> None:
     print(f"  classes       {len(manifest.classes)} ({', '.join(manifest.classes[:3])}, ...)")
     for name, info in manifest.splits.items():
         size = sum(s["bytes"] for s in info.shards)
-        print(f"  {name:<13} {info.samples:,} samples in {len(info.shards)} shards, {_mib(size)}")
+        print(f"  {name:<13} {info.samples:,} samples in {_count(len(info.shards), 'shard')}, {_mib(size)}")
     image = manifest.image
-    print(f"  images        {image['encoding']}, shorter side {image['shorter_side']}, quality {image['quality']}")
+    quality = "" if image["encoding"] == "raw" else f", quality {image['quality']}"  # raw pixels have none
+    print(f"  images        {image['encoding']}, shorter side {image['shorter_side']}{quality}")
     stored = src.get("stored")
     if stored and stored["samples"]["raw"]:
         on_disk = stored["bytes"]["jpeg"] + stored["bytes"]["raw"]
@@ -138,12 +144,14 @@ def _cmd_inspect(args: argparse.Namespace) -> None:
         if checked.problems:
             raise DatasetError(f"{dataset} failed verification: {len(checked.problems)} problem(s), first: "
                                f"{checked.problems[0]} (run `iofeed preprocess` again)")
-        print(f"  verified      {checked.samples:,} samples in {checked.shards} shards: tables, indexes, "
+        print(f"  verified      {checked.samples:,} samples in {_count(checked.shards, 'shard')}: tables, indexes, "
               "shard sizes and labels agree")
 
 
 def _cmd_bench(args: argparse.Namespace) -> None:
-    from .benchmark.options import BenchOptions, parse_feeds
+    from .benchmark.options import BenchOptions, parse_feeds, require_bench
+
+    require_bench()  # before importing what needs it
     from .benchmark.report import table
     from .benchmark.run import run_benchmark
 
@@ -168,11 +176,13 @@ def _cmd_bench(args: argparse.Namespace) -> None:
         raise KeyboardInterrupt  # the table of what was measured is printed; the exit status says interrupted
 
 
-def _cmd_doctor(args: argparse.Namespace) -> None:
+def _cmd_doctor(args: argparse.Namespace) -> int:
     from .doctor.report import render
     from .doctor.run import run_doctor
 
-    print(render(run_doctor(args.source, args.child, args.interval, args.json, args.plot)))
+    checkup = run_doctor(args.source, args.child, args.interval, args.json, args.plot)
+    print(render(checkup))
+    return checkup.exit_status()
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -181,11 +191,12 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     synth = sub.add_parser("synth", help="make a Caltech-256-shaped stand-in dataset")
-    synth.add_argument("kind", choices=["caltech256"])
-    synth.add_argument("out", type=Path)
+    synth.add_argument("kind", choices=["caltech256"], help="which stand-in: caltech256 (257 classes, the real "
+                       "per-class counts, 30,607 images, ~1.1 GiB)")
+    synth.add_argument("out", type=Path, help="folder to write (OUT/256_ObjectCategories/<class>/*.jpg)")
     synth.add_argument("--per-class", type=_positive_int, default=None,
                        help="images per class (default: the real counts)")
-    synth.add_argument("--seed", type=int, default=0)
+    synth.add_argument("--seed", type=int, default=0, help="seed of the pictures, sizes and quirks (default 0)")
     synth.add_argument("--workers", type=_positive_int, default=None, help="processes (default: the usable cores)")
     synth.add_argument("--overwrite", action="store_true", help="replace an existing stand-in")
     synth.set_defaults(func=_cmd_synth)
@@ -247,13 +258,16 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--workers", type=int, default=None,
                        help="worker processes/threads per feed (default: the usable cores)")
     bench.add_argument("--seed", type=int, default=0)
-    bench.add_argument("--json", type=Path, default=None, help="results file (default bench/results/bench-<date>.json)")
+    bench.add_argument("--json", type=Path, default=None,
+                       help="results file (default: SOURCE.bench/bench-<date>.json beside the data)")
     bench.add_argument("--plot", type=Path, default=None, help="PNG plot (default: beside the JSON)")
     bench.add_argument("--no-warm-cache", action="store_true", help="do not read the data once before measuring")
     bench.set_defaults(func=_cmd_bench)
 
     doctor = sub.add_parser("doctor", usage="iofeed doctor [SOURCE] [options] [-- COMMAND ...]",
-                            help="check the machine and data, and trace a training command for feeding problems")
+                            help="check the machine and data, and trace a training command for feeding problems",
+                            epilog="-- COMMAND ...  the training command to run and trace, after `--` (e.g. iofeed "
+                                   "doctor data/c256 -- python train.py); doctor then exits with its status")
     doctor.add_argument("source", type=Path, nargs="?", default=None, help="image folder or iofeed dataset to check")
     doctor.add_argument("--json", type=Path, default=None, help="write the findings and the trace as JSON")
     doctor.add_argument("--plot", type=Path, default=None, help="utilisation timeline PNG (default: beside --json)")
@@ -268,11 +282,19 @@ def main(argv: list[str] | None = None) -> int:
     child = None
     if argv[:1] == ["doctor"] and "--" in argv:  # `iofeed doctor ... -- COMMAND ...`: the command to trace
         argv, child = argv[:argv.index("--")], argv[argv.index("--") + 1:]
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    if extra and args.command == "doctor" and not extra[0].startswith("-"):  # `doctor SRC python x.py`: no `--`
+        print(f"iofeed doctor: error: unrecognized arguments: {' '.join(extra)}: put the command to trace after "
+              f"`--`: iofeed doctor {' '.join(a for a in argv[1:] if a not in extra)} -- {' '.join(extra)}",
+              file=sys.stderr)
+        return 2
+    if extra:
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
     if child is not None:
         args.child = child
     try:
-        args.func(args)
+        status = args.func(args)
     except IofeedError as exc:
         print(f"iofeed: error: {exc}", file=sys.stderr)
         return 1
@@ -283,7 +305,7 @@ def main(argv: list[str] | None = None) -> int:
         where = f": {exc.filename}" if exc.filename else ""
         print(f"iofeed: error: {exc.strerror or exc}{where}", file=sys.stderr)
         return 1
-    return 0
+    return status or 0  # a command's own status (doctor: the traced command's)
 
 
 if __name__ == "__main__":

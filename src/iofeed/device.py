@@ -59,3 +59,28 @@ def loader_device(device: Any) -> str:
     torch = sys.modules.get("torch")
     current = int(torch.cuda.current_device()) if torch is not None and torch.cuda.is_initialized() else None
     return resolve_device(device, current=current, env=os.environ, device_count=visible_gpu_count)
+
+
+def usable_device(device: Any) -> str:
+    """`loader_device(device)`, refused with one line when it is a GPU this process cannot see."""
+    from .system import visible_gpu_count
+
+    resolved = loader_device(device)
+    check_visible(resolved, device, visible_gpu_count)
+    return resolved
+
+
+def check_visible(resolved: str, asked: Any, device_count: Callable[[], int]) -> None:
+    """OptionError (one line, naming the fix) when `resolved` is a CUDA device this process cannot
+    see: found at `loader()`, not as a driver traceback at the first batch. `device_count` reads
+    NVML (else PyTorch's count), so no CUDA context is made."""
+    if resolved == "cpu":
+        return
+    count, index = device_count(), int(resolved.split(":")[1])
+    if count == 0:
+        raise OptionError(f"device={asked!r}, but no CUDA device is available here: pass device='cpu' "
+                          "(or leave device out)")
+    if index >= count:
+        raise OptionError(f"device={asked!r} is GPU {index}, but {count} GPU(s) are visible here "
+                          f"(CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')}): "
+                          f"pass device='cuda:N' with N < {count}, or device='cpu'")

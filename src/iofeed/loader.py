@@ -5,7 +5,7 @@ import dataclasses
 import time
 import warnings
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -16,7 +16,7 @@ from .adapters.base import Adapter
 from .adapters.registry import ADAPTERS
 from .backends.base import Backend, Batch
 from .backends.select import make_engine
-from .device import loader_device
+from .device import usable_device
 from .errors import LoaderStateError
 from .options import LoaderOptions, distributed_rank_world
 from .order import OrderSpec
@@ -37,8 +37,16 @@ class LoaderStats:
     skipped: Counter = field(default_factory=Counter)  # reason kind -> count (includes the source scan)
     skipped_examples: list[str] = field(default_factory=list)  # first few "path: reason"
     wait_seconds: float = 0.0  # time the consumer spent waiting for the next batch
-    settings: dict[str, Any] = field(default_factory=dict)
+    fixed: dict[str, Any] = field(default_factory=dict)  # the loader's settings that do not change
     fetched: dict[str, float] = field(default_factory=dict)  # streamed datasets: shards, bytes, seconds downloaded
+    live: Callable[[], dict[str, Any]] | None = field(default=None, repr=False)  # the engine's settings now
+
+    @property
+    def settings(self) -> dict[str, Any]:
+        """The loader's settings as they are now: `fixed` and the engine's (`Backend.describe()`), so the
+        worker count, prefetch depth and the autotuner's `decisions` (after_seconds, workers, reason)
+        follow the autotuner. A new dict at each read."""
+        return {**self.fixed, **(self.live() if self.live is not None else {})}
 
     def as_dict(self) -> dict[str, Any]:
         """Plain-JSON form."""
@@ -49,7 +57,7 @@ class LoaderStats:
             "skipped": dict(self.skipped),
             "skipped_examples": list(self.skipped_examples),
             "wait_seconds": self.wait_seconds,
-            "settings": dict(self.settings),
+            "settings": self.settings,
             "fetched": dict(self.fetched),
         }
 
@@ -73,10 +81,9 @@ class Loader:
         self._done, self._first = 0, 0  # a resumed epoch: samples of its global order and batches done before
         self._identity = ""  # the source's fingerprint, made when a state first needs it
         self.last_indices = np.empty(0, np.int64)  # sample indices of the latest batch, for auditing
-        self.stats = LoaderStats(skipped=Counter(source.rejected))
-        self.stats.settings = {"samples": len(source), "rank": order.rank, "world_size": order.world_size,
-                               "batch_size": order.batch_size, "image_size": options.image_size,
-                               **backend.describe()}
+        self.stats = LoaderStats(skipped=Counter(source.rejected), live=backend.describe)
+        self.stats.fixed = {"samples": len(source), "rank": order.rank, "world_size": order.world_size,
+                            "batch_size": order.batch_size, "image_size": options.image_size}
 
     def __len__(self) -> int:
         """Batches an epoch holds at most: a resumed epoch may hold more (those counted before the
@@ -95,7 +102,7 @@ class Loader:
         rank, world_size = distributed_rank_world()
         if (rank, world_size) != (self.order.rank, self.order.world_size):
             self.order = dataclasses.replace(self.order, rank=rank, world_size=world_size)
-            self.stats.settings.update(rank=rank, world_size=world_size)
+            self.stats.fixed.update(rank=rank, world_size=world_size)
 
     def set_epoch(self, epoch: int) -> None:
         """Start `epoch` (from its beginning) at the next iteration."""
@@ -247,8 +254,9 @@ def loader(
             int64 labels on `device`; "tf" returns a `tf.data.Dataset` of normalised float32
             NHWC images (`dataset.iofeed_loader` is the Loader).
         device: where batches end up: None or "cpu", "cuda", "cuda:N", an ordinal or a
-            `torch.device`. The DALI engine decodes there; the torch adapter copies there.
-        dtype: torch dtype of the images (default float32; float16/bfloat16 are computed in
+            `torch.device`. The DALI engine decodes there; the torch adapter copies there. A CUDA
+            device this process cannot see (no GPU) is refused at once: pass "cpu".
+        dtype: floating-point torch dtype of the images (default float32; float16/bfloat16 are computed in
             float32 and rounded once). Only for `framework="torch"`.
         backend: "workers" (CPU processes), "dali" (NVIDIA DALI; JPEG datasets and folders only)
             or "auto": DALI when `device` is a CUDA device, a GPU is present and DALI is
@@ -302,7 +310,7 @@ def loader(
     """
     options = LoaderOptions(
         batch_size=batch_size, split=split, image_size=image_size, augment=augment, framework=framework,
-        device=loader_device(device), dtype=dtype, backend=backend, workers=workers, prefetch=prefetch, seed=seed,
+        device=usable_device(device), dtype=dtype, backend=backend, workers=workers, prefetch=prefetch, seed=seed,
         rank=rank, world_size=world_size, drop_last=drop_last, on_error=on_error, memory_budget=memory_budget,
         gpu_augment=gpu_augment, shuffle=shuffle, block_shards=block_shards, cache_dir=cache_dir,
         cache_limit=cache_limit,

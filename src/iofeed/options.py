@@ -97,6 +97,11 @@ class LoaderOptions:
         if self.dtype is not None and not adapter.dtype:
             raise OptionError(f"dtype={self.dtype!r} is for framework={_either(ADAPTERS.having('dtype'))}: "
                               f"framework={self.framework!r} has a fixed dtype (drop dtype=)")
+        torch = sys.modules.get("torch")  # a torch dtype passed means torch is imported already
+        if self.dtype is not None and not (torch is not None and isinstance(self.dtype, torch.dtype)
+                                           and self.dtype.is_floating_point):
+            raise OptionError(f"dtype={self.dtype!r} is not a floating-point torch dtype: pass torch.float32 (the "
+                              "default), torch.float16 or torch.bfloat16")
 
     @property
     def train(self) -> bool:

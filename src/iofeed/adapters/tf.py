@@ -101,4 +101,7 @@ def to_tf_dataset(loader: EpochLoader) -> tf.data.Dataset:
         .prefetch(tf.data.AUTOTUNE)
     )
     dataset.iofeed_loader = loader
+    # Keras reads `cardinality()` to know an epoch's steps (unknown: "Your input ran out of data" at every
+    # fit). Declared, not asserted: a pass with fully skipped batches, or resumed mid-epoch, is shorter.
+    dataset.cardinality = lambda: tf.constant(len(loader), tf.int64)
     return dataset

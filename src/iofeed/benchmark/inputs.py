@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -82,10 +83,27 @@ def _add_form(inputs: Inputs, form: str, needed: bool, progress: bool) -> None:
         if not needed:
             inputs.missing[form] = f"{dataset} does not exist (no selected feed needs it)"
             return
-        print(f"iofeed bench: preprocessing {folder} into {dataset} (--format {FORMS[form]}; once)")
+        print(f"iofeed bench: preprocessing {folder} into {dataset} (--format {FORMS[form]}; once): "
+              f"{_estimate(folder, dataset, form)}")
         summary = preprocess(folder, dataset, policy=ImagePolicy(format=FORMS[form]), progress=progress)
         inputs.notes.append(f"preprocessed {folder} into {dataset} (--format {FORMS[form]}) in {summary.seconds:.0f} s")
     setattr(inputs, form, dataset)
+
+
+BYTES_PER_IMAGE = {"dataset": 20_000, "raw": 256 * 256 * 3}  # a 256 px JPEG at quality 90; uint8 RGB pixels
+
+
+def _estimate(folder: Path, dataset: Path, form: str) -> str:
+    """Roughly what preprocessing `folder` into `form` writes, the free disk there, and which feeds need it."""
+    from .feeds import CATALOGUE, FEEDS
+
+    images = sum(len(names) for _top, _dirs, names in os.walk(find_class_root(folder)))
+    size = images * BYTES_PER_IMAGE[form]
+    free = shutil.disk_usage(next(p for p in Path(dataset).resolve().parents if p.exists())).free
+    feeds = ", ".join(n for n in CATALOGUE if FEEDS.caps(n).reads == form)
+    room = "" if free > size else ": LESS than that, free some space or leave those feeds out"
+    return (f"{images:,} files, about {size / 2**30:,.1f} GiB ({free / 2**30:,.1f} GiB free there{room}); "
+            f"for the feeds {feeds} (--feeds without them skips this)")
 
 
 def data_files(inputs: Inputs) -> list[Path]:

@@ -1,16 +1,24 @@
 """What a benchmark run measures: feeds, sizes, durations, outputs — checked before any work."""
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
-from ..errors import OptionError, SourceError
+from ..errors import OptionError, SourceError, require
 
 MODELS = ("resnet50", "resnet18", "none")
 DEVICES = ("cpu", "cuda")
 DEFAULT_SOURCE = Path("data/c256")
-RESULTS_DIR = Path("bench/results")
+NEEDS = ("psutil", "matplotlib", "torch", "torchvision")  # modules of the `bench` extra every run uses
+
+
+def require_bench() -> None:
+    """A one-line MissingDependencyError naming `pip install 'iofeed[bench]'` when a module every bench
+    run uses is missing: checked before any work, not as a ModuleNotFoundError mid-run."""
+    for module in NEEDS:
+        require(module, "bench")
 
 
 @dataclass(frozen=True)
@@ -68,9 +76,32 @@ class BenchOptions:
             raise OptionError(f"--workers must be >= 1, got {self.workers}")
 
     def outputs(self, now: datetime) -> tuple[Path, Path]:
-        """(JSON path, PNG path): bench/results/bench-<date>.json and a PNG beside it by default."""
-        json_path = self.json_path or RESULTS_DIR / f"bench-{now:%Y-%m-%d-%H%M%S}.json"
+        """(JSON path, PNG path): by default SOURCE.bench/bench-<date>.json beside the data measured
+        (data/c256.bench/ without a SOURCE), and the PNG beside the JSON."""
+        json_path = self.json_path or results_dir(self.source) / f"bench-{now:%Y-%m-%d-%H%M%S}.json"
         return json_path, self.plot_path or json_path.with_suffix(".png")
+
+
+def results_dir(source: Path | None) -> Path:
+    """SOURCE.bench beside the data a bench measures: not the working folder, where results showed up
+    in whatever checkout or project the command ran from."""
+    source = Path(source if source is not None else DEFAULT_SOURCE)
+    source = source if source.name else source.resolve()
+    return source.with_name(source.name + ".bench")
+
+
+def check_writable(*paths: Path) -> None:
+    """Make the folders of `paths`; OptionError before any measuring when one cannot be written."""
+    for path in paths:
+        folder = Path(path).parent
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise OptionError(f"cannot make {folder} for the results ({exc.strerror}): pass --json PATH "
+                              "(and --plot PATH) in a writable folder") from None
+        if not os.access(folder, os.W_OK):
+            raise OptionError(f"cannot write the results into {folder}: pass --json PATH (and --plot PATH) in a "
+                              "writable folder")
 
 
 def parse_feeds(text: str | None) -> tuple[str, ...] | None:

@@ -1,61 +1,156 @@
-"""The results as a PNG: images/sec per feed, with GPU utilisation (per feed and over time) when a
-GPU was used, CPU utilisation per feed otherwise."""
+"""The results as a PNG to paste into a report: images/sec with the ratio to the baseline, then per
+feed CPU time per image, peak memory (and GPU utilisation and memory when a GPU was used), every
+feed of the record on every panel, a feed that did not run marked with its reason; the GPU
+utilisation over time below when it was sampled."""
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+MIB = 2**20
+SKIPPED_COLOUR, BASELINE_COLOUR, FEED_COLOUR, CEILING_COLOUR = "0.55", "tab:orange", "tab:blue", "tab:green"
+REASON_CHARS = 110  # a skipped feed's reason is cut to this on the picture (the JSON keeps it whole)
 
-def plot(record: dict[str, Any], path: Path) -> None:
-    """Draw `record` (a results document) into `path` with matplotlib's Agg backend."""
+
+def metrics(record: dict[str, Any]) -> list[tuple[str, Callable[[dict[str, Any]], float | None], str]]:
+    """The small panels for `record`: (axis label, value of a feed record or None, number format)."""
+    memory = record["settings"].get("memory_metric", "rss")
+    panels: list[tuple[str, Callable[[dict[str, Any]], float | None], str]] = [
+        ("CPU ms per image\n(the feed's processes)", lambda f: f["cpu_ms_per_image"], ".2f"),
+        (f"peak memory MiB\n(the feed's processes, {memory})",
+         lambda f: None if f["peak_memory_bytes"] is None else f["peak_memory_bytes"] / MIB, ",.0f"),
+    ]
+    if any((f.get("training") or {}).get("gpu_util_mean") is not None for f in record["feeds"]):
+        panels.append(("mean GPU utilisation %\nwhile timed", lambda f: (f["training"] or {}).get("gpu_util_mean"),
+                       ".0f%"))
+    if any(f["max_memory_reserved_bytes"] is not None for f in record["feeds"]):
+        panels.append(("GPU memory reserved MiB\n(PyTorch, peak)", lambda f: None if f["max_memory_reserved_bytes"]
+                       is None else f["max_memory_reserved_bytes"] / MIB, ",.0f"))
+    return panels
+
+
+def draw(record: dict[str, Any]) -> Any:
+    """The matplotlib Figure of `record` (a results document), with the Agg backend."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    feeds = [f for f in record["feeds"] if f["status"] == "ok"]
+    feeds = record["feeds"]
     names = [f["name"] for f in feeds]
-    timeline = record["gpu_timeline"]
-    gpu = record["machine"]["gpu"] is not None and bool(timeline)
-    panels = 3 if gpu else 2
-    fig, axes = plt.subplots(panels, 1, figsize=(9, 3.2 * panels), constrained_layout=True)
-    settings = record["settings"]
-    title = (f"iofeed bench — batch {settings['batch_size']}, {settings['image_size']} px, "
-             f"model {settings['model']}, {settings['device']}; {record['machine']['cpu_model']}, "
-             f"{record['machine']['cores']} cores")
-    fig.suptitle(title, fontsize=9)
+    panels = metrics(record)
+    timeline = [s for s in record["gpu_timeline"] if s["feed"] is not None]
+    rows = 2 + bool(timeline)
+    height = 0.32 * len(feeds) + 1.4
+    fig = plt.figure(figsize=(max(12.0, 3.6 * len(panels)), 2 * height + (3.2 if timeline else 0) + 0.9),
+                     constrained_layout=True)
+    grid = fig.add_gridspec(rows, len(panels), height_ratios=[height, height] + ([3.2] if timeline else []))
+    fig.suptitle(_title(record), fontsize=9)
 
-    rates = [f["images_per_sec"] for f in feeds]
-    bars = axes[0].barh(names, rates, color="tab:blue")
-    axes[0].bar_label(bars, labels=[f"{r:,.0f}" for r in rates], padding=3, fontsize=8)
-    axes[0].set_xlabel("images/sec (timed windows)")
-    axes[0].invert_yaxis()
+    rate_axes = fig.add_subplot(grid[0, :])
+    _rates(rate_axes, record)
+    first = None
+    for column, (label, value, fmt) in enumerate(panels):
+        axes = fig.add_subplot(grid[1, column], sharey=first)
+        first = first or axes
+        _bars(axes, feeds, [value(f) if f["status"] == "ok" else None for f in feeds], fmt, record["baseline"])
+        axes.set_xlabel(label, fontsize=8)
+        axes.tick_params(labelsize=7)
+        if column:
+            axes.tick_params(labelleft=False)
+    if timeline:
+        _timeline(fig.add_subplot(grid[2, :]), timeline, names)
+    return fig
 
-    if gpu:
-        utils = [(f["training"] or {}).get("gpu_util_mean") or 0.0 for f in feeds]
-        axes[1].barh(names, utils, color="tab:green")
-        axes[1].set_xlabel("mean GPU utilisation % while timed")
-        axes[1].set_xlim(0, 100)
-        axes[1].invert_yaxis()
-        for name in names:
-            points = [(s["t"], s["util"]) for s in timeline if s["feed"] == name]
-            if points:
-                axes[2].scatter(*zip(*points), s=4, label=name)
-        axes[2].set_xlabel("seconds since sampling began")
-        axes[2].set_ylabel("GPU util %")
-        axes[2].legend(fontsize=7, markerscale=3)
-    else:
-        cores = max((len(f["cpu_percent_per_core"]) for f in feeds), default=0)
-        left = [0.0] * len(feeds)
-        for core in range(cores):
-            share = [f["cpu_percent_per_core"][core] / cores for f in feeds]
-            axes[1].barh(names, share, left=left, label=f"core {core}")
-            left = [a + b for a, b in zip(left, share)]
-        axes[1].set_xlabel("machine CPU utilisation % while timed (stacked by core)")
-        axes[1].set_xlim(0, 100)
-        axes[1].invert_yaxis()
-        if 0 < cores <= 16:
-            axes[1].legend(fontsize=7, loc="lower right")
+
+def plot(record: dict[str, Any], path: Path) -> None:
+    """Draw `record` into the PNG `path` (its folder made as needed)."""
+    import matplotlib.pyplot as plt
+
+    fig = draw(record)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+def _title(record: dict[str, Any]) -> str:
+    settings, machine = record["settings"], record["machine"]
+    gpu = f"; {machine['gpu']['name']}" if machine.get("gpu") else ""
+    state = "" if record["complete"] else " — INCOMPLETE (interrupted)"
+    return (f"iofeed bench {record['created'][:10]} — batch {settings['batch_size']}, {settings['image_size']} px, "
+            f"model {settings['model']}, {settings['device']}, {settings['workers']} workers, "
+            f"{settings['seconds_per_feed']:g} s per feed; {machine['cpu_model']}, {machine['cores']} cores{gpu}"
+            f"{state}")
+
+
+def _colour(feed: dict[str, Any], baseline: str) -> str:
+    if feed["status"] != "ok":
+        return SKIPPED_COLOUR
+    if feed["name"] == baseline:
+        return BASELINE_COLOUR
+    return CEILING_COLOUR if feed["kind"] == "synthetic" else FEED_COLOUR
+
+
+def _bars(axes: Any, feeds: list[dict[str, Any]], values: list[float | None], fmt: str, baseline: str,
+          labels: list[str] | None = None) -> None:
+    """Horizontal bars in feed order, each labelled with `labels` (default: its value, "—" where none)."""
+    from matplotlib.ticker import MaxNLocator
+
+    heights = [0.0 if v is None else v for v in values]
+    bars = axes.barh([f["name"] for f in feeds], heights, color=[_colour(f, baseline) for f in feeds])
+    if labels is None:
+        labels = ["—" if v is None else format(v, fmt.rstrip("%")) for v in values]
+    axes.bar_label(bars, labels=labels, padding=3, fontsize=7)
+    axes.set_xlim(0, 115 if fmt.endswith("%") else max(heights, default=0) * 1.3 or 1)  # "%": a share of 100
+    axes.xaxis.set_major_locator(MaxNLocator(5, steps=[1, 2, 2.5, 5, 10]))
+    if not axes.yaxis_inverted():
+        axes.invert_yaxis()
+    for tick, feed in zip(axes.get_yticklabels(), feeds):
+        if feed["status"] != "ok":
+            tick.set_color(SKIPPED_COLOUR)
+
+
+def _rates(axes: Any, record: dict[str, Any]) -> None:
+    """Images/sec per feed, labelled with the ratio to the baseline; skipped feeds with their reason."""
+    feeds, baseline = record["feeds"], record["baseline"]
+    rates = [f["images_per_sec"] for f in feeds]
+    labels = ["" if f["status"] != "ok" else "   ".join(_rate_words(f)) for f in feeds]
+    _bars(axes, feeds, rates, ",.0f", baseline, labels)
+    for i, feed in enumerate(feeds):
+        if feed["status"] != "ok":
+            reason = f"{feed['status']}: {feed['reason']}"
+            reason = reason if len(reason) <= REASON_CHARS else reason[:REASON_CHARS - 1] + "…"
+            axes.annotate(reason, (0, i), xytext=(3, 0), textcoords="offset points", va="center", fontsize=8,
+                          color="0.3", style="italic")
+    axes.set_xlim(0, max((r for r in rates if r is not None), default=1) * 1.45)
+    ceiling = (", green: synthetic data already on the device (the ceiling)"
+               if any(f["kind"] == "synthetic" for f in feeds) else "")
+    skipped = ", grey: did not run" if any(f["status"] != "ok" for f in feeds) else ""
+    axes.set_xlabel(f"images/sec over the timed windows; orange: the baseline ({baseline}){ceiling}{skipped}",
+                    fontsize=8)
+    axes.tick_params(labelsize=8)
+
+
+def _rate_words(feed: dict[str, Any]) -> list[str]:
+    """"3,930", "1.43x the baseline", "98% of the ceiling" (what the record holds of them)."""
+    words = [f"{feed['images_per_sec']:,.0f}"]
+    if feed["vs_baseline"] is not None:
+        words.append(f"{feed['vs_baseline']:.2f}x the baseline")
+    ceiling = (feed.get("training") or {}).get("percent_of_ceiling")
+    if ceiling is not None and feed["kind"] != "synthetic":
+        words.append(f"{ceiling:.0f}% of the ceiling")
+    return words
+
+
+def _timeline(axes: Any, timeline: list[dict[str, Any]], names: list[str]) -> None:
+    """GPU utilisation samples over time, one colour per feed, the legend outside the plot area."""
+    for name in names:
+        points = [(s["t"], s["util"]) for s in timeline if s["feed"] == name]
+        if points:
+            axes.scatter(*zip(*points), s=4, label=name)
+    axes.set_xlabel("seconds since sampling began (feeds alternate in windows)", fontsize=8)
+    axes.set_ylabel("GPU utilisation %", fontsize=8)
+    axes.set_ylim(-3, 103)
+    axes.tick_params(labelsize=7)
+    axes.legend(fontsize=7, markerscale=3, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)

@@ -92,19 +92,18 @@ def _num(value: float | None, fmt: str) -> str:
 def table(record: dict[str, Any]) -> str:
     """The results as a fixed-width text table (one row per feed)."""
     training = record["settings"]["model"] != "none"
-    head = ["feed", "workers", "img/s", f"x {record['baseline']}", "MPix/s", "CPU % per core", "CPU ms/img",
+    head = ["feed", "workers", "img/s", f"x {record['baseline']}", "MPix/s", "core busy %", "CPU ms/img",
             "other CPU %", "peak MiB"]
     if training:
         head += ["GPU util %", "data wait %", "% of ceiling"]
     gpu_memory = any(feed["max_memory_reserved_bytes"] is not None for feed in record["feeds"])
     if gpu_memory:
         head += ["GPU reserved MiB"]
-    rows = [head]
+    rows: list[list[str]] = [head]  # [name, why]: a feed that did not run, with the reason on its row
     notes = []
     for feed in record["feeds"]:
         if feed["status"] != "ok":
-            rows.append([feed["name"]] + [""] * (len(head) - 1))
-            notes.append(f"  {feed['name']}: {feed['status']}: {feed['reason']}")
+            rows.append([feed["name"], f"{feed['status']}: {feed['reason']}"])
             continue
         row = [feed["name"], _num(feed["workers"], "d"), _num(feed["images_per_sec"], ",.0f"),
                _num(feed["vs_baseline"], ".2f"), _num(feed["mpix_per_sec"], ".1f"),
@@ -124,10 +123,15 @@ def table(record: dict[str, Any]) -> str:
             notes.append(f"  {feed['name']}: other processes used "
                          + ", ".join(f"{w['other_cpu_percent']:.0f}%" for w in busy)
                          + f" of the machine in {len(busy)} of its {len(feed['windows'])} windows")
-    widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
-    lines = ["  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths)))
+    widths = [max(len(r[i]) for r in rows if len(r) == len(head) or i == 0) for i in range(len(head))]
+    lines = [f"{r[0].ljust(widths[0])}  {r[1]}" if len(r) == 2 else
+             "  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths)))
              for r in rows]
     lines.insert(1, "  ".join("-" * w for w in widths))
+    notes[:0] = ["  core busy %: each core of the machine (0/1/...) busy while the feed was timed; "
+                 "CPU ms/img: CPU time of the feed's own processes per image;",
+                 "  other CPU %: the machine's CPU used by other processes; peak MiB: the feed's processes' memory "
+                 f"({record['settings']['memory_metric']})"]
     if not record["complete"]:
         notes.append("  incomplete: interrupted; the windows above are those measured before it stopped")
     return "\n".join(lines + notes)

@@ -12,7 +12,7 @@ from ..system import usable_cores
 from .feeds import BASELINE, CATALOGUE, CEILING, FEEDS, FeedSpec, dali_installed
 from .inputs import CacheState, Inputs, data_files, resolve_inputs, warm_page_cache
 from .measure import FeedRun, measure, memory_metric
-from .options import BenchOptions
+from .options import BenchOptions, check_writable
 
 
 def pick_device(asked: str | None) -> str:
@@ -46,7 +46,7 @@ def plan_feeds(names: tuple[str, ...], inputs: Inputs, options: BenchOptions, de
         spec = FeedSpec(name, str(source or ""), entry.workers or workers, options.batch_size,
                         options.image_size, device, options.seed, model, classes)
         if entry.needs_dali and not dali_installed():
-            skipped.append(FeedRun(spec, "skipped", "NVIDIA DALI is not installed"))
+            skipped.append(FeedRun(spec, "skipped", "NVIDIA DALI is not installed (pip install 'iofeed[dali]')"))
         elif entry.gpu_augment and device != "cuda":
             skipped.append(FeedRun(spec, "skipped", "augments on the GPU: needs a CUDA GPU"))
         elif entry.reads and source is None:
@@ -60,6 +60,10 @@ def run_benchmark(options: BenchOptions, command: str) -> tuple[dict[str, Any], 
     """Measure, write the JSON (after every round, atomically) and the PNG; return (record, JSON
     path, PNG path). After Ctrl-C the record holds the windows measured so far, `"complete": false`."""
     options.check(tuple(CATALOGUE))
+    now = datetime.now(timezone.utc)
+    json_path, png_path = options.outputs(now)
+    check_writable(json_path, png_path)  # before any work: the JSON is written after every round
+    print(f"iofeed bench: results will go to {json_path} and {png_path}")
     names = options.feeds or tuple(CATALOGUE)
     device = pick_device(options.device)
     model = options.model or ("resnet50" if device == "cuda" else "none")
@@ -73,8 +77,6 @@ def run_benchmark(options: BenchOptions, command: str) -> tuple[dict[str, Any], 
     from .plot import plot
     from .report import build_record, feed_records, write_json
 
-    now = datetime.now(timezone.utc)
-    json_path, png_path = options.outputs(now)
     machine = describe_machine(device == "cuda", inputs.notes)  # before measuring: a late NVML error loses nothing
     gpu = None
     if device == "cuda":

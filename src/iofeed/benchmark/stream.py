@@ -77,9 +77,10 @@ def stream_options(url: str, temperature: str) -> dict[str, Any]:
         if limit >= total:
             shutil.rmtree(folder, ignore_errors=True)
             raise FeedUnavailable(
-                f"cannot stream cold: a cache of {2 * COLD_BLOCK + 2} of its {len(remote.refs)} shards "
-                f"({limit / 2**20:,.0f} MiB) holds the whole split ({total / 2**20:,.0f} MiB), so each shard "
-                "would be fetched once; preprocess with --shard-mb 4 for a dataset that streams")
+                f"cannot stream cold: the smallest cache that streams holds {2 * COLD_BLOCK + 2} shards "
+                f"({limit / 2**20:,.0f} MiB), and the whole split is {len(remote.refs)} shard"
+                f"{'s' if len(remote.refs) != 1 else ''} ({total / 2**20:,.0f} MiB), so each shard would be fetched "
+                "once; preprocess with --shard-mb 4 for a dataset that streams")
         return {"cache_dir": folder, "cache_limit": limit, "block_shards": COLD_BLOCK}
     cache = ShardCache(Path(folder), url, remote.cache.limit, remote.cache.settings)
     for ref in remote.refs:

@@ -265,7 +265,8 @@ def _preprocess_evidence(check: DataCheck) -> list[str]:
             f"{check.large_share:.0%} of images are >= {LARGE_SIDE} px",
             f"Pillow decode on one core: {d['original_per_sec']:,.0f} img/s as stored, "
             f"{d['resized_per_sec']:,.0f} img/s resized ({speedup:.1f}x), over {d['images']:.0f} images",
-            f"resizing all {check.total:,} once: about {_duration(once_s)} on {cores:g} free cores"]
+            f"resizing all {check.total:,} once: about {_duration(once_s)} on {cores:g} free "
+            f"core{'s' if cores != 1 else ''}"]
 
 
 def _duration(seconds: float) -> str:

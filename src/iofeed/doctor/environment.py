@@ -57,7 +57,7 @@ def _gpus() -> tuple[list[dict[str, Any]], str | None]:
     try:
         import pynvml  # noqa: F401 - only to tell "not installed" from "no GPU"
     except ImportError:
-        return [], "nvidia-ml-py is not installed, so GPUs cannot be queried (pip install nvidia-ml-py)"
+        return [], "nvidia-ml-py is not installed, so GPUs cannot be queried (pip install 'iofeed[doctor]')"
     gpus = []
     while (info := gpu_info(len(gpus))) is not None:
         gpus.append(info)
@@ -94,5 +94,5 @@ def _findings(env: Environment) -> list[Finding]:
         out.append(Finding(
             "no-dali", "DALI is not usable: no GPU JPEG decoding (iofeed backend=\"dali\")",
             [f"import nvidia.dali: {env.dali_import}"],
-            ["pip install nvidia-dali-cuda120 (or the package for your CUDA version)"]))
+            ["pip install 'iofeed[dali]' (nvidia-dali-cuda120; for another CUDA version, its DALI package)"]))
     return out

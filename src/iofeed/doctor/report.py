@@ -48,18 +48,30 @@ def _areas(checkup: Checkup) -> list[tuple[str, Finding]]:
 
 def render(checkup: Checkup) -> str:
     """The whole checkup for the terminal."""
-    lines = ["iofeed doctor", *_environment(checkup)]
+    failed = command_failure(checkup)
+    lines = ["iofeed doctor", *([f"  {failed}"] if failed else []), *_environment(checkup)]
     if checkup.data is not None:
         lines += _data(checkup)
     if checkup.recording is not None:
         lines += _trace(checkup)
     findings = _areas(checkup)
-    lines.append(f"\nfindings ({len(findings)})" if findings else "\nno findings")
+    lines.append(f"\nfindings ({len(findings)})" if findings else
+                 "\nno findings" + (" (the traced command failed: see above)" if failed else ""))
     for area, f in findings:
         lines.append(f"  [{f.code}] {f.title} ({area}{', heuristic' if f.heuristic else ''})")
         lines += [f"      - {e}" for e in f.evidence] + [f"      -> {a}" for a in f.advice]
     lines += [f"wrote {path}" for path in checkup.files]
     return "\n".join(lines)
+
+
+def command_failure(checkup: Checkup) -> str | None:
+    """One line saying that the traced command failed (non-zero status, not Ctrl-C), else None."""
+    rec = checkup.recording
+    if rec is None or rec.interrupted or rec.exit_code == 0:
+        return None
+    how = (f"was killed by signal {-rec.exit_code}" if rec.exit_code < 0 else f"exited with status {rec.exit_code}")
+    return (f"the traced command FAILED: `{command_text(rec.command)}` {how} after {rec.seconds:.1f} s "
+            "(its own output is above); the trace covers only that run")
 
 
 def _environment(checkup: Checkup) -> list[str]:
@@ -96,7 +108,7 @@ def _trace(checkup: Checkup) -> list[str]:
     s = summarize(rec.trace)
     status = "interrupted" if rec.interrupted else f"exited with status {rec.exit_code}"
     lines = ["\ntrace", f"  `{command_text(rec.command)}` {status} after {rec.seconds:.1f} s; "
-             f"{s['samples']} samples, peak memory of its processes {s['rss_peak_bytes'] / GIB:.2f} GiB"]
+             f"{s['samples']} trace samples, peak memory of its processes {s['rss_peak_bytes'] / GIB:.2f} GiB"]
     if s["active_window"] is None:
         return lines + ["  no sample" if not s["samples"] else "  the GPUs were never in use"]
     t0, t1 = s["active_window"]

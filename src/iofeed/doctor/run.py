@@ -7,7 +7,7 @@ import shutil
 from dataclasses import replace
 from pathlib import Path
 
-from ..errors import OptionError
+from ..errors import OptionError, require
 from .checkup import Checkup
 from .data import check_data
 from .environment import check_environment
@@ -27,6 +27,8 @@ def run_doctor(source: Path | None = None, command: list[str] | None = None, int
         _check_runnable(command)
     if plot_path is not None and not command:
         raise OptionError("--plot needs a command to trace: iofeed doctor [SOURCE] --plot PATH -- COMMAND ...")
+    if command and (plot_path is not None or json_path is not None):  # the timeline is drawn after the trace
+        require("matplotlib", "doctor")
     environment = check_environment()
     data = check_data(source) if source is not None else None
     recording = record(command, interval) if command else None

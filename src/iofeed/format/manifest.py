@@ -48,6 +48,9 @@ class Manifest:
     def read(cls, directory: Path) -> Manifest:
         """Read and validate `directory/iofeed.json`; DatasetError says what is wrong."""
         path = Path(directory) / MANIFEST_NAME
+        if not Path(directory).exists():
+            raise DatasetError(f"no such path: {directory} (give an iofeed dataset folder, made with `iofeed "
+                               "preprocess`)")
         if not path.is_file():
             raise DatasetError(f"not an iofeed dataset: {path} is missing (make one with `iofeed preprocess`)")
         try:

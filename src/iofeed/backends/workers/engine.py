@@ -161,7 +161,8 @@ class WorkerEngine:
         self._finalizer: weakref.finalize | None = None
         self._closed = False
         self._window = _WindowMeter()
-        self.decisions: list[str] = []
+        self.decisions: list[dict[str, Any]] = []  # the autotuner's: after_seconds, workers, reason
+        self._began = time.perf_counter()  # when the workers started (decision times count from it)
         self._found = dict(found or {})  # the usable cores and memory budget, and why
 
     @property
@@ -187,7 +188,7 @@ class WorkerEngine:
             "max_workers": self.max_workers,
             "prefetch_batches": self._depth(),
             "shared_memory_bytes": self.layout.total_bytes,
-            "decisions": list(self.decisions[-5:]),
+            "decisions": list(self.decisions[-10:]),
             **self._found,
         }
 
@@ -238,6 +239,7 @@ class WorkerEngine:
         Once all of them are under way, free slots start on `following` (epoch + 1's batches)."""
         if self._block is None:
             self._start()
+            self._began = time.perf_counter()
             self._window.reset()  # starting the workers is not the consumer's time
         ahead, self._ahead = self._ahead, None
         if ahead is not None and ahead.matches(epoch, batches, start, rank):
@@ -300,7 +302,8 @@ class WorkerEngine:
     def _tune(self) -> None:
         decision = decide(self._window.close(self.workers), self.max_workers)
         if decision.workers != self.workers or not self.decisions:
-            self.decisions.append(decision.reason)
+            self.decisions.append({"after_seconds": round(time.perf_counter() - self._began, 1),
+                                   "workers": decision.workers, "reason": decision.reason})
         self._resize(decision.workers)
 
     def _send(self, task: _Task) -> None:

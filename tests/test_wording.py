@@ -1,0 +1,38 @@
+"""What a newcomer reads: the CLI's reports say what their numbers are, in plain counts (issue 23.10)."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from iofeed.benchmark.report import table
+from iofeed.cli import main
+from iofeed.prepare.run import ImagePolicy, preprocess
+
+RESULTS = Path(__file__).resolve().parents[1] / "bench" / "results" / "ab-2026-11-24" / "main-job-final.json"
+
+
+def test_inspect_counts_in_words_and_gives_raw_pixels_no_quality(colour_tree, tmp_path, capsys):
+    raw = tmp_path / "raw.iof"
+    preprocess(colour_tree, raw, policy=ImagePolicy(format="raw"), val_per_class=2, progress=False, workers=1)
+    assert main(["inspect", str(raw)]) == 0
+    printed = capsys.readouterr().out
+    assert "in 1 shard," in printed and "1 shards" not in printed
+    images = next(line for line in printed.splitlines() if line.lstrip().startswith("images"))
+    assert images.split() == ["images", "raw,", "shorter", "side", "256"], images  # was "..., quality 90"
+
+
+def test_inspect_of_a_missing_path_says_so(tmp_path, capsys):
+    """It used to say `iofeed.json is missing` for a folder that does not exist at all."""
+    assert main(["inspect", str(tmp_path / "nope.iof")]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"iofeed: error: no such path: {tmp_path / 'nope.iof'}") and err.count("\n") == 1
+
+
+def test_bench_table_explains_its_columns_and_gives_skipped_feeds_their_reason_on_their_row():
+    record = json.loads(RESULTS.read_text())
+    lines = table(record).splitlines()
+    skipped = next(line for line in lines if line.startswith("iofeed-raw-gpu"))
+    assert skipped.split(None, 1)[1] == "skipped: augments on the GPU: needs a CUDA GPU"
+    assert "core busy %" in lines[0] and "CPU % per core" not in lines[0]
+    assert any(line.strip().startswith("core busy %: each core of the machine (0/1/...)") for line in lines)
+    assert sum("augments on the GPU" in line for line in lines) == 1, "the reason once, on the feed's row"
