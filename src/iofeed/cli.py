@@ -112,6 +112,10 @@ def _cmd_preprocess(args: argparse.Namespace) -> None:
             strict=args.strict,
             engine=args.engine,
             address=args.address,
+            source=args.source,
+            labels=args.labels,
+            label_column=args.label_column,
+            image_column=args.image_column,
         )
     print_preprocess_summary(summary)
 
@@ -193,7 +197,21 @@ def build_parser() -> argparse.ArgumentParser:
     from .prepare.engines import ENGINES
 
     prep = sub.add_parser("preprocess", help="validate, convert, resize, split and pack a folder once")
-    prep.add_argument("src", type=Path, help="folder with one subfolder per class (Caltech-256 layout accepted)")
+    from .prepare.sources.registry import SOURCES
+
+    prep.add_argument("src", help="a folder with one subfolder per class (Caltech-256 layout accepted); WebDataset "
+                                  "tar shards (a path, glob, brace list or s3/gs/http(s) URL); Parquet files; a "
+                                  "Hugging Face dataset saved with save_to_disk; or, with --labels, a folder of images")
+    prep.add_argument("--source", choices=["auto", *SOURCES.names()], default="auto",
+                      help="what SRC is (default auto: recognised by content)")
+    prep.add_argument("--labels", type=Path, default=None,
+                      help="CSV or JSON-lines file mapping paths under SRC to a class, several classes or any JSON "
+                           "value (also plain `PATH LABEL` lines, as ImageNet's validation labels)")
+    prep.add_argument("--label-column", default=None,
+                      help="the label's column (labels file, Parquet), JSON key or WebDataset member (default label, "
+                           "or cls/txt/json for WebDataset)")
+    prep.add_argument("--image-column", default=None,
+                      help="Parquet / Hugging Face: the image column (default: the first binary or {bytes, path} one)")
     prep.add_argument("-o", "--out", default=None,
                       help="output dataset: a folder (default: SRC.iof beside SRC), or an s3:// or gs:// URL "
                            "to upload to (prepared in a temporary folder, iofeed.json uploaded last)")
