@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from helpers.sources import close_to, read_dataset, write_webdataset
@@ -39,6 +40,7 @@ def test_brace_lists_expand_like_shell_ranges():
         expand_braces("x{3..1}")
 
 
+@pytest.mark.slow  # importing webdataset takes most of it
 def test_webdataset_written_by_webdataset_is_read_with_every_image_kind_and_label(tmp_path):
     expected = write_webdataset(tmp_path / "wds")
     summary = preprocess(str(tmp_path / "wds" / "shard-{000000..000001}.tar"), tmp_path / "out.iof",
@@ -85,3 +87,154 @@ def test_webdataset_over_http_from_a_brace_list_of_urls(tmp_path):
     assert all(name.startswith(server.url) for name in stored)
     assert not list(tmp_path.glob(".out.iof.spool-*")), "the downloaded copies are removed"
     assert len(_rejected(summary.out)) == 3
+
+
+def _table_rows(count: int) -> tuple[list, list, dict]:
+    """Images as bytes (jpg/png/webp), labels as indices; bad rows 90 (null label) and 91 (no image)."""
+    from helpers.sources import encode, picture
+
+    images, labels, expected = [], [], {}
+    for i in range(count):
+        img = picture(i)
+        images.append(encode(img, ("jpg", "png", "webp")[i % 3]))
+        labels.append(i % 4)
+        expected[i] = (np.asarray(img), i % 4)
+    images += [encode(picture(90), "png"), None]
+    labels += [None, 1]
+    return images, labels, expected
+
+
+@pytest.mark.pyarrow
+def test_parquet_written_by_pyarrow_is_read_a_row_group_at_a_time(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    images, labels, expected = _table_rows(10)
+    structs = [{"bytes": data, "path": None} for data in images]  # the {"bytes", "path"} form of HF Image
+    table = pa.table({"img": pa.array(structs), "label": pa.array(labels, pa.int64())})
+    pq.write_table(table, tmp_path / "part.parquet", row_group_size=4)
+    assert pq.ParquetFile(tmp_path / "part.parquet").num_row_groups == 3
+    summary = preprocess(tmp_path / "part.parquet", tmp_path / "out.iof", progress=False, workers=1)
+    manifest = Manifest.read(summary.out)
+    assert manifest.source["kind"] == "parquet" and manifest.classes == ["0", "1", "2", "3"]
+    where = str(tmp_path / "part.parquet")
+    _check_equal(summary.out, {f"{where}#{i}": v for i, v in expected.items()}, manifest.classes)
+    rejected = _rejected(summary.out)
+    assert rejected == {f"{where}#10": "no label (column 'label' is null)",
+                        f"{where}#11": "no image (column 'img' is empty)"}
+
+
+@pytest.mark.pyarrow
+def test_parquet_folder_with_class_names_and_binary_images(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    images, labels, expected = _table_rows(8)
+    names = ["cat", "dog", "eel", "fox"]
+    folder = tmp_path / "pq"
+    folder.mkdir()
+    for part, rows in enumerate((slice(0, 5), slice(5, None))):
+        table = pa.table({"label": pa.array([None if v is None else names[v] for v in labels[rows]]),
+                          "image": pa.array(images[rows], pa.binary())})
+        pq.write_table(table, folder / f"part-{part}")  # no extension: found by content
+    summary = preprocess(folder, tmp_path / "out.iof", progress=False, workers=1)
+    manifest = Manifest.read(summary.out)
+    assert manifest.classes == names
+    stored = read_dataset(summary.out)
+    assert len(stored) == 8
+    by_row = {(Path(name.split("#")[0]).name, int(name.split("#")[1])): v for name, v in stored.items()}
+    for i, (source_pixels, label) in expected.items():
+        image, classes, _ = by_row[("part-0", i) if i < 5 else ("part-1", i - 5)]
+        assert close_to(image, source_pixels) and classes == [label]
+
+
+@pytest.mark.datasets
+@pytest.mark.pyarrow
+def test_hugging_face_dataset_saved_to_disk(tmp_path):
+    import datasets
+
+    from helpers.sources import picture
+
+    features = datasets.Features({"image": datasets.Image(),
+                                  "label": datasets.ClassLabel(names=["zebra", "apple", "mango"])})
+    pictures = [picture(i) for i in range(9)]
+    data = datasets.Dataset.from_dict({"image": pictures, "label": [i % 3 for i in range(9)]}, features=features)
+    data.save_to_disk(str(tmp_path / "hf"), max_shard_size="20KB")
+    summary = preprocess(tmp_path / "hf", tmp_path / "out.iof", progress=False, workers=1)
+    manifest = Manifest.read(summary.out)
+    assert manifest.source["kind"] == "hf"
+    assert manifest.classes == ["zebra", "apple", "mango"], "ClassLabel names kept in their order"
+    stored = read_dataset(summary.out)
+    assert len(stored) == 9
+    row = 0
+    by_position = sorted(stored, key=lambda n: (n.split("#")[0], int(n.split("#")[1])))
+    for name in by_position:
+        image, classes, _ = stored[name]
+        assert close_to(image, np.asarray(pictures[row])) and classes == [row % 3], name
+        row += 1
+
+
+def test_labels_csv_with_multi_label_rows(tmp_path):
+    from helpers.sources import encode, picture
+
+    src = tmp_path / "photos"
+    (src / "a").mkdir(parents=True)
+    expected = {}
+    for i in range(6):
+        (src / "a" / f"{i}.png").write_bytes(encode(picture(i), "png"))
+        expected[f"a/{i}.png"] = np.asarray(picture(i))
+    (src / "a" / "unlisted.png").write_bytes(encode(picture(7), "png"))
+    (src / "a" / "text.png").write_text("not an image")
+    rows = ["path,label,score",
+            'a/0.png,cat,0.5', 'a/1.png,"[""cat"", ""dog""]",1', 'a/2.png,dog,2', 'a/2.png,bird,2',
+            'a/3.png,bird,3', 'a/4.png,"[""dog""]",4', 'a/5.png,cat,5', 'a/text.png,cat,6', 'a/gone.png,dog,7']
+    labels = tmp_path / "labels.csv"
+    labels.write_text("\n".join(rows) + "\n")
+    summary = preprocess(src, tmp_path / "out.iof", labels=labels, progress=False, workers=1, val_fraction=0)
+    manifest = Manifest.read(summary.out)
+    assert manifest.classes == ["bird", "cat", "dog"]
+    assert manifest.targets["kind"] == "multi_label" and manifest.targets["extras"] is True
+    want = {"a/0.png": ["cat"], "a/1.png": ["cat", "dog"], "a/2.png": ["bird", "dog"], "a/3.png": ["bird"],
+            "a/4.png": ["dog"], "a/5.png": ["cat"]}
+    stored = read_dataset(summary.out)
+    assert set(stored) == set(want)
+    for rel, (image, classes, extra) in stored.items():
+        assert close_to(image, expected[rel]) and [manifest.classes[c] for c in classes] == want[rel]
+        assert extra == {"score": 0.5 if rel == "a/0.png" else int(rel[2])}
+    rejected = _rejected(summary.out)
+    assert rejected["a/unlisted.png"] == "not in the labels file labels.csv"
+    assert rejected["a/text.png"] == "not an image (unrecognised bytes)"
+    assert rejected["a/gone.png"].startswith("listed in")
+    assert len(rejected) == 3
+
+
+def test_imagenet_style_validation_labels(tmp_path):
+    from helpers.sources import encode, picture
+
+    src = tmp_path / "val"
+    src.mkdir()
+    synsets = ["n01440764", "n01443537", "n01484850"]
+    for i in range(6):
+        (src / f"ILSVRC2012_val_{i + 1:08d}.JPEG").write_bytes(encode(picture(i), "jpg"))
+    listing = tmp_path / "val_labels.txt"
+    listing.write_text("".join(f"ILSVRC2012_val_{i + 1:08d}.JPEG {synsets[i % 3]}\n" for i in range(6)))
+    summary = preprocess(src, tmp_path / "out.iof", labels=listing, progress=False, workers=1, val_fraction=0)
+    manifest = Manifest.read(summary.out)
+    assert manifest.classes == synsets and manifest.targets["kind"] == "class"
+    stored = read_dataset(summary.out)
+    assert {rel: manifest.classes[c[0]] for rel, (_, c, _) in stored.items()} == {
+        f"ILSVRC2012_val_{i + 1:08d}.JPEG": synsets[i % 3] for i in range(6)}
+    solution = tmp_path / "LOC_val_solution.jsonl"  # ids without extensions, as LOC_val_solution.csv
+    solution.write_text("".join(json.dumps({"ImageId": f"ILSVRC2012_val_{i + 1:08d}", "label": synsets[i % 3]}) + "\n"
+                                for i in range(6)))
+    again = preprocess(src, tmp_path / "again.iof", labels=solution, progress=False, workers=1, val_fraction=0)
+    assert set(read_dataset(again.out)) == set(stored)
+
+
+def test_labels_file_errors_name_the_line(tmp_path):
+    src = tmp_path / "val"
+    src.mkdir()
+    bad = tmp_path / "bad.txt"
+    bad.write_text("onlyapath\n")
+    with pytest.raises(SourceError, match="line 1"):
+        preprocess(src, tmp_path / "o.iof", labels=bad, progress=False)

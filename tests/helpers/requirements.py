@@ -11,6 +11,8 @@ MODULES = {
     "ray": "ray",
     "opencv": "cv2",
     "simplejpeg": "simplejpeg",
+    "pyarrow": "pyarrow",
+    "datasets": "datasets",
 }
 
 

@@ -17,10 +17,10 @@ def is_class(value: Any) -> bool:
 
 
 def parse_cell(text: str) -> Any:
-    """A label as written in a text cell: JSON when it reads as JSON (`[1, 2]`, `{"a": 1}`,
-    `7`), else the text itself (a class name)."""
+    """A label as written in a text cell: JSON when it reads as JSON (`[1, 2]`, `{"a": 1}`, `7`,
+    `0.5`), else the text itself (a class name; `007` and `3a` stay text)."""
     text = text.strip()
-    if text[:1] in "[{" or text.lstrip("-").isdigit():
+    if text[:1] in '[{"-0123456789' or text in ("true", "false", "null"):
         try:
             return json.loads(text)
         except ValueError:
