@@ -120,6 +120,20 @@ def _cmd_preprocess(args: argparse.Namespace) -> None:
     print_preprocess_summary(summary)
 
 
+def _cmd_index(args: argparse.Namespace) -> None:
+    from .prepare.index import index_shards
+    from .prepare.output import terminate_as_interrupt
+
+    with terminate_as_interrupt():
+        summary = index_shards(args.shards, Path(args.out), split=args.split, label_column=args.label_column,
+                               overwrite=args.overwrite)
+    rejected = sum(summary.rejected.values())
+    print(f"iofeed index written to {summary.out}: {summary.samples:,} samples in {summary.shards} shards "
+          f"(read in place), {rejected:,} rejected" + (f" (see {summary.out}/rejected.jsonl)" if rejected else ""))
+    for reason, count in sorted(summary.rejected.items(), key=lambda kv: -kv[1]):
+        print(f"    {count:>6,}  {reason}")
+
+
 def _cmd_inspect(args: argparse.Namespace) -> None:
     from .remote.dataset import read_manifest
     from .remote.urls import is_url
@@ -236,6 +250,16 @@ def build_parser() -> argparse.ArgumentParser:
                       help="Ray cluster to use with --engine ray (default: RAY_ADDRESS, else a local one of --workers "
                             "CPUs)")
     prep.set_defaults(func=_cmd_preprocess)
+
+    index = sub.add_parser("index", help="index existing WebDataset shards in place (no rewrite) for the loader")
+    index.add_argument("shards", help="tar shards: a path, folder, glob, brace list (shards-{000000..000127}.tar) "
+                                      "or s3/gs/http(s) URLs")
+    index.add_argument("-o", "--out", required=True, help="the dataset folder to write (manifest, table, .idx files)")
+    index.add_argument("--split", default="train", help="the split's name (default train)")
+    index.add_argument("--label-column", default=None,
+                       help="the label's member or json key (default: cls, txt, or json 'label')")
+    index.add_argument("--overwrite", action="store_true", help="replace an existing output")
+    index.set_defaults(func=_cmd_index)
 
     inspect = sub.add_parser("inspect", help="print the summary of an iofeed dataset")
     inspect.add_argument("dataset", help="an iofeed dataset folder, or its s3://, gs:// or http(s):// URL")

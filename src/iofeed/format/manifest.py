@@ -14,6 +14,7 @@ MANIFEST_NAME = "iofeed.json"
 FORMAT_NAME = "iofeed-dataset"
 FORMAT_VERSION = 4  # 2 added raw-pixel samples (the `encoding` column); 3 the dataset id; 4 `targets`
 READABLE_VERSIONS = (1, 2, 3, 4)
+IMAGES_AS_IS = "as-is"  # `image.encoding` of shards indexed in place (`iofeed index`): images never validated
 
 
 @dataclass

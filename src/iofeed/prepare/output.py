@@ -30,11 +30,13 @@ class OutputError(IofeedError):
     """The output directory cannot be written or is held by another run."""
 
 
-def check_output(src: Path, out: Path, overwrite: bool) -> None:
-    """Refuse an `out` that is, contains or lies inside `src`, is or contains the current
-    directory, exists without `overwrite`, or is not an iofeed dataset to overwrite."""
-    src_r, out_r, cwd = Path(src).resolve(), Path(out).resolve(), Path.cwd().resolve()
-    if out_r == src_r or out_r in src_r.parents or src_r in out_r.parents:
+def check_output(src: Path | None, out: Path, overwrite: bool) -> None:
+    """Refuse an `out` that is, contains or lies inside `src` (None: nothing is scanned), is or
+    contains the current directory, exists without `overwrite`, or is not an iofeed dataset to
+    overwrite."""
+    out_r, cwd = Path(out).resolve(), Path.cwd().resolve()
+    src_r = Path(src).resolve() if src is not None else None
+    if src_r is not None and (out_r == src_r or out_r in src_r.parents or src_r in out_r.parents):
         raise OptionError(f"output {out} overlaps the source folder {src} (its files would be lost "
                           "or read as a class): pick an -o outside SRC")
     if out_r == cwd or out_r in cwd.parents:

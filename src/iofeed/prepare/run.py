@@ -137,7 +137,7 @@ def _preprocess(scan: SourceScan, src: Path | str, out: Path, start: float, *, p
                 rejected = scan.rejected + results.rejected
                 if strict and rejected:
                     _fail_strict(rejected)
-                _write_rejected(staging / REJECTED_NAME, rejected)
+                write_rejected(staging / REJECTED_NAME, rejected)
                 seconds = time.perf_counter() - start
                 manifest = Manifest(
                     classes=targets.names,
@@ -240,7 +240,7 @@ def _pack(
     return _PackResult(splits, rejected, facts, {"kind": kind, "extras": targets.has_extras, "files": files})
 
 
-def _write_rejected(path: Path, rejected: list[Rejection]) -> None:
+def write_rejected(path: Path, rejected: list[Rejection]) -> None:
     """One JSON line per rejected input, sorted by path."""
     lines = [
         json.dumps({"path": display_path(r.path), "reason": r.reason})

@@ -24,9 +24,9 @@ Members = dict[str, tuple[int, int]]  # extension -> (data offset, size)
 
 def split_member(name: str) -> tuple[str, str]:
     """(key, extension) of a member name as WebDataset reads it: the key runs to the first dot of
-    the base name (folders included), the extension is the rest, lower-cased."""
+    the base name (folders included), the extension is the rest."""
     dot = name.find(".", name.rfind("/") + 1)
-    return (name, "") if dot < 0 else (name[:dot], name[dot + 1:].lower())
+    return (name, "") if dot < 0 else (name[:dot], name[dot + 1:])
 
 
 def read_samples(path: str) -> dict[str, Members]:
@@ -53,7 +53,7 @@ def scan(src: str, options: SourceOptions) -> SourceScan:
             for key, members in read_samples(local).items():
                 name = f"{shard}#{key}"
                 try:
-                    image, target, extra = _sample(f, members, options.label_column)
+                    image, target, extra = sample_of(f, members, options.label_column)
                 except ValueError as exc:
                     result.rejected.append(Rejection(name, str(exc)))
                     continue
@@ -61,7 +61,7 @@ def scan(src: str, options: SourceOptions) -> SourceScan:
     return result
 
 
-def _sample(f, members: Members, label_key: str | None) -> tuple[str, Any, Any]:
+def sample_of(f, members: Members, label_key: str | None) -> tuple[str, Any, Any]:
     """(image extension, target, extra) of one sample; ValueError with the rejection reason."""
     image = next((ext for ext in members if ext not in LABEL_EXTENSIONS and _is_image(f, members[ext])), None)
     if image is None:
