@@ -238,3 +238,66 @@ def test_labels_file_errors_name_the_line(tmp_path):
     bad.write_text("onlyapath\n")
     with pytest.raises(SourceError, match="line 1"):
         preprocess(src, tmp_path / "o.iof", labels=bad, progress=False)
+
+
+_BOUNDED = """
+import json, os, sys, threading, time
+from pathlib import Path
+import pyarrow.parquet
+from iofeed.prepare.run import preprocess
+page = os.sysconf("SC_PAGE_SIZE")
+rss = lambda: int(open("/proc/self/statm").read().split()[1]) * page
+before, peak, done = rss(), [0], threading.Event()
+def sample():
+    while not done.is_set():
+        peak[0] = max(peak[0], rss())
+        time.sleep(0.005)
+watcher = threading.Thread(target=sample)
+watcher.start()
+summary = preprocess(Path(sys.argv[1]), Path(sys.argv[2]), workers=1, progress=False, val_fraction=0)
+done.set()
+watcher.join()
+print(json.dumps({"before": before, "peak": peak[0], "written": summary.written}))
+"""
+
+
+ROWS = 640
+
+
+@pytest.mark.slow
+@pytest.mark.pyarrow
+def test_parquet_larger_than_the_memory_budget_is_read_in_bounded_memory(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from PIL import Image
+
+    from helpers.images import jpeg_bytes
+
+    budget = 256 << 20  # bytes preprocess may grow by: ~200 MiB whatever the source's size (docs/benchmarks.md)
+    rng = np.random.default_rng(0)
+    noise = [jpeg_bytes(Image.fromarray(rng.integers(0, 256, (256, 1024, 3), dtype=np.uint8)), quality=100)
+             for _ in range(8)]  # ~0.5 MB each, kept as they are (cheap to prepare)
+    schema = pa.schema({"image": pa.binary(), "label": pa.int64()})
+    with pq.ParquetWriter(tmp_path / "big.parquet", schema) as writer:
+        for start in range(0, ROWS, 16):
+            # a JPEG comment segment (FFFE) makes each row distinct, so Parquet cannot dictionary-encode them
+            images = [noise[i % 8][:2] + b"\xff\xfe\x00\x04" + i.to_bytes(2, "big") + noise[i % 8][2:]
+                      for i in range(start, start + 16)]
+            writer.write_table(pa.table({"image": images, "label": [i % 5 for i in range(start, start + 16)]},
+                                        schema=schema))
+    size = (tmp_path / "big.parquet").stat().st_size
+    assert size > 1.2 * budget, "the source is larger than the budget"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    out = subprocess.run([sys.executable, "-c", _BOUNDED, str(tmp_path / "big.parquet"), str(tmp_path / "o.iof")],
+                         capture_output=True, text=True, env=env, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    grew = result["peak"] - result["before"]
+    print(f"source {size / 2**20:.1f} MiB, peak RSS {result['peak'] / 2**20:.1f} MiB, "
+          f"{grew / 2**20:.1f} MiB above the RSS before preprocessing (budget {budget >> 20} MiB)")
+    assert result["written"] == {"train": ROWS}
+    assert 0 < grew < budget
