@@ -135,3 +135,27 @@ def test_older_datasets_load_and_newer_ones_are_refused(colour_dataset, tmp_path
     (old / MANIFEST_NAME).write_text(json.dumps(raw))
     with pytest.raises(DatasetError, match=f"newer iofeed \\(format version {FORMAT_VERSION + 1}.*upgrade iofeed"):
         Manifest.read(old)
+
+
+def test_verify_accepts_a_multi_label_dataset(multi, capsys):
+    from iofeed.cli import main
+
+    assert main(["inspect", "--verify", str(multi)]) == 0
+    assert f"verified      {len(WANT)} samples" in capsys.readouterr().out
+
+
+@pytest.mark.storage
+def test_streamed_dataset_brings_its_targets(multi, tmp_path):
+    from helpers.storage import CountingServer
+
+    server = CountingServer(multi.parent)
+    try:
+        with iofeed.loader(f"{server.url}/{multi.name}", batch_size=4, image_size=24, workers=1,
+                           target="multi_hot", extras=True, cache_dir=tmp_path / "cache", shuffle="global") as ld:
+            _, labels, extras = next(iter(ld))
+            for row, index in enumerate(ld.last_indices):
+                vector, extra = _want_vector(multi, int(index))
+                assert np.array_equal(labels[row], vector) and extras[row] == extra
+    finally:
+        server.close()
+    assert server.gets[f"/{multi.name}/train-targets.jsonl"] == 1
