@@ -5,7 +5,6 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
-import tempfile
 import time
 from collections import Counter
 from dataclasses import dataclass
@@ -18,7 +17,7 @@ from ..format.shards import INDEX_VERSION
 from ..format.table import new_table, save_table
 from ..format.targets import TARGET_KINDS, save_targets
 from ..remote.urls import is_url
-from .output import check_output, lock_output, output_error, staging_dir, swap_in
+from .output import check_output, lock_output, output_error, spool_dir, staging_dir, swap_in
 from .run import REJECTED_NAME, write_rejected
 from .scan import Rejection, reason_kind
 from .sources.shardlist import fetch, list_shards
@@ -59,8 +58,7 @@ def index_shards(spec: str, out: Path, *, split: str = "train", label_column: st
     check_output(None, out, overwrite)
     shards = list_shards(spec)
     targets, scanned, rejected = Targets(), [], []
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix=f".{out.name}.spool-", dir=out.parent) as spool:
+    with spool_dir(out) as spool:
         for shard in shards:
             local = fetch(shard, Path(spool)) if is_url(shard) else Path(shard)
             scanned.append(_index_one(shard, local, label_column, targets, rejected))

@@ -14,6 +14,7 @@ import fcntl
 import os
 import shutil
 import signal
+import tempfile
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -90,6 +91,16 @@ def lock_output(out: Path) -> Iterator[None]:
     finally:
         path.unlink(missing_ok=True)
         os.close(fd)
+
+
+def spool_dir(out: Path) -> tempfile.TemporaryDirectory:
+    """A private temporary folder beside `out` (`.OUT.spool-*`) for bytes a source copies out,
+    removed when the context ends; OutputError when it cannot be made there."""
+    try:
+        Path(out).parent.mkdir(parents=True, exist_ok=True)
+        return tempfile.TemporaryDirectory(prefix=f".{Path(out).name}.spool-", dir=Path(out).parent)
+    except OSError as exc:
+        raise output_error(exc, out) from None
 
 
 def staging_dir(out: Path) -> tuple[Path, list[Path]]:

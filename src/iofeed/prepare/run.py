@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import tempfile
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -24,7 +23,7 @@ from ..format.targets import TARGET_KINDS, save_targets
 from ..remote.urls import is_url
 from .engines import select_engine
 from .file import Prepared, Task
-from .output import check_output, lock_output, output_error, staging_dir, swap_in
+from .output import check_output, lock_output, output_error, spool_dir, staging_dir, swap_in
 from .scan import Rejection, display_path, reason_kind
 from .sources.base import SourceOptions, SourceScan
 from .sources.registry import scan_source
@@ -103,8 +102,7 @@ def preprocess(
         raise OptionError(f"--seed must be an integer >= 0, got {seed!r}")
     check_output(src, out, overwrite)
     start = time.perf_counter()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix=f".{out.name}.spool-", dir=out.parent) as spool:
+    with spool_dir(out) as spool:
         options = SourceOptions(labels=None if labels is None else Path(labels), label_column=label_column,
                                 image_column=image_column, spool=Path(spool))
         scan = scan_source(src, options, source)
