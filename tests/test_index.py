@@ -139,3 +139,10 @@ def test_index_of_shards_over_http_streams_them_through_the_node_cache(tmp_path)
         server.close()
     broken = _names(tmp_path / "ds.iof").index(next(n for n in _names(tmp_path / "ds.iof") if n.endswith("#broken")))
     assert seen == sorted(set(range(11)) - {broken})
+
+
+def test_inspect_says_the_images_are_as_they_came(indexed, capsys):
+    ds, _, _ = indexed
+    assert main(["inspect", str(ds)]) == 0
+    out = capsys.readouterr().out
+    assert "indexed in place" in out and "targets       class, with extras" in out and "None" not in out

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .errors import DatasetError, IofeedError, OptionError
-from .format.manifest import Manifest
+from .format.manifest import IMAGES_AS_IS, Manifest
 
 if TYPE_CHECKING:
     from .prepare.run import PreprocessSummary
@@ -62,7 +62,12 @@ def print_manifest(path: Path | str, manifest: Manifest) -> None:
         size = sum(s["bytes"] for s in info.shards)
         print(f"  {name:<13} {info.samples:,} samples in {len(info.shards)} shards, {_mib(size)}")
     image = manifest.image
-    print(f"  images        {image['encoding']}, shorter side {image['shorter_side']}, quality {image['quality']}")
+    if image["encoding"] == IMAGES_AS_IS:
+        print("  images        as they are in the shards, indexed in place (`iofeed inspect --verify` decodes them)")
+    else:
+        print(f"  images        {image['encoding']}, shorter side {image['shorter_side']}, quality {image['quality']}")
+    if manifest.targets["kind"] != "class" or manifest.targets["extras"]:
+        print(f"  targets       {manifest.targets['kind']}" + (", with extras" if manifest.targets["extras"] else ""))
     stored = src.get("stored")
     if stored and stored["samples"]["raw"]:
         on_disk = stored["bytes"]["jpeg"] + stored["bytes"]["raw"]
@@ -73,6 +78,8 @@ def print_manifest(path: Path | str, manifest: Manifest) -> None:
           f"{src['rejected']:,} rejected")
     for reason, count in src["rejected_by_reason"].items():
         print(f"    {count:>6,}  {reason}")
+    if image["encoding"] == IMAGES_AS_IS:
+        return
     mean_w, mean_h = src["mean_size"]
     print(f"  source images mean {mean_w:.0f}x{mean_h:.0f}, modes {src['modes']}, {_mib(src['bytes_in'])}")
 
