@@ -135,7 +135,8 @@ def test_parquet_folder_with_class_names_and_binary_images(tmp_path):
     folder.mkdir()
     for part, rows in enumerate((slice(0, 5), slice(5, None))):
         table = pa.table({"label": pa.array([None if v is None else names[v] for v in labels[rows]]),
-                          "image": pa.array(images[rows], pa.binary())})
+                          "image": pa.array(images[rows], pa.binary()),
+                          "score": pa.array([0.5 * i for i in range(len(images))][rows], pa.float32())})
         pq.write_table(table, folder / f"part-{part}")  # no extension: found by content
     summary = preprocess(folder, tmp_path / "out.iof", progress=False, workers=1)
     manifest = Manifest.read(summary.out)
@@ -144,8 +145,8 @@ def test_parquet_folder_with_class_names_and_binary_images(tmp_path):
     assert len(stored) == 8
     by_row = {(Path(name.split("#")[0]).name, int(name.split("#")[1])): v for name, v in stored.items()}
     for i, (source_pixels, label) in expected.items():
-        image, classes, _ = by_row[("part-0", i) if i < 5 else ("part-1", i - 5)]
-        assert close_to(image, source_pixels) and classes == [label]
+        image, classes, extra = by_row[("part-0", i) if i < 5 else ("part-1", i - 5)]
+        assert close_to(image, source_pixels) and classes == [label] and extra == {"score": 0.5 * i}
 
 
 @pytest.mark.datasets

@@ -1,7 +1,8 @@
 """The `parquet` and `hf` sources: Parquet files, or a Hugging Face dataset saved with
 `save_to_disk` (Arrow stream files), with an image column (bytes, or `{"bytes", "path"}`) and a
-label column. Read a row group (an Arrow record batch) at a time, never the whole table; each
-image's bytes are copied into a spool file the workers read by offset."""
+label column; the other columns (those holding no images) are each sample's extra. Read a row
+group (an Arrow record batch) at a time, never the whole table; each image's bytes are copied
+into a spool file the workers read by offset."""
 from __future__ import annotations
 
 import json
@@ -87,14 +88,15 @@ def scan_hf(src: str, options: SourceOptions) -> SourceScan:
 
 
 class _Setup:
-    """The scan being built and the columns it reads."""
+    """The scan being built and the columns it reads: the image, the label, and the extras (every
+    other column that holds no images, carried as each sample's extra)."""
 
-    def __init__(self, scan: SourceScan, image: str, label: str) -> None:
-        self.scan, self.image, self.label = scan, image, label
+    def __init__(self, scan: SourceScan, image: str, label: str, extras: list[str]) -> None:
+        self.scan, self.image, self.label, self.extras = scan, image, label, extras
 
     @property
     def columns(self) -> list[str]:
-        return [self.image, self.label]
+        return [self.image, self.label, *self.extras]
 
 
 def _scan_setup(src: str, kind: str, schema: Any, features: dict, options: SourceOptions) -> _Setup:
@@ -114,7 +116,8 @@ def _scan_setup(src: str, kind: str, schema: Any, features: dict, options: Sourc
         class_names = inner.get("names")
     if class_names is None and isinstance(feature, list) and feature and feature[0].get("_type") == "ClassLabel":
         class_names = feature[0].get("names")
-    return _Setup(SourceScan(root=str(src), kind=kind, targets=Targets(names=class_names)), image, label)
+    extras = [n for n in names if n not in (image, label) and not _holds_images(schema.field(n).type)]
+    return _Setup(SourceScan(root=str(src), kind=kind, targets=Targets(names=class_names)), image, label, extras)
 
 
 def _holds_images(kind: Any) -> bool:
@@ -144,19 +147,35 @@ def _spool_rows(setup: _Setup, file: str, number: int, batches: Iterator[Any], o
     with open(spool, "wb") as out:
         for batch in batches:
             labels = batch.column(setup.label).to_pylist()
-            for (data, path), label in zip(_cells(batch.column(setup.image)), labels):
+            extras = _extras(batch, setup.extras)
+            for (data, path), label, extra in zip(_cells(batch.column(setup.image)), labels, extras):
                 name = f"{file}#{row}"
                 row += 1
                 if label is None:
                     setup.scan.rejected.append(Rejection(name, f"no label (column {setup.label!r} is null)"))
                 elif data:
-                    setup.scan.add(str(spool), name, label, None, (out.tell(), len(data)))
+                    setup.scan.add(str(spool), name, label, extra, (out.tell(), len(data)))
                     out.write(data)
                 elif path and (base / path).is_file():
-                    setup.scan.add(os.fspath(base / path), name, label)
+                    setup.scan.add(os.fspath(base / path), name, label, extra)
                 else:
                     where = f", its path {path} not found" if path else ""
                     setup.scan.rejected.append(Rejection(name, f"no image (column {setup.image!r} is empty{where})"))
+
+
+def _extras(batch: Any, columns: list[str]) -> list[dict | None]:
+    """Each row's extra: {column: value} of the extra columns (None when there are none)."""
+    if not columns:
+        return [None] * batch.num_rows
+    values = {name: batch.column(name).to_pylist() for name in columns}
+    return [{name: _plain(values[name][row]) for name in columns} for row in range(batch.num_rows)]
+
+
+def _plain(value: Any) -> Any:
+    """A cell as JSON can hold it (dates and decimals as text)."""
+    if value is None or isinstance(value, (bool, int, float, str, list, dict)):
+        return value
+    return str(value)
 
 
 def _cells(column: Any) -> Iterator[tuple[memoryview | None, str | None]]:
