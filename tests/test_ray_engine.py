@@ -124,3 +124,14 @@ def test_cli_engine_ray(image_tree, tmp_path, capsys):
     assert main(["preprocess", str(src), "-o", str(tmp_path / "o.iof"), "--engine", "ray"]) == 0
     assert f"images found  {len(expected)}" in capsys.readouterr().out
 
+
+
+def test_ray_engine_reads_tar_members_by_their_span(tmp_path):
+    from helpers.sources import write_webdataset
+
+    write_webdataset(tmp_path / "wds")
+    options = dict(val_fraction=0, progress=False)
+    local = preprocess(str(tmp_path / "wds"), tmp_path / "local.iof", workers=1, **options)
+    by_ray = preprocess(str(tmp_path / "wds"), tmp_path / "ray.iof", engine="ray", workers=2, **options)
+    _assert_same_dataset(local.out, by_ray.out)
+    assert sum(by_ray.written.values()) == 12 and sum(by_ray.rejected.values()) == 3
