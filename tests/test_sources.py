@@ -3,6 +3,7 @@ Hugging Face dataset, labels files (multi-label CSV, ImageNet-style validation l
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -327,3 +328,19 @@ def test_webdataset_from_s3_by_a_brace_list_of_urls(tmp_path, monkeypatch):
     assert {name.split("#")[1] for name in stored} == {name.split("#")[1] for name in expected}
     assert all(name.startswith("s3://shards/wds/shard-") for name in stored)
     assert len(_rejected(summary.out)) == 3
+
+
+def test_a_killed_runs_spool_is_removed_by_the_next_run(tmp_path):
+    import subprocess
+    import sys
+
+    write_webdataset(tmp_path / "wds", shards=1)
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    leftover = tmp_path / f".out.iof.spool-{dead.stdout.strip()}-abc"
+    leftover.mkdir()
+    (leftover / "000000.bin").write_bytes(b"x" * 1000)
+    live = tmp_path / f".out.iof.spool-{os.getpid()}-xyz"  # a live run's: kept
+    live.mkdir()
+    preprocess(str(tmp_path / "wds"), tmp_path / "out.iof", progress=False, workers=1)
+    assert not leftover.exists() and live.exists()
+    assert sorted(p.name for p in tmp_path.glob(".out.iof.spool-*")) == [live.name]

@@ -24,6 +24,7 @@ from ..errors import IofeedError, OptionError
 from ..format.manifest import MANIFEST_NAME
 
 PARTIAL = ".partial-"  # `.OUT.partial-PID`: the dataset being written
+SPOOL = ".spool-"  # `.OUT.spool-PID-*`: bytes a source copied out (Parquet cells, remote shards)
 ASIDE = ".replaced-"  # `.OUT.replaced-PID`: the old dataset between the two renames of a swap
 
 
@@ -94,13 +95,30 @@ def lock_output(out: Path) -> Iterator[None]:
 
 
 def spool_dir(out: Path) -> tempfile.TemporaryDirectory:
-    """A private temporary folder beside `out` (`.OUT.spool-*`) for bytes a source copies out,
-    removed when the context ends; OutputError when it cannot be made there."""
+    """A private temporary folder beside `out` (`.OUT.spool-PID-*`) for bytes a source copies out,
+    removed when the context ends; spools of runs no longer alive (killed) are removed first.
+    OutputError when it cannot be made there."""
+    out = Path(out)
     try:
-        Path(out).parent.mkdir(parents=True, exist_ok=True)
-        return tempfile.TemporaryDirectory(prefix=f".{Path(out).name}.spool-", dir=Path(out).parent)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        for old in out.parent.glob(f".{out.name}{SPOOL}*"):
+            pid = old.name[len(out.name) + len(SPOOL) + 1:].split("-")[0]
+            if pid.isdigit() and not _alive(int(pid)):
+                shutil.rmtree(old, ignore_errors=True)
+        return tempfile.TemporaryDirectory(prefix=f".{out.name}{SPOOL}{os.getpid()}-", dir=out.parent)
     except OSError as exc:
         raise output_error(exc, out) from None
+
+
+def _alive(pid: int) -> bool:
+    """Whether process `pid` exists (on this machine, in this PID namespace)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def staging_dir(out: Path) -> tuple[Path, list[Path]]:
