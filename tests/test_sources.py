@@ -344,3 +344,22 @@ def test_a_killed_runs_spool_is_removed_by_the_next_run(tmp_path):
     preprocess(str(tmp_path / "wds"), tmp_path / "out.iof", progress=False, workers=1)
     assert not leftover.exists() and live.exists()
     assert sorted(p.name for p in tmp_path.glob(".out.iof.spool-*")) == [live.name]
+
+
+def test_caption_shards_without_classes_keep_each_json_as_the_extra(tmp_path):
+    import webdataset as wds
+
+    from helpers.sources import encode, picture
+
+    (tmp_path / "wds").mkdir()
+    with wds.TarWriter(str(tmp_path / "wds" / "00000.tar")) as sink:  # img2dataset's layout
+        for i in range(5):
+            sink.write({"__key__": f"{i:09d}", "jpg": encode(picture(i), "jpg"), "txt": f"caption {i}",
+                        "json": {"caption": f"caption {i}", "width": picture(i).width}})
+    summary = preprocess(str(tmp_path / "wds"), tmp_path / "out.iof", label_column="json", progress=False,
+                         workers=1, val_fraction=0)
+    manifest = Manifest.read(summary.out)
+    assert manifest.classes == [] and manifest.targets["kind"] == "none" and manifest.targets["extras"]
+    stored = read_dataset(summary.out)
+    assert sorted(extra["caption"] for _, _, extra in stored.values()) == [f"caption {i}" for i in range(5)]
+    assert all(classes == [] for _, classes, _ in stored.values())

@@ -121,7 +121,8 @@ def _preprocess(scan: SourceScan, src: Path | str, out: Path, start: float, *, p
         _fail_strict(scan.rejected)
     targets = scan.targets.resolve()
     labels = np.asarray([targets.label(i) for i in range(len(scan))], dtype=np.int64)
-    is_val = validation_mask(labels, seed, val_per_class, val_fraction)
+    # samples split per class (a multi-label one by its first class; those without a class as one more group)
+    is_val = validation_mask(np.where(labels >= 0, labels, len(targets.names)), seed, val_per_class, val_fraction)
     orders = {
         "train": write_order(np.flatnonzero(~is_val), seed, shuffle=True),
         "val": write_order(np.flatnonzero(is_val), seed, shuffle=False),

@@ -78,7 +78,7 @@ class Targets:
                                       f"({', '.join(names[:5])}{', ...' if len(names) > 5 else ''})")
                 indices.append(index)
             classes.append(sorted(set(indices)))
-        extras = [e if _classes_of(t) or t is None else (t if e is None else {"target": t, **_as_dict(e)})
+        extras = [e if _classes_of(t) or t is None else (t if e is None or e == t else {"target": t, **_as_dict(e)})
                   for t, e in zip(self.raw, self.extras)]
         return Resolved(names, classes, extras, self.multi_label, any(e is not None for e in extras))
 

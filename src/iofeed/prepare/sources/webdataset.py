@@ -89,9 +89,9 @@ def _target(f, members: Members, extra: Any, label_key: str | None) -> Any:
             if ext in members:
                 text = _read(f, members[ext]).decode("utf-8", "replace").strip()
                 return int(text) if ext == "cls" and text.isdigit() else (text or None)
-    if isinstance(extra, dict):
-        return extra.get(key)
-    return extra if label_key == "json" else None
+    if label_key == "json":  # the whole json member is the target (captions, boxes: no class)
+        return extra
+    return extra.get(key) if isinstance(extra, dict) else None
 
 
 def _is_image(f, span: tuple[int, int]) -> bool:
