@@ -64,7 +64,7 @@ def default_output(src: Path | str) -> Path:
 
 
 def preprocess(
-    src: Path,
+    src: Path | str,
     out: Path | None = None,
     *,
     policy: ImagePolicy = ImagePolicy(),
