@@ -33,7 +33,8 @@ class TfAdapter:
 
 
 def to_tf_dataset(loader: EpochLoader) -> tf.data.Dataset:
-    """A `tf.data.Dataset` of (images float32 NHWC (None, S, S, 3), labels int64 (None,)).
+    """A `tf.data.Dataset` of (images float32 NHWC (None, S, S, 3), labels int64 (None,)), or
+    float32 (None, classes) labels for `target="multi_hot"`.
 
     `loader` is a numpy-framework Loader. Each batch is copied out of shared memory (the view
     is reused at the next batch) into `from_generator`; a `.map` converts and normalises it
