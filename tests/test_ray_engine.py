@@ -59,11 +59,11 @@ def test_a_file_failing_once_is_retried_and_kept(quirky_tree, tmp_path, monkeypa
     marker = tmp_path / "failed-once"
     real = engine.prepare_file
 
-    def flaky(index, path, policy):  # defined here, so Ray ships it by value to its workers
+    def flaky(index, path, policy, span=(0, -1)):  # defined here, so Ray ships it by value to its workers
         if path.endswith("big.jpg") and not os.path.exists(marker):
             Path(marker).touch()
             raise ConnectionResetError("transient")
-        return real(index, path, policy)
+        return real(index, path, policy, span)
 
     monkeypatch.setattr(engine, "prepare_file", flaky)
     by_ray = preprocess(src, tmp_path / "ray.iof", engine="ray", progress=False)
@@ -80,11 +80,11 @@ def test_a_file_failing_everywhere_is_rejected_with_its_reason(quirky_tree, tmp_
     attempts = tmp_path / "attempts"
     attempts.mkdir()
 
-    def broken(index, path, policy):
+    def broken(index, path, policy, span=(0, -1)):
         if path.endswith("cmyk.jpg"):
             (attempts / str(len(list(attempts.iterdir())))).touch()
             raise RuntimeError(f"decoder exploded on {Path(path).name}")
-        return real(index, path, policy)
+        return real(index, path, policy, span)
 
     monkeypatch.setattr(engine, "prepare_file", broken)
     summary = preprocess(src, tmp_path / "ray.iof", engine="ray", progress=False)
@@ -105,10 +105,10 @@ def test_a_file_crashing_its_worker_is_rejected_not_lost(image_tree, tmp_path, m
     src, expected = image_tree
     real = engine.prepare_file
 
-    def crashing(index, path, policy):
+    def crashing(index, path, policy, span=(0, -1)):
         if path.endswith("002_0003.jpg"):
             os._exit(1)  # the worker process dies, as on a segfault in a decoder
-        return real(index, path, policy)
+        return real(index, path, policy, span)
 
     monkeypatch.setattr(engine, "prepare_file", crashing)
     monkeypatch.setattr(engine, "RETRIES", 1)
@@ -124,3 +124,14 @@ def test_cli_engine_ray(image_tree, tmp_path, capsys):
     assert main(["preprocess", str(src), "-o", str(tmp_path / "o.iof"), "--engine", "ray"]) == 0
     assert f"images found  {len(expected)}" in capsys.readouterr().out
 
+
+
+def test_ray_engine_reads_tar_members_by_their_span(tmp_path):
+    from helpers.sources import write_webdataset
+
+    write_webdataset(tmp_path / "wds")
+    options = dict(val_fraction=0, progress=False)
+    local = preprocess(str(tmp_path / "wds"), tmp_path / "local.iof", workers=1, **options)
+    by_ray = preprocess(str(tmp_path / "wds"), tmp_path / "ray.iof", engine="ray", workers=2, **options)
+    _assert_same_dataset(local.out, by_ray.out)
+    assert sum(by_ray.written.values()) == 12 and sum(by_ray.rejected.values()) == 3

@@ -220,3 +220,18 @@ def test_epoch_boundary_script_measures_both_inputs(colour_dataset):
     assert sum(line.count(" s; inside epochs median") for line in lines) == 2, out.stdout
     started = next(line for line in lines if "batches started in the previous epoch" in line)
     assert int(started.rsplit(":", 1)[1]) > 0, out.stdout
+
+
+def test_multi_hot_labels_as_float_vectors(colour_dataset):
+    dataset = iofeed.loader(str(colour_dataset), batch_size=4, image_size=32, workers=1, framework="tf",
+                            target="multi_hot")
+    try:
+        assert dataset.element_spec[1].shape.as_list() == [None, 4]
+        images, labels = next(iter(dataset))
+        assert labels.dtype == tf.float32 and labels.shape == (4, 4)
+        assert np.array_equal(labels.numpy().sum(1), np.ones(4)), "one-hot rows of a one-class dataset"
+        with iofeed.loader(str(colour_dataset), batch_size=4, image_size=32, workers=1) as plain:
+            _, first = next(iter(plain))
+            assert np.array_equal(labels.numpy().argmax(1), first), "the same batch as class indices"
+    finally:
+        dataset.iofeed_loader.close()

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .errors import DatasetError, IofeedError, OptionError
-from .format.manifest import Manifest
+from .format.manifest import IMAGES_AS_IS, Manifest
 
 if TYPE_CHECKING:
     from .prepare.run import PreprocessSummary
@@ -67,8 +67,13 @@ def print_manifest(path: Path | str, manifest: Manifest) -> None:
         size = sum(s["bytes"] for s in info.shards)
         print(f"  {name:<13} {info.samples:,} samples in {_count(len(info.shards), 'shard')}, {_mib(size)}")
     image = manifest.image
-    quality = "" if image["encoding"] == "raw" else f", quality {image['quality']}"  # raw pixels have none
-    print(f"  images        {image['encoding']}, shorter side {image['shorter_side']}{quality}")
+    if image["encoding"] == IMAGES_AS_IS:
+        print("  images        as they are in the shards, indexed in place (`iofeed inspect --verify` decodes them)")
+    else:
+        quality = "" if image["encoding"] == "raw" else f", quality {image['quality']}"  # raw pixels have none
+        print(f"  images        {image['encoding']}, shorter side {image['shorter_side']}{quality}")
+    if manifest.targets["kind"] != "class" or manifest.targets["extras"]:
+        print(f"  targets       {manifest.targets['kind']}" + (", with extras" if manifest.targets["extras"] else ""))
     stored = src.get("stored")
     if stored and stored["samples"]["raw"]:
         on_disk = stored["bytes"]["jpeg"] + stored["bytes"]["raw"]
@@ -79,6 +84,8 @@ def print_manifest(path: Path | str, manifest: Manifest) -> None:
           f"{src['rejected']:,} rejected")
     for reason, count in src["rejected_by_reason"].items():
         print(f"    {count:>6,}  {reason}")
+    if image["encoding"] == IMAGES_AS_IS:
+        return
     mean_w, mean_h = src["mean_size"]
     print(f"  source images mean {mean_w:.0f}x{mean_h:.0f}, modes {src['modes']}, {_mib(src['bytes_in'])}")
 
@@ -118,8 +125,26 @@ def _cmd_preprocess(args: argparse.Namespace) -> None:
             strict=args.strict,
             engine=args.engine,
             address=args.address,
+            source=args.source,
+            labels=args.labels,
+            label_column=args.label_column,
+            image_column=args.image_column,
         )
     print_preprocess_summary(summary)
+
+
+def _cmd_index(args: argparse.Namespace) -> None:
+    from .prepare.index import index_shards
+    from .prepare.output import terminate_as_interrupt
+
+    with terminate_as_interrupt():
+        summary = index_shards(args.shards, Path(args.out), split=args.split, label_column=args.label_column,
+                               overwrite=args.overwrite)
+    rejected = sum(summary.rejected.values())
+    print(f"iofeed index written to {summary.out}: {summary.samples:,} samples in {summary.shards} shards "
+          f"(read in place), {rejected:,} rejected" + (f" (see {summary.out}/rejected.jsonl)" if rejected else ""))
+    for reason, count in sorted(summary.rejected.items(), key=lambda kv: -kv[1]):
+        print(f"    {count:>6,}  {reason}")
 
 
 def _cmd_inspect(args: argparse.Namespace) -> None:
@@ -204,7 +229,21 @@ def build_parser() -> argparse.ArgumentParser:
     from .prepare.engines import ENGINES
 
     prep = sub.add_parser("preprocess", help="validate, convert, resize, split and pack a folder once")
-    prep.add_argument("src", type=Path, help="folder with one subfolder per class (Caltech-256 layout accepted)")
+    from .prepare.sources.registry import SOURCES
+
+    prep.add_argument("src", help="a folder with one subfolder per class (Caltech-256 layout accepted); WebDataset "
+                                  "tar shards (a path, glob, brace list or s3/gs/http(s) URL); Parquet files; a "
+                                  "Hugging Face dataset saved with save_to_disk; or, with --labels, a folder of images")
+    prep.add_argument("--source", choices=["auto", *SOURCES.names()], default="auto",
+                      help="what SRC is (default auto: recognised by content)")
+    prep.add_argument("--labels", type=Path, default=None,
+                      help="CSV or JSON-lines file mapping paths under SRC to a class, several classes or any JSON "
+                           "value (also plain `PATH LABEL` lines, as ImageNet's validation labels)")
+    prep.add_argument("--label-column", default=None,
+                      help="the label's column (labels file, Parquet), JSON key or WebDataset member (default label, "
+                           "or cls/txt/json for WebDataset)")
+    prep.add_argument("--image-column", default=None,
+                      help="Parquet / Hugging Face: the image column (default: the first binary or {bytes, path} one)")
     prep.add_argument("-o", "--out", default=None,
                       help="output dataset: a folder (default: SRC.iof beside SRC), or an s3:// or gs:// URL "
                            "to upload to (prepared in a temporary folder, iofeed.json uploaded last)")
@@ -229,6 +268,16 @@ def build_parser() -> argparse.ArgumentParser:
                       help="Ray cluster to use with --engine ray (default: RAY_ADDRESS, else a local one of --workers "
                             "CPUs)")
     prep.set_defaults(func=_cmd_preprocess)
+
+    index = sub.add_parser("index", help="index existing WebDataset shards in place (no rewrite) for the loader")
+    index.add_argument("shards", help="tar shards: a path, folder, glob, brace list (shards-{000000..000127}.tar) "
+                                      "or s3/gs/http(s) URLs")
+    index.add_argument("-o", "--out", required=True, help="the dataset folder to write (manifest, table, .idx files)")
+    index.add_argument("--split", default="train", help="the split's name (default train)")
+    index.add_argument("--label-column", default=None,
+                       help="the label's member or json key (default: cls, txt, or json 'label')")
+    index.add_argument("--overwrite", action="store_true", help="replace an existing output")
+    index.set_defaults(func=_cmd_index)
 
     inspect = sub.add_parser("inspect", help="print the summary of an iofeed dataset")
     inspect.add_argument("dataset", help="an iofeed dataset folder, or its s3://, gs:// or http(s):// URL")

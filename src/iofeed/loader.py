@@ -25,6 +25,7 @@ from .remote.prefetch import NoPrefetch, Prefetcher, prefetcher_for
 from .resume import Progress, fingerprint, parse
 from .resume import state as resume_state
 from .samples import SampleSource, open_source
+from .targets import SampleTargets, open_targets
 
 
 @dataclass
@@ -68,8 +69,9 @@ class Loader:
     batches an epoch holds at most: a batch whose samples were all skipped is not delivered."""
 
     def __init__(self, source: SampleSource, order: OrderSpec, backend: Backend, adapter: Adapter,
-                 options: LoaderOptions) -> None:
+                 options: LoaderOptions, targets: SampleTargets | None = None) -> None:
         self.source, self.order, self.backend, self._adapter = source, order, backend, adapter
+        self._targets = targets  # multi-hot labels and extras by sample index (None: class indices only)
         self.options = options
         self.image_size = options.image_size
         self._iteration: object | None = None  # token of the live iteration
@@ -140,11 +142,21 @@ class Loader:
                     self.set_epoch(epoch + 1)  # stops after len() batches (Lightning) moves on
                     self._count_fetched()
                 if len(batch.indices):  # an empty batch (all skipped) would be a NaN loss: only counted
-                    yield self._adapter(batch)
+                    yield self._deliver(batch)
             if start >= len(batches):  # nothing was left of this epoch
                 self.set_epoch(epoch + 1)
         finally:
             fetching.close()
+
+    def _deliver(self, batch: Batch) -> Any:
+        """The adapter's form of `batch`: multi-hot labels for `target="multi_hot"`, and with
+        `extras=True` a third item, the list of the samples' extras."""
+        if self._targets is None:
+            return self._adapter(batch)
+        if self.options.target == "multi_hot":
+            batch = dataclasses.replace(batch, labels=self._targets.multi_hot(batch.indices))
+        out = self._adapter(batch)
+        return (*out, self._targets.extras_of(batch.indices)) if self.options.extras else out
 
     def _record(self, batch: Batch) -> None:
         if len(batch.indices):
@@ -234,6 +246,8 @@ def loader(
     block_shards: int = 8,
     cache_dir: str | Path | None = None,
     cache_limit: int | None = None,
+    target: str = "class",
+    extras: bool = False,
 ) -> Any:
     """A loader over an iofeed dataset or an image folder: a `Loader` (numpy, torch) or a
     `tf.data.Dataset` (tf). Every argument is checked before any work starts; a bad one raises a
@@ -296,6 +310,11 @@ def loader(
             (default `IOFEED_CACHE`, else ~/.cache/iofeed); ignored for local paths.
         cache_limit: bytes the cache may hold (an int >= 1; default: what it holds plus the free
             disk above a 10% reserve); it must hold the shards the order keeps live.
+        target: "class" (int64 class indices) or "multi_hot" (float32 (batch, classes) vectors, 1
+            for each class of a multi-label sample; a single-label dataset gives one-hot rows).
+        extras: with True each batch is (images, labels, extras), `extras` the list of the
+            samples' extra JSON values (None where a sample has none), as the dataset stores them
+            (`json` members: WebDataset json, labels-file columns). Not with framework="tf".
 
     `source` may also be the s3://, gs:// or http(s):// URL of an iofeed dataset (`pip install
     'iofeed[s3]'`, `[gcs]`, `[http]`; credentials and endpoint the standard way): its shards are
@@ -313,11 +332,12 @@ def loader(
         device=usable_device(device), dtype=dtype, backend=backend, workers=workers, prefetch=prefetch, seed=seed,
         rank=rank, world_size=world_size, drop_last=drop_last, on_error=on_error, memory_budget=memory_budget,
         gpu_augment=gpu_augment, shuffle=shuffle, block_shards=block_shards, cache_dir=cache_dir,
-        cache_limit=cache_limit,
+        cache_limit=cache_limit, target=target, extras=extras,
     )
     adapter = ADAPTERS[framework].load().from_options(options)  # imports the framework now, not before
     data = open_source(source, split, cache_dir=options.cache_dir, cache_limit=options.cache_limit)
     order = options.order(len(data), shard_of=data.file_id, streamed=data.remote is not None)
     if data.remote is not None:
         data.remote.fit_order(order)
-    return adapter.wrap(Loader(data, order, make_engine(options, data), adapter, options))
+    targets = open_targets(source, split, data) if target != "class" or extras else None
+    return adapter.wrap(Loader(data, order, make_engine(options, data), adapter, options, targets))

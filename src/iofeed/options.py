@@ -15,6 +15,7 @@ from .backends.registry import AUTO, ENGINES
 from .errors import OptionError
 from .image.boxes import Augment
 from .order import SHUFFLES, OrderSpec
+from .targets import check_target_options
 
 
 @dataclass(frozen=True)
@@ -45,8 +46,11 @@ class LoaderOptions:
     block_shards: int = 8
     cache_dir: str | os.PathLike | None = None
     cache_limit: int | None = None
+    target: str = "class"  # "multi_hot": float32 (batch, classes) labels (targets.py)
+    extras: bool = False  # each batch also carries its samples' extras (any JSON)
 
     def __post_init__(self) -> None:
+        check_target_options(self.target, self.extras, self.framework)
         for name, minimum in (("batch_size", 1), ("image_size", 8), ("seed", 0), ("block_shards", 1)):
             self._integer(name, minimum, optional=False)
         for name, minimum in (("workers", 1), ("prefetch", 1), ("memory_budget", 1), ("world_size", 1), ("rank", 0),

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from .errors import DatasetError, FetchError, SampleError, SourceError
-from .format.manifest import MANIFEST_NAME, Manifest, SplitInfo
+from .format.manifest import IMAGES_AS_IS, MANIFEST_NAME, Manifest, SplitInfo
 from .format.table import RAW, load_table
 from .prepare.scan import display_path, reason_kind, scan_folder
 from .remote.urls import is_url
@@ -43,6 +43,7 @@ class SampleSource:
     dataset: Path | None = None  # the local dataset directory (None for folders and streamed datasets)
     dataset_id: str = ""  # the manifest's id when opened ("" for folders and datasets before version 3)
     remote: RemoteShards | None = None  # streamed dataset: `files` are URLs read through the node cache
+    validated: bool = True  # images checked by preprocess (False: shards indexed in place, images as they came)
 
     def __len__(self) -> int:
         return len(self.label)
@@ -78,19 +79,42 @@ def open_source(source: Path | str, split: str = "train", *, cache_dir: Path | s
     if not path.exists():
         raise SourceError(f"source not found: {path} (pass an image folder or an iofeed dataset)")
     if is_iofeed_dataset(path):
-        return _open_dataset(path, split)
+        return _open_dataset(path, split, cache_dir, cache_limit)
     return _open_folder(path)
 
 
-def _open_dataset(path: Path, split: str) -> SampleSource:
+def _open_dataset(path: Path, split: str, cache_dir: Path | str | None = None,
+                  cache_limit: int | None = None) -> SampleSource:
+    """A local dataset's split; shards it indexes elsewhere (`iofeed index`: a `url` per shard) are
+    read there, URLs through the node cache."""
     manifest = Manifest.read(path)
     info = manifest.split(split, str(path))
     table = load_table(path / info.table)
-    files = np.array([str(path / s["name"]).encode() for s in info.shards], dtype=np.bytes_)
-    missing = [s["name"] for s in info.shards if not (path / s["name"]).is_file()]
+    locations = [shard_location(path, s) for s in info.shards]
+    files = np.array([str(where).encode() for where in locations], dtype=np.bytes_)
+    missing = [str(where) for where in locations if not is_url(where) and not Path(where).is_file()]
     if missing:
-        raise SourceError(f"{path} is incomplete: shard {missing[0]} is missing (run `iofeed preprocess` again)")
-    return dataset_source(manifest, info, table, files, str(path / info.table), dataset=path)
+        raise SourceError(f"{path} is incomplete: shard {missing[0]} is missing (run `iofeed preprocess` "
+                          "or `iofeed index` again)")
+    source = dataset_source(manifest, info, table, files, str(path / info.table), dataset=path)
+    source.validated = manifest.image.get("encoding") != IMAGES_AS_IS
+    if any(is_url(where) for where in locations):
+        from .remote.cache import ShardRef
+        from .remote.dataset import remote_shards
+        from .remote.urls import scheme
+
+        if not all(is_url(where) for where in locations):
+            raise DatasetError(f"{path} indexes local shards and URLs together: index them separately")
+        refs = [ShardRef(where, int(s["bytes"]), s.get("sha256", "")) for where, s in zip(locations, info.shards)]
+        source.remote = remote_shards(str(path.resolve()), refs, scheme(locations[0]).settings(), cache_dir,
+                                      cache_limit)
+    return source
+
+
+def shard_location(dataset: Path, shard: dict) -> str:
+    """Where a shard's tar is read: its own `url` (a dataset made by `iofeed index`), else its file
+    in the dataset folder."""
+    return shard.get("url") or str(Path(dataset) / shard["name"])
 
 
 def dataset_source(manifest: Manifest, info: SplitInfo, table: np.ndarray, files: np.ndarray, where: str,

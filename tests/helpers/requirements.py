@@ -12,6 +12,8 @@ MODULES = {
     "opencv": "cv2",
     "simplejpeg": "simplejpeg",
     "matplotlib": "matplotlib",
+    "pyarrow": "pyarrow",
+    "datasets": "datasets",
 }
 
 

@@ -33,7 +33,8 @@ class TfAdapter:
 
 
 def to_tf_dataset(loader: EpochLoader) -> tf.data.Dataset:
-    """A `tf.data.Dataset` of (images float32 NHWC (None, S, S, 3), labels int64 (None,)).
+    """A `tf.data.Dataset` of (images float32 NHWC (None, S, S, 3), labels int64 (None,)), or
+    float32 (None, classes) labels for `target="multi_hot"`.
 
     `loader` is a numpy-framework Loader. Each batch is copied out of shared memory (the view
     is reused at the next batch) into `from_generator`; a `.map` converts and normalises it
@@ -80,14 +81,17 @@ def to_tf_dataset(loader: EpochLoader) -> tf.data.Dataset:
                     except StopIteration:
                         state["active"] = None
                         return
-                    images, labels = np.array(images, copy=True, order="C"), np.array(labels, np.int64, copy=True)
+                    images, labels = np.array(images, copy=True, order="C"), np.array(labels, label_dtype, copy=True)
                 yield images, labels
         finally:
             batches.close()
 
+    multi_hot = loader.options.target == "multi_hot"  # float32 (batch, classes) labels
+    label_dtype = np.float32 if multi_hot else np.int64
     signature = (
         tf.TensorSpec(shape=(None, size, size, 3), dtype=tf.uint8),
-        tf.TensorSpec(shape=(None,), dtype=tf.int64),
+        tf.TensorSpec(shape=(None, len(loader.source.classes)) if multi_hot else (None,),
+                      dtype=tf.float32 if multi_hot else tf.int64),
     )
     scale, shift = (tf.constant(values, tf.float32) for values in uint8_affine())
 

@@ -16,6 +16,7 @@ buffer shuffle seeded per pipeline) and cannot follow an order given from outsid
 from __future__ import annotations
 
 import math
+import os
 import re
 import sys
 import traceback
@@ -70,8 +71,9 @@ def consumer_stream(device_id: int | None) -> Any:
 # ---------------------------------------------------------------- index-time validation
 
 
-def check_file(path: bytes) -> str | None:
-    """Why the image file at `path` cannot be decoded, or None. Runs in a pool worker.
+def check_file(path: bytes, offset: int = 0, size: int = -1) -> str | None:
+    """Why the image file at `path` (or its `size` bytes at `offset`) cannot be decoded, or None.
+    Runs in a pool worker.
 
     Decodes the whole entropy-coded stream (JPEGs at 1/8 DCT scale), so truncated or corrupt
     files are found here, not by DALI mid-epoch, where they would stop the pipeline. JPEGs are
@@ -80,7 +82,7 @@ def check_file(path: bytes) -> str | None:
     """
     try:
         with open(path, "rb") as f:
-            data = f.read()
+            data = f.read() if size < 0 else os.pread(f.fileno(), size, offset)
     except OSError as exc:
         return f"unreadable ({exc.strerror})"
     try:
@@ -92,15 +94,17 @@ def check_file(path: bytes) -> str | None:
 
 
 def validate_folder(source: SampleSource, workers: int) -> dict[int, str]:
-    """{sample index: reason} for every file of a folder source that does not decode."""
-    if source.kind != "folder" or len(source) == 0:
+    """{sample index: reason} for every file of a folder source, or image of a dataset whose images
+    were not validated (shards indexed in place by `iofeed index`), that does not decode."""
+    if (source.kind == "folder" or not source.validated) and len(source) and source.remote is None:
+        items = [(source.files[f], int(o), int(n)) for f, o, n in zip(source.file_id, source.offset, source.size)]
+    else:
         return {}
-    paths = [source.files[i] for i in source.file_id]
-    if len(paths) <= INLINE_CHECK_FILES or workers == 1:
-        reasons = [check_file(p) for p in paths]
+    if len(items) <= INLINE_CHECK_FILES or workers == 1:
+        reasons = [check_file(*item) for item in items]
     else:
         with worker_pool(workers) as pool:
-            reasons = pool.map(check_file, paths, chunksize=max(1, min(256, len(paths) // (8 * workers))))
+            reasons = pool.starmap(check_file, items, chunksize=max(1, min(256, len(items) // (8 * workers))))
     return {i: reason for i, reason in enumerate(reasons) if reason is not None}
 
 
@@ -284,7 +288,7 @@ class DaliEngine:
         self.host = options.host
         self.hw_decoder_load = hw_decoder_load
         self._bad = validate_folder(source, self.threads)  # index -> reason; DALI failures are added
-        self._checked = len(source) if source.kind == "folder" else 0
+        self._checked = len(source) if source.kind == "folder" or not source.validated else 0
         self._feed = _Feed(source, self._augment, self._seed, options.on_error, self._bad)
         self._on_error = options.on_error
         self._pipe: Any = None

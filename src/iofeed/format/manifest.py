@@ -8,11 +8,13 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import DatasetError, OptionError
+from .targets import DEFAULT_TARGETS
 
 MANIFEST_NAME = "iofeed.json"
 FORMAT_NAME = "iofeed-dataset"
-FORMAT_VERSION = 3  # 2 added raw-pixel samples (the `encoding` column); 3 the dataset id
-READABLE_VERSIONS = (1, 2, 3)
+FORMAT_VERSION = 4  # 2 added raw-pixel samples (the `encoding` column); 3 the dataset id; 4 `targets`
+READABLE_VERSIONS = (1, 2, 3, 4)
+IMAGES_AS_IS = "as-is"  # `image.encoding` of shards indexed in place (`iofeed index`): images never validated
 
 
 @dataclass
@@ -38,6 +40,7 @@ class Manifest:
     version: int = FORMAT_VERSION
     created_by: str = field(default="")
     dataset_id: str = field(default_factory=lambda: uuid.uuid4().hex)  # new for every write; "" before version 3
+    targets: dict[str, Any] = field(default_factory=lambda: dict(DEFAULT_TARGETS))  # format/targets.py
 
     def write(self, directory: Path) -> None:
         """Write `iofeed.json` into `directory`."""
@@ -69,7 +72,13 @@ class Manifest:
         kind = raw.get("format") if isinstance(raw, dict) else type(raw).__name__
         if kind != FORMAT_NAME:
             raise DatasetError(f"{where} is not an iofeed manifest (format={kind!r})")
-        if raw.get("version") not in READABLE_VERSIONS:
+        version = raw.get("version")
+        if isinstance(version, int) and not isinstance(version, bool) and version > FORMAT_VERSION:
+            raise DatasetError(
+                f"{where} was written by a newer iofeed (format version {version}; this iofeed reads "
+                f"versions up to {FORMAT_VERSION}): upgrade iofeed (`pip install -U iofeed`)"
+            )
+        if version not in READABLE_VERSIONS:
             raise DatasetError(
                 f"{where} has format version {raw.get('version')}; this iofeed reads versions "
                 f"{', '.join(map(str, READABLE_VERSIONS))}: run `iofeed preprocess` again"
@@ -77,9 +86,11 @@ class Manifest:
         try:
             raw["splits"] = {name: SplitInfo(**info) for name, info in raw["splits"].items()}
             raw.setdefault("dataset_id", "")
+            raw.setdefault("targets", dict(DEFAULT_TARGETS))
             manifest = cls(**raw)
             for name, info in manifest.splits.items():
-                for file in [info.table, *(s[key] for s in info.shards for key in ("name", "index"))]:
+                for file in [info.table, *(s[key] for s in info.shards for key in ("name", "index")),
+                             *manifest.targets.get("files", {}).values()]:
                     plain_name(file)
                 if sum(int(s["samples"]) for s in info.shards) != int(info.samples):
                     raise ValueError(f"split {name!r}: its shards do not add up to {info.samples} samples")

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import DatasetError
+from ..errors import DatasetError, SampleError
 from .manifest import Manifest
 from .shards import IndexedSample, read_index
 from .table import ENCODINGS, MEMBER_EXTENSIONS, RAW, load_sources, load_table
@@ -38,18 +38,61 @@ def verify_dataset(path: Path) -> Verification:
         if not len(table) == len(sources) == info.samples:
             result.problems.append(f"{split}: the manifest says {info.samples} samples, the table has "
                                    f"{len(table)} rows and the source list {len(sources)}")
-        bad_labels = int(((table["label"] < 0) | (table["label"] >= len(manifest.classes))).sum())
+        no_class = manifest.targets.get("kind", "class") != "class"  # -1: a sample without a class
+        bad_labels = int(((table["label"] < (-1 if no_class else 0)) | (table["label"] >= len(manifest.classes))).sum())
         if bad_labels:
             result.problems.append(f"{split}: {bad_labels} labels outside 0..{len(manifest.classes) - 1}")
         for number, shard in enumerate(info.shards):
             result.shards += 1
             rows = table[table["shard"] == number]
             result.samples += len(rows)
-            result.problems += _check_shard(path, shard, rows)
+            if "url" in shard:
+                result.problems += _check_indexed_shard(path, shard, rows)
+            else:
+                result.problems += _check_shard(path, shard, rows, manifest.targets.get("kind", "class"))
     return result
 
 
-def _check_shard(path: Path, shard: dict, rows: np.ndarray) -> list[str]:
+def _check_indexed_shard(path: Path, shard: dict, rows: np.ndarray) -> list[str]:
+    """The problems of a shard indexed in place (`iofeed index`): its size, each row against the
+    index, and every image decoded as the loader would (a streamed shard: the index only)."""
+    from ..image.fastjpeg import check_strictly
+    from ..image.pil import decode_rgb, open_image
+
+    where = shard["url"]
+    try:
+        entries = read_index(path / shard["index"])
+    except DatasetError as exc:
+        return [str(exc)]
+    spans = {span for entry in entries for span in entry.members.values()}
+    problems = [f"{where}: row at {int(r['offset'])}+{int(r['size'])} is not a member in its index"
+                for r in rows if (int(r["offset"]), int(r["size"])) not in spans]
+    if len(rows) != shard["samples"]:
+        problems.append(f"{where}: the manifest says {shard['samples']} samples, the table has {len(rows)}")
+    if "://" in where:
+        return problems
+    try:
+        size = os.stat(where).st_size
+        fd = os.open(where, os.O_RDONLY)
+    except OSError as exc:
+        return [*problems, f"{where}: {exc.strerror}"]
+    try:
+        if size != shard["bytes"]:
+            return [*problems, f"{where} is {size:,} bytes, the index was made of {shard['bytes']:,}: "
+                               "index it again (`iofeed index`)"]
+        for row in rows:
+            data = os.pread(fd, int(row["size"]), int(row["offset"]))
+            try:
+                decode_rgb(open_image(data), min_size=(1, 1))
+                check_strictly(data)
+            except SampleError as exc:
+                problems.append(f"{where}@{int(row['offset'])}: {exc} (the loader skips and counts it)")
+    finally:
+        os.close(fd)
+    return problems
+
+
+def _check_shard(path: Path, shard: dict, rows: np.ndarray, kind: str = "class") -> list[str]:
     """The problems of one shard: its size, its index, and each row against its index line."""
     tar = path / shard["name"]
     try:
@@ -68,7 +111,7 @@ def _check_shard(path: Path, shard: dict, rows: np.ndarray) -> list[str]:
     fd = os.open(tar, os.O_RDONLY)
     try:
         for row, entry in zip(rows, entries):
-            problem = _check_row(fd, size, row, entry)
+            problem = _check_row(fd, size, row, entry, kind)
             if problem:
                 problems.append(f"{tar} sample {entry.key}: {problem}")
     finally:
@@ -76,14 +119,17 @@ def _check_shard(path: Path, shard: dict, rows: np.ndarray) -> list[str]:
     return problems
 
 
-def _check_row(fd: int, size: int, row: np.void, entry: IndexedSample) -> str | None:
+def _check_row(fd: int, size: int, row: np.void, entry: IndexedSample, kind: str = "class") -> str | None:
     """Why a table row and its index line disagree with each other or the shard, or None."""
     ext = MEMBER_EXTENSIONS[ENCODINGS[row["encoding"]]] if row["encoding"] < len(ENCODINGS) else None
     image = entry.members.get(ext) if ext else None
     if image != (int(row["offset"]), int(row["size"])):
         return f"the table points at {int(row['offset'])}+{int(row['size'])}, the index at {image}"
-    if "cls" not in entry.members or any(off + n > size for off, n in entry.members.values()):
+    label_member = {"class": "cls", "multi_label": "classes.json"}.get(kind)
+    if (label_member and label_member not in entry.members) or any(off + n > size for off, n in entry.members.values()):
         return "a member is missing or lies past the end of the shard"
+    if kind != "class":
+        return None
     if row["encoding"] == RAW and int(row["size"]) != int(row["width"]) * int(row["height"]) * 3:
         return f"raw pixels of {int(row['size'])} bytes for {int(row['width'])}x{int(row['height'])}"
     label = os.pread(fd, entry.members["cls"][1], entry.members["cls"][0])

@@ -1,6 +1,7 @@
 """One source file → what the dataset stores for it (the per-file work every engine runs)."""
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -16,6 +17,8 @@ from ..image.pil import (
     resize_shorter,
 )
 
+Span = tuple[int, int]  # (offset, size) of an input inside its file; size -1: the whole file
+WHOLE: Span = (0, -1)
 JPEG_SIZE_SAMPLING = 16  # one raw sample in this many is also encoded, to estimate the JPEG form's size
 
 
@@ -31,15 +34,29 @@ class Prepared:
     encoding: str = "jpeg"
 
 
-def prepare_file(index: int, path: str, policy: ImagePolicy) -> Prepared:
-    """Decode, convert and resize one file (runs in a worker process).
+def read_input(path: str, span: Span = WHOLE) -> bytes:
+    """The bytes of one input: the whole file, or `span` (offset, size) of it (a tar member, a
+    spooled Parquet cell)."""
+    offset, size = span
+    if size < 0:
+        return Path(path).read_bytes()
+    with open(path, "rb") as f:
+        data = os.pread(f.fileno(), size, offset)
+    if len(data) != size:
+        raise SampleError(f"truncated input: {size} bytes at {offset}, got {len(data)}")
+    return data
+
+
+def prepare_file(index: int, path: str, policy: ImagePolicy, span: Span = WHOLE) -> Prepared:
+    """Decode, convert and resize one file, or the `span` of it holding one image (runs in a
+    worker process).
 
     A baseline RGB JPEG that needs no resizing, rotation or raw storage is kept byte for byte:
     it is only decoded at 1/8 DCT scale, which reads (and so validates) its whole stream at a
     fraction of a full decode's cost.
     """
     try:
-        data = Path(path).read_bytes()
+        data = read_input(path, span)
         target = policy.shorter_side
         opened = open_image(data)
         keep = _keepable(opened, policy)
@@ -85,4 +102,4 @@ def _keepable(opened: Opened, policy: ImagePolicy) -> bool:
     )
 
 
-Task = tuple[int, str, ImagePolicy]
+Task = tuple[int, str, ImagePolicy, Span]  # index, file, policy, span of the file

@@ -14,6 +14,7 @@ import fcntl
 import os
 import shutil
 import signal
+import tempfile
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -23,6 +24,7 @@ from ..errors import IofeedError, OptionError
 from ..format.manifest import MANIFEST_NAME
 
 PARTIAL = ".partial-"  # `.OUT.partial-PID`: the dataset being written
+SPOOL = ".spool-"  # `.OUT.spool-PID-*`: bytes a source copied out (Parquet cells, remote shards)
 ASIDE = ".replaced-"  # `.OUT.replaced-PID`: the old dataset between the two renames of a swap
 
 
@@ -30,11 +32,13 @@ class OutputError(IofeedError):
     """The output directory cannot be written or is held by another run."""
 
 
-def check_output(src: Path, out: Path, overwrite: bool) -> None:
-    """Refuse an `out` that is, contains or lies inside `src`, is or contains the current
-    directory, exists without `overwrite`, or is not an iofeed dataset to overwrite."""
-    src_r, out_r, cwd = Path(src).resolve(), Path(out).resolve(), Path.cwd().resolve()
-    if out_r == src_r or out_r in src_r.parents or src_r in out_r.parents:
+def check_output(src: Path | None, out: Path, overwrite: bool) -> None:
+    """Refuse an `out` that is, contains or lies inside `src` (None: nothing is scanned), is or
+    contains the current directory, exists without `overwrite`, or is not an iofeed dataset to
+    overwrite."""
+    out_r, cwd = Path(out).resolve(), Path.cwd().resolve()
+    src_r = Path(src).resolve() if src is not None else None
+    if src_r is not None and (out_r == src_r or out_r in src_r.parents or src_r in out_r.parents):
         raise OptionError(f"output {out} overlaps the source folder {src} (its files would be lost "
                           "or read as a class): pick an -o outside SRC")
     if out_r == cwd or out_r in cwd.parents:
@@ -88,6 +92,33 @@ def lock_output(out: Path) -> Iterator[None]:
     finally:
         path.unlink(missing_ok=True)
         os.close(fd)
+
+
+def spool_dir(out: Path) -> tempfile.TemporaryDirectory:
+    """A private temporary folder beside `out` (`.OUT.spool-PID-*`) for bytes a source copies out,
+    removed when the context ends; spools of runs no longer alive (killed) are removed first.
+    OutputError when it cannot be made there."""
+    out = Path(out)
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        for old in out.parent.glob(f".{out.name}{SPOOL}*"):
+            pid = old.name[len(out.name) + len(SPOOL) + 1:].split("-")[0]
+            if pid.isdigit() and not _alive(int(pid)):
+                shutil.rmtree(old, ignore_errors=True)
+        return tempfile.TemporaryDirectory(prefix=f".{out.name}{SPOOL}{os.getpid()}-", dir=out.parent)
+    except OSError as exc:
+        raise output_error(exc, out) from None
+
+
+def _alive(pid: int) -> bool:
+    """Whether process `pid` exists (on this machine, in this PID namespace)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def staging_dir(out: Path) -> tuple[Path, list[Path]]:

@@ -25,13 +25,13 @@ import numpy as np
 from ..errors import IofeedError, require
 from ..format.policy import ImagePolicy
 from ..parallel import resolve_workers
-from .file import Prepared, Task, prepare_file
+from .file import Prepared, Span, Task, prepare_file
 
 RETRIES = 3  # Ray reruns of a failed task, before its file is rejected
 FILES_PER_TASK = 64  # small enough to balance a cluster, large enough to hide task overhead
 FAILED = "failed after retries"
 
-Prepare = Callable[[int, str, ImagePolicy], Prepared]
+Prepare = Callable[[int, str, ImagePolicy, Span], Prepared]
 
 
 def _describe(exc: BaseException) -> str:
@@ -46,9 +46,10 @@ def _prepare_batch(
     """Ray Data UDF: prepare each file of the batch; an exception becomes that row's error."""
     indices = batch["index"].tolist()
     blobs, errors = [], []
-    for index, path in zip(indices, batch["path"].tolist()):
+    spans = zip(batch["offset"].tolist(), batch["size"].tolist())
+    for index, path, span in zip(indices, batch["path"].tolist(), spans):
         try:
-            blob, error = pickle.dumps(prepare(index, os.fsdecode(path), policy)), ""
+            blob, error = pickle.dumps(prepare(index, os.fsdecode(path), policy, span)), ""
         except Exception as exc:  # noqa: BLE001 - retried alone by the driver, then rejected with this reason
             blob, error = b"", _describe(exc)
         blobs.append(blob)
@@ -60,9 +61,9 @@ def _prepare_batch(
     }
 
 
-def _prepare_one(index: int, path: str, policy: ImagePolicy, prepare: Prepare) -> Prepared:
+def _prepare_one(index: int, path: str, policy: ImagePolicy, span: Span, prepare: Prepare) -> Prepared:
     """One file as a plain Ray task: exceptions propagate, so Ray retries them."""
-    return prepare(index, path, policy)
+    return prepare(index, path, policy, span)
 
 
 @contextmanager
@@ -111,7 +112,8 @@ def _results(ray, tasks: list[Task], workers: int | None, prepare: Prepare) -> I
     if not tasks:
         return
     policy = tasks[0][2]
-    items = [{"index": index, "path": os.fsencode(path)} for index, path, _ in tasks]
+    items = [{"index": index, "path": os.fsencode(path), "offset": span[0], "size": span[1]}
+             for index, path, _, span in tasks]
     ds = ray.data.from_items(items, override_num_blocks=math.ceil(len(items) / FILES_PER_TASK))
     ds = ds.map_batches(
         _prepare_batch,
@@ -125,7 +127,7 @@ def _results(ray, tasks: list[Task], workers: int | None, prepare: Prepare) -> I
     context.execution_options.preserve_order = True
     context.max_errored_blocks = -1  # a task failed on every attempt: its files are retried alone
     context.enable_progress_bars = False  # preprocess shows its own
-    position = {index: k for k, (index, _, _) in enumerate(tasks)}
+    position = {index: k for k, (index, *_) in enumerate(tasks)}
     retry = _RetryAlone(ray, prepare)
     done = 0
     for batch in ds.iter_batches(batch_size=None, batch_format="numpy"):
@@ -147,10 +149,10 @@ class _RetryAlone:
         self.remote = ray.remote(max_retries=RETRIES, retry_exceptions=True)(_prepare_one)
 
     def __call__(self, task: Task) -> Prepared:
-        index, path, policy = task
+        index, path, policy, span = task
         errors = self.ray.exceptions
         try:
-            return self.ray.get(self.remote.remote(index, path, policy, self.prepare))
+            return self.ray.get(self.remote.remote(index, path, policy, span, self.prepare))
         except errors.RayTaskError as exc:
             cause = exc.cause if isinstance(getattr(exc, "cause", None), BaseException) else exc
             if isinstance(cause, ImportError):

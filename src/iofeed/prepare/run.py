@@ -19,13 +19,20 @@ from ..format.manifest import Manifest, SplitInfo
 from ..format.policy import ImagePolicy
 from ..format.shards import ShardWriter
 from ..format.table import ENCODINGS, MEMBER_EXTENSIONS, new_table, save_table
+from ..format.targets import TARGET_KINDS, save_targets
+from ..remote.urls import is_url
 from .engines import select_engine
 from .file import Prepared, Task
-from .output import check_output, lock_output, output_error, staging_dir, swap_in
-from .scan import FolderScan, Rejection, display_path, reason_kind, scan_folder
+from .output import check_output, lock_output, output_error, spool_dir, staging_dir, swap_in
+from .scan import Rejection, display_path, reason_kind
+from .sources.base import SourceOptions, SourceScan
+from .sources.registry import scan_source
+from .sources.targets import Resolved
 from .splits import validation_mask, write_order
 
 REJECTED_NAME = "rejected.jsonl"
+CLASSES_MEMBER = "classes.json"  # a multi-label sample's class indices, a JSON list
+EXTRA_MEMBER = "json"  # a sample's extra, any JSON value (WebDataset's metadata convention)
 
 
 @dataclass
@@ -48,14 +55,16 @@ class PreprocessSummary:
         return self.found / self.seconds if self.seconds > 0 else 0.0
 
 
-def default_output(src: Path) -> Path:
-    """`caltech256/` → `caltech256.iof` beside it."""
+def default_output(src: Path | str) -> Path:
+    """`caltech256/` → `caltech256.iof` beside it; OptionError for URLs and shard patterns."""
+    if is_url(src) or any(c in str(src) for c in "{*?["):
+        raise OptionError(f"give -o OUT for {src}: a URL or pattern has no folder to put the dataset beside")
     src = Path(src).resolve()
     return src.with_name(src.name + ".iof")
 
 
 def preprocess(
-    src: Path,
+    src: Path | str,
     out: Path | None = None,
     *,
     policy: ImagePolicy = ImagePolicy(),
@@ -69,13 +78,20 @@ def preprocess(
     progress: bool = True,
     engine: str = "local",
     address: str | None = None,
+    source: str = "auto",
+    labels: Path | None = None,
+    label_column: str | None = None,
+    image_column: str | None = None,
 ) -> PreprocessSummary:
     """Prepare `src` once into an iofeed dataset at `out` (written aside, then renamed).
 
     `engine="local"` prepares files in a process pool of `workers` processes; `engine="ray"`
     spreads them as Ray Data tasks over the Ray cluster at `address` (a local one of `workers`
     CPUs when None). Both give the same dataset: shard assignment and write order are fixed
-    before the work is spread.
+    before the work is spread. `source` is the kind of input (`sources.registry.SOURCES`; "auto"
+    recognises it by content); `labels`, `label_column` and `image_column` tell it where the
+    targets and images are. Bytes a source must copy out (Parquet cells, remote shards) go to a
+    spool folder beside OUT, removed at the end.
     """
     policy.check()
     run_engine = select_engine(engine, address)
@@ -86,11 +102,27 @@ def preprocess(
         raise OptionError(f"--seed must be an integer >= 0, got {seed!r}")
     check_output(src, out, overwrite)
     start = time.perf_counter()
-    scan = scan_folder(src)
+    with spool_dir(out) as spool:
+        options = SourceOptions(labels=None if labels is None else Path(labels), label_column=label_column,
+                                image_column=image_column, spool=Path(spool))
+        scan = scan_source(src, options, source)
+        return _preprocess(scan, src, out, start, policy=policy, seed=seed, val_per_class=val_per_class,
+                           val_fraction=val_fraction, shard_bytes=shard_bytes, overwrite=overwrite, strict=strict,
+                           progress=progress,
+                           run_engine=lambda tasks: run_engine(tasks, workers=workers, address=address))
+
+
+def _preprocess(scan: SourceScan, src: Path | str, out: Path, start: float, *, policy: ImagePolicy, seed: int,
+                val_per_class: int | None, val_fraction: float | None, shard_bytes: int, overwrite: bool,
+                strict: bool, progress: bool,
+                run_engine: Callable[[list[Task]], AbstractContextManager[Iterator[Prepared]]]) -> PreprocessSummary:
+    """Split, prepare and pack a scanned source into OUT (written aside, then swapped in)."""
     if strict and scan.rejected:
         _fail_strict(scan.rejected)
-    labels = np.asarray(scan.labels, dtype=np.int64)
-    is_val = validation_mask(labels, seed, val_per_class, val_fraction)
+    targets = scan.targets.resolve()
+    labels = np.asarray([targets.label(i) for i in range(len(scan))], dtype=np.int64)
+    # samples split per class (a multi-label one by its first class; those without a class as one more group)
+    is_val = validation_mask(np.where(labels >= 0, labels, len(targets.names)), seed, val_per_class, val_fraction)
     orders = {
         "train": write_order(np.flatnonzero(~is_val), seed, shuffle=True),
         "val": write_order(np.flatnonzero(is_val), seed, shuffle=False),
@@ -100,16 +132,15 @@ def preprocess(
         with lock_output(out):
             staging, stale = staging_dir(out)
             try:
-                results = _pack(scan, orders, policy, staging, shard_bytes, progress,
-                                lambda tasks: run_engine(tasks, workers=workers, address=address))
+                results = _pack(scan, targets, orders, policy, staging, shard_bytes, progress, run_engine)
                 rejected = scan.rejected + results.rejected
                 if strict and rejected:
                     _fail_strict(rejected)
-                _write_rejected(staging / REJECTED_NAME, rejected)
+                write_rejected(staging / REJECTED_NAME, rejected)
                 seconds = time.perf_counter() - start
                 manifest = Manifest(
-                    classes=scan.class_names,
-                    class_dirs=scan.class_dirs,
+                    classes=targets.names,
+                    class_dirs=scan.class_dirs if scan.class_dirs is not None else targets.names,
                     splits=results.splits,
                     image={"encoding": policy.format, "progressive": False, "colour": "RGB",
                            "shorter_side": policy.shorter_side, "quality": policy.quality,
@@ -117,6 +148,7 @@ def preprocess(
                     split_policy={"seed": seed, "val_per_class": val_per_class, "val_fraction": val_fraction},
                     source=_source_stats(scan, results.facts, rejected),
                     created_by=f"iofeed {__version__}",
+                    targets=results.targets,
                 )
                 manifest.write(staging)
                 check_output(src, out, overwrite)  # OUT may have appeared (or changed) meanwhile
@@ -128,7 +160,7 @@ def preprocess(
         raise output_error(exc, out) from None
     return PreprocessSummary(
         out=out,
-        found=len(scan.files) + len(scan.rejected),
+        found=len(scan) + len(scan.rejected),
         written={name: info.samples for name, info in results.splits.items()},
         rejected=dict(Counter(reason_kind(r.reason) for r in rejected)),
         bytes_in=sum(f["bytes_in"] for f in results.facts),
@@ -144,10 +176,12 @@ class _PackResult:
     splits: dict[str, SplitInfo]
     rejected: list[Rejection]
     facts: list[dict]
+    targets: dict
 
 
 def _pack(
-    scan: FolderScan,
+    scan: SourceScan,
+    targets: Resolved,
     orders: dict[str, np.ndarray],
     policy: ImagePolicy,
     staging: Path,
@@ -159,24 +193,31 @@ def _pack(
     writers = {name: ShardWriter(staging, name, max_bytes=shard_bytes) for name in orders}
     tables = {name: new_table(len(order)) for name, order in orders.items()}
     sources: dict[str, list[str]] = {name: [] for name in orders}
-    tasks = [
-        (int(i), str(scan.root / scan.files[i]), policy) for order in orders.values() for i in order
-    ]
+    tasks = [(int(i), scan.paths[i], policy, scan.spans[i]) for order in orders.values() for i in order]
+    side = {name: [] for name in orders}  # per split, each row's classes and extra (multi-label or extras)
+    kind = TARGET_KINDS[(targets.multi_label, bool(targets.names))]
     split_of = {int(i): name for name, order in orders.items() for i in order}
     rejected: list[Rejection] = []
     facts: list[dict] = []
     with run_engine(tasks) as results:
         for prepared in tqdm(results, total=len(tasks), unit="img", desc="preprocess", disable=not progress):
-            rel = scan.files[prepared.index]
+            rel = scan.names[prepared.index]
             if prepared.data is None:
                 rejected.append(Rejection(rel, prepared.reason or "unknown"))
                 continue
             name = split_of[prepared.index]
-            label = scan.labels[prepared.index]
-            shard, offset, size = writers[name].add(
-                f"{prepared.index:07d}",
-                {MEMBER_EXTENSIONS[prepared.encoding]: prepared.data, "cls": str(label).encode()},
-            )
+            label = targets.label(prepared.index)
+            classes, extra = targets.classes[prepared.index], targets.extras[prepared.index]
+            members = {MEMBER_EXTENSIONS[prepared.encoding]: prepared.data}
+            if kind == "class":
+                members["cls"] = str(label).encode()
+            elif kind == "multi_label":
+                members[CLASSES_MEMBER] = json.dumps(classes).encode()
+            if extra is not None:
+                members[EXTRA_MEMBER] = json.dumps(extra).encode()
+            shard, offset, size = writers[name].add(f"{prepared.index:07d}", members)
+            if kind != "class" or targets.has_extras:
+                side[name].append([classes, extra])
             row = tables[name][len(sources[name])]
             row["shard"], row["offset"], row["size"], row["label"] = shard, offset, size, label
             row["encoding"] = ENCODINGS.index(prepared.encoding)
@@ -191,10 +232,14 @@ def _pack(
         splits[name] = SplitInfo(
             samples=len(sources[name]), shards=[asdict(s) for s in shards], table=table_name
         )
-    return _PackResult(splits, rejected, facts)
+    files = {}
+    if kind != "class" or targets.has_extras:
+        for name, rows in side.items():
+            files[name] = save_targets(staging, name, rows)
+    return _PackResult(splits, rejected, facts, {"kind": kind, "extras": targets.has_extras, "files": files})
 
 
-def _write_rejected(path: Path, rejected: list[Rejection]) -> None:
+def write_rejected(path: Path, rejected: list[Rejection]) -> None:
     """One JSON line per rejected input, sorted by path."""
     lines = [
         json.dumps({"path": display_path(r.path), "reason": r.reason})
@@ -211,14 +256,15 @@ def _fail_strict(rejected: list[Rejection]) -> None:
     )
 
 
-def _source_stats(scan: FolderScan, facts: list[dict], rejected: list[Rejection]) -> dict:
+def _source_stats(scan: SourceScan, facts: list[dict], rejected: list[Rejection]) -> dict:
     """Statistics of the input a user would want to see in `iofeed inspect`."""
     modes = Counter(f["mode_in"] for f in facts)
     widths = np.array([f["width_in"] for f in facts] or [0])
     heights = np.array([f["height_in"] for f in facts] or [0])
     return {
         "path": display_path(str(scan.root)),
-        "found": len(scan.files) + len(scan.rejected),
+        "kind": scan.kind,
+        "found": len(scan) + len(scan.rejected),
         "accepted": len(facts),
         "rejected": len(rejected),
         "rejected_by_reason": dict(Counter(reason_kind(r.reason) for r in rejected)),

@@ -111,10 +111,17 @@ def open_remote(url: str, split: str, cache_dir: Path | str | None = None,
     except Exception as exc:  # noqa: BLE001 - as above
         raise DatasetError(f"cannot read {where} ({type(exc).__name__}: {exc}): upload the dataset again") from None
     table = load_table(io.BytesIO(data), where)
-    root = Path(cache_dir) if cache_dir is not None else default_cache_dir()
-    root.mkdir(parents=True, exist_ok=True)
     refs = [ShardRef(join(url, s["name"]), int(s["bytes"]), s.get("sha256", "")) for s in info.shards]
     files = np.array([ref.url.encode() for ref in refs], dtype=np.bytes_)
-    cache = ShardCache(root, url, resolve_limit(root, cache_limit), settings)
-    shards = RemoteShards(cache, refs, log_start=cache.log_offset())
+    shards = remote_shards(url, refs, settings, cache_dir, cache_limit)
     return RemoteSplit(manifest, info, table, files, where, shards)
+
+
+def remote_shards(dataset: str, refs: list[ShardRef], settings: dict, cache_dir: Path | str | None = None,
+                  cache_limit: int | None = None) -> RemoteShards:
+    """The shards `refs` read through the node cache at `cache_dir` (default: the user's), under
+    the key `dataset` (its URL, or the folder of a dataset indexing shards elsewhere)."""
+    root = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+    root.mkdir(parents=True, exist_ok=True)
+    cache = ShardCache(root, dataset, resolve_limit(root, cache_limit), settings)
+    return RemoteShards(cache, refs, log_start=cache.log_offset())

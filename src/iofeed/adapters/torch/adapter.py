@@ -55,7 +55,7 @@ class TorchAdapter:
 
     def __call__(self, batch: Batch) -> tuple[Any, Any]:
         images = batch.images
-        labels = torch.from_numpy(np.array(batch.labels, np.int64))  # a copy: the batch's array is reused
+        labels = torch.from_numpy(np.array(batch.labels))  # a copy: the batch's array is reused (int64, or multi-hot)
         if isinstance(images, PackedImages):
             images, labels = self._augment_packed(images, labels)
         elif isinstance(images, np.ndarray):

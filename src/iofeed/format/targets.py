@@ -1,0 +1,49 @@
+"""Targets beyond one class index: the kinds a dataset's `targets` manifest entry names, and the
+per-split side file (`<split>-targets.jsonl`) of each row's classes and extra."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..errors import DatasetError
+
+# (multi-label?, has classes?) -> kind. "class": one index per sample (`cls` member, table label);
+# "multi_label": a list of indices (`classes.json` member); "none": no classes, only extras (`json`).
+TARGET_KINDS = {(False, True): "class", (True, True): "multi_label", (False, False): "none", (True, False): "none"}
+DEFAULT_TARGETS = {"kind": "class", "extras": False, "files": {}}  # every dataset before format version 4
+
+
+def save_targets(directory: Path, split: str, rows: list[list[Any]]) -> str:
+    """Write one `[classes, extra]` JSON line per table row; return the file name."""
+    name = f"{split}-targets.jsonl"
+    text = "".join(json.dumps(row, separators=(",", ":")) + "\n" for row in rows)
+    (Path(directory) / name).write_text(text, encoding="utf-8")
+    return name
+
+
+def parse_targets(text: str, where: str, rows: int) -> tuple[list[list[int]], list[Any]]:
+    """Each row's class indices and extra from a targets file's text; DatasetError when malformed."""
+    classes, extras = [], []
+    try:
+        for line in text.splitlines():
+            found, extra = json.loads(line)
+            classes.append([int(c) for c in found])
+            extras.append(extra)
+    except (ValueError, TypeError) as exc:
+        raise DatasetError(f"malformed targets file {where}: {exc} (run `iofeed preprocess` again)") from None
+    if len(classes) != rows:
+        raise DatasetError(f"{where} has {len(classes)} rows, the sample table {rows} (run `iofeed preprocess` again)")
+    return classes, extras
+
+
+def multi_hot(classes: list[list[int]], count: int) -> tuple[np.ndarray, np.ndarray]:
+    """Class lists as CSR arrays (offsets, indices), the form workers and batches slice."""
+    offsets = np.zeros(len(classes) + 1, dtype=np.int64)
+    offsets[1:] = np.cumsum([len(c) for c in classes])
+    indices = np.fromiter((i for c in classes for i in c), dtype=np.int64, count=int(offsets[-1]))
+    if len(indices) and (indices.min() < 0 or indices.max() >= count):
+        raise DatasetError(f"a class index outside 0..{count - 1} in the targets file")
+    return offsets, indices

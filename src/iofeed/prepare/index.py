@@ -1,0 +1,152 @@
+"""`iofeed index`: an iofeed manifest, sample table and DALI wds2idx indexes for existing
+WebDataset shards, read where they are (local paths or URLs) and never rewritten."""
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import time
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+
+from .. import __version__
+from ..errors import SourceError
+from ..format.manifest import IMAGES_AS_IS, Manifest, SplitInfo
+from ..format.shards import INDEX_VERSION
+from ..format.table import new_table, save_table
+from ..format.targets import TARGET_KINDS, save_targets
+from ..remote.urls import is_url
+from .output import check_output, lock_output, output_error, spool_dir, staging_dir, swap_in
+from .run import REJECTED_NAME, write_rejected
+from .scan import Rejection, reason_kind
+from .sources.shardlist import fetch, list_shards
+from .sources.targets import Targets
+from .sources.webdataset import Members, read_samples, sample_of
+
+INDEXED = "webdataset-index"  # `source.kind` of an indexed dataset: shards elsewhere, images as they are
+
+
+@dataclass
+class IndexSummary:
+    """What `iofeed index` found."""
+
+    out: Path
+    shards: int
+    samples: int
+    rejected: dict[str, int]
+    seconds: float
+
+
+@dataclass
+class _Shard:
+    location: str  # the path or URL the loader reads
+    bytes: int
+    sha256: str
+    lines: list[str]  # the wds2idx lines of every sample in the shard
+    accepted: list[tuple[int, int, str]]  # (data offset, size, name) of each accepted sample's image
+
+
+def index_shards(spec: str, out: Path, *, split: str = "train", label_column: str | None = None,
+                 overwrite: bool = False) -> IndexSummary:
+    """Index the WebDataset shards `spec` names (paths, globs, brace lists, URLs) into the dataset
+    folder `out`: every sample with an image and a label, in shard order, labels as preprocess
+    reads them (cls, txt, json). Remote shards are read once to index them (and hashed, so the
+    loader's node cache verifies its copies)."""
+    start = time.perf_counter()
+    out = Path(out)
+    check_output(None, out, overwrite)
+    shards = list_shards(spec)
+    targets, scanned, rejected = Targets(), [], []
+    with spool_dir(out) as spool:
+        for shard in shards:
+            local = fetch(shard, Path(spool)) if is_url(shard) else Path(shard)
+            scanned.append(_index_one(shard, local, label_column, targets, rejected))
+            if is_url(shard):
+                local.unlink()
+    resolved = targets.resolve()
+    kind = TARGET_KINDS[(resolved.multi_label, bool(resolved.names))]
+    count = sum(len(s.accepted) for s in scanned)
+    if not count:
+        raise SourceError(f"no sample with an image and a label in {spec} ({len(rejected)} rejected)")
+    table, names, infos = new_table(count), [], []
+    for number, shard in enumerate(scanned):
+        for offset, size, name in shard.accepted:
+            row = table[len(names)]
+            row["shard"], row["offset"], row["size"] = number, offset, size
+            row["label"] = resolved.label(len(names))
+            names.append(name)
+    try:
+        with lock_output(out):
+            staging, _ = staging_dir(out)
+            try:
+                for number, shard in enumerate(scanned):
+                    index = f"shard-{number:06d}.idx"
+                    text = "".join(f"{line}\n" for line in [f"{INDEX_VERSION} {len(shard.lines)}", *shard.lines])
+                    (staging / index).write_text(text, encoding="utf-8")
+                    infos.append({"name": f"shard-{number:06d}.tar", "index": index, "samples": len(shard.accepted),
+                                  "bytes": shard.bytes, "sha256": shard.sha256, "url": shard.location})
+                table_name = f"{split}-samples.npy"
+                save_table(staging / table_name, table, names)
+                files = {}
+                if kind != "class" or resolved.has_extras:
+                    rows = [[c, e] for c, e in zip(resolved.classes, resolved.extras)]
+                    files[split] = save_targets(staging, split, rows)
+                write_rejected(staging / REJECTED_NAME, rejected)
+                Manifest(
+                    classes=resolved.names, class_dirs=resolved.names,
+                    splits={split: SplitInfo(samples=count, shards=infos, table=table_name)},
+                    image={"encoding": IMAGES_AS_IS, "progressive": None, "colour": None, "shorter_side": None,
+                           "quality": None, "raw_max_pixels": None},
+                    split_policy={"indexed": True},
+                    source={"path": str(spec), "kind": INDEXED, "found": count + len(rejected), "accepted": count,
+                            "rejected": len(rejected),
+                            "rejected_by_reason": dict(Counter(reason_kind(r.reason) for r in rejected)),
+                            "empty_classes": [], "bytes_in": sum(s.bytes for s in scanned), "modes": {},
+                            "formats": {}, "mean_size": [0.0, 0.0], "median_size": [0.0, 0.0], "max_size": [0, 0]},
+                    created_by=f"iofeed {__version__}",
+                    targets={"kind": kind, "extras": resolved.has_extras, "files": files},
+                ).write(staging)
+                swap_in(staging, out)
+            except BaseException:
+                shutil.rmtree(staging, ignore_errors=True)
+                raise
+    except OSError as exc:
+        raise output_error(exc, out) from None
+    return IndexSummary(out, len(scanned), count, dict(Counter(reason_kind(r.reason) for r in rejected)),
+                        time.perf_counter() - start)
+
+
+def _index_one(shard: str, local: Path, label_column: str | None, targets: Targets,
+               rejected: list[Rejection]) -> _Shard:
+    """One shard's index lines and accepted samples (targets added to `targets`)."""
+    samples = read_samples(str(local))
+    lines, accepted = [], []
+    with open(local, "rb") as f:
+        for key, members in samples.items():
+            name = f"{shard}#{key}"
+            if any(c.isspace() for c in key) or any(c.isspace() for c in "".join(members)):
+                rejected.append(Rejection(name, "whitespace in a member name (a DALI index cannot hold it)"))
+                continue
+            lines.append(_index_line(key, members))
+            try:
+                image, target, extra = sample_of(f, members, label_column)
+            except ValueError as exc:
+                rejected.append(Rejection(name, str(exc)))
+                continue
+            targets.add(target, extra)
+            accepted.append((*members[image], name))
+    digest = hashlib.sha256()
+    if is_url(shard):  # the node cache checks its copies against it
+        with open(local, "rb") as f:
+            for block in iter(lambda: f.read(8 << 20), b""):
+                digest.update(block)
+    location = shard if is_url(shard) else os.path.abspath(shard)
+    return _Shard(location, local.stat().st_size, digest.hexdigest() if is_url(shard) else "", lines, accepted)
+
+
+def _index_line(key: str, members: Members) -> str:
+    """One wds2idx line: `<ext> <data offset> <size> <member name>` per member (a member without
+    an extension has no name DALI could ask for, and is left out)."""
+    return " ".join(f"{ext} {offset} {size} {key}.{ext}" for ext, (offset, size) in members.items() if ext)
+

@@ -1,0 +1,162 @@
+"""The `labels` source: image files under SRC and a labels file (`--labels FILE`) mapping their
+paths (relative to SRC) to a class, several classes or any JSON value.
+
+The file's kind is read from its content: JSON lines (`{"path": ..., "label": ...}`, other keys
+become the sample's extra), CSV with a header (`path,label,...`: the `path` column or the first,
+the `--label-column` or `label` column or the second, other columns the extra), or plain lines
+`PATH LABEL [LABEL ...]` split on whitespace (ImageNet's validation lists). A path listed on
+several rows, a JSON list in a cell, or several labels on a plain line make a multi-label
+sample; a path without its extension matches the one image with that stem
+(`ILSVRC2012_val_00000001` → `ILSVRC2012_val_00000001.JPEG`, as in `LOC_val_solution.csv`).
+"""
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from ...errors import OptionError, SourceError
+from ...image.sniff import sniff_file
+from ..scan import Rejection, display_path
+from .base import SourceOptions, SourceScan
+from .targets import Targets, parse_cell
+
+PATH_KEYS = ("path", "file", "filename", "image", "ImageId")
+
+
+def scan(src: str, options: SourceOptions) -> SourceScan:
+    """The files of `src` the labels file names, with their targets; every other file rejected."""
+    if options.labels is None:
+        raise OptionError("the labels source needs --labels FILE")
+    root = Path(src)
+    if not root.is_dir():
+        raise SourceError(f"source is not a folder: {src} (with --labels, SRC is the folder the paths start from)")
+    rows = read_labels(Path(options.labels), options.label_column)
+    files = _files_under(root, Path(options.labels))
+    by_stem: dict[str, list[str]] = {}
+    for rel in files:
+        by_stem.setdefault(os.path.splitext(rel)[0], []).append(rel)
+    merged: dict[str, tuple[list[Any], Any]] = {}
+    result = SourceScan(root=str(root), kind="labels", targets=Targets())
+    for listed, target, extra in rows:
+        rel = listed if listed in files else _by_stem(by_stem, listed)
+        if rel is None:
+            result.rejected.append(Rejection(listed, f"listed in {options.labels} but not found under {src}"))
+            continue
+        merged.setdefault(rel, ([], extra))[0].append(target)
+    for rel in sorted(set(files) - set(merged)):
+        result.rejected.append(Rejection(rel, f"not in the labels file {Path(options.labels).name}"))
+    for rel, (targets, extra) in sorted(merged.items()):
+        reason = _not_image(root / rel)
+        if reason:
+            result.rejected.append(Rejection(rel, reason))
+            continue
+        result.add(str(root / rel), rel, _combine(targets), extra)
+    if not len(result):
+        raise SourceError(f"no image of {src} is in {options.labels} ({len(result.rejected)} rejected)")
+    return result
+
+
+def read_labels(path: Path, label_column: str | None) -> list[tuple[str, Any, Any]]:
+    """(path, target, extra) per row of a labels file; SourceError naming the line when malformed."""
+    try:
+        text = path.read_text(encoding="utf-8-sig")
+    except (OSError, ValueError) as exc:
+        raise SourceError(f"cannot read labels file {path}: {exc}") from None
+    first = next((line for line in text.splitlines() if line.strip()), "")
+    if first.lstrip().startswith("{"):
+        return _jsonl(path, text, label_column)
+    if "," in first or "\t" in first:
+        return _csv(path, text, "," if "," in first else "\t", label_column)
+    if label_column is not None:
+        raise OptionError(f"--label-column {label_column}: {path} has no header (plain `PATH LABEL` lines)")
+    rows = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        fields = line.split()
+        if not fields:
+            continue
+        if len(fields) < 2:
+            raise SourceError(f"{path} line {number}: need `PATH LABEL`, got {line!r}")
+        labels = [parse_cell(f) for f in fields[1:]]
+        rows.append((fields[0], labels[0] if len(labels) == 1 else labels, None))
+    return rows
+
+
+def _jsonl(path: Path, text: str, label_column: str | None) -> list[tuple[str, Any, Any]]:
+    rows = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+            key = next(k for k in PATH_KEYS if k in record)
+            label = label_column or "label"
+            target = record[label]
+        except (ValueError, StopIteration, KeyError, TypeError):
+            raise SourceError(f"{path} line {number}: need a JSON object with a path ({', '.join(PATH_KEYS)}) "
+                              f"and {label_column or 'label'!r}, got {line[:80]!r}") from None
+        rest = {k: v for k, v in record.items() if k not in (key, label)}
+        rows.append((str(record[key]), target, rest or None))
+    return rows
+
+
+def _csv(path: Path, text: str, delimiter: str, label_column: str | None) -> list[tuple[str, Any, Any]]:
+    reader = csv.reader(io.StringIO(text), delimiter=delimiter)
+    header = [h.strip() for h in next(reader)]
+    path_at = next((header.index(k) for k in PATH_KEYS if k in header), 0)
+    if label_column is not None and label_column not in header:
+        raise OptionError(f"--label-column {label_column!r} is not a column of {path} ({', '.join(header)})")
+    label_at = header.index(label_column or "label") if (label_column or "label") in header else 1
+    if len(header) < 2 or label_at == path_at:
+        raise SourceError(f"{path}: need a header with a path and a label column, got {', '.join(header)}")
+    rows = []
+    for number, fields in enumerate(reader, start=2):
+        if not any(f.strip() for f in fields):
+            continue
+        if len(fields) != len(header):
+            raise SourceError(f"{path} line {number}: {len(fields)} fields, the header has {len(header)}")
+        rest = {h: parse_cell(f) for i, (h, f) in enumerate(zip(header, fields)) if i not in (path_at, label_at)}
+        rows.append((fields[path_at].strip(), parse_cell(fields[label_at]), rest or None))
+    return rows
+
+
+def _combine(targets: list[Any]) -> Any:
+    """One target from a path's rows: the one, or the classes of every row (multi-label)."""
+    if len(targets) == 1:
+        return targets[0]
+    merged = []
+    for target in targets:
+        merged += target if isinstance(target, list) else [target]
+    return merged
+
+
+def _by_stem(by_stem: dict[str, list[str]], listed: str) -> str | None:
+    found = by_stem.get(listed, [])
+    return found[0] if len(found) == 1 else None
+
+
+def _files_under(root: Path, labels: Path) -> set[str]:
+    """Every regular file under `root` (relative, '/'-separated), hidden ones and `labels` aside."""
+    found = set()
+    skip = labels.resolve()
+    for folder, dirs, names in os.walk(root):
+        dirs[:] = [d for d in dirs if not d.startswith(".")]
+        for name in names:
+            full = Path(folder) / name
+            if not name.startswith(".") and full.resolve() != skip:
+                found.add(display_path(full.relative_to(root).as_posix()))
+    return found
+
+
+def _not_image(path: Path) -> str | None:
+    try:
+        if path.stat().st_size == 0:
+            return "empty file"
+        if sniff_file(path) is None:
+            return "not an image (unrecognised bytes)"
+    except OSError as exc:
+        return f"unreadable ({exc.strerror})"
+    return None

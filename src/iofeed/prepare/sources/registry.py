@@ -1,0 +1,75 @@
+"""The source kinds `iofeed preprocess` reads (a registry), and which one an input is, by content."""
+from __future__ import annotations
+
+import glob
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from ...errors import SourceError
+from ...registry import Entry, Registry
+from ...remote.urls import is_url
+from .base import SourceOptions, SourceScan
+from .shardlist import is_tar
+from .tables import is_hf_dataset, is_parquet
+
+
+@dataclass(frozen=True)
+class SourceCaps:
+    """What a source kind reads."""
+
+    urls: bool  # s3://, gs://, http(s):// inputs
+    labels_file: bool  # takes its targets from --labels
+
+
+# An entry's target is `scan(src: str, options: SourceOptions) -> SourceScan`.
+SOURCES: Registry[SourceCaps] = Registry("source", {
+    "folder": Entry("iofeed.prepare.sources.folder:scan", SourceCaps(urls=False, labels_file=False)),
+    "webdataset": Entry("iofeed.prepare.sources.webdataset:scan", SourceCaps(urls=True, labels_file=False)),
+    "parquet": Entry("iofeed.prepare.sources.tables:scan_parquet", SourceCaps(urls=False, labels_file=False),
+                     extra="parquet"),
+    "hf": Entry("iofeed.prepare.sources.tables:scan_hf", SourceCaps(urls=False, labels_file=False), extra="hf"),
+    "labels": Entry("iofeed.prepare.sources.labelfile:scan", SourceCaps(urls=False, labels_file=True)),
+})
+
+
+def detect(src: str, options: SourceOptions) -> str:
+    """The source kind of `src`, from its content (never from file names): see `SOURCES`."""
+    if options.labels is not None:
+        return "labels"
+    if is_url(src) or "{" in src or glob.has_magic(src):
+        return "webdataset"
+    path = Path(src)
+    if path.is_file():
+        if is_tar(path):
+            return "webdataset"
+        if is_parquet(path):
+            return "parquet"
+        raise SourceError(f"{src} is neither a tar shard nor a Parquet file (pass a folder, shards or Parquet)")
+    if not path.is_dir():
+        raise SourceError(f"source not found: {src}")
+    if is_hf_dataset(path):
+        return "hf"
+    files = [e.path for e in os.scandir(path) if e.is_file() and not e.name.startswith(".")]
+    if any(is_parquet(f) for f in files):
+        return "parquet"
+    has_dirs = any(e.is_dir() and not e.name.startswith(".") for e in os.scandir(path))
+    if not has_dirs and files and any(is_tar(f) for f in files):
+        return "webdataset"
+    return "folder"
+
+
+def scan_source(src: str | Path, options: SourceOptions, kind: str = "auto") -> SourceScan:
+    """Scan `src` as source `kind` ("auto": recognised by content) into a `SourceScan`."""
+    src = str(src)
+    kind = detect(src, options) if kind == "auto" else kind
+    entry = SOURCES[kind]
+    if is_url(src) and not entry.caps.urls:
+        raise SourceError(f"{src}: the {kind} source reads local paths only "
+                          f"(URLs: {', '.join(SOURCES.having('urls'))})")
+    if options.labels is not None and not entry.caps.labels_file:
+        raise SourceError(f"--labels is for a folder of images, not a {kind} source")
+    scanned = entry.load()(src, options)
+    if not len(scanned):
+        raise SourceError(f"no images found in {src} ({len(scanned.rejected)} inputs rejected)")
+    return scanned

@@ -1,0 +1,198 @@
+"""The `parquet` and `hf` sources: Parquet files, or a Hugging Face dataset saved with
+`save_to_disk` (Arrow stream files), with an image column (bytes, or `{"bytes", "path"}`) and a
+label column; the other columns (those holding no images) are each sample's extra. Read a row
+group (an Arrow record batch) at a time, never the whole table; each image's bytes are copied
+into a spool file the workers read by offset."""
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ...errors import SourceError, require
+from ..scan import Rejection
+from .base import SourceOptions, SourceScan
+from .targets import Targets
+
+DEFAULT_LABEL = "label"
+PARQUET_MAGIC = b"PAR1"
+HF_STATE = "state.json"  # what `datasets.save_to_disk` writes beside its .arrow files
+HF_DICT = "dataset_dict.json"
+ROWS_PER_BATCH = 1024  # rows converted to Python at a time (within one row group)
+
+
+def is_parquet(path: str | Path) -> bool:
+    """Whether the file at `path` is Parquet (by its magic bytes)."""
+    try:
+        with open(path, "rb") as f:
+            return f.read(4) == PARQUET_MAGIC
+    except OSError:
+        return False
+
+
+def is_hf_dataset(path: str | Path) -> bool:
+    """Whether `path` is a folder written by `datasets.save_to_disk` (one split or a DatasetDict)."""
+    return (Path(path) / HF_STATE).is_file() or (Path(path) / HF_DICT).is_file()
+
+
+def scan_parquet(src: str, options: SourceOptions) -> SourceScan:
+    """The rows of a Parquet file, or of every Parquet file in a folder (by content, sorted)."""
+    pq = require("pyarrow.parquet", "parquet")
+    path = Path(src)
+    files = [p for p in sorted(path.rglob("*")) if p.is_file() and is_parquet(p)] if path.is_dir() else [path]
+    if not files:
+        raise SourceError(f"no Parquet files in {src}")
+    first = pq.ParquetFile(files[0])
+    features = _hf_features((first.schema_arrow.metadata or {}).get(b"huggingface"))
+    result = _scan_setup(src, "parquet", first.schema_arrow, features, options)
+
+    def batches(file: Path) -> Iterator[Any]:
+        table = pq.ParquetFile(file)
+        for group in range(table.num_row_groups):
+            yield from table.iter_batches(ROWS_PER_BATCH, row_groups=[group], columns=result.columns)
+
+    for number, file in enumerate(files):
+        _spool_rows(result, str(file), number, batches(file), options)
+    return result.scan
+
+
+def scan_hf(src: str, options: SourceOptions) -> SourceScan:
+    """The rows of a dataset saved by `datasets.save_to_disk` (its Arrow files, memory-mapped)."""
+    pa = require("pyarrow", "hf")
+    root = Path(src)
+    if (root / HF_DICT).is_file():
+        splits = json.loads((root / HF_DICT).read_text()).get("splits", [])
+        raise SourceError(f"{src} is a DatasetDict: pass one of its splits, e.g. {root / (splits or ['train'])[0]}")
+    state = json.loads((root / HF_STATE).read_text())
+    files = [root / entry["filename"] for entry in state.get("_data_files", [])]
+    info_path = root / "dataset_info.json"
+    features = json.loads(info_path.read_text()).get("features", {}) if info_path.is_file() else {}
+    if not files:
+        raise SourceError(f"{src}: {HF_STATE} lists no data files")
+    with pa.memory_map(str(files[0])) as source:
+        schema = pa.ipc.open_stream(source).schema
+    result = _scan_setup(src, "hf", schema, features, options)
+
+    def batches(file: Path) -> Iterator[Any]:
+        with pa.memory_map(str(file)) as source:
+            for batch in pa.ipc.open_stream(source):
+                yield batch.select(result.columns)
+
+    for number, file in enumerate(files):
+        _spool_rows(result, str(file), number, batches(file), options)
+    return result.scan
+
+
+class _Setup:
+    """The scan being built and the columns it reads: the image, the label, and the extras (every
+    other column that holds no images, carried as each sample's extra)."""
+
+    def __init__(self, scan: SourceScan, image: str, label: str, extras: list[str]) -> None:
+        self.scan, self.image, self.label, self.extras = scan, image, label, extras
+
+    @property
+    def columns(self) -> list[str]:
+        return [self.image, self.label, *self.extras]
+
+
+def _scan_setup(src: str, kind: str, schema: Any, features: dict, options: SourceOptions) -> _Setup:
+    """The image and label columns of `schema` (given, or found), and the class names if known."""
+    names = list(schema.names)
+    image = options.image_column or next((n for n in names if _holds_images(schema.field(n).type)), None)
+    if image is None or image not in names:
+        raise SourceError(f"{src}: no image column {image or '(binary or {bytes, path})'} among "
+                          f"{', '.join(names)} (name it with --image-column)")
+    label = options.label_column or DEFAULT_LABEL
+    if label not in names:
+        raise SourceError(f"{src}: no label column {label!r} among {', '.join(names)} (name it with --label-column)")
+    feature = features.get(label) or {}
+    class_names = feature.get("names") if feature.get("_type") == "ClassLabel" else None
+    inner = feature.get("feature") or {}
+    if class_names is None and feature.get("_type") == "Sequence" and inner.get("_type") == "ClassLabel":
+        class_names = inner.get("names")
+    if class_names is None and isinstance(feature, list) and feature and feature[0].get("_type") == "ClassLabel":
+        class_names = feature[0].get("names")
+    extras = [n for n in names if n not in (image, label) and not _holds_images(schema.field(n).type)]
+    return _Setup(SourceScan(root=str(src), kind=kind, targets=Targets(names=class_names)), image, label, extras)
+
+
+def _holds_images(kind: Any) -> bool:
+    """Whether an Arrow type can hold encoded images: binary, or a struct with a `bytes` field."""
+    pa = require("pyarrow", "parquet")
+    if pa.types.is_binary(kind) or pa.types.is_large_binary(kind):
+        return True
+    return pa.types.is_struct(kind) and kind.get_field_index("bytes") >= 0
+
+
+def _hf_features(metadata: bytes | None) -> dict:
+    """The `features` Hugging Face records in a Parquet file's schema metadata (empty if none)."""
+    if not metadata:
+        return {}
+    try:
+        return json.loads(metadata).get("info", {}).get("features", {})
+    except ValueError:
+        return {}
+
+
+def _spool_rows(setup: _Setup, file: str, number: int, batches: Iterator[Any], options: SourceOptions) -> None:
+    """Accept or reject each row of `batches`; accepted images are appended to a spool file."""
+    options.spool.mkdir(parents=True, exist_ok=True)
+    spool = options.spool / f"{number:06d}.bin"
+    base = Path(file).parent
+    row = 0
+    with open(spool, "wb") as out:
+        for batch in batches:
+            labels = batch.column(setup.label).to_pylist()
+            extras = _extras(batch, setup.extras)
+            for (data, path), label, extra in zip(_cells(batch.column(setup.image)), labels, extras):
+                name = f"{file}#{row}"
+                row += 1
+                if label is None:
+                    setup.scan.rejected.append(Rejection(name, f"no label (column {setup.label!r} is null)"))
+                elif data:
+                    setup.scan.add(str(spool), name, label, extra, (out.tell(), len(data)))
+                    out.write(data)
+                elif path and (base / path).is_file():
+                    setup.scan.add(os.fspath(base / path), name, label, extra)
+                else:
+                    where = f", its path {path} not found" if path else ""
+                    setup.scan.rejected.append(Rejection(name, f"no image (column {setup.image!r} is empty{where})"))
+
+
+def _extras(batch: Any, columns: list[str]) -> list[dict | None]:
+    """Each row's extra: {column: value} of the extra columns (None when there are none)."""
+    if not columns:
+        return [None] * batch.num_rows
+    values = {name: batch.column(name).to_pylist() for name in columns}
+    return [{name: _plain(values[name][row]) for name in columns} for row in range(batch.num_rows)]
+
+
+def _plain(value: Any) -> Any:
+    """A cell as JSON can hold it (dates and decimals as text)."""
+    if value is None or isinstance(value, (bool, int, float, str, list, dict)):
+        return value
+    return str(value)
+
+
+def _cells(column: Any) -> Iterator[tuple[memoryview | None, str | None]]:
+    """(image bytes, path) of each row of an image column, the bytes as views of the Arrow buffer:
+    no Python copy of each image (those freed copies grew the heap by the size of the source)."""
+    pa = require("pyarrow", "parquet")
+    paths: list[Any] = [None] * len(column)
+    valid = np.asarray(column.is_valid())
+    if pa.types.is_struct(column.type):
+        if column.type.get_field_index("path") >= 0:
+            paths = column.field("path").to_pylist()
+        column = column.field("bytes")
+        valid &= np.asarray(column.is_valid())
+    wide = pa.types.is_large_binary(column.type)
+    _, offsets, data = column.buffers()
+    where = np.frombuffer(offsets, np.int64 if wide else np.int32)[column.offset:column.offset + len(column) + 1]
+    view = memoryview(data) if data is not None else memoryview(b"")
+    for row in range(len(column)):
+        start, end = int(where[row]), int(where[row + 1])
+        yield (view[start:end] if valid[row] and end > start else None), paths[row]

@@ -1,0 +1,365 @@
+"""Preprocess from every source kind: WebDataset shards (local and over HTTP), Parquet, a saved
+Hugging Face dataset, labels files (multi-label CSV, ImageNet-style validation lists)."""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from helpers.sources import close_to, read_dataset, write_webdataset
+from iofeed.errors import SourceError
+from iofeed.format.manifest import Manifest
+from iofeed.prepare.run import preprocess
+from iofeed.prepare.sources.base import SourceOptions
+from iofeed.prepare.sources.registry import detect
+from iofeed.prepare.sources.shardlist import expand_braces
+
+
+def _rejected(out: Path) -> dict[str, str]:
+    return {r["path"]: r["reason"] for r in map(json.loads, (out / "rejected.jsonl").read_text().splitlines())}
+
+
+def _check_equal(out: Path, expected: dict, classes: list[str]) -> dict:
+    """Every expected sample is in the dataset with its pixels and its label (an index or a class name)."""
+    stored = read_dataset(out)
+    assert set(stored) == set(expected)
+    for name, (source_pixels, label) in expected.items():
+        image, found, _ = stored[name]
+        assert close_to(image, source_pixels), name
+        want = label if isinstance(label, list) else [label]
+        assert [classes[i] for i in found] == sorted(str(v) for v in want) or found == sorted(want), name
+    return stored
+
+
+def test_brace_lists_expand_like_shell_ranges():
+    assert expand_braces("s-{008..011}.tar") == ["s-008.tar", "s-009.tar", "s-010.tar", "s-011.tar"]
+    assert expand_braces("{a,b}/x{1..2}") == ["a/x1", "a/x2", "b/x1", "b/x2"]
+    with pytest.raises(SourceError, match="empty range"):
+        expand_braces("x{3..1}")
+
+
+@pytest.mark.slow  # importing webdataset takes most of it
+def test_webdataset_written_by_webdataset_is_read_with_every_image_kind_and_label(tmp_path):
+    expected = write_webdataset(tmp_path / "wds")
+    summary = preprocess(str(tmp_path / "wds" / "shard-{000000..000001}.tar"), tmp_path / "out.iof",
+                         progress=False, workers=1)
+    manifest = Manifest.read(summary.out)
+    assert manifest.source["kind"] == "webdataset"
+    assert manifest.classes == ["0", "1", "2", "name1", "name3"]
+    stored = _check_equal(summary.out, expected, manifest.classes)
+    captions = {name: extra for name, (_, _, extra) in stored.items() if extra is not None}
+    assert len(captions) == 6 and all(extra["caption"].startswith("picture") for extra in captions.values())
+    assert manifest.targets["kind"] == "class" and manifest.targets["extras"] is True
+    shard = tmp_path / "wds" / "shard-000001.tar"
+    rejected = _rejected(summary.out)
+    assert set(rejected) == {f"{shard}#nolabel", f"{shard}#noimage", f"{shard}#broken"}
+    assert rejected[f"{shard}#nolabel"].startswith("no label")
+    assert rejected[f"{shard}#noimage"].startswith("no image")
+    assert "truncated" in rejected[f"{shard}#broken"] or "decode" in rejected[f"{shard}#broken"]
+
+
+def test_shards_are_recognised_by_content_not_name(tmp_path):
+    write_webdataset(tmp_path / "wds", shards=1)
+    (tmp_path / "wds" / "shard-000000.tar").rename(tmp_path / "wds" / "data.bin")
+    assert detect(str(tmp_path / "wds"), SourceOptions()) == "webdataset"
+    assert detect(str(tmp_path / "wds" / "data.bin"), SourceOptions()) == "webdataset"
+
+
+@pytest.mark.storage
+def test_webdataset_over_http_from_a_brace_list_of_urls(tmp_path):
+    from helpers.storage import CountingServer
+
+    expected = write_webdataset(tmp_path / "wds")
+    server = CountingServer(tmp_path / "wds")
+    try:
+        url = f"{server.url}/shard-{{000000..000001}}.tar"
+        summary = preprocess(url, tmp_path / "out.iof", progress=False, workers=1)
+    finally:
+        server.close()
+    assert server.gets["/shard-000000.tar"] == 1 and server.gets["/shard-000001.tar"] == 1
+    stored = read_dataset(summary.out)
+    by_key = {name.split("#")[1]: value for name, value in stored.items()}
+    assert set(by_key) == {name.split("#")[1] for name in expected}
+    for name, (source_pixels, _) in expected.items():
+        assert close_to(by_key[name.split("#")[1]][0], source_pixels)
+    assert all(name.startswith(server.url) for name in stored)
+    assert not list(tmp_path.glob(".out.iof.spool-*")), "the downloaded copies are removed"
+    assert len(_rejected(summary.out)) == 3
+
+
+def _table_rows(count: int) -> tuple[list, list, dict]:
+    """Images as bytes (jpg/png/webp), labels as indices; bad rows 90 (null label) and 91 (no image)."""
+    from helpers.sources import encode, picture
+
+    images, labels, expected = [], [], {}
+    for i in range(count):
+        img = picture(i)
+        images.append(encode(img, ("jpg", "png", "webp")[i % 3]))
+        labels.append(i % 4)
+        expected[i] = (np.asarray(img), i % 4)
+    images += [encode(picture(90), "png"), None]
+    labels += [None, 1]
+    return images, labels, expected
+
+
+@pytest.mark.pyarrow
+def test_parquet_written_by_pyarrow_is_read_a_row_group_at_a_time(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    images, labels, expected = _table_rows(10)
+    structs = [{"bytes": data, "path": None} for data in images]  # the {"bytes", "path"} form of HF Image
+    table = pa.table({"img": pa.array(structs), "label": pa.array(labels, pa.int64())})
+    pq.write_table(table, tmp_path / "part.parquet", row_group_size=4)
+    assert pq.ParquetFile(tmp_path / "part.parquet").num_row_groups == 3
+    summary = preprocess(tmp_path / "part.parquet", tmp_path / "out.iof", progress=False, workers=1)
+    manifest = Manifest.read(summary.out)
+    assert manifest.source["kind"] == "parquet" and manifest.classes == ["0", "1", "2", "3"]
+    where = str(tmp_path / "part.parquet")
+    _check_equal(summary.out, {f"{where}#{i}": v for i, v in expected.items()}, manifest.classes)
+    rejected = _rejected(summary.out)
+    assert rejected == {f"{where}#10": "no label (column 'label' is null)",
+                        f"{where}#11": "no image (column 'img' is empty)"}
+
+
+@pytest.mark.pyarrow
+def test_parquet_folder_with_class_names_and_binary_images(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    images, labels, expected = _table_rows(8)
+    names = ["cat", "dog", "eel", "fox"]
+    folder = tmp_path / "pq"
+    folder.mkdir()
+    for part, rows in enumerate((slice(0, 5), slice(5, None))):
+        table = pa.table({"label": pa.array([None if v is None else names[v] for v in labels[rows]]),
+                          "image": pa.array(images[rows], pa.binary()),
+                          "score": pa.array([0.5 * i for i in range(len(images))][rows], pa.float32())})
+        pq.write_table(table, folder / f"part-{part}")  # no extension: found by content
+    summary = preprocess(folder, tmp_path / "out.iof", progress=False, workers=1)
+    manifest = Manifest.read(summary.out)
+    assert manifest.classes == names
+    stored = read_dataset(summary.out)
+    assert len(stored) == 8
+    by_row = {(Path(name.split("#")[0]).name, int(name.split("#")[1])): v for name, v in stored.items()}
+    for i, (source_pixels, label) in expected.items():
+        image, classes, extra = by_row[("part-0", i) if i < 5 else ("part-1", i - 5)]
+        assert close_to(image, source_pixels) and classes == [label] and extra == {"score": 0.5 * i}
+
+
+@pytest.mark.datasets
+@pytest.mark.pyarrow
+def test_hugging_face_dataset_saved_to_disk(tmp_path):
+    import datasets
+
+    from helpers.sources import picture
+
+    features = datasets.Features({"image": datasets.Image(),
+                                  "label": datasets.ClassLabel(names=["zebra", "apple", "mango"])})
+    pictures = [picture(i) for i in range(9)]
+    data = datasets.Dataset.from_dict({"image": pictures, "label": [i % 3 for i in range(9)]}, features=features)
+    data.save_to_disk(str(tmp_path / "hf"), max_shard_size="20KB")
+    summary = preprocess(tmp_path / "hf", tmp_path / "out.iof", progress=False, workers=1)
+    manifest = Manifest.read(summary.out)
+    assert manifest.source["kind"] == "hf"
+    assert manifest.classes == ["zebra", "apple", "mango"], "ClassLabel names kept in their order"
+    stored = read_dataset(summary.out)
+    assert len(stored) == 9
+    row = 0
+    by_position = sorted(stored, key=lambda n: (n.split("#")[0], int(n.split("#")[1])))
+    for name in by_position:
+        image, classes, _ = stored[name]
+        assert close_to(image, np.asarray(pictures[row])) and classes == [row % 3], name
+        row += 1
+
+
+def test_labels_csv_with_multi_label_rows(tmp_path):
+    from helpers.sources import encode, picture
+
+    src = tmp_path / "photos"
+    (src / "a").mkdir(parents=True)
+    expected = {}
+    for i in range(6):
+        (src / "a" / f"{i}.png").write_bytes(encode(picture(i), "png"))
+        expected[f"a/{i}.png"] = np.asarray(picture(i))
+    (src / "a" / "unlisted.png").write_bytes(encode(picture(7), "png"))
+    (src / "a" / "text.png").write_text("not an image")
+    rows = ["path,label,score",
+            'a/0.png,cat,0.5', 'a/1.png,"[""cat"", ""dog""]",1', 'a/2.png,dog,2', 'a/2.png,bird,2',
+            'a/3.png,bird,3', 'a/4.png,"[""dog""]",4', 'a/5.png,cat,5', 'a/text.png,cat,6', 'a/gone.png,dog,7']
+    labels = tmp_path / "labels.csv"
+    labels.write_text("\n".join(rows) + "\n")
+    summary = preprocess(src, tmp_path / "out.iof", labels=labels, progress=False, workers=1, val_fraction=0)
+    manifest = Manifest.read(summary.out)
+    assert manifest.classes == ["bird", "cat", "dog"]
+    assert manifest.targets["kind"] == "multi_label" and manifest.targets["extras"] is True
+    want = {"a/0.png": ["cat"], "a/1.png": ["cat", "dog"], "a/2.png": ["bird", "dog"], "a/3.png": ["bird"],
+            "a/4.png": ["dog"], "a/5.png": ["cat"]}
+    stored = read_dataset(summary.out)
+    assert set(stored) == set(want)
+    for rel, (image, classes, extra) in stored.items():
+        assert close_to(image, expected[rel]) and [manifest.classes[c] for c in classes] == want[rel]
+        assert extra == {"score": 0.5 if rel == "a/0.png" else int(rel[2])}
+    rejected = _rejected(summary.out)
+    assert rejected["a/unlisted.png"] == "not in the labels file labels.csv"
+    assert rejected["a/text.png"] == "not an image (unrecognised bytes)"
+    assert rejected["a/gone.png"].startswith("listed in")
+    assert len(rejected) == 3
+
+
+def test_imagenet_style_validation_labels(tmp_path):
+    from helpers.sources import encode, picture
+
+    src = tmp_path / "val"
+    src.mkdir()
+    synsets = ["n01440764", "n01443537", "n01484850"]
+    for i in range(6):
+        (src / f"ILSVRC2012_val_{i + 1:08d}.JPEG").write_bytes(encode(picture(i), "jpg"))
+    listing = tmp_path / "val_labels.txt"
+    listing.write_text("".join(f"ILSVRC2012_val_{i + 1:08d}.JPEG {synsets[i % 3]}\n" for i in range(6)))
+    summary = preprocess(src, tmp_path / "out.iof", labels=listing, progress=False, workers=1, val_fraction=0)
+    manifest = Manifest.read(summary.out)
+    assert manifest.classes == synsets and manifest.targets["kind"] == "class"
+    stored = read_dataset(summary.out)
+    assert {rel: manifest.classes[c[0]] for rel, (_, c, _) in stored.items()} == {
+        f"ILSVRC2012_val_{i + 1:08d}.JPEG": synsets[i % 3] for i in range(6)}
+    solution = tmp_path / "LOC_val_solution.jsonl"  # ids without extensions, as LOC_val_solution.csv
+    solution.write_text("".join(json.dumps({"ImageId": f"ILSVRC2012_val_{i + 1:08d}", "label": synsets[i % 3]}) + "\n"
+                                for i in range(6)))
+    again = preprocess(src, tmp_path / "again.iof", labels=solution, progress=False, workers=1, val_fraction=0)
+    assert set(read_dataset(again.out)) == set(stored)
+
+
+def test_labels_file_errors_name_the_line(tmp_path):
+    src = tmp_path / "val"
+    src.mkdir()
+    bad = tmp_path / "bad.txt"
+    bad.write_text("onlyapath\n")
+    with pytest.raises(SourceError, match="line 1"):
+        preprocess(src, tmp_path / "o.iof", labels=bad, progress=False)
+
+
+_BOUNDED = """
+import json, os, sys, threading, time
+from pathlib import Path
+import pyarrow.parquet
+from iofeed.prepare.run import preprocess
+page = os.sysconf("SC_PAGE_SIZE")
+rss = lambda: int(open("/proc/self/statm").read().split()[1]) * page
+before, peak, done = rss(), [0], threading.Event()
+def sample():
+    while not done.is_set():
+        peak[0] = max(peak[0], rss())
+        time.sleep(0.005)
+watcher = threading.Thread(target=sample)
+watcher.start()
+summary = preprocess(Path(sys.argv[1]), Path(sys.argv[2]), workers=1, progress=False, val_fraction=0)
+done.set()
+watcher.join()
+print(json.dumps({"before": before, "peak": peak[0], "written": summary.written}))
+"""
+
+
+ROWS = 640
+
+
+@pytest.mark.slow
+@pytest.mark.pyarrow
+def test_parquet_larger_than_the_memory_budget_is_read_in_bounded_memory(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from PIL import Image
+
+    from helpers.images import jpeg_bytes
+
+    budget = 256 << 20  # bytes preprocess may grow by: ~200 MiB whatever the source's size (docs/benchmarks.md)
+    rng = np.random.default_rng(0)
+    noise = [jpeg_bytes(Image.fromarray(rng.integers(0, 256, (256, 1024, 3), dtype=np.uint8)), quality=100)
+             for _ in range(8)]  # ~0.5 MB each, kept as they are (cheap to prepare)
+    schema = pa.schema({"image": pa.binary(), "label": pa.int64()})
+    with pq.ParquetWriter(tmp_path / "big.parquet", schema) as writer:
+        for start in range(0, ROWS, 16):
+            # a JPEG comment segment (FFFE) makes each row distinct, so Parquet cannot dictionary-encode them
+            images = [noise[i % 8][:2] + b"\xff\xfe\x00\x04" + i.to_bytes(2, "big") + noise[i % 8][2:]
+                      for i in range(start, start + 16)]
+            writer.write_table(pa.table({"image": images, "label": [i % 5 for i in range(start, start + 16)]},
+                                        schema=schema))
+    size = (tmp_path / "big.parquet").stat().st_size
+    assert size > 1.2 * budget, "the source is larger than the budget"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    out = subprocess.run([sys.executable, "-c", _BOUNDED, str(tmp_path / "big.parquet"), str(tmp_path / "o.iof")],
+                         capture_output=True, text=True, env=env, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    grew = result["peak"] - result["before"]
+    print(f"source {size / 2**20:.1f} MiB, peak RSS {result['peak'] / 2**20:.1f} MiB, "
+          f"{grew / 2**20:.1f} MiB above the RSS before preprocessing (budget {budget >> 20} MiB)")
+    assert result["written"] == {"train": ROWS}
+    assert 0 < grew < budget
+
+
+@pytest.mark.slow
+@pytest.mark.storage
+def test_webdataset_from_s3_by_a_brace_list_of_urls(tmp_path, monkeypatch):
+    import fsspec
+
+    from helpers.storage import free_port, moto_s3
+
+    expected = write_webdataset(tmp_path / "wds")
+    port = free_port()
+    for name, value in (("AWS_ACCESS_KEY_ID", "testing"), ("AWS_SECRET_ACCESS_KEY", "testing"),
+                        ("AWS_DEFAULT_REGION", "us-east-1"), ("AWS_ENDPOINT_URL", f"http://127.0.0.1:{port}")):
+        monkeypatch.setenv(name, value)
+    with moto_s3(port):
+        fs = fsspec.filesystem("s3", endpoint_url=f"http://127.0.0.1:{port}", skip_instance_cache=True)
+        fs.mkdir("shards")
+        for n in range(2):
+            fs.put_file(str(tmp_path / "wds" / f"shard-{n:06d}.tar"), f"s3://shards/wds/shard-{n:06d}.tar")
+        summary = preprocess("s3://shards/wds/shard-{000000..000001}.tar", tmp_path / "out.iof", progress=False,
+                             workers=1)
+    stored = read_dataset(summary.out)
+    assert {name.split("#")[1] for name in stored} == {name.split("#")[1] for name in expected}
+    assert all(name.startswith("s3://shards/wds/shard-") for name in stored)
+    assert len(_rejected(summary.out)) == 3
+
+
+def test_a_killed_runs_spool_is_removed_by_the_next_run(tmp_path):
+    import subprocess
+    import sys
+
+    write_webdataset(tmp_path / "wds", shards=1)
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    leftover = tmp_path / f".out.iof.spool-{dead.stdout.strip()}-abc"
+    leftover.mkdir()
+    (leftover / "000000.bin").write_bytes(b"x" * 1000)
+    live = tmp_path / f".out.iof.spool-{os.getpid()}-xyz"  # a live run's: kept
+    live.mkdir()
+    preprocess(str(tmp_path / "wds"), tmp_path / "out.iof", progress=False, workers=1)
+    assert not leftover.exists() and live.exists()
+    assert sorted(p.name for p in tmp_path.glob(".out.iof.spool-*")) == [live.name]
+
+
+def test_caption_shards_without_classes_keep_each_json_as_the_extra(tmp_path):
+    import webdataset as wds
+
+    from helpers.sources import encode, picture
+
+    (tmp_path / "wds").mkdir()
+    with wds.TarWriter(str(tmp_path / "wds" / "00000.tar")) as sink:  # img2dataset's layout
+        for i in range(5):
+            sink.write({"__key__": f"{i:09d}", "jpg": encode(picture(i), "jpg"), "txt": f"caption {i}",
+                        "json": {"caption": f"caption {i}", "width": picture(i).width}})
+    summary = preprocess(str(tmp_path / "wds"), tmp_path / "out.iof", label_column="json", progress=False,
+                         workers=1, val_fraction=0)
+    manifest = Manifest.read(summary.out)
+    assert manifest.classes == [] and manifest.targets["kind"] == "none" and manifest.targets["extras"]
+    stored = read_dataset(summary.out)
+    assert sorted(extra["caption"] for _, _, extra in stored.values()) == [f"caption {i}" for i in range(5)]
+    assert all(classes == [] for _, classes, _ in stored.values())
