@@ -12,6 +12,7 @@ import numpy as np
 from .adapters.registry import ADAPTERS
 from .backends.base import ON_ERROR
 from .backends.registry import AUTO, ENGINES
+from .backends.skips import DEFAULT_MAX_SKIPPED, check_max_skipped
 from .errors import OptionError
 from .image.boxes import Augment
 from .order import SHUFFLES, OrderSpec
@@ -45,6 +46,7 @@ class LoaderOptions:
     block_shards: int = 8
     cache_dir: str | os.PathLike | None = None
     cache_limit: int | None = None
+    max_skipped: float | None = DEFAULT_MAX_SKIPPED  # share of an epoch's samples that may be skipped
 
     def __post_init__(self) -> None:
         for name, minimum in (("batch_size", 1), ("image_size", 8), ("seed", 0), ("block_shards", 1)):
@@ -66,6 +68,7 @@ class LoaderOptions:
         if not (self.cache_dir is None or isinstance(self.cache_dir, (str, os.PathLike))):
             raise OptionError(f"cache_dir must be a folder path or None, got {self.cache_dir!r} "
                               f"({type(self.cache_dir).__name__})")
+        object.__setattr__(self, "max_skipped", check_max_skipped(self.max_skipped))
         self._check_placement()
         self._check_combinations()
 
