@@ -138,8 +138,11 @@ def _cmd_inspect(args: argparse.Namespace) -> None:
         if checked.problems:
             raise DatasetError(f"{dataset} failed verification: {len(checked.problems)} problem(s), first: "
                                f"{checked.problems[0]} (run `iofeed preprocess` again)")
-        print(f"  verified      {checked.samples:,} samples in {checked.shards} shards: tables, indexes, "
-              "shard sizes and labels agree")
+        unhashed = checked.shards - checked.hashed
+        hashed = ("shard sizes and sha256 match the manifest" if not unhashed else
+                  f"shard sizes match; {unhashed} shard(s) written before checksums have no sha256")
+        print(f"  verified      {checked.samples:,} samples in {checked.shards} shards: {hashed}; tables, indexes "
+              f"and labels agree; all {checked.decoded:,} JPEG samples decode")
 
 
 def _cmd_bench(args: argparse.Namespace) -> None:
@@ -222,8 +225,8 @@ def build_parser() -> argparse.ArgumentParser:
     inspect = sub.add_parser("inspect", help="print the summary of an iofeed dataset")
     inspect.add_argument("dataset", help="an iofeed dataset folder, or its s3://, gs:// or http(s):// URL")
     inspect.add_argument("--verify", action="store_true",
-                         help="also read every shard index and sample table and check them against the manifest "
-                              "(local datasets only)")
+                         help="also check every shard's size and sha256, index and sample table against the "
+                              "manifest, and decode every JPEG sample (local datasets only)")
     inspect.set_defaults(func=_cmd_inspect)
 
     from .benchmark.feeds import CATALOGUE

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from .errors import DatasetError, FetchError, SampleError, SourceError
+from .format.files import open_regular
 from .format.manifest import MANIFEST_NAME, Manifest, SplitInfo
 from .format.table import RAW, load_table
 from .prepare.scan import display_path, reason_kind, scan_folder
@@ -59,7 +60,7 @@ class SampleSource:
 
 def is_iofeed_dataset(path: Path) -> bool:
     """Whether `path` holds an iofeed dataset (a manifest)."""
-    return (Path(path) / MANIFEST_NAME).is_file()
+    return os.path.lexists(Path(path) / MANIFEST_NAME)  # anything there: Manifest.read says what is wrong
 
 
 def open_source(source: Path | str, split: str = "train", *, cache_dir: Path | str | None = None,
@@ -87,9 +88,11 @@ def _open_dataset(path: Path, split: str) -> SampleSource:
     info = manifest.split(split, str(path))
     table = load_table(path / info.table)
     files = np.array([str(path / s["name"]).encode() for s in info.shards], dtype=np.bytes_)
-    missing = [s["name"] for s in info.shards if not (path / s["name"]).is_file()]
+    missing = [s["name"] for s in info.shards if not (path / s["name"]).exists()]
     if missing:
         raise SourceError(f"{path} is incomplete: shard {missing[0]} is missing (run `iofeed preprocess` again)")
+    for name in files:  # a FIFO in a shard's place would block a worker for ever
+        os.close(open_regular(name))
     return dataset_source(manifest, info, table, files, str(path / info.table), dataset=path)
 
 
@@ -136,7 +139,7 @@ def check_unchanged(source: SampleSource) -> None:
 
 def _open_checked(source: SampleSource, file_id: int) -> int:
     """A descriptor of local shard `file_id`, opened before its dataset is checked unchanged."""
-    fd = os.open(source.files[file_id], os.O_RDONLY)
+    fd = open_regular(source.files[file_id])
     try:
         check_unchanged(source)
     except DatasetError:

@@ -2,12 +2,14 @@
 from __future__ import annotations
 
 import json
+import os
 import uuid
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ..errors import DatasetError, OptionError
+from .files import read_regular
 
 MANIFEST_NAME = "iofeed.json"
 FORMAT_NAME = "iofeed-dataset"
@@ -48,10 +50,10 @@ class Manifest:
     def read(cls, directory: Path) -> Manifest:
         """Read and validate `directory/iofeed.json`; DatasetError says what is wrong."""
         path = Path(directory) / MANIFEST_NAME
-        if not path.is_file():
+        if not os.path.lexists(path):
             raise DatasetError(f"not an iofeed dataset: {path} is missing (make one with `iofeed preprocess`)")
         try:
-            text = path.read_text(encoding="utf-8")
+            text = read_regular(path).decode("utf-8")
         except (OSError, ValueError) as exc:
             raise DatasetError(f"unreadable manifest {path}: {exc}") from None
         return cls.parse(text, str(path))

@@ -2,12 +2,14 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import BinaryIO
 
 import numpy as np
 
 from ..errors import DatasetError
+from .files import open_regular, read_regular
 
 SAMPLE_DTYPE = np.dtype(
     [
@@ -44,7 +46,11 @@ def load_table(path: Path | BinaryIO, where: str | None = None) -> np.ndarray:
     `where` (for messages); DatasetError when it is missing or malformed."""
     where = str(path) if where is None else where
     try:
-        table = np.load(path if hasattr(path, "read") else Path(path), allow_pickle=False)
+        if hasattr(path, "read"):
+            table = np.load(path, allow_pickle=False)
+        else:
+            with os.fdopen(open_regular(path), "rb") as f:
+                table = np.load(f, allow_pickle=False)
     except (OSError, ValueError, EOFError) as exc:
         raise DatasetError(f"unreadable sample table {where}: {exc} (run `iofeed preprocess` again)") from None
     if not isinstance(table, np.ndarray) or table.ndim != 1:
@@ -64,8 +70,8 @@ def load_sources(path: Path) -> list[str]:
     have a `.sources.txt` of plain lines)."""
     jsonl = Path(path).with_suffix(SOURCES)
     try:
-        if jsonl.is_file():
-            return [json.loads(line) for line in jsonl.read_text(encoding="utf-8").splitlines()]
-        return Path(path).with_suffix(".sources.txt").read_text(encoding="utf-8").splitlines()
+        if os.path.lexists(jsonl):
+            return [json.loads(line) for line in read_regular(jsonl).decode("utf-8").splitlines()]
+        return read_regular(Path(path).with_suffix(".sources.txt")).decode("utf-8").splitlines()
     except (OSError, ValueError) as exc:
         raise DatasetError(f"unreadable source list beside {path}: {exc} (run `iofeed preprocess` again)") from None

@@ -1,0 +1,107 @@
+"""Tampered and odd datasets (issue 22): verify checks bytes, tables are checked at open, FIFOs
+named like dataset files are refused instead of waited on."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from iofeed.cli import main
+from iofeed.format.manifest import Manifest
+from iofeed.format.verify import verify_dataset
+
+
+def _copy(dataset: Path, tmp_path: Path) -> Path:
+    out = tmp_path / "copy.iof"
+    shutil.copytree(dataset, out)
+    return out
+
+
+def _edit_manifest(out: Path, edit) -> None:
+    raw = json.loads((out / "iofeed.json").read_text())
+    edit(raw)
+    (out / "iofeed.json").write_text(json.dumps(raw))
+
+
+def _err_line(capsys) -> str:
+    err = capsys.readouterr().err.strip()
+    assert "Traceback" not in err and len(err.splitlines()) == 1, err
+    return err
+
+
+# ------------------------------------------------------------------ 22.4: verify that verifies
+
+
+def test_verify_finds_64_zeroed_bytes_inside_a_jpeg(colour_dataset, tmp_path, capsys):
+    out = _copy(colour_dataset, tmp_path)
+    table = np.load(out / "train-samples.npy")
+    row = table[0]
+    shard = out / Manifest.read(out).splits["train"].shards[int(row["shard"])]["name"]
+    data = bytearray(shard.read_bytes())
+    at = int(row["offset"]) + int(row["size"]) // 2
+    data[at:at + 64] = bytes(64)
+    shard.write_bytes(bytes(data))
+    problems = verify_dataset(out).problems
+    assert any(shard.name in p and "sha256" in p and "its bytes changed" in p for p in problems), problems
+    assert main(["inspect", str(out), "--verify"]) == 1
+    assert "failed verification" in _err_line(capsys)
+
+
+def test_verify_refuses_an_all_zero_sha256(colour_dataset, tmp_path, capsys):
+    out = _copy(colour_dataset, tmp_path)
+    _edit_manifest(out, lambda raw: raw["splits"]["val"]["shards"][0].update(sha256="0" * 64))
+    problems = verify_dataset(out).problems
+    assert len(problems) == 1 and "the manifest says '000000" in problems[0]
+    assert main(["inspect", str(out), "--verify"]) == 1
+
+
+def test_verify_decodes_every_jpeg(colour_dataset, tmp_path, capsys):
+    """A sample that no longer decodes is named even where the manifest's sha256 was updated to match."""
+    out = _copy(colour_dataset, tmp_path)
+    table = np.load(out / "val-samples.npy")
+    row = table[1]
+    info = Manifest.read(out).splits["val"].shards[int(row["shard"])]
+    shard = out / info["name"]
+    data = bytearray(shard.read_bytes())
+    data[int(row["offset"]):int(row["offset"]) + 64] = bytes(64)  # the JPEG header
+    shard.write_bytes(bytes(data))
+    import hashlib
+
+    digest = hashlib.sha256(bytes(data)).hexdigest()
+    _edit_manifest(out, lambda raw: [s.update(sha256=digest) for s in raw["splits"]["val"]["shards"]
+                                     if s["name"] == info["name"]])
+    problems = verify_dataset(out).problems
+    assert len(problems) == 1 and "does not decode" in problems[0], problems
+    assert main(["inspect", str(colour_dataset), "--verify"]) == 0
+    out_text = capsys.readouterr().out
+    assert "sha256 match the manifest" in out_text and "all 40 JPEG samples decode" in out_text
+
+
+# ------------------------------------------------------------------ 22.9: FIFOs never hang
+
+
+def _fifo_in_place_of(out: Path, name: str) -> None:
+    (out / name).unlink()
+    os.mkfifo(out / name)
+
+
+@pytest.mark.parametrize("name", ["train-samples.npy", "iofeed.json", "train-000000.tar", "train-000000.idx",
+                                  "train-samples.sources.jsonl"])
+def test_a_fifo_named_like_a_dataset_file_is_refused_not_waited_on(colour_dataset, tmp_path, name):
+    out = _copy(colour_dataset, tmp_path)
+    _fifo_in_place_of(out, name)
+    code = f"from iofeed.cli import main\nraise SystemExit(main(['inspect', {str(out)!r}, '--verify']))"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=env)
+    assert done.returncode == 1, done.stderr
+    assert "is not a regular file (a FIFO)" in done.stderr and name in done.stderr
+    if name.endswith((".npy", ".json", ".tar")):
+        loading = f"import iofeed\nwith iofeed.loader({str(out)!r}, batch_size=4, workers=1) as ld:\n    list(ld)"
+        done = subprocess.run([sys.executable, "-c", loading], capture_output=True, text=True, timeout=60, env=env)
+        assert done.returncode == 1 and "is not a regular file (a FIFO)" in done.stderr.strip().splitlines()[-1]
