@@ -12,9 +12,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import iofeed
 from iofeed.cli import main
+from iofeed.errors import DatasetError
 from iofeed.format.manifest import Manifest
 from iofeed.format.verify import verify_dataset
+from iofeed.samples import open_source
 
 
 def _copy(dataset: Path, tmp_path: Path) -> Path:
@@ -105,3 +108,47 @@ def test_a_fifo_named_like_a_dataset_file_is_refused_not_waited_on(colour_datase
         loading = f"import iofeed\nwith iofeed.loader({str(out)!r}, batch_size=4, workers=1) as ld:\n    list(ld)"
         done = subprocess.run([sys.executable, "-c", loading], capture_output=True, text=True, timeout=60, env=env)
         assert done.returncode == 1 and "is not a regular file (a FIFO)" in done.stderr.strip().splitlines()[-1]
+
+
+# ------------------------------------------------------------------ 22.5: the table is checked at open
+
+
+@pytest.mark.parametrize("column, value, says", [
+    ("label", 999, "labels outside 0..3 (the manifest has 4 classes)"), ("label", -1, "labels outside 0..3"),
+    ("label", 4, "labels outside 0..3"), ("encoding", 7, "unknown encodings (known: 0 jpeg, 1 raw)"),
+    ("size", 2**40, "samples outside their shard"), ("offset", -512, "samples outside their shard"),
+])
+def test_a_table_the_manifest_rules_out_is_refused_at_open(colour_dataset, tmp_path, capsys, column, value, says):
+    out = _copy(colour_dataset, tmp_path)
+    table = np.load(out / "train-samples.npy")
+    table[column][3] = value
+    np.save(out / "train-samples.npy", table)
+    with pytest.raises(DatasetError) as info:
+        open_source(out)
+    message = str(info.value)
+    assert "train-samples.npy does not match its manifest" in message and says in message
+    assert "first row 3" in message and "run `iofeed preprocess` again" in message and "\n" not in message
+    with pytest.raises(DatasetError, match=says.split(" (")[0]):
+        iofeed.loader(out, batch_size=4, workers=1)
+    assert main(["inspect", str(out), "--verify"]) == 1
+
+
+# ------------------------------------------------------------------ 22.15: malformed manifest values
+
+
+@pytest.mark.parametrize("edit, says", [
+    (lambda raw: raw["splits"]["train"].update(samples="10"), "\"samples\" of split 'train' must be an integer"),
+    (lambda raw: raw.update(classes=5), '"classes" must be a list of names, got 5'),
+    (lambda raw: raw.update(version=True), "format version True"),
+    (lambda raw: raw["splits"]["val"]["shards"][0].update(bytes=None), '"bytes" of shard 0 of split \'val\''),
+    (lambda raw: raw["splits"]["val"]["shards"][0].update(sha256=0), '"sha256" of shard 0 of split \'val\''),
+    (lambda raw: raw["splits"].update(val=[]), "split 'val' must be an object"),
+])
+def test_malformed_manifest_values_name_the_key_and_file(colour_dataset, tmp_path, capsys, edit, says):
+    out = _copy(colour_dataset, tmp_path)
+    _edit_manifest(out, edit)
+    with pytest.raises(DatasetError) as info:
+        open_source(out)
+    assert says in str(info.value) and str(out / "iofeed.json") in str(info.value)
+    assert main(["inspect", str(out)]) == 1
+    assert says in _err_line(capsys)

@@ -13,7 +13,7 @@ import numpy as np
 from .errors import DatasetError, FetchError, SampleError, SourceError
 from .format.files import open_regular
 from .format.manifest import MANIFEST_NAME, Manifest, SplitInfo
-from .format.table import RAW, load_table
+from .format.table import RAW, load_table, table_problem
 from .prepare.scan import display_path, reason_kind, scan_folder
 from .remote.urls import is_url
 
@@ -100,10 +100,12 @@ def dataset_source(manifest: Manifest, info: SplitInfo, table: np.ndarray, files
                    dataset: Path | None = None) -> SampleSource:
     """The samples of one split's table (read from `where`), in `files` (one per shard); DatasetError
     when the table does not match the split's sample and shard counts."""
-    shard = table["shard"]
-    if len(table) != info.samples or (len(table) and (shard.min() < 0 or shard.max() >= len(info.shards))):
+    if len(table) != info.samples:
         raise DatasetError(f"{where} does not match the manifest's {info.samples} samples in "
                            f"{len(info.shards)} shards (run `iofeed preprocess` again)")
+    problem = table_problem(table, len(manifest.classes), [s["bytes"] for s in info.shards])
+    if problem:
+        raise DatasetError(f"{where} does not match its manifest: {problem} (run `iofeed preprocess` again)")
     return SampleSource(
         files=files,
         file_id=table["shard"].astype(np.int32),

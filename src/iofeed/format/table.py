@@ -65,6 +65,39 @@ def load_table(path: Path | BinaryIO, where: str | None = None) -> np.ndarray:
     raise DatasetError(f"{where}: unexpected sample table layout {table.dtype} (run `iofeed preprocess` again)")
 
 
+def table_problem(table: np.ndarray, classes: int, shard_bytes: list[int]) -> str | None:
+    """What makes `table` impossible for a manifest of `classes` classes and shards of `shard_bytes`
+    bytes (labels, encodings, sample extents, raw sizes), or None; vectorised, one pass per column."""
+    if not len(table):
+        return None
+    shard = table["shard"]
+    outside = (shard < 0) | (shard >= len(shard_bytes))
+    if outside.any():
+        return _first(shard, outside, f"shard numbers outside 0..{len(shard_bytes) - 1}")
+    label, encoding = table["label"], table["encoding"]
+    offset, size = table["offset"], table["size"]
+    ends = np.asarray(shard_bytes, np.int64)[shard]
+    raw = encoding == RAW
+    known = ", ".join(f"{i} {e}" for i, e in enumerate(ENCODINGS))
+    checks = (
+        ((label < 0) | (label >= classes), f"labels outside 0..{classes - 1} (the manifest has {classes} classes)",
+         label),
+        (encoding >= len(ENCODINGS), f"unknown encodings (known: {known})", encoding),
+        ((offset < 0) | (size < 0) | (offset > ends - size), "samples outside their shard", offset),
+        (raw & (size != table["width"].astype(np.int64) * table["height"].astype(np.int64) * 3),
+         "raw samples whose size is not width x height x 3", size),
+    )
+    for bad, what, column in checks:
+        if bad.any():
+            return _first(column, bad, what)
+    return None
+
+
+def _first(column: np.ndarray, bad: np.ndarray, what: str) -> str:
+    row = int(np.argmax(bad))
+    return f"{int(bad.sum())} row(s) with {what}, first row {row}: {int(column[row])}"
+
+
 def load_sources(path: Path) -> list[str]:
     """The source path of each row of the table at `path` (datasets before format version 3
     have a `.sources.txt` of plain lines)."""

@@ -16,7 +16,7 @@ from ..image.pil import open_rgb
 from .files import open_regular
 from .manifest import Manifest
 from .shards import IndexedSample, read_index
-from .table import ENCODINGS, MEMBER_EXTENSIONS, RAW, load_sources, load_table
+from .table import ENCODINGS, MEMBER_EXTENSIONS, RAW, load_sources, load_table, table_problem
 
 
 @dataclass
@@ -46,9 +46,9 @@ def verify_dataset(path: Path) -> Verification:
         if not len(table) == len(sources) == info.samples:
             result.problems.append(f"{split}: the manifest says {info.samples} samples, the table has "
                                    f"{len(table)} rows and the source list {len(sources)}")
-        bad_labels = int(((table["label"] < 0) | (table["label"] >= len(manifest.classes))).sum())
-        if bad_labels:
-            result.problems.append(f"{split}: {bad_labels} labels outside 0..{len(manifest.classes) - 1}")
+        problem = table_problem(table, len(manifest.classes), [s["bytes"] for s in info.shards])
+        if problem:
+            result.problems.append(f"{split}: {problem}")
         for number, shard in enumerate(info.shards):
             result.shards += 1
             rows = table[table["shard"] == number]
