@@ -148,8 +148,25 @@ def distributed_rank_world() -> tuple[int, int]:
     if dist is not None and dist.is_available() and dist.is_initialized():
         return dist.get_rank(), dist.get_world_size()
     if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
-        return int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+        rank, world_size = _env_count("RANK", 0), _env_count("WORLD_SIZE", 1)
+        if rank >= world_size:
+            raise OptionError(f"environment variable RANK={rank} is outside 0..{world_size - 1} (WORLD_SIZE="
+                              f"{world_size}): fix the launcher's variables, or pass rank= and world_size=")
+        return rank, world_size
     return 0, 1
+
+
+def _env_count(name: str, minimum: int) -> int:
+    """The integer environment variable `name` (>= `minimum`); OptionError naming it otherwise."""
+    text = os.environ[name]
+    try:
+        value = int(text)
+    except ValueError:
+        value = None
+    if value is None or value < minimum:
+        raise OptionError(f"environment variable {name}={text!r} is not an integer >= {minimum}: fix the "
+                          "launcher's variables, or pass rank= and world_size=")
+    return value
 
 
 def _one_of(name: str, value: object, allowed: tuple[str, ...]) -> None:
