@@ -152,3 +152,54 @@ def test_malformed_manifest_values_name_the_key_and_file(colour_dataset, tmp_pat
     assert says in str(info.value) and str(out / "iofeed.json") in str(info.value)
     assert main(["inspect", str(out)]) == 1
     assert says in _err_line(capsys)
+
+
+# ------------------------------------------------------------------ 22.13, 22.14: errors in one line, right cause
+
+_LOAD = """
+import resource, sys
+import iofeed
+from iofeed.errors import IofeedError
+if {limit}:
+    resource.setrlimit(resource.RLIMIT_NOFILE, ({limit}, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+try:
+    with iofeed.loader({path!r}, batch_size=4, workers=2, image_size=32, drop_last=False) as ld:
+        print(sum(len(labels) for _, labels in ld))
+except IofeedError as exc:
+    print(type(exc).__name__, str(exc), sep="|", file=sys.stderr)
+    raise SystemExit(1)
+"""
+
+
+def _load_in_child(path: Path, limit: int = 0) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    return subprocess.run([sys.executable, "-c", _LOAD.format(path=str(path), limit=limit)], capture_output=True,
+                          text=True, timeout=120, env=env)
+
+
+@pytest.mark.slow
+def test_out_of_descriptors_is_said_with_the_file_not_as_a_replaced_dataset(tmp_path):
+    from helpers.images import make_colour_tree
+    from iofeed.prepare.run import preprocess
+
+    out = tmp_path / "many.iof"
+    preprocess(make_colour_tree(tmp_path / "t", per_class=30), out, shard_bytes=1 << 16, progress=False, workers=1)
+    assert len(Manifest.read(out).splits["train"].shards) > 30
+    done = _load_in_child(out, limit=40)
+    assert done.returncode == 1, done.stdout + done.stderr
+    kind, message = done.stderr.strip().splitlines()[-1].split("|")
+    assert kind == "SourceError" and "too many open files" in message and "ulimit -n` is 40" in message
+    assert str(out) in message and "replaced" not in message and "Traceback" not in done.stderr
+
+
+def test_a_dataset_replaced_under_a_worker_is_one_line(colour_dataset, tmp_path):
+    from helpers.images import make_image_tree
+    from iofeed.prepare.run import preprocess
+
+    out = _copy(colour_dataset, tmp_path)
+    with iofeed.loader(out, batch_size=4, workers=1, image_size=32) as ld:
+        make_image_tree(tmp_path / "b", classes=4, per_class=7)
+        preprocess(tmp_path / "b", out, progress=False, workers=1, overwrite=True, shard_bytes=1 << 16)
+        with pytest.raises(DatasetError) as info:
+            list(ld)
+    assert "was replaced after it was opened" in str(info.value) and "\n" not in str(info.value)

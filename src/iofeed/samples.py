@@ -1,6 +1,7 @@
 """Opening a source — an image folder or an iofeed dataset — as one flat table of samples."""
 from __future__ import annotations
 
+import errno
 import mmap
 import os
 from collections import Counter, OrderedDict
@@ -10,8 +11,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from .errors import DatasetError, FetchError, SampleError, SourceError
-from .format.files import open_regular
+from .errors import DatasetError, FetchError, IofeedError, SampleError, SourceError, WorkerError
+from .format.files import descriptor_error, open_regular
 from .format.manifest import MANIFEST_NAME, Manifest, SplitInfo
 from .format.table import RAW, load_table, table_problem
 from .prepare.scan import display_path, reason_kind, scan_folder
@@ -149,6 +150,16 @@ def _open_checked(source: SampleSource, file_id: int) -> int:
         raise
     return fd
 
+def _read_error(exc: OSError, path: bytes) -> IofeedError:
+    """A read that failed: SampleError (skipped or raised by `on_error`) for the sample's own fault,
+    an error of its own for the machine's (out of descriptors or memory), which no skip would mend."""
+    if exc.errno == errno.ENOMEM:
+        return WorkerError(f"{os.fsdecode(path)}: out of memory mapping or reading it: raise the memory limit "
+                           "(`ulimit -v`, the container's), or lower workers or batch_size")
+    error = descriptor_error(exc, path)
+    return error if isinstance(error, IofeedError) else SampleError(f"unreadable ({exc.strerror})")
+
+
 def _open_folder(path: Path) -> SampleSource:
     scan = scan_folder(path)
     count = len(scan.files)
@@ -231,7 +242,7 @@ class SampleReader:
                 fd = self._fd(file_id)
                 mapped = self._maps[file_id] = mmap.mmap(fd, 0, flags=MAP_FLAGS, prot=mmap.PROT_READ)
         except OSError as exc:
-            raise SampleError(f"unreadable ({exc.strerror})") from None
+            raise _read_error(exc, src.files[file_id]) from None
         if offset + int(src.size[index]) > len(mapped) or shape[0] * shape[1] * 3 != int(src.size[index]):
             raise SampleError("shard is truncated or the index does not match it (run `iofeed preprocess` again)")
         return np.frombuffer(mapped, np.uint8, count=int(src.size[index]), offset=offset).reshape(shape)
@@ -246,7 +257,7 @@ class SampleReader:
                     return f.read()
             data = os.pread(self._fd(file_id), size, int(src.offset[index]))
         except OSError as exc:
-            raise SampleError(f"unreadable ({exc.strerror})") from None
+            raise _read_error(exc, src.files[file_id]) from None
         if len(data) != size:
             raise SampleError("shard is truncated (run `iofeed preprocess` again)")
         return data

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import mmap
 import signal
 import time
@@ -14,7 +15,8 @@ from typing import Any
 
 import numpy as np
 
-from ...errors import LoaderStateError, OptionError, SampleError, WorkerError
+from ... import errors
+from ...errors import IofeedError, LoaderStateError, OptionError, SampleError, WorkerError
 from ...image.boxes import Augment
 from ...options import LoaderOptions
 from ...parallel import resolve_workers, safe_context
@@ -47,6 +49,7 @@ class _Done:
     skipped: list[tuple[int, str]]
     error: str | None = None
     sample_error: bool = False
+    kind: str = ""  # the IofeedError subclass to raise (a dataset replaced, out of descriptors), else WorkerError
     busy_seconds: float = 0.0
     stale: bool = False  # left undone: its pass was abandoned
 
@@ -99,8 +102,11 @@ def _run_task(
                 return _Done(task.generation, task.batch_no, task.slot, np.empty(0, np.int64), [], str(failure), True)
             skipped.append((index, str(exc)))
             continue
-        except Exception:  # noqa: BLE001 - reported to the consumer with the traceback
-            error = f"{source.path_of(index)}: {traceback.format_exc(limit=-3)}"
+        except IofeedError as exc:  # already one line naming the file and the fix
+            return _Done(task.generation, task.batch_no, task.slot, np.empty(0, np.int64), [], str(exc),
+                         kind=type(exc).__name__)
+        except Exception as exc:  # noqa: BLE001 - reported to the consumer in one line
+            error = f"{source.path_of(index)}: {_one_line(exc)}"
             return _Done(task.generation, task.batch_no, task.slot, np.empty(0, np.int64), [], error)
         labels[len(delivered)] = source.label[index]
         delivered.append(index)
@@ -272,7 +278,7 @@ class WorkerEngine:
             if self._closed:  # by another thread (a tf.data prefetch thread runs this generator)
                 raise LoaderStateError.closed()
             if done.error is not None:
-                raise (SampleError if done.sample_error else WorkerError)(done.error)
+                raise (SampleError if done.sample_error else getattr(errors, done.kind, WorkerError))(done.error)
             self._window.add(len(done.delivered), time.perf_counter() - asked, done.busy_seconds)
             n = len(done.delivered)
             images = self.layout.images(self.layout.slot(self._payload, done.slot), n)
@@ -383,6 +389,17 @@ class _WindowMeter:
         window = Window(self._images, self.elapsed(), self._wait, self._busy, workers)
         self.reset()
         return window
+
+
+def _one_line(exc: BaseException) -> str:
+    """An unexpected worker exception as one line: what, and where in iofeed's code it was raised."""
+    frame = traceback.extract_tb(exc.__traceback__)[-1] if exc.__traceback__ else None
+    where = f" (in {frame.filename.rsplit('/', 1)[-1]}:{frame.lineno})" if frame else ""
+    if isinstance(exc, MemoryError) or (isinstance(exc, OSError) and exc.errno == errno.ENOMEM):
+        return (f"out of memory while reading it ({type(exc).__name__}{where}): raise the memory limit "
+                "(`ulimit -v`, the container's), or lower workers or batch_size")
+    text = " ".join(str(exc).split()) or "no detail"
+    return f"{type(exc).__name__}: {text}{where}"
 
 
 def _death(code: int) -> str:
