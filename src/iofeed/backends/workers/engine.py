@@ -75,7 +75,10 @@ def _worker_main(
             done = _run_task(task, layout, reader, source, augment, on_error, layout.slot(payload, task.slot),
                              labels[task.slot], stale_below)
             reader.end_batch()
-            conn.send(replace(done, busy_seconds=time.perf_counter() - started))
+            try:
+                conn.send(replace(done, busy_seconds=time.perf_counter() - started))
+            except OSError:  # BrokenPipeError: the consumer is gone (killed, SIGTERM): nothing to report to
+                return
     finally:
         del payload, labels, stale_below
         reader.close()
