@@ -150,6 +150,24 @@ def _open_checked(source: SampleSource, file_id: int) -> int:
         raise
     return fd
 
+def shrunk_shards(source: SampleSource) -> list[str]:
+    """The local shards now shorter than their samples reach, as "name is now N bytes, its samples
+    need M": a shard truncated under a live loader kills a worker reading its map with SIGBUS."""
+    if source.kind != "dataset" or source.remote is not None or not len(source):
+        return []
+    needed = np.zeros(len(source.files), np.int64)
+    np.maximum.at(needed, source.file_id, source.offset + source.size)
+    shrunk = []
+    for file_id, name in enumerate(source.files):
+        try:
+            size = os.stat(name).st_size
+        except OSError:
+            size = 0
+        if size < needed[file_id]:
+            shrunk.append(f"{os.fsdecode(name)} is now {size:,} bytes, its samples need {int(needed[file_id]):,}")
+    return shrunk
+
+
 def _read_error(exc: OSError, path: bytes) -> IofeedError:
     """A read that failed: SampleError (skipped or raised by `on_error`) for the sample's own fault,
     an error of its own for the machine's (out of descriptors or memory), which no skip would mend."""
@@ -243,6 +261,8 @@ class SampleReader:
                 mapped = self._maps[file_id] = mmap.mmap(fd, 0, flags=MAP_FLAGS, prot=mmap.PROT_READ)
         except OSError as exc:
             raise _read_error(exc, src.files[file_id]) from None
+        except ValueError:  # mmap refuses an empty file
+            raise SampleError("shard is empty (run `iofeed preprocess` again)") from None
         if offset + int(src.size[index]) > len(mapped) or shape[0] * shape[1] * 3 != int(src.size[index]):
             raise SampleError("shard is truncated or the index does not match it (run `iofeed preprocess` again)")
         return np.frombuffer(mapped, np.uint8, count=int(src.size[index]), offset=offset).reshape(shape)

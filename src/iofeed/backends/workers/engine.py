@@ -20,7 +20,7 @@ from ...errors import IofeedError, LoaderStateError, OptionError, SampleError, W
 from ...image.boxes import Augment
 from ...options import LoaderOptions
 from ...parallel import resolve_workers, safe_context
-from ...samples import SampleReader, SampleSource
+from ...samples import SampleReader, SampleSource, shrunk_shards
 from ...system import Share, usable_cores
 from ..base import Batch, BatchKey, sample_failure
 from .autotune import Window, decide
@@ -352,7 +352,11 @@ class WorkerEngine:
         proc.join(timeout=1.0)
         code = proc.exitcode if proc.exitcode is not None else 0
         self.close()
-        raise WorkerError(f"loader worker (pid {proc.pid}) {_death(code)}")
+        shrunk = shrunk_shards(self._source) if code == -signal.SIGBUS else []
+        cause = (f": {shrunk[0]}{f' (and {len(shrunk) - 1} more)' if len(shrunk) > 1 else ''}; a shard was "
+                 "truncated while the loader read it (run `iofeed preprocess` again, not while it is read)"
+                 if shrunk else "")
+        raise WorkerError(f"loader worker (pid {proc.pid}) {_death(code)}{cause}")
 
     def _drain(self) -> None:
         """Wait for tasks of an abandoned epoch (told to stop early), so that their slots can be reused."""
