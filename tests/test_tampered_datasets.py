@@ -203,3 +203,42 @@ def test_a_dataset_replaced_under_a_worker_is_one_line(colour_dataset, tmp_path)
         with pytest.raises(DatasetError) as info:
             list(ld)
     assert "was replaced after it was opened" in str(info.value) and "\n" not in str(info.value)
+
+
+# ------------------------------------------------------------------ sweep: more tampering
+
+
+def test_a_table_header_claiming_terabytes_is_one_line(colour_dataset, tmp_path):
+    """It was a MemoryError: numpy allocated what the header claimed before reading."""
+    from iofeed.format.table import SAMPLE_DTYPE
+
+    out = _copy(colour_dataset, tmp_path)
+    path = out / "train-samples.npy"
+    rows = np.load(path).tobytes()
+    with open(path, "wb") as f:
+        header = {"descr": np.lib.format.dtype_to_descr(SAMPLE_DTYPE), "fortran_order": False, "shape": (10**11,)}
+        np.lib.format.write_array_header_1_0(f, header)
+        f.write(rows)
+    with pytest.raises(DatasetError, match=r"header claims shape \(100000000000,\).* 1,184 bytes follow"):
+        open_source(out)
+
+
+def test_an_empty_sample_in_the_table_is_refused(colour_dataset, tmp_path):
+    out = _copy(colour_dataset, tmp_path)
+    table = np.load(out / "val-samples.npy")
+    table["size"][2] = 0
+    np.save(out / "val-samples.npy", table)
+    with pytest.raises(DatasetError, match="1 row.s. with empty samples .size 0 or less., first row 2"):
+        open_source(out, "val")
+
+
+def test_a_folder_file_replaced_by_a_fifo_after_the_scan_is_skipped_not_waited_on(tmp_path):
+    from helpers.images import make_colour_tree
+
+    root = make_colour_tree(tmp_path / "t", per_class=10)
+    with iofeed.loader(root, batch_size=4, workers=1, split="val", image_size=16) as ld:
+        victim = root / "004.colour3" / "0009.jpg"  # read last: after the scan, before its batch
+        victim.unlink()
+        os.mkfifo(victim)
+        delivered = sum(len(labels) for _, labels in ld)
+        assert delivered == 39 and ld.stats.skipped["not a regular file"] == 1

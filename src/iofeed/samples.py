@@ -272,12 +272,16 @@ class SampleReader:
         src = self._source
         file_id, size = int(src.file_id[index]), int(src.size[index])
         try:
-            if size < 0:
-                with open(src.files[file_id], "rb") as f:
+            if size < 0:  # a folder's file, checked regular again: a FIFO put there since the scan would block
+                with os.fdopen(open_regular(src.files[file_id]), "rb") as f:
                     return f.read()
             data = os.pread(self._fd(file_id), size, int(src.offset[index]))
         except OSError as exc:
             raise _read_error(exc, src.files[file_id]) from None
+        except DatasetError:
+            if size >= 0:  # a shard that is not a regular file: the dataset's fault, not one sample's
+                raise
+            raise SampleError("not a regular file") from None  # the scan's reason for the same
         if len(data) != size:
             raise SampleError("shard is truncated (run `iofeed preprocess` again)")
         return data

@@ -47,10 +47,10 @@ def load_table(path: Path | BinaryIO, where: str | None = None) -> np.ndarray:
     where = str(path) if where is None else where
     try:
         if hasattr(path, "read"):
-            table = np.load(path, allow_pickle=False)
+            table = _load_npy(path)
         else:
             with os.fdopen(open_regular(path), "rb") as f:
-                table = np.load(f, allow_pickle=False)
+                table = _load_npy(f)
     except (OSError, ValueError, EOFError) as exc:
         raise DatasetError(f"unreadable sample table {where}: {exc} (run `iofeed preprocess` again)") from None
     if not isinstance(table, np.ndarray) or table.ndim != 1:
@@ -63,6 +63,22 @@ def load_table(path: Path | BinaryIO, where: str | None = None) -> np.ndarray:
             upgraded[name] = table[name]
         return upgraded
     raise DatasetError(f"{where}: unexpected sample table layout {table.dtype} (run `iofeed preprocess` again)")
+
+
+def _load_npy(f: BinaryIO) -> np.ndarray:
+    """`np.load` of a seekable `.npy` file object, once its header's shape fits the bytes that follow
+    (a header claiming 10^11 rows made numpy try to allocate terabytes: a MemoryError)."""
+    start = f.tell()
+    version = np.lib.format.read_magic(f)
+    read_header = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+    shape, _, dtype = read_header(f)
+    need = int(np.prod(shape, dtype=np.float64)) * dtype.itemsize
+    data_at = f.tell()
+    have = f.seek(0, os.SEEK_END) - data_at
+    if need > have:
+        raise ValueError(f"its header claims shape {shape} ({need:,} bytes), but {have:,} bytes follow")
+    f.seek(start)
+    return np.load(f, allow_pickle=False)
 
 
 def table_problem(table: np.ndarray, classes: int, shard_bytes: list[int]) -> str | None:
@@ -83,7 +99,8 @@ def table_problem(table: np.ndarray, classes: int, shard_bytes: list[int]) -> st
         ((label < 0) | (label >= classes), f"labels outside 0..{classes - 1} (the manifest has {classes} classes)",
          label),
         (encoding >= len(ENCODINGS), f"unknown encodings (known: {known})", encoding),
-        ((offset < 0) | (size < 0) | (offset > ends - size), "samples outside their shard", offset),
+        (size < 1, "empty samples (size 0 or less)", size),
+        ((offset < 0) | (offset > ends - size), "samples outside their shard", offset),
         (raw & (size != table["width"].astype(np.int64) * table["height"].astype(np.int64) * 3),
          "raw samples whose size is not width x height x 3", size),
     )
