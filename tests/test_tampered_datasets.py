@@ -143,6 +143,7 @@ def test_a_table_the_manifest_rules_out_is_refused_at_open(colour_dataset, tmp_p
     (lambda raw: raw["splits"]["val"]["shards"][0].update(bytes=None), '"bytes" of shard 0 of split \'val\''),
     (lambda raw: raw["splits"]["val"]["shards"][0].update(sha256=0), '"sha256" of shard 0 of split \'val\''),
     (lambda raw: raw["splits"].update(val=[]), "split 'val' must be an object"),
+    (lambda raw: raw["splits"]["val"]["shards"][0].update(bytes=2**70), "must be an integer in 0..2^63-1"),
 ])
 def test_malformed_manifest_values_name_the_key_and_file(colour_dataset, tmp_path, capsys, edit, says):
     out = _copy(colour_dataset, tmp_path)
@@ -242,3 +243,12 @@ def test_a_folder_file_replaced_by_a_fifo_after_the_scan_is_skipped_not_waited_o
         os.mkfifo(victim)
         delivered = sum(len(labels) for _, labels in ld)
         assert delivered == 39 and ld.stats.skipped["not a regular file"] == 1
+
+
+@pytest.mark.parametrize("edit", [lambda raw: raw.update(image=5), lambda raw: raw.update(source={}),
+                                  lambda raw: raw["source"].update(stored={"samples": 1})])
+def test_inspect_of_a_manifest_with_broken_summary_fields_is_one_line(colour_dataset, tmp_path, capsys, edit):
+    out = _copy(colour_dataset, tmp_path)
+    _edit_manifest(out, edit)
+    assert main(["inspect", str(out)]) == 1
+    assert f"malformed manifest {out / 'iofeed.json'}" in _err_line(capsys)

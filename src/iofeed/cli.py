@@ -128,7 +128,11 @@ def _cmd_inspect(args: argparse.Namespace) -> None:
         print_manifest(args.dataset, read_manifest(args.dataset))
         return
     dataset = Path(args.dataset)
-    print_manifest(dataset, Manifest.read(dataset))
+    try:
+        print_manifest(dataset, Manifest.read(dataset))
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:  # its summary fields, hand-edited
+        raise DatasetError(f"malformed manifest {dataset / 'iofeed.json'}: {type(exc).__name__} {exc} in its "
+                           "summary fields (run `iofeed preprocess` again)") from None
     if args.verify:
         from .format.verify import verify_dataset
 

@@ -124,8 +124,8 @@ def _check_types(raw: dict) -> None:
 def _check_field(values: dict, key: str, kind: object, what: str) -> None:
     value = values.get(key)
     if kind == _INT:
-        ok = isinstance(value, int) and not isinstance(value, bool) and value >= 0
-        kind = "an integer >= 0"
+        ok = isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2**63
+        kind = "an integer in 0..2^63-1"
     else:
         ok = isinstance(value, kind)
         kind = "a string"
