@@ -117,6 +117,7 @@ def test_a_fifo_named_like_a_dataset_file_is_refused_not_waited_on(colour_datase
     ("label", 999, "labels outside 0..3 (the manifest has 4 classes)"), ("label", -1, "labels outside 0..3"),
     ("label", 4, "labels outside 0..3"), ("encoding", 7, "unknown encodings (known: 0 jpeg, 1 raw)"),
     ("size", 2**40, "samples outside their shard"), ("offset", -512, "samples outside their shard"),
+    ("offset", 100, "samples not at a tar block boundary"),
 ])
 def test_a_table_the_manifest_rules_out_is_refused_at_open(colour_dataset, tmp_path, capsys, column, value, says):
     out = _copy(colour_dataset, tmp_path)

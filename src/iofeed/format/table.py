@@ -10,6 +10,7 @@ import numpy as np
 
 from ..errors import DatasetError
 from .files import open_regular, read_regular
+from .shards import BLOCK
 
 SAMPLE_DTYPE = np.dtype(
     [
@@ -101,6 +102,7 @@ def table_problem(table: np.ndarray, classes: int, shard_bytes: list[int]) -> st
         (encoding >= len(ENCODINGS), f"unknown encodings (known: {known})", encoding),
         (size < 1, "empty samples (size 0 or less)", size),
         ((offset < 0) | (offset > ends - size), "samples outside their shard", offset),
+        (offset % BLOCK != 0, f"samples not at a tar block boundary (offsets are multiples of {BLOCK})", offset),
         (raw & (size != table["width"].astype(np.int64) * table["height"].astype(np.int64) * 3),
          "raw samples whose size is not width x height x 3", size),
     )
