@@ -253,3 +253,12 @@ def test_inspect_of_a_manifest_with_broken_summary_fields_is_one_line(colour_dat
     _edit_manifest(out, edit)
     assert main(["inspect", str(out)]) == 1
     assert f"malformed manifest {out / 'iofeed.json'}" in _err_line(capsys)
+
+
+@pytest.mark.slow
+def test_workers_that_cannot_start_for_want_of_descriptors_say_so(colour_dataset):
+    done = _load_in_child(colour_dataset, limit=16)
+    assert done.returncode == 1, done.stdout + done.stderr
+    kind, message = done.stderr.strip().splitlines()[-1].split("|")
+    assert kind == "StartError" and message.startswith("cannot start a loader worker: ")
+    assert "Too many open files (raise the open-file limit" in message or "check `ulimit -n`" in message

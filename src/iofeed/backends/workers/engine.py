@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from ... import errors
-from ...errors import IofeedError, LoaderStateError, OptionError, SampleError, WorkerError
+from ...errors import IofeedError, LoaderStateError, OptionError, SampleError, StartError, WorkerError
 from ...image.boxes import Augment
 from ...options import LoaderOptions
 from ...parallel import resolve_workers, safe_context
@@ -214,13 +214,20 @@ class WorkerEngine:
 
     def _add_worker(self) -> None:
         ctx = safe_context()
-        mine, theirs = ctx.Pipe(duplex=True)
-        proc = ctx.Process(
-            target=_worker_main,
-            args=(self._block, self._stale, self.layout, self._source, self._augment, self._on_error, theirs),
-            daemon=True,
-        )
-        proc.start()
+        try:
+            mine, theirs = ctx.Pipe(duplex=True)
+            proc = ctx.Process(
+                target=_worker_main,
+                args=(self._block, self._stale, self.layout, self._source, self._augment, self._on_error, theirs),
+                daemon=True,
+            )
+            proc.start()
+        except (OSError, EOFError) as exc:  # a limit of the machine, not a bug: say which
+            cause = (f"{exc.strerror} ({_LIMITS.get(exc.errno, 'a limit of this machine')})" if isinstance(exc, OSError)
+                     else "the fork server that starts workers ended (out of open files or processes? check "
+                          "`ulimit -n` and `ulimit -u`)")
+            raise StartError(f"cannot start a loader worker: {cause}; {len(self._workers)} worker(s) were "
+                             "running") from None
         theirs.close()
         self._workers.append(_Worker(proc, mine))
 
@@ -396,6 +403,14 @@ class _WindowMeter:
         window = Window(self._images, self.elapsed(), self._wait, self._busy, workers)
         self.reset()
         return window
+
+
+_LIMITS = {
+    errno.EMFILE: "raise the open-file limit, e.g. `ulimit -n 4096`",
+    errno.ENFILE: "the system's open-file table is full",
+    errno.EAGAIN: "the process limit (`ulimit -u`, the container's pids limit) is reached: lower workers",
+    errno.ENOMEM: "out of memory: lower workers or batch_size",
+}
 
 
 def _one_line(exc: BaseException) -> str:
