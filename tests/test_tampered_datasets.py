@@ -104,7 +104,7 @@ def test_a_fifo_named_like_a_dataset_file_is_refused_not_waited_on(colour_datase
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=env)
     assert done.returncode == 1, done.stderr
     assert "is not a regular file (a FIFO)" in done.stderr and name in done.stderr
-    if name.endswith((".npy", ".json", ".tar")):
+    if name.endswith((".npy", ".json", ".tar", ".idx")):
         loading = f"import iofeed\nwith iofeed.loader({str(out)!r}, batch_size=4, workers=1) as ld:\n    list(ld)"
         done = subprocess.run([sys.executable, "-c", loading], capture_output=True, text=True, timeout=60, env=env)
         assert done.returncode == 1 and "is not a regular file (a FIFO)" in done.stderr.strip().splitlines()[-1]

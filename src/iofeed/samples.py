@@ -92,7 +92,8 @@ def _open_dataset(path: Path, split: str) -> SampleSource:
     missing = [s["name"] for s in info.shards if not (path / s["name"]).exists()]
     if missing:
         raise SourceError(f"{path} is incomplete: shard {missing[0]} is missing (run `iofeed preprocess` again)")
-    for name in files:  # a FIFO in a shard's place would block a worker for ever
+    indexes = [path / s["index"] for s in info.shards if os.path.lexists(path / s["index"])]  # DALI reads them
+    for name in [*files, *indexes]:  # a FIFO in a shard's or index's place would block a reader for ever
         os.close(open_regular(name))
     return dataset_source(manifest, info, table, files, str(path / info.table), dataset=path)
 
