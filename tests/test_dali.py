@@ -54,7 +54,8 @@ def test_quirky_inputs_match_workers(quirky_tree):
     src, valid, _ = quirky_tree
     runs = {}
     for backend in ("workers", "dali"):
-        with iofeed.loader(src, batch_size=4, backend=backend, workers=1, augment=False, split="val") as ld:
+        with iofeed.loader(src, batch_size=4, backend=backend, workers=1, augment=False, split="val",
+                           max_skipped=None) as ld:
             runs[backend] = (_images_by_index(ld), dict(ld.stats.skipped))
     assert runs["dali"][1] == runs["workers"][1]
     assert len(runs["dali"][0]) == len(valid)
@@ -67,7 +68,7 @@ def test_corrupt_folder_files_are_found_at_index_time(tmp_path, monkeypatch, inl
     if not inline:
         monkeypatch.setattr(dali_engine, "INLINE_CHECK_FILES", 0)  # validate in a process pool
     root = make_colour_tree(tmp_path / "t", per_class=3, corrupt=2)
-    with iofeed.loader(root, batch_size=4, backend="dali", workers=2, drop_last=False) as ld:
+    with iofeed.loader(root, batch_size=4, backend="dali", workers=2, drop_last=False, max_skipped=0.2) as ld:
         settings = ld.stats.settings
         assert settings["validated_files"] == 14 and settings["invalid_files"] == 2
         delivered = sum(len(labels) for _, labels in ld)
@@ -81,7 +82,8 @@ def test_a_file_dali_cannot_decode_mid_epoch(tmp_path, monkeypatch, on_error):
     """Validation bypassed: DALI stops on the file; the engine names it, then skips it or raises."""
     monkeypatch.setattr(dali_engine, "validate_folder", lambda source, workers: {})
     root = make_colour_tree(tmp_path / "t", per_class=3, corrupt=1)
-    with iofeed.loader(root, batch_size=4, backend="dali", workers=2, on_error=on_error, drop_last=False) as ld:
+    with iofeed.loader(root, batch_size=4, backend="dali", workers=2, on_error=on_error, drop_last=False,
+                       max_skipped=0.1) as ld:
         if on_error == "raise":
             with pytest.raises(SampleError, match="bad0.jpg"):
                 list(ld)

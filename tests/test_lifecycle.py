@@ -112,3 +112,27 @@ def test_garbage_collected_loader_cleans_up(big_tree):
     gc.collect()
     assert _gone([p.pid for p in procs])
     assert slot_memory() == before
+
+
+@pytest.mark.slow  # the first decode in this process imports the resize kernels (~4 s)
+def test_a_worker_whose_consumer_is_gone_exits_quietly(colour_dataset, capsys):
+    """Issue 22.13: a worker finishing a task after its consumer was killed printed a BrokenPipeError
+    traceback. Run the worker loop here on a real pipe whose consumer end is closed mid-task."""
+    import mmap
+    import multiprocessing as mp
+
+    import numpy as np
+
+    from iofeed.backends.base import BatchKey
+    from iofeed.backends.workers.engine import _Task, _worker_main
+    from iofeed.backends.workers.slots import SlotLayout
+    from iofeed.image.boxes import Augment
+    from iofeed.samples import open_source
+
+    source = open_source(colour_dataset)
+    layout = SlotLayout(2, 4, 32)
+    block, stale = mmap.mmap(-1, layout.total_bytes), mmap.mmap(-1, 8)
+    consumer, worker = mp.Pipe(duplex=True)
+    consumer.send(_Task(1, 0, 0, np.arange(4), BatchKey(0, 0, 0, 0)))
+    consumer.close()  # killed while its task was queued
+    assert _worker_main(block, stale, layout, source, Augment(size=32, train=False), "skip", worker) is None

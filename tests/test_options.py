@@ -2,6 +2,7 @@
 frameworks are imported only when chosen, and `backend="auto"` decides from capabilities."""
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import textwrap
@@ -176,3 +177,16 @@ def test_a_torch_dtype_that_is_not_floating_point_is_refused(colour_dataset):
     with iofeed.loader(colour_dataset, batch_size=4, image_size=32, framework="torch", dtype=torch.bfloat16,
                        workers=1) as ld:
         assert next(iter(ld))[0].dtype == torch.bfloat16
+@pytest.mark.parametrize("env, says", [
+    ({"RANK": "x", "WORLD_SIZE": "2"}, "environment variable RANK='x' is not an integer >= 0"),
+    ({"RANK": "0", "WORLD_SIZE": "abc"}, "environment variable WORLD_SIZE='abc' is not an integer >= 1"),
+    ({"RANK": "-1", "WORLD_SIZE": "2"}, "RANK='-1'"),
+    ({"RANK": "0", "WORLD_SIZE": "0"}, "WORLD_SIZE='0'"),
+    ({"RANK": "3", "WORLD_SIZE": "2"}, "RANK=3 is outside 0..1"),
+])
+def test_bad_rank_variables_are_one_line_errors_naming_them(colour_dataset, monkeypatch, env, says):
+    """Issue 22.15: a raw ValueError from int() named neither the variable nor the fix."""
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    with pytest.raises(OptionError, match=re.escape(says)):
+        iofeed.loader(colour_dataset, batch_size=4, workers=1)

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 from PIL import Image, ImageOps
 
+from helpers.images import make_image_tree
 from iofeed.cli import main
 from iofeed.errors import IofeedError, OptionError, SourceError
 from iofeed.format.manifest import Manifest
@@ -201,3 +202,16 @@ def test_bad_engine_and_address_are_one_line_errors(image_tree, tmp_path, capsys
     err = capsys.readouterr().err.strip()
     assert status != 0 and "--engine ray" in err and len(err.splitlines()) == 1
     assert not (tmp_path / "o.iof").exists()
+
+
+def test_every_file_rejected_exits_non_zero_with_the_counts(tmp_path, capsys):
+    """Issue 22.7: "written train 0, val 0" with status 0 is a dataset of nothing."""
+    src = tmp_path / "src"
+    make_image_tree(src, classes=2, per_class=3)
+    for i, path in enumerate(sorted(src.rglob("*.jpg"))):
+        path.write_bytes(b"" if i == 0 else path.read_bytes()[:200])
+    assert main(["preprocess", str(src), "-o", str(tmp_path / "o.iof"), "--workers", "1"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()[-1]  # after the progress bar
+    assert err.startswith("iofeed: error: every file in") and "nothing written" in err
+    assert "corrupt or truncated image 5" in err and "empty file 1" in err
+    assert not (tmp_path / "o.iof").exists() and not list(tmp_path.glob(".o.iof.*"))

@@ -3,6 +3,7 @@ loader contract intact, and `gpu_augment` (run here on the CPU device)."""
 from __future__ import annotations
 
 import hashlib
+import os
 from pathlib import Path
 
 import numpy as np
@@ -12,7 +13,7 @@ import iofeed
 from helpers.images import label_from_pixels
 from helpers.runs import state_after
 from iofeed.cli import main
-from iofeed.errors import OptionError
+from iofeed.errors import OptionError, WorkerError
 from iofeed.format.manifest import Manifest
 from iofeed.format.table import RAW, load_sources
 from iofeed.image.pil import open_rgb, resize_shorter
@@ -120,7 +121,7 @@ def test_truncated_raw_shard_is_skipped_and_counted(tmp_path, colour_tree):
     preprocess(colour_tree, out, policy=ImagePolicy(format="raw"), val_per_class=2, progress=False, workers=1)
     shard = out / Manifest.read(out).splits["train"].shards[0]["name"]
     shard.write_bytes(shard.read_bytes()[: shard.stat().st_size // 2])
-    with iofeed.loader(out, batch_size=4, workers=1, drop_last=False) as ld:
+    with iofeed.loader(out, batch_size=4, workers=1, drop_last=False, max_skipped=None) as ld:
         delivered = sum(len(labels) for _, labels in ld)
         skipped = sum(ld.stats.skipped.values())
     assert skipped > 0 and delivered + skipped == len(ld.source)
@@ -186,3 +187,21 @@ def test_bad_options_for_raw(raw_dataset, colour_tree, tmp_path):
 def test_dali_refuses_raw_datasets(raw_dataset):
     with pytest.raises(OptionError, match="raw pixels"):
         iofeed.loader(raw_dataset, batch_size=4, backend="dali")
+
+
+def test_a_shard_truncated_under_a_live_loader_is_named(tmp_path, colour_tree):
+    """Issue 22.17: a worker reading a mapped shard that shrank dies with SIGBUS; the error names it."""
+    out = tmp_path / "t.iof"
+    preprocess(colour_tree, out, policy=ImagePolicy(format="raw"), val_per_class=2, progress=False, workers=1)
+    shards = Manifest.read(out).splits["train"].shards
+    assert len(shards) == 1
+    shard = out / shards[0]["name"]
+    with iofeed.loader(out, batch_size=2, workers=1, prefetch=1, image_size=16) as ld:
+        batches = iter(ld)
+        next(batches)  # the worker has the shard mapped
+        os.truncate(shard, 1024)
+        with pytest.raises(WorkerError) as info:
+            list(batches)
+    message = str(info.value)
+    assert "died with signal SIGBUS" in message and f"{shard} is now 1,024 bytes" in message
+    assert "truncated while the loader read it" in message and "\n" not in message

@@ -114,3 +114,21 @@ def test_existing_output_needs_overwrite(tmp_path: Path) -> None:
 def test_bad_arguments(tmp_path: Path, bad: dict) -> None:
     with pytest.raises(OptionError):
         synth_caltech256(tmp_path, progress=False, **bad)
+
+
+@pytest.mark.parametrize("overwrite", [False, True])
+def test_a_folder_with_other_content_is_refused(tmp_path: Path, capsys, overwrite: bool) -> None:
+    """Issue 22.6: a user's class folders next to the stand-in would vanish from the next preprocess."""
+    from iofeed.cli import main
+
+    mine = tmp_path / "001.cats" / "a.jpg"
+    mine.parent.mkdir()
+    mine.write_bytes(b"mine")
+    argv = ["synth", "caltech256", str(tmp_path), "--per-class", "1", "--workers", "1"]
+    assert main(argv + (["--overwrite"] if overwrite else [])) == 1
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "is not empty (it holds '001.cats')" in err
+    assert mine.read_bytes() == b"mine" and not (tmp_path / ROOT_NAME).exists()
+    (tmp_path / "a-file").write_text("x")
+    with pytest.raises(OptionError, match="is not a folder"):
+        synth_caltech256(tmp_path / "a-file", per_class=1, workers=1, progress=False)

@@ -159,7 +159,11 @@ def _cmd_inspect(args: argparse.Namespace) -> None:
         print_manifest(args.dataset, read_manifest(args.dataset))
         return
     dataset = Path(args.dataset)
-    print_manifest(dataset, Manifest.read(dataset))
+    try:
+        print_manifest(dataset, Manifest.read(dataset))
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:  # its summary fields, hand-edited
+        raise DatasetError(f"malformed manifest {dataset / 'iofeed.json'}: {type(exc).__name__} {exc} in its "
+                           "summary fields (run `iofeed preprocess` again)") from None
     if args.verify:
         from .format.verify import verify_dataset
 
@@ -169,8 +173,12 @@ def _cmd_inspect(args: argparse.Namespace) -> None:
         if checked.problems:
             raise DatasetError(f"{dataset} failed verification: {len(checked.problems)} problem(s), first: "
                                f"{checked.problems[0]} (run `iofeed preprocess` again)")
-        print(f"  verified      {checked.samples:,} samples in {_count(checked.shards, 'shard')}: tables, indexes, "
-              "shard sizes and labels agree")
+        unhashed = checked.shards - checked.hashed
+        hashed = ("shard sizes and sha256 match the manifest" if not unhashed else
+                  f"shard sizes match; {_count(unhashed, 'shard')} without a sha256 (written before checksums, "
+                  "or indexed in place) not hashed")
+        print(f"  verified      {checked.samples:,} samples in {_count(checked.shards, 'shard')}: {hashed}; tables, "
+              f"indexes and labels agree; all {checked.decoded:,} JPEG samples decode")
 
 
 def _cmd_bench(args: argparse.Namespace) -> None:
@@ -282,8 +290,8 @@ def build_parser() -> argparse.ArgumentParser:
     inspect = sub.add_parser("inspect", help="print the summary of an iofeed dataset")
     inspect.add_argument("dataset", help="an iofeed dataset folder, or its s3://, gs:// or http(s):// URL")
     inspect.add_argument("--verify", action="store_true",
-                         help="also read every shard index and sample table and check them against the manifest "
-                              "(local datasets only)")
+                         help="also check every shard's size and sha256, index and sample table against the "
+                              "manifest, and decode every JPEG sample (local datasets only)")
     inspect.set_defaults(func=_cmd_inspect)
 
     from .benchmark.feeds import CATALOGUE

@@ -16,6 +16,7 @@ from .adapters.base import Adapter
 from .adapters.registry import ADAPTERS
 from .backends.base import Backend, Batch
 from .backends.select import make_engine
+from .backends.skips import DEFAULT_MAX_SKIPPED, EpochSkips, check_scanned
 from .device import usable_device
 from .errors import LoaderStateError
 from .options import LoaderOptions, distributed_rank_world
@@ -82,6 +83,7 @@ class Loader:
         self._position = 0  # batches of `epoch` already delivered (counting those before a resume)
         self._done, self._first = 0, 0  # a resumed epoch: samples of its global order and batches done before
         self._identity = ""  # the source's fingerprint, made when a state first needs it
+        self._skips: EpochSkips | None = None  # the skips of the epoch in progress, against max_skipped
         self.last_indices = np.empty(0, np.int64)  # sample indices of the latest batch, for auditing
         self.stats = LoaderStats(skipped=Counter(source.rejected), live=backend.describe)
         self.stats.fixed = {"samples": len(source), "rank": order.rank, "world_size": order.world_size,
@@ -121,6 +123,10 @@ class Loader:
         fetching = self._fetching = prefetcher_for(self.source, batches, start,
                                                    lambda: following[:self.backend.starts_ahead])
         position = start  # batches of this pass's epoch delivered (self._position restarts when it completes)
+        skips = self._skips
+        if skips is None or skips.epoch != epoch or start == 0:  # a pass that continues an epoch keeps its count
+            skips = self._skips = EpochSkips(epoch, sum(len(b) for b in batches), self.options.max_skipped,
+                                             whole=start == 0)
         try:
             stream = self.backend.run(epoch, batches, start, self.order.rank, following)
             while True:
@@ -136,9 +142,11 @@ class Loader:
                     break
                 self.stats.wait_seconds += time.perf_counter() - asked
                 self._record(batch)
+                skips.add(batch, self.source.path_of)
                 position += 1
                 self._position = position
                 if position == len(batches):  # complete once its last batch is out: a consumer that
+                    skips.finish()
                     self.set_epoch(epoch + 1)  # stops after len() batches (Lightning) moves on
                     self._count_fetched()
                 if len(batch.indices):  # an empty batch (all skipped) would be a NaN loss: only counted
@@ -248,6 +256,7 @@ def loader(
     cache_limit: int | None = None,
     target: str = "class",
     extras: bool = False,
+    max_skipped: float | None = DEFAULT_MAX_SKIPPED,
 ) -> Any:
     """A loader over an iofeed dataset or an image folder: a `Loader` (numpy, torch) or a
     `tf.data.Dataset` (tf). Every argument is checked before any work starts; a bad one raises a
@@ -292,6 +301,11 @@ def loader(
             first few paths in `stats.skipped_examples`), or "raise" a `SampleError` naming it.
             A batch whose samples were all skipped is not delivered (counted in
             `stats.skipped_batches`): `len(loader)` is the number of batches at most.
+        max_skipped: the share of an epoch's samples (on this rank) that may be skipped, a fraction
+            in 0..1 (default 0.05; 0: any skip raises). Past it, or when an epoch delivers no batch,
+            a `SampleError` gives the counts by reason and the first files; for a folder, files
+            its scan rejected inside class folders are held to it when the loader is made. None:
+            skips are counted, never raised.
         memory_budget: bytes of memory for the workers engine's batch slots (an int >= 1;
             anonymous shared memory, not limited by /dev/shm). Default: a quarter of the memory
             this process may use (available RAM, capped by the cgroup limit), shared among local
@@ -332,10 +346,11 @@ def loader(
         device=usable_device(device), dtype=dtype, backend=backend, workers=workers, prefetch=prefetch, seed=seed,
         rank=rank, world_size=world_size, drop_last=drop_last, on_error=on_error, memory_budget=memory_budget,
         gpu_augment=gpu_augment, shuffle=shuffle, block_shards=block_shards, cache_dir=cache_dir,
-        cache_limit=cache_limit, target=target, extras=extras,
+        cache_limit=cache_limit, target=target, extras=extras, max_skipped=max_skipped,
     )
     adapter = ADAPTERS[framework].load().from_options(options)  # imports the framework now, not before
     data = open_source(source, split, cache_dir=options.cache_dir, cache_limit=options.cache_limit)
+    check_scanned(data.rejected, len(data), options.max_skipped, str(source))
     order = options.order(len(data), shard_of=data.file_id, streamed=data.remote is not None)
     if data.remote is not None:
         data.remote.fit_order(order)

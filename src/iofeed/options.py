@@ -12,6 +12,7 @@ import numpy as np
 from .adapters.registry import ADAPTERS
 from .backends.base import ON_ERROR
 from .backends.registry import AUTO, ENGINES
+from .backends.skips import DEFAULT_MAX_SKIPPED, check_max_skipped
 from .errors import OptionError
 from .image.boxes import Augment
 from .order import SHUFFLES, OrderSpec
@@ -48,6 +49,7 @@ class LoaderOptions:
     cache_limit: int | None = None
     target: str = "class"  # "multi_hot": float32 (batch, classes) labels (targets.py)
     extras: bool = False  # each batch also carries its samples' extras (any JSON)
+    max_skipped: float | None = DEFAULT_MAX_SKIPPED  # share of an epoch's samples that may be skipped
 
     def __post_init__(self) -> None:
         check_target_options(self.target, self.extras, self.framework)
@@ -70,6 +72,7 @@ class LoaderOptions:
         if not (self.cache_dir is None or isinstance(self.cache_dir, (str, os.PathLike))):
             raise OptionError(f"cache_dir must be a folder path or None, got {self.cache_dir!r} "
                               f"({type(self.cache_dir).__name__})")
+        object.__setattr__(self, "max_skipped", check_max_skipped(self.max_skipped))
         self._check_placement()
         self._check_combinations()
 
@@ -154,8 +157,25 @@ def distributed_rank_world() -> tuple[int, int]:
     if dist is not None and dist.is_available() and dist.is_initialized():
         return dist.get_rank(), dist.get_world_size()
     if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
-        return int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+        rank, world_size = _env_count("RANK", 0), _env_count("WORLD_SIZE", 1)
+        if rank >= world_size:
+            raise OptionError(f"environment variable RANK={rank} is outside 0..{world_size - 1} (WORLD_SIZE="
+                              f"{world_size}): fix the launcher's variables, or pass rank= and world_size=")
+        return rank, world_size
     return 0, 1
+
+
+def _env_count(name: str, minimum: int) -> int:
+    """The integer environment variable `name` (>= `minimum`); OptionError naming it otherwise."""
+    text = os.environ[name]
+    try:
+        value = int(text)
+    except ValueError:
+        value = None
+    if value is None or value < minimum:
+        raise OptionError(f"environment variable {name}={text!r} is not an integer >= {minimum}: fix the "
+                          "launcher's variables, or pass rank= and world_size=")
+    return value
 
 
 def _one_of(name: str, value: object, allowed: tuple[str, ...]) -> None:

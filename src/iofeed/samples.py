@@ -1,6 +1,7 @@
 """Opening a source — an image folder or an iofeed dataset — as one flat table of samples."""
 from __future__ import annotations
 
+import errno
 import mmap
 import os
 from collections import Counter, OrderedDict
@@ -10,9 +11,10 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from .errors import DatasetError, FetchError, SampleError, SourceError
+from .errors import DatasetError, FetchError, IofeedError, SampleError, SourceError, WorkerError
+from .format.files import descriptor_error, open_regular
 from .format.manifest import IMAGES_AS_IS, MANIFEST_NAME, Manifest, SplitInfo
-from .format.table import RAW, load_table
+from .format.table import RAW, load_table, table_problem
 from .prepare.scan import display_path, reason_kind, scan_folder
 from .remote.urls import is_url
 
@@ -60,7 +62,7 @@ class SampleSource:
 
 def is_iofeed_dataset(path: Path) -> bool:
     """Whether `path` holds an iofeed dataset (a manifest)."""
-    return (Path(path) / MANIFEST_NAME).is_file()
+    return os.path.lexists(Path(path) / MANIFEST_NAME)  # anything there: Manifest.read says what is wrong
 
 
 def open_source(source: Path | str, split: str = "train", *, cache_dir: Path | str | None = None,
@@ -92,10 +94,14 @@ def _open_dataset(path: Path, split: str, cache_dir: Path | str | None = None,
     table = load_table(path / info.table)
     locations = [shard_location(path, s) for s in info.shards]
     files = np.array([str(where).encode() for where in locations], dtype=np.bytes_)
-    missing = [str(where) for where in locations if not is_url(where) and not Path(where).is_file()]
+    missing = [str(where) for where in locations if not is_url(where) and not os.path.lexists(where)]
     if missing:
         raise SourceError(f"{path} is incomplete: shard {missing[0]} is missing (run `iofeed preprocess` "
                           "or `iofeed index` again)")
+    local = [where for where in locations if not is_url(where)]
+    indexes = [path / s["index"] for s in info.shards if os.path.lexists(path / s["index"])]  # DALI reads them
+    for name in [*local, *indexes]:  # a FIFO in a shard's or index's place would block a reader for ever
+        os.close(open_regular(name))
     source = dataset_source(manifest, info, table, files, str(path / info.table), dataset=path)
     source.validated = manifest.image.get("encoding") != IMAGES_AS_IS
     if any(is_url(where) for where in locations):
@@ -121,10 +127,13 @@ def dataset_source(manifest: Manifest, info: SplitInfo, table: np.ndarray, files
                    dataset: Path | None = None) -> SampleSource:
     """The samples of one split's table (read from `where`), in `files` (one per shard); DatasetError
     when the table does not match the split's sample and shard counts."""
-    shard = table["shard"]
-    if len(table) != info.samples or (len(table) and (shard.min() < 0 or shard.max() >= len(info.shards))):
+    if len(table) != info.samples:
         raise DatasetError(f"{where} does not match the manifest's {info.samples} samples in "
                            f"{len(info.shards)} shards (run `iofeed preprocess` again)")
+    problem = table_problem(table, len(manifest.classes), [s["bytes"] for s in info.shards],
+                            unlabelled=manifest.targets.get("kind", "class") != "class")
+    if problem:
+        raise DatasetError(f"{where} does not match its manifest: {problem} (run `iofeed preprocess` again)")
     return SampleSource(
         files=files,
         file_id=table["shard"].astype(np.int32),
@@ -160,13 +169,41 @@ def check_unchanged(source: SampleSource) -> None:
 
 def _open_checked(source: SampleSource, file_id: int) -> int:
     """A descriptor of local shard `file_id`, opened before its dataset is checked unchanged."""
-    fd = os.open(source.files[file_id], os.O_RDONLY)
+    fd = open_regular(source.files[file_id])
     try:
         check_unchanged(source)
     except DatasetError:
         os.close(fd)
         raise
     return fd
+
+def shrunk_shards(source: SampleSource) -> list[str]:
+    """The local shards now shorter than their samples reach, as "name is now N bytes, its samples
+    need M": a shard truncated under a live loader kills a worker reading its map with SIGBUS."""
+    if source.kind != "dataset" or source.remote is not None or not len(source):
+        return []
+    needed = np.zeros(len(source.files), np.int64)
+    np.maximum.at(needed, source.file_id, source.offset + source.size)
+    shrunk = []
+    for file_id, name in enumerate(source.files):
+        try:
+            size = os.stat(name).st_size
+        except OSError:
+            size = 0
+        if size < needed[file_id]:
+            shrunk.append(f"{os.fsdecode(name)} is now {size:,} bytes, its samples need {int(needed[file_id]):,}")
+    return shrunk
+
+
+def _read_error(exc: OSError, path: bytes) -> IofeedError:
+    """A read that failed: SampleError (skipped or raised by `on_error`) for the sample's own fault,
+    an error of its own for the machine's (out of descriptors or memory), which no skip would mend."""
+    if exc.errno == errno.ENOMEM:
+        return WorkerError(f"{os.fsdecode(path)}: out of memory mapping or reading it: raise the memory limit "
+                           "(`ulimit -v`, the container's), or lower workers or batch_size")
+    error = descriptor_error(exc, path)
+    return error if isinstance(error, IofeedError) else SampleError(f"unreadable ({exc.strerror})")
+
 
 def _open_folder(path: Path) -> SampleSource:
     scan = scan_folder(path)
@@ -250,7 +287,9 @@ class SampleReader:
                 fd = self._fd(file_id)
                 mapped = self._maps[file_id] = mmap.mmap(fd, 0, flags=MAP_FLAGS, prot=mmap.PROT_READ)
         except OSError as exc:
-            raise SampleError(f"unreadable ({exc.strerror})") from None
+            raise _read_error(exc, src.files[file_id]) from None
+        except ValueError:  # mmap refuses an empty file
+            raise SampleError("shard is empty (run `iofeed preprocess` again)") from None
         if offset + int(src.size[index]) > len(mapped) or shape[0] * shape[1] * 3 != int(src.size[index]):
             raise SampleError("shard is truncated or the index does not match it (run `iofeed preprocess` again)")
         return np.frombuffer(mapped, np.uint8, count=int(src.size[index]), offset=offset).reshape(shape)
@@ -260,12 +299,16 @@ class SampleReader:
         src = self._source
         file_id, size = int(src.file_id[index]), int(src.size[index])
         try:
-            if size < 0:
-                with open(src.files[file_id], "rb") as f:
+            if size < 0:  # a folder's file, checked regular again: a FIFO put there since the scan would block
+                with os.fdopen(open_regular(src.files[file_id]), "rb") as f:
                     return f.read()
             data = os.pread(self._fd(file_id), size, int(src.offset[index]))
         except OSError as exc:
-            raise SampleError(f"unreadable ({exc.strerror})") from None
+            raise _read_error(exc, src.files[file_id]) from None
+        except DatasetError:
+            if size >= 0:  # a shard that is not a regular file: the dataset's fault, not one sample's
+                raise
+            raise SampleError("not a regular file") from None  # the scan's reason for the same
         if len(data) != size:
             raise SampleError("shard is truncated (run `iofeed preprocess` again)")
         return data

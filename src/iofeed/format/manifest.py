@@ -2,12 +2,14 @@
 from __future__ import annotations
 
 import json
+import os
 import uuid
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ..errors import DatasetError, OptionError
+from .files import read_regular
 from .targets import DEFAULT_TARGETS
 
 MANIFEST_NAME = "iofeed.json"
@@ -51,13 +53,13 @@ class Manifest:
     def read(cls, directory: Path) -> Manifest:
         """Read and validate `directory/iofeed.json`; DatasetError says what is wrong."""
         path = Path(directory) / MANIFEST_NAME
-        if not Path(directory).exists():
+        if not os.path.lexists(directory):
             raise DatasetError(f"no such path: {directory} (give an iofeed dataset folder, made with `iofeed "
                                "preprocess`)")
-        if not path.is_file():
+        if not os.path.lexists(path):
             raise DatasetError(f"not an iofeed dataset: {path} is missing (make one with `iofeed preprocess`)")
         try:
-            text = path.read_text(encoding="utf-8")
+            text = read_regular(path).decode("utf-8")
         except (OSError, ValueError) as exc:
             raise DatasetError(f"unreadable manifest {path}: {exc}") from None
         return cls.parse(text, str(path))
@@ -78,12 +80,13 @@ class Manifest:
                 f"{where} was written by a newer iofeed (format version {version}; this iofeed reads "
                 f"versions up to {FORMAT_VERSION}): upgrade iofeed (`pip install -U iofeed`)"
             )
-        if version not in READABLE_VERSIONS:
+        if isinstance(version, bool) or version not in READABLE_VERSIONS:
             raise DatasetError(
                 f"{where} has format version {raw.get('version')}; this iofeed reads versions "
                 f"{', '.join(map(str, READABLE_VERSIONS))}: run `iofeed preprocess` again"
             )
         try:
+            _check_types(raw)
             raw["splits"] = {name: SplitInfo(**info) for name, info in raw["splits"].items()}
             raw.setdefault("dataset_id", "")
             raw.setdefault("targets", dict(DEFAULT_TARGETS))
@@ -103,6 +106,49 @@ class Manifest:
         if name not in self.splits:
             raise OptionError(f"split {name!r} not in {where} (it has: {', '.join(self.splits)})")
         return self.splits[name]
+
+
+_INT = "an integer"
+_SHARD_FIELDS = {"name": str, "index": str, "samples": _INT, "bytes": _INT}
+
+
+def _check_types(raw: dict) -> None:
+    """ValueError naming the first key whose value has the wrong type (`"samples": "10"`,
+    `"classes": 5`): the manifest is read from disk or a URL, so nothing in it is trusted."""
+    for key in ("classes", "class_dirs"):
+        if not isinstance(raw.get(key), list) or not all(isinstance(n, str) for n in raw[key]):
+            raise ValueError(f'"{key}" must be a list of names, got {_short(raw.get(key))}')
+    if not isinstance(raw.get("splits"), dict):
+        raise ValueError(f'"splits" must be an object of splits, got {_short(raw.get("splits"))}')
+    for name, info in raw["splits"].items():
+        if not isinstance(info, dict) or not isinstance(info.get("shards"), list):
+            raise ValueError(f"split {name!r} must be an object with a list of \"shards\", got {_short(info)}")
+        _check_field(info, "samples", _INT, f"split {name!r}")
+        for number, shard in enumerate(info["shards"]):
+            if not isinstance(shard, dict):
+                raise ValueError(f"shard {number} of split {name!r} must be an object, got {_short(shard)}")
+            for key, kind in _SHARD_FIELDS.items():
+                _check_field(shard, key, kind, f"shard {number} of split {name!r}")
+            if not isinstance(shard.get("sha256", ""), str):
+                raise ValueError(f'"sha256" of shard {number} of split {name!r} must be a string, '
+                                 f"got {_short(shard['sha256'])}")
+
+
+def _check_field(values: dict, key: str, kind: object, what: str) -> None:
+    value = values.get(key)
+    if kind == _INT:
+        ok = isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2**63
+        kind = "an integer in 0..2^63-1"
+    else:
+        ok = isinstance(value, kind)
+        kind = "a string"
+    if not ok:
+        raise ValueError(f'"{key}" of {what} must be {kind}, got {_short(value)}')
+
+
+def _short(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def plain_name(name: object) -> str:

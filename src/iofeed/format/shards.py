@@ -22,6 +22,7 @@ from types import TracebackType
 from typing import BinaryIO
 
 from ..errors import DatasetError, OptionError
+from .files import read_regular
 
 INDEX_VERSION = "v1.2"
 BLOCK = 512
@@ -208,7 +209,7 @@ class ShardWriter:
 def read_index(path: Path) -> list[IndexedSample]:
     """Parse a wds2idx v1.2 index file; DatasetError names the file and line when malformed."""
     try:
-        lines = Path(path).read_bytes().decode("utf-8").splitlines()
+        lines = read_regular(path).decode("utf-8").splitlines()
     except (OSError, UnicodeDecodeError) as exc:
         raise DatasetError(f"cannot read shard index {path}: {exc}") from None
     head = lines[0].split() if lines else []

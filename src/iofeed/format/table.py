@@ -2,12 +2,15 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import BinaryIO
 
 import numpy as np
 
 from ..errors import DatasetError
+from .files import open_regular, read_regular
+from .shards import BLOCK
 
 SAMPLE_DTYPE = np.dtype(
     [
@@ -44,7 +47,11 @@ def load_table(path: Path | BinaryIO, where: str | None = None) -> np.ndarray:
     `where` (for messages); DatasetError when it is missing or malformed."""
     where = str(path) if where is None else where
     try:
-        table = np.load(path if hasattr(path, "read") else Path(path), allow_pickle=False)
+        if hasattr(path, "read"):
+            table = _load_npy(path)
+        else:
+            with os.fdopen(open_regular(path), "rb") as f:
+                table = _load_npy(f)
     except (OSError, ValueError, EOFError) as exc:
         raise DatasetError(f"unreadable sample table {where}: {exc} (run `iofeed preprocess` again)") from None
     if not isinstance(table, np.ndarray) or table.ndim != 1:
@@ -59,13 +66,66 @@ def load_table(path: Path | BinaryIO, where: str | None = None) -> np.ndarray:
     raise DatasetError(f"{where}: unexpected sample table layout {table.dtype} (run `iofeed preprocess` again)")
 
 
+def _load_npy(f: BinaryIO) -> np.ndarray:
+    """`np.load` of a seekable `.npy` file object, once its header's shape fits the bytes that follow
+    (a header claiming 10^11 rows made numpy try to allocate terabytes: a MemoryError)."""
+    start = f.tell()
+    version = np.lib.format.read_magic(f)
+    read_header = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+    shape, _, dtype = read_header(f)
+    need = int(np.prod(shape, dtype=np.float64)) * dtype.itemsize
+    data_at = f.tell()
+    have = f.seek(0, os.SEEK_END) - data_at
+    if need > have:
+        raise ValueError(f"its header claims shape {shape} ({need:,} bytes), but {have:,} bytes follow")
+    f.seek(start)
+    return np.load(f, allow_pickle=False)
+
+
+def table_problem(table: np.ndarray, classes: int, shard_bytes: list[int], unlabelled: bool = False) -> str | None:
+    """What makes `table` impossible for a manifest of `classes` classes and shards of `shard_bytes`
+    bytes (labels, encodings, sample extents, raw sizes), or None; vectorised, one pass per column.
+    `unlabelled`: the dataset's targets are not one class each, so -1 (no class) is a label too."""
+    if not len(table):
+        return None
+    shard = table["shard"]
+    outside = (shard < 0) | (shard >= len(shard_bytes))
+    if outside.any():
+        return _first(shard, outside, f"shard numbers outside 0..{len(shard_bytes) - 1}")
+    label, encoding = table["label"], table["encoding"]
+    offset, size = table["offset"], table["size"]
+    ends = np.asarray(shard_bytes, np.int64)[shard]
+    raw = encoding == RAW
+    known = ", ".join(f"{i} {e}" for i, e in enumerate(ENCODINGS))
+    checks = (
+        ((label < -int(unlabelled)) | (label >= classes),
+         f"labels outside {-int(unlabelled)}..{classes - 1} (the manifest has {classes} classes)",
+         label),
+        (encoding >= len(ENCODINGS), f"unknown encodings (known: {known})", encoding),
+        (size < 1, "empty samples (size 0 or less)", size),
+        ((offset < 0) | (offset > ends - size), "samples outside their shard", offset),
+        (offset % BLOCK != 0, f"samples not at a tar block boundary (offsets are multiples of {BLOCK})", offset),
+        (raw & (size != table["width"].astype(np.int64) * table["height"].astype(np.int64) * 3),
+         "raw samples whose size is not width x height x 3", size),
+    )
+    for bad, what, column in checks:
+        if bad.any():
+            return _first(column, bad, what)
+    return None
+
+
+def _first(column: np.ndarray, bad: np.ndarray, what: str) -> str:
+    row = int(np.argmax(bad))
+    return f"{int(bad.sum())} row(s) with {what}, first row {row}: {int(column[row])}"
+
+
 def load_sources(path: Path) -> list[str]:
     """The source path of each row of the table at `path` (datasets before format version 3
     have a `.sources.txt` of plain lines)."""
     jsonl = Path(path).with_suffix(SOURCES)
     try:
-        if jsonl.is_file():
-            return [json.loads(line) for line in jsonl.read_text(encoding="utf-8").splitlines()]
-        return Path(path).with_suffix(".sources.txt").read_text(encoding="utf-8").splitlines()
+        if os.path.lexists(jsonl):
+            return [json.loads(line) for line in read_regular(jsonl).decode("utf-8").splitlines()]
+        return read_regular(Path(path).with_suffix(".sources.txt")).decode("utf-8").splitlines()
     except (OSError, ValueError) as exc:
         raise DatasetError(f"unreadable source list beside {path}: {exc} (run `iofeed preprocess` again)") from None

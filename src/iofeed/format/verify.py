@@ -1,7 +1,9 @@
 """Dataset verification (`iofeed inspect --verify`): every table and shard index against the
-manifest and the shard files, and every label member against its table row."""
+manifest and the shard files, each shard's size and sha256 against the manifest, every label
+member against its table row, and every stored JPEG decoded."""
 from __future__ import annotations
 
+import hashlib
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -9,9 +11,12 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import DatasetError, SampleError
+from ..image.fastjpeg import check_strictly
+from ..image.pil import decode_rgb, open_image, open_rgb
+from .files import open_regular
 from .manifest import Manifest
 from .shards import IndexedSample, read_index
-from .table import ENCODINGS, MEMBER_EXTENSIONS, RAW, load_sources, load_table
+from .table import ENCODINGS, MEMBER_EXTENSIONS, RAW, load_sources, load_table, table_problem
 
 
 @dataclass
@@ -20,11 +25,14 @@ class Verification:
 
     samples: int = 0
     shards: int = 0
+    hashed: int = 0  # shards whose sha256 was checked (datasets written before checksums record none)
+    decoded: int = 0  # JPEG samples decoded
     problems: list[str] = field(default_factory=list)
 
 
 def verify_dataset(path: Path) -> Verification:
-    """Check the dataset at `path`: reads its tables, indexes and label members, not its images."""
+    """Check the dataset at `path`: reads its tables and indexes, hashes every shard and decodes every
+    JPEG sample (raw samples are checked by size)."""
     path = Path(path)
     manifest = Manifest.read(path)
     result = Verification()
@@ -38,27 +46,25 @@ def verify_dataset(path: Path) -> Verification:
         if not len(table) == len(sources) == info.samples:
             result.problems.append(f"{split}: the manifest says {info.samples} samples, the table has "
                                    f"{len(table)} rows and the source list {len(sources)}")
-        no_class = manifest.targets.get("kind", "class") != "class"  # -1: a sample without a class
-        bad_labels = int(((table["label"] < (-1 if no_class else 0)) | (table["label"] >= len(manifest.classes))).sum())
-        if bad_labels:
-            result.problems.append(f"{split}: {bad_labels} labels outside 0..{len(manifest.classes) - 1}")
+        kind = manifest.targets.get("kind", "class")
+        problem = table_problem(table, len(manifest.classes), [s["bytes"] for s in info.shards],
+                                unlabelled=kind != "class")
+        if problem:
+            result.problems.append(f"{split}: {problem}")
         for number, shard in enumerate(info.shards):
             result.shards += 1
             rows = table[table["shard"] == number]
             result.samples += len(rows)
             if "url" in shard:
-                result.problems += _check_indexed_shard(path, shard, rows)
+                result.problems += _check_indexed_shard(path, shard, rows, result)
             else:
-                result.problems += _check_shard(path, shard, rows, manifest.targets.get("kind", "class"))
+                result.problems += _check_shard(path, shard, rows, result, kind)
     return result
 
 
-def _check_indexed_shard(path: Path, shard: dict, rows: np.ndarray) -> list[str]:
+def _check_indexed_shard(path: Path, shard: dict, rows: np.ndarray, result: Verification) -> list[str]:
     """The problems of a shard indexed in place (`iofeed index`): its size, each row against the
     index, and every image decoded as the loader would (a streamed shard: the index only)."""
-    from ..image.fastjpeg import check_strictly
-    from ..image.pil import decode_rgb, open_image
-
     where = shard["url"]
     try:
         entries = read_index(path / shard["index"])
@@ -82,6 +88,7 @@ def _check_indexed_shard(path: Path, shard: dict, rows: np.ndarray) -> list[str]
                                "index it again (`iofeed index`)"]
         for row in rows:
             data = os.pread(fd, int(row["size"]), int(row["offset"]))
+            result.decoded += 1
             try:
                 decode_rgb(open_image(data), min_size=(1, 1))
                 check_strictly(data)
@@ -92,31 +99,67 @@ def _check_indexed_shard(path: Path, shard: dict, rows: np.ndarray) -> list[str]
     return problems
 
 
-def _check_shard(path: Path, shard: dict, rows: np.ndarray, kind: str = "class") -> list[str]:
-    """The problems of one shard: its size, its index, and each row against its index line."""
+def _check_shard(path: Path, shard: dict, rows: np.ndarray, result: Verification, kind: str = "class") -> list[str]:
+    """The problems of one shard: its size and sha256, its index, and each row against its index
+    line and its image decoded."""
     tar = path / shard["name"]
     try:
-        size = os.stat(tar).st_size
         entries = read_index(path / shard["index"])
+        fd = open_regular(tar)
     except OSError as exc:
         return [f"{tar}: {exc.strerror}"]
     except DatasetError as exc:
         return [str(exc)]
+    try:
+        return _check_open_shard(fd, tar, shard, rows, entries, result, kind)
+    except OSError as exc:
+        return [f"{tar}: {exc.strerror}"]
+    finally:
+        os.close(fd)
+
+
+def _check_open_shard(fd: int, tar: Path, shard: dict, rows: np.ndarray, entries: list[IndexedSample],
+                      result: Verification, kind: str) -> list[str]:
     problems = []
+    size = os.fstat(fd).st_size
     if size != shard["bytes"]:
         problems.append(f"{tar} is {size:,} bytes, the manifest says {shard['bytes']:,}")
+    recorded = shard.get("sha256")
+    if recorded or recorded is not None and not isinstance(recorded, str):  # "" or none: written before checksums
+        result.hashed += 1
+        digest = _sha256(fd)
+        if digest != recorded:
+            problems.append(f"{tar} has sha256 {digest}, the manifest says {recorded!r}: its bytes changed")
     if not len(entries) == len(rows) == shard["samples"]:
         return [*problems, f"{tar}: the manifest says {shard['samples']} samples, the index has {len(entries)} "
                            f"and the table {len(rows)}"]
-    fd = os.open(tar, os.O_RDONLY)
-    try:
-        for row, entry in zip(rows, entries):
-            problem = _check_row(fd, size, row, entry, kind)
-            if problem:
-                problems.append(f"{tar} sample {entry.key}: {problem}")
-    finally:
-        os.close(fd)
+    for row, entry in zip(rows, entries):
+        problem = _check_row(fd, size, row, entry, kind) or _check_image(fd, row, result)
+        if problem:
+            problems.append(f"{tar} sample {entry.key}: {problem}")
     return problems
+
+
+def _sha256(fd: int) -> str:
+    digest, offset = hashlib.sha256(), 0
+    while block := os.pread(fd, 1 << 20, offset):
+        digest.update(block)
+        offset += len(block)
+    return digest.hexdigest()
+
+
+def _check_image(fd: int, row: np.void, result: Verification) -> str | None:
+    """Why a JPEG sample does not decode as the loader decodes it (strictly), or None."""
+    if row["encoding"] == RAW:
+        return None
+    result.decoded += 1
+    try:
+        data = os.pread(fd, int(row["size"]), int(row["offset"]))
+        open_rgb(data)
+        check_strictly(data)
+    except SampleError as exc:
+        return f"the image does not decode: {exc}"
+    return None
 
 
 def _check_row(fd: int, size: int, row: np.void, entry: IndexedSample, kind: str = "class") -> str | None:

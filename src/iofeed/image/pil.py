@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import io
+import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -14,6 +15,7 @@ from ..errors import SampleError
 _EXIF_ORIENTATION = 0x0112
 _TRANSPOSING_ORIENTATIONS = (5, 6, 7, 8)
 _WHITE = (255, 255, 255)
+MAX_PIXELS = 89_478_485  # Pillow's decompression-bomb warning threshold (~9459 x 9459): refused above it
 
 
 @dataclass(frozen=True)
@@ -42,14 +44,25 @@ class Opened:
         return self.orientation in _TRANSPOSING_ORIENTATIONS
 
 
+def check_pixels(width: int, height: int) -> None:
+    """SampleError "too many pixels" for an image above `MAX_PIXELS`: the one limit preprocess and
+    every loader path apply (a 400-megapixel JPEG would take gigabytes to decode)."""
+    if width * height > MAX_PIXELS:
+        raise SampleError(f"too many pixels ({width}x{height} = {width * height:,}, the limit is {MAX_PIXELS:,})")
+
+
 @contextmanager
 def decode_errors() -> Iterator[None]:
-    """Turn Pillow's many failure types into SampleError with a reason."""
+    """Turn Pillow's many failure types into SampleError with a reason; a decompression-bomb warning
+    becomes "too many pixels", and Pillow's other warnings are not printed."""
     try:
-        yield
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # Pillow's notes on odd metadata: not the terminal's business
+            warnings.simplefilter("error", Image.DecompressionBombWarning)
+            yield
     except SampleError:
         raise
-    except Image.DecompressionBombError as exc:
+    except (Image.DecompressionBombError, Image.DecompressionBombWarning) as exc:
         raise SampleError(f"too many pixels ({exc})") from None
     except Image.UnidentifiedImageError:
         raise SampleError("corrupt or truncated image (Pillow cannot identify it)") from None
@@ -66,6 +79,7 @@ def open_image(data: bytes) -> Opened:
     """Read the header of `data` (cheap): size after EXIF orientation. Raises SampleError."""
     with decode_errors():
         img = Image.open(io.BytesIO(data))
+        check_pixels(*img.size)
         orientation = img.getexif().get(_EXIF_ORIENTATION, 1) or 1
         size = (img.height, img.width) if orientation in _TRANSPOSING_ORIENTATIONS else img.size
         return Opened(img, size, orientation)

@@ -14,7 +14,7 @@ import numpy as np
 from tqdm import tqdm
 
 from .. import __version__
-from ..errors import IofeedError, OptionError
+from ..errors import IofeedError, OptionError, SourceError
 from ..format.manifest import Manifest, SplitInfo
 from ..format.policy import ImagePolicy
 from ..format.shards import ShardWriter
@@ -136,6 +136,8 @@ def _preprocess(scan: SourceScan, src: Path | str, out: Path, start: float, *, p
                 rejected = scan.rejected + results.rejected
                 if strict and rejected:
                     _fail_strict(rejected)
+                if not any(info.samples for info in results.splits.values()):
+                    _fail_empty(scan.root, rejected)
                 write_rejected(staging / REJECTED_NAME, rejected)
                 seconds = time.perf_counter() - start
                 manifest = Manifest(
@@ -254,6 +256,14 @@ def _fail_strict(rejected: list[Rejection]) -> None:
         f"--strict: {len(rejected)} input(s) rejected, first {display_path(first.path)}: "
         f"{first.reason} (fix or remove them, or drop --strict)"
     )
+
+
+def _fail_empty(root: str, rejected: list[Rejection]) -> None:
+    """SourceError: every file was rejected, so there is no dataset to write (OUT is left as it was)."""
+    counts = ", ".join(f"{kind} {n}" for kind, n in Counter(reason_kind(r.reason) for r in rejected).most_common())
+    first = min(rejected, key=lambda r: r.path)
+    raise SourceError(f"every file in {display_path(root)} was rejected, nothing written: {counts} (first "
+                      f"{display_path(first.path)}: {first.reason}); fix the files and run again")
 
 
 def _source_stats(scan: SourceScan, facts: list[dict], rejected: list[Rejection]) -> dict:

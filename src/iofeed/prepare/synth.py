@@ -195,7 +195,16 @@ def _imap(workers: int) -> Iterator[Callable[..., Iterable]]:
 
 
 def _prepare_root(out: Path, overwrite: bool) -> Path:
-    """OUT/256_ObjectCategories, emptied if `overwrite`, refused if it already has content."""
+    """OUT/256_ObjectCategories, emptied if `overwrite`, refused if it already has content; OUT
+    holding anything else is refused either way: `preprocess OUT` would read the stand-in's
+    classes instead of it (a user's own class folders would vanish from the dataset)."""
+    if out.exists() and not out.is_dir():
+        raise OptionError(f"{out} is not a folder: pass a new or empty folder to write the stand-in into")
+    others = sorted(p.name for p in out.iterdir() if p.name != ROOT_NAME) if out.is_dir() else []
+    if others:
+        raise OptionError(f"{out} is not empty (it holds {others[0]!r}{' and more' if len(others) > 1 else ''}): "
+                          f"the stand-in's {ROOT_NAME}/ would hide it from `iofeed preprocess`; pass a new or "
+                          "empty folder")
     root = out / ROOT_NAME
     if root.is_dir() and any(root.iterdir()):
         if not overwrite:

@@ -9,7 +9,7 @@ import numpy as np
 from ...format.table import RAW
 from ...image.boxes import Augment
 from ...image.fastjpeg import decode_rgb_array, plain_jpeg_size
-from ...image.pil import decode_rgb, open_image
+from ...image.pil import check_pixels, decode_rgb, open_image
 from ...image.resize import crop_resize_into
 from ...samples import SampleReader, SampleSource
 
@@ -35,6 +35,8 @@ def decode_augmented(data: bytes, augment: Augment, rng: np.random.Generator, ou
     Pillow (EXIF orientation, CMYK, other formats). Raises SampleError.
     """
     plain = plain_jpeg_size(data)
+    if plain is not None:
+        check_pixels(*plain)
     opened = open_image(data) if plain is None else None
     width, height = plain or opened.size
     box, flip = augment.box(width, height, rng)

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import mmap
 import signal
 import time
@@ -14,11 +15,12 @@ from typing import Any
 
 import numpy as np
 
-from ...errors import LoaderStateError, OptionError, SampleError, WorkerError
+from ... import errors
+from ...errors import IofeedError, LoaderStateError, OptionError, SampleError, StartError, WorkerError
 from ...image.boxes import Augment
 from ...options import LoaderOptions
 from ...parallel import resolve_workers, safe_context
-from ...samples import SampleReader, SampleSource
+from ...samples import SampleReader, SampleSource, shrunk_shards
 from ...system import Share, usable_cores
 from ..base import Batch, BatchKey, sample_failure
 from .autotune import Window, decide
@@ -47,6 +49,7 @@ class _Done:
     skipped: list[tuple[int, str]]
     error: str | None = None
     sample_error: bool = False
+    kind: str = ""  # the IofeedError subclass to raise (a dataset replaced, out of descriptors), else WorkerError
     busy_seconds: float = 0.0
     stale: bool = False  # left undone: its pass was abandoned
 
@@ -72,7 +75,10 @@ def _worker_main(
             done = _run_task(task, layout, reader, source, augment, on_error, layout.slot(payload, task.slot),
                              labels[task.slot], stale_below)
             reader.end_batch()
-            conn.send(replace(done, busy_seconds=time.perf_counter() - started))
+            try:
+                conn.send(replace(done, busy_seconds=time.perf_counter() - started))
+            except OSError:  # BrokenPipeError: the consumer is gone (killed, SIGTERM): nothing to report to
+                return
     finally:
         del payload, labels, stale_below
         reader.close()
@@ -99,8 +105,11 @@ def _run_task(
                 return _Done(task.generation, task.batch_no, task.slot, np.empty(0, np.int64), [], str(failure), True)
             skipped.append((index, str(exc)))
             continue
-        except Exception:  # noqa: BLE001 - reported to the consumer with the traceback
-            error = f"{source.path_of(index)}: {traceback.format_exc(limit=-3)}"
+        except IofeedError as exc:  # already one line naming the file and the fix
+            return _Done(task.generation, task.batch_no, task.slot, np.empty(0, np.int64), [], str(exc),
+                         kind=type(exc).__name__)
+        except Exception as exc:  # noqa: BLE001 - reported to the consumer in one line
+            error = f"{source.path_of(index)}: {_one_line(exc)}"
             return _Done(task.generation, task.batch_no, task.slot, np.empty(0, np.int64), [], error)
         labels[len(delivered)] = source.label[index]
         delivered.append(index)
@@ -206,13 +215,20 @@ class WorkerEngine:
 
     def _add_worker(self) -> None:
         ctx = safe_context()
-        mine, theirs = ctx.Pipe(duplex=True)
-        proc = ctx.Process(
-            target=_worker_main,
-            args=(self._block, self._stale, self.layout, self._source, self._augment, self._on_error, theirs),
-            daemon=True,
-        )
-        proc.start()
+        try:
+            mine, theirs = ctx.Pipe(duplex=True)
+            proc = ctx.Process(
+                target=_worker_main,
+                args=(self._block, self._stale, self.layout, self._source, self._augment, self._on_error, theirs),
+                daemon=True,
+            )
+            proc.start()
+        except (OSError, EOFError) as exc:  # a limit of the machine, not a bug: say which
+            cause = (f"{exc.strerror} ({_LIMITS.get(exc.errno, 'a limit of this machine')})" if isinstance(exc, OSError)
+                     else "the fork server that starts workers ended (out of open files or processes? check "
+                          "`ulimit -n` and `ulimit -u`)")
+            raise StartError(f"cannot start a loader worker: {cause}; {len(self._workers)} worker(s) were "
+                             "running") from None
         theirs.close()
         self._workers.append(_Worker(proc, mine))
 
@@ -274,7 +290,7 @@ class WorkerEngine:
             if self._closed:  # by another thread (a tf.data prefetch thread runs this generator)
                 raise LoaderStateError.closed()
             if done.error is not None:
-                raise (SampleError if done.sample_error else WorkerError)(done.error)
+                raise (SampleError if done.sample_error else getattr(errors, done.kind, WorkerError))(done.error)
             self._window.add(len(done.delivered), time.perf_counter() - asked, done.busy_seconds)
             n = len(done.delivered)
             images = self.layout.images(self.layout.slot(self._payload, done.slot), n)
@@ -346,7 +362,11 @@ class WorkerEngine:
         proc.join(timeout=1.0)
         code = proc.exitcode if proc.exitcode is not None else 0
         self.close()
-        raise WorkerError(f"loader worker (pid {proc.pid}) {_death(code)}")
+        shrunk = shrunk_shards(self._source) if code == -signal.SIGBUS else []
+        cause = (f": {shrunk[0]}{f' (and {len(shrunk) - 1} more)' if len(shrunk) > 1 else ''}; a shard was "
+                 "truncated while the loader read it (run `iofeed preprocess` again, not while it is read)"
+                 if shrunk else "")
+        raise WorkerError(f"loader worker (pid {proc.pid}) {_death(code)}{cause}")
 
     def _drain(self) -> None:
         """Wait for tasks of an abandoned epoch (told to stop early), so that their slots can be reused."""
@@ -386,6 +406,25 @@ class _WindowMeter:
         window = Window(self._images, self.elapsed(), self._wait, self._busy, workers)
         self.reset()
         return window
+
+
+_LIMITS = {
+    errno.EMFILE: "raise the open-file limit, e.g. `ulimit -n 4096`",
+    errno.ENFILE: "the system's open-file table is full",
+    errno.EAGAIN: "the process limit (`ulimit -u`, the container's pids limit) is reached: lower workers",
+    errno.ENOMEM: "out of memory: lower workers or batch_size",
+}
+
+
+def _one_line(exc: BaseException) -> str:
+    """An unexpected worker exception as one line: what, and where in iofeed's code it was raised."""
+    frame = traceback.extract_tb(exc.__traceback__)[-1] if exc.__traceback__ else None
+    where = f" (in {frame.filename.rsplit('/', 1)[-1]}:{frame.lineno})" if frame else ""
+    if isinstance(exc, MemoryError) or (isinstance(exc, OSError) and exc.errno == errno.ENOMEM):
+        return (f"out of memory while reading it ({type(exc).__name__}{where}): raise the memory limit "
+                "(`ulimit -v`, the container's), or lower workers or batch_size")
+    text = " ".join(str(exc).split()) or "no detail"
+    return f"{type(exc).__name__}: {text}{where}"
 
 
 def _death(code: int) -> str:

@@ -1,0 +1,57 @@
+"""Dataset files opened safely: regular files only (a FIFO or a device named like a dataset file
+would block its reader for ever), and a descriptor limit reported as one, naming the file."""
+from __future__ import annotations
+
+import errno
+import os
+import resource
+import stat
+
+from ..errors import DatasetError, SourceError
+
+_NO_DESCRIPTORS = (errno.EMFILE, errno.ENFILE)
+
+
+def open_regular(path: str | bytes | os.PathLike) -> int:
+    """A read-only descriptor of the regular file at `path`. DatasetError when it is anything else
+    (opened without blocking, so a FIFO is refused rather than waited on); SourceError when the
+    process is out of file descriptors; other OSErrors as they come."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:
+        raise descriptor_error(exc, path) from None
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise DatasetError(f"{os.fsdecode(path)} is not a regular file ({_kind(mode)}): a dataset file must be "
+                               "one (run `iofeed preprocess` again)")
+        os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def read_regular(path: str | os.PathLike) -> bytes:
+    """The bytes of the regular file at `path` (see `open_regular`)."""
+    with os.fdopen(open_regular(path), "rb") as f:
+        return f.read()
+
+
+def descriptor_error(exc: OSError, path: str | bytes | os.PathLike) -> OSError | SourceError:
+    """`exc` from opening `path`, or for a process out of descriptors (EMFILE, ENFILE) a SourceError
+    naming the file and the limit to raise."""
+    if exc.errno not in _NO_DESCRIPTORS:
+        return exc
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    which = "this process's limit" if exc.errno == errno.EMFILE else "the system's limit"
+    return SourceError(f"cannot open {os.fsdecode(path)}: too many open files ({which}; `ulimit -n` is {soft}): "
+                       "raise it, e.g. `ulimit -n 4096`, or use fewer workers")
+
+
+def _kind(mode: int) -> str:
+    for test, name in ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISDIR, "a directory"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return name
+    return "not a regular file"
