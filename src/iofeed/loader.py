@@ -13,13 +13,14 @@ import numpy as np
 
 from .adapters.base import Adapter
 from .adapters.registry import ADAPTERS
-from .backends.base import Backend, Batch
-from .backends.select import make_engine
+from .backends.base import Backend, Batch, BatchKey
+from .backends.select import choice_notes, engine_name, make_engine
 from .device import loader_device
 from .errors import LoaderStateError, OptionError
 from .options import LoaderOptions, distributed_rank_world
 from .order import OrderSpec
 from .prepare.scan import reason_kind
+from .recipe import Recipe
 from .remote.prefetch import NoPrefetch, Prefetcher, prefetcher_for
 from .samples import SampleSource, open_source
 
@@ -36,6 +37,14 @@ class LoaderStats:
     wait_seconds: float = 0.0  # time the consumer spent waiting for the next batch
     settings: dict[str, Any] = field(default_factory=dict)
     fetched: dict[str, float] = field(default_factory=dict)  # streamed datasets: shards, bytes, seconds downloaded
+    transform_seconds: float = 0.0  # CPU time of the per-sample `transform=`, over `images` delivered
+
+    @property
+    def transform_ms_per_image(self) -> float | None:
+        """CPU milliseconds the per-sample transform took per delivered image (None without one)."""
+        if not self.settings.get("transform") or not self.images:
+            return None
+        return 1000.0 * self.transform_seconds / self.images
 
     def as_dict(self) -> dict[str, Any]:
         """Plain-JSON form."""
@@ -48,6 +57,8 @@ class LoaderStats:
             "wait_seconds": self.wait_seconds,
             "settings": dict(self.settings),
             "fetched": dict(self.fetched),
+            "transform_seconds": self.transform_seconds,
+            "transform_ms_per_image": self.transform_ms_per_image,
         }
 
 
@@ -117,6 +128,7 @@ class Loader:
                     break
                 self.stats.wait_seconds += time.perf_counter() - asked
                 self._record(batch)
+                batch.key = BatchKey(self.order.seed, epoch, self.order.rank, position)
                 position += 1
                 self._position = position
                 if position == len(batches):  # complete once its last batch is out: a consumer that
@@ -134,6 +146,7 @@ class Loader:
             self.last_indices = batch.indices
             self.stats.images += len(batch.indices)
             self.stats.batches += 1
+            self.stats.transform_seconds += batch.transform_seconds
         else:
             self.stats.skipped_batches += 1
         for index, reason in batch.skipped:
@@ -188,7 +201,7 @@ def loader(
     split: str = "train",
     batch_size: int,
     image_size: int = 224,
-    augment: bool | None = None,
+    augment: bool | str | Recipe | None = None,
     framework: str = "numpy",
     device: Any = None,
     dtype: Any = None,
@@ -206,6 +219,8 @@ def loader(
     block_shards: int = 8,
     cache_dir: str | Path | None = None,
     cache_limit: int | None = None,
+    transform: Any = None,
+    batch_transform: Any = None,
 ) -> Any:
     """A loader over an iofeed dataset or an image folder: a `Loader` (numpy, torch) or a
     `tf.data.Dataset` (tf). Every argument is checked before any work starts; a bad one raises a
@@ -219,12 +234,20 @@ def loader(
         batch_size: samples per batch (an int >= 1). With `drop_last`, it may not exceed the
             samples of the split on this rank (that would be no batch at all).
         image_size: side of the square output images in pixels (an int >= 8).
-        augment: random-resized crop (area 0.08–1, ratio 3/4–4/3) and horizontal flip when True,
-            resize + centre crop (0.875) when False. Default: True for `split="train"` only.
+        augment: the built-in steps, an `iofeed.Recipe` or a preset name: "imagenet" (the default:
+            random-resized crop of area 0.08–1 and ratio 3/4–4/3, horizontal flip, bilinear,
+            ImageNet mean/std; evaluation: centre crop of 0.875), "finetune" (area 0.35–1),
+            "timm" (bicubic), "inception" (bicubic, mean = std = 0.5) or "uint8" (no
+            normalisation). `Recipe(scale=, ratio=, flip=, crop_fraction=, interpolation=
+            "bilinear"|"bicubic"|"area", mean=, std=, normalize=, train=)` sets each step; True
+            and False force the random crop or the centre crop; None (default) augments the
+            train split only. Every engine does every step or refuses it naming the one that
+            can ("area": workers only; `gpu_augment`: bilinear only).
         framework: "numpy" yields (uint8 NHWC views, int64 labels) — views valid until the next
-            batch; "torch" yields normalised (ImageNet mean/std) NCHW channels_last tensors and
+            batch; "torch" yields normalised (the recipe's mean/std) NCHW channels_last tensors and
             int64 labels on `device`; "tf" returns a `tf.data.Dataset` of normalised float32
-            NHWC images (`dataset.iofeed_loader` is the Loader).
+            NHWC images (`dataset.iofeed_loader` is the Loader). With `normalize=False` in the
+            recipe, torch and tf hand out uint8 images.
         device: where batches end up: None or "cpu", "cuda", "cuda:N", an ordinal or a
             `torch.device`. The DALI engine decodes there; the torch adapter copies there.
         dtype: torch dtype of the images (default float32; float16/bfloat16 are computed in
@@ -267,6 +290,28 @@ def loader(
             (default `IOFEED_CACHE`, else ~/.cache/iofeed); ignored for local paths.
         cache_limit: bytes the cache may hold (an int >= 1; default: what it holds plus the free
             disk above a 10% reserve); it must hold the shards the order keeps live.
+        transform: your own per-sample augmentation, run in the worker processes on each
+            image after iofeed's crop and resize: `transform(image)` with `image` uint8 HWC
+            (numpy), returning uint8 or float32 HWC (a torch tensor: CHW, as torchvision
+            returns it) of one fixed shape, probed on a first image. A torchvision v2
+            transform (start it with `v2.ToImage()`), an albumentations `Compose` (called as
+            `t(image=...)`, seeded through `set_random_seed`) or a function. It must be
+            picklable and importable: a lambda, or a function defined in `__main__`, is refused.
+            Before each call Python's `random`, numpy's global RNG and torch's RNG are seeded
+            from (seed, epoch, rank, batch, position), and a callable with an `rng` parameter
+            gets a seeded `numpy.random.Generator`: the same pixels whatever the worker count,
+            and exact resume. A transform that raises follows `on_error` (skipped and counted
+            under "transform NAME raised ...", or a `SampleError` naming the file). uint8
+            output is normalised by the adapter; float32 output is handed over as it is. Its
+            CPU time is `stats.transform_ms_per_image`. Workers engine only (`backend="auto"`
+            picks it; "dali" and `gpu_augment` refuse it).
+        batch_transform: your own per-batch step `(images, labels) -> (images, labels)`, run in
+            this process on each batch where it ends up (on `device`, after normalisation):
+            torchvision v2 `MixUp`/`CutMix` (labels become soft), kornia on GPU tensors, or for
+            `framework="tf"` a function of tf tensors, run inside the dataset's `.map` (it may
+            take `seed=`, a stateless-RNG seed tensor). Seeded per batch from (seed, epoch, rank,
+            batch) — torch's, numpy's and Python's RNGs, restored after the call — and given
+            `rng=` when it takes one. Any engine.
 
     `source` may also be the s3://, gs:// or http(s):// URL of an iofeed dataset (`pip install
     'iofeed[s3]'`, `[gcs]`, `[http]`; credentials and endpoint the standard way): its shards are
@@ -283,11 +328,15 @@ def loader(
         device=loader_device(device), dtype=dtype, backend=backend, workers=workers, prefetch=prefetch, seed=seed,
         rank=rank, world_size=world_size, drop_last=drop_last, on_error=on_error, memory_budget=memory_budget,
         gpu_augment=gpu_augment, shuffle=shuffle, block_shards=block_shards, cache_dir=cache_dir,
-        cache_limit=cache_limit,
+        cache_limit=cache_limit, transform=transform, batch_transform=batch_transform,
     )
     adapter = ADAPTERS[framework].load().from_options(options)  # imports the framework now, not before
     data = open_source(source, split, cache_dir=options.cache_dir, cache_limit=options.cache_limit)
     order = options.order(len(data), shard_of=data.file_id, streamed=data.remote is not None)
     if data.remote is not None:
         data.remote.fit_order(order)
-    return adapter.wrap(Loader(data, order, make_engine(options, data), adapter, options))
+    loaded = Loader(data, order, make_engine(options, data), adapter, options)
+    notes = choice_notes(options, engine_name(options, data))
+    if notes:  # what "auto" decided from the options, before the engine's own decisions
+        loaded.stats.settings["decisions"] = [*notes, *loaded.stats.settings.get("decisions", [])]
+    return adapter.wrap(loaded)
