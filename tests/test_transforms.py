@@ -139,3 +139,46 @@ def test_batch_transform_is_seeded_per_batch(colour_dataset):
     with iofeed.loader(colour_dataset, workers=1, **SMALL) as ld:
         plain = _epoch(ld)
     assert runs[0] == runs[1] and runs[0] != plain
+
+
+@pytest.mark.torch
+@pytest.mark.torchvision
+def test_torchvision_mixup_cutmix_on_the_batch_where_it_ends_up(colour_dataset):
+    """MixUp/CutMix from torchvision v2: soft labels, the same for 1 and 2 workers, seeded per batch."""
+    import torch
+    from torchvision.transforms import v2
+
+    mix = v2.RandomChoice([v2.MixUp(num_classes=4), v2.CutMix(num_classes=4)])
+    runs = []
+    for workers in (1, 2):
+        with iofeed.loader(colour_dataset, workers=workers, framework="torch", batch_transform=mix, **SMALL) as ld:
+            runs.append([(images.clone(), labels.clone()) for images, labels in ld])
+    assert len(runs[0]) == 8
+    for (a, la), (b, lb) in zip(*runs, strict=True):
+        assert torch.equal(a, b) and torch.equal(la, lb)
+        assert la.shape == (4, 4) and la.dtype == torch.float32 and torch.allclose(la.sum(1), torch.ones(4))
+    assert any(not torch.equal(la, la.round()) for _, la in runs[0]), "some labels were mixed"
+
+
+@pytest.mark.tf
+def test_tf_batch_transform_runs_in_the_dataset_with_a_per_batch_seed(colour_dataset):
+    import tensorflow as tf
+
+    def flip(images, labels, seed):
+        return tf.image.stateless_random_flip_left_right(images, seed), labels
+
+    def batches(**options):
+        ds = iofeed.loader(colour_dataset, workers=1, framework="tf", split="val", **SMALL, **options)
+        try:
+            return [images.numpy() for images, _ in ds]
+        finally:
+            ds.iofeed_loader.close()
+
+    plain, flipped, again = batches(), batches(batch_transform=flip), batches(batch_transform=flip)
+    assert len(plain) == 2 and all(np.array_equal(a, b) for a, b in zip(flipped, again, strict=True))
+    images = [(f, p) for fb, pb in zip(flipped, plain, strict=True) for f, p in zip(fb, pb, strict=True)]
+    mirrored = [np.array_equal(f, p[:, ::-1]) for f, p in images]
+    assert all(m or np.array_equal(f, p) for (f, p), m in zip(images, mirrored)), "each image mirrored or kept"
+    assert 0 < sum(mirrored) < len(images)
+    uint8 = batches(augment="uint8")
+    assert uint8[0].dtype == np.uint8 and uint8[0].shape == (4, 32, 32, 3)
