@@ -182,3 +182,16 @@ def test_tf_batch_transform_runs_in_the_dataset_with_a_per_batch_seed(colour_dat
     assert 0 < sum(mirrored) < len(images)
     uint8 = batches(augment="uint8")
     assert uint8[0].dtype == np.uint8 and uint8[0].shape == (4, 32, 32, 3)
+
+
+@pytest.mark.torchvision
+def test_torchvision_chw_output_is_stored_as_hwc(colour_dataset):
+    """v2.ToImage() gives a CHW tv_tensors.Image: an identity transform must give iofeed's own pixels."""
+    from torchvision.transforms import v2
+
+    with iofeed.loader(colour_dataset, workers=1, transform=v2.Compose([v2.ToImage()]), split="val", **SMALL) as ld:
+        mine = [np.array(images) for images, _ in ld]
+        assert ld.stats.settings["transform"] == "Compose"
+    with iofeed.loader(colour_dataset, workers=1, split="val", **SMALL) as ld:
+        plain = [np.array(images) for images, _ in ld]
+    assert len(mine) == 2 and all(np.array_equal(a, b) for a, b in zip(mine, plain, strict=True))

@@ -109,9 +109,11 @@ def preserved_globals(cuda: Any = None) -> Iterator[None]:
 
 
 def as_hwc(value: Any) -> np.ndarray:
-    """A transform's output as an HWC numpy array: a torch tensor is CHW (torchvision's convention)."""
-    if type(value).__module__.split(".")[0] == "torch":
-        value = value.detach().cpu()
+    """A transform's output as an HWC numpy array: a torch tensor (torchvision's `Image` included)
+    is CHW, torchvision's convention."""
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(value, torch.Tensor):
+        value = value.detach().cpu().as_subclass(torch.Tensor)
         return (value.permute(1, 2, 0) if value.dim() == 3 else value).numpy()
     return np.asarray(value)
 
