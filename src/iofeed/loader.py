@@ -23,6 +23,7 @@ from .prepare.scan import reason_kind
 from .recipe import Recipe
 from .remote.prefetch import NoPrefetch, Prefetcher, prefetcher_for
 from .samples import SampleSource, open_source
+from .statsfile import StatsWriter
 
 
 @dataclass
@@ -38,6 +39,7 @@ class LoaderStats:
     settings: dict[str, Any] = field(default_factory=dict)
     fetched: dict[str, float] = field(default_factory=dict)  # streamed datasets: shards, bytes, seconds downloaded
     transform_seconds: float = 0.0  # CPU time of the per-sample `transform=`, over `images` delivered
+    worker_cpu_seconds: float = 0.0  # CPU time of the workers engine's processes for the batches delivered
 
     @property
     def transform_ms_per_image(self) -> float | None:
@@ -58,6 +60,7 @@ class LoaderStats:
             "settings": dict(self.settings),
             "fetched": dict(self.fetched),
             "transform_seconds": self.transform_seconds,
+            "worker_cpu_seconds": self.worker_cpu_seconds,
             "transform_ms_per_image": self.transform_ms_per_image,
         }
 
@@ -83,6 +86,7 @@ class Loader:
         self.stats.settings = {"samples": len(source), "rank": order.rank, "world_size": order.world_size,
                                "batch_size": order.batch_size, "image_size": options.image_size,
                                **backend.describe()}
+        self._stats_file = StatsWriter.from_env()  # for `iofeed doctor`, when it traces this process
 
     def __len__(self) -> int:
         self._join_group()
@@ -113,6 +117,8 @@ class Loader:
         fetching = self._fetching = prefetcher_for(self.source, batches, start,
                                                    lambda: following[:self.backend.starts_ahead])
         position = start  # batches of this pass's epoch delivered (self._position restarts when it completes)
+        if self._stats_file is not None:
+            self._stats_file.started()
         try:
             stream = self.backend.run(epoch, batches, start, self.order.rank, following)
             while True:
@@ -128,6 +134,8 @@ class Loader:
                     break
                 self.stats.wait_seconds += time.perf_counter() - asked
                 self._record(batch)
+                if self._stats_file is not None:
+                    self._stats_file.maybe_write(self._snapshot)
                 batch.key = BatchKey(self.order.seed, epoch, self.order.rank, position)
                 position += 1
                 self._position = position
@@ -147,6 +155,7 @@ class Loader:
             self.stats.images += len(batch.indices)
             self.stats.batches += 1
             self.stats.transform_seconds += batch.transform_seconds
+            self.stats.worker_cpu_seconds += batch.cpu_seconds
         else:
             self.stats.skipped_batches += 1
         for index, reason in batch.skipped:
@@ -171,6 +180,10 @@ class Loader:
             raise OptionError(f"cannot resume: batches_done={state['batches_done']} outside 0..{len(self)}")
         self.epoch, self._position = int(state["epoch"]), int(state["batches_done"])
 
+    def _snapshot(self) -> dict[str, Any]:
+        """The stats as plain JSON, with the workers taking tasks now."""
+        return {**self.stats.as_dict(), "workers": self.backend.describe().get("workers")}
+
     def _count_fetched(self) -> None:
         """Update `stats.fetched` from the node's fetch log (streamed datasets)."""
         if self.source.remote is not None:
@@ -184,6 +197,8 @@ class Loader:
         """Stop workers and free shared memory (idempotent); batches already taken stay valid."""
         if not self._closed:
             self._count_fetched()
+            if self._stats_file is not None:
+                self._stats_file.write(self._snapshot())
         self._closed = True
         self._fetching.close()
         self.backend.close()

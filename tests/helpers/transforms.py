@@ -3,6 +3,7 @@ through each RNG iofeed seeds, and one that fails on some samples."""
 from __future__ import annotations
 
 import random
+import time
 
 import numpy as np
 
@@ -47,3 +48,11 @@ def shape_changing(image: np.ndarray) -> np.ndarray:
 def roll_batch(images, labels, rng: np.random.Generator):
     """A random batch transform: the images rolled by a random offset; labels kept."""
     return np.roll(np.asarray(images), int(rng.integers(1, 9)), axis=2), labels
+
+
+def heavy(image: np.ndarray) -> np.ndarray:
+    """`jitter` after 15 ms of CPU work: a transform that holds the loader back."""
+    started = time.process_time()
+    while time.process_time() - started < 0.015:
+        pass
+    return jitter(image)

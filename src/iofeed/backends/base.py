@@ -26,6 +26,7 @@ class Batch:
     indices: np.ndarray  # sample indices delivered, in order
     skipped: list[tuple[int, str]] = field(default_factory=list)  # (sample index, reason)
     transform_seconds: float = 0.0  # CPU time the user's per-sample transform took for this batch
+    cpu_seconds: float = 0.0  # CPU time the worker took for the whole batch (workers engine)
     key: BatchKey | None = None  # its RNG key, set by the loader (seeds `batch_transform`)
 
 

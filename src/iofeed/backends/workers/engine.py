@@ -53,6 +53,7 @@ class _Done:
     busy_seconds: float = 0.0
     stale: bool = False  # left undone: its pass was abandoned
     transform_seconds: float = 0.0  # CPU time in the user's transform
+    cpu_seconds: float = 0.0  # CPU time of the whole task
 
 
 def _worker_main(
@@ -74,11 +75,12 @@ def _worker_main(
                 return  # the consumer is gone
             if task is None:
                 return
-            started, transformed = time.perf_counter(), transform.cpu_seconds if transform else 0.0
+            started, cpu = time.perf_counter(), time.process_time()
+            transformed = transform.cpu_seconds if transform else 0.0
             done = _run_task(task, layout, reader, source, augment, on_error, layout.slot(payload, task.slot),
                              labels[task.slot], stale_below, transform)
             reader.end_batch()
-            conn.send(replace(done, busy_seconds=time.perf_counter() - started,
+            conn.send(replace(done, busy_seconds=time.perf_counter() - started, cpu_seconds=time.process_time() - cpu,
                               transform_seconds=(transform.cpu_seconds - transformed) if transform else 0.0))
     finally:
         del payload, labels, stale_below
@@ -297,7 +299,8 @@ class WorkerEngine:
             images = self.layout.images(self.layout.slot(self._payload, done.slot), n)
             if needed == len(batches) - 1:  # before the last yield: a consumer that stops after
                 self._ahead = coming  # len() batches (Lightning) never resumes this generator
-            yield Batch(images, self._labels[done.slot, :n], done.delivered, done.skipped, done.transform_seconds)
+            yield Batch(images, self._labels[done.slot, :n], done.delivered, done.skipped, done.transform_seconds,
+                        done.cpu_seconds)
             free.append(done.slot)
             needed += 1
             if self.autotune and self._window.elapsed() >= TUNE_SECONDS:
