@@ -235,11 +235,13 @@ def test_gpu_augment_honours_scale_ratio_flip_and_mean_std(colour_tree, tmp_path
 
     raw = tmp_path / "raw.iof"
     preprocess(colour_tree, raw, policy=ImagePolicy(format="raw"), val_per_class=2, progress=False, workers=1)
-    recipe = Recipe(scale=(0.6, 0.9), ratio=(0.9, 1.1), flip=False, mean=(0.2, 0.3, 0.4), std=(0.5, 0.4, 0.3))
-    runs = []
-    for gpu_augment in (False, True):
-        with iofeed.loader(raw, batch_size=8, image_size=64, framework="torch", workers=1, augment=recipe,
-                           gpu_augment=gpu_augment, seed=3) as ld:
-            runs.append(torch.cat([images for images, _ in ld]).permute(0, 2, 3, 1).numpy())
-    assert len(runs[0]) == 32
-    assert np.abs(_block_means(runs[0]) - _block_means(runs[1])).mean() < 0.05  # normalised units
+    normalised = Recipe(scale=(0.6, 0.9), ratio=(0.9, 1.1), flip=False, mean=(0.2, 0.3, 0.4), std=(0.5, 0.4, 0.3))
+    for recipe, tolerance in ((normalised, 0.05), (Recipe(scale=(0.6, 0.9), normalize=False), 2.0)):  # 0-255 levels
+        runs = []
+        for gpu_augment in (False, True):
+            with iofeed.loader(raw, batch_size=8, image_size=64, framework="torch", workers=1, augment=recipe,
+                               gpu_augment=gpu_augment, seed=3) as ld:
+                runs.append(torch.cat([images for images, _ in ld]).permute(0, 2, 3, 1).numpy())
+        assert len(runs[0]) == 32 and runs[0].dtype == runs[1].dtype
+        assert (runs[1].dtype == np.uint8) == (not recipe.normalize)
+        assert np.abs(_block_means(runs[0]) - _block_means(runs[1])).mean() < tolerance

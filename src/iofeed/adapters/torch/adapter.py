@@ -66,7 +66,7 @@ class TorchAdapter:
     def __call__(self, batch: Batch) -> tuple[Any, Any]:
         images = batch.images
         as_is = isinstance(images, np.ndarray) and images.dtype != np.uint8  # a sample transform's floats
-        labels = torch.from_numpy(np.array(batch.labels, np.int64))  # a copy: the batch's array is reused
+        labels = torch.from_numpy(np.array(batch.labels))  # a copy in its own dtype: the batch's array is reused
         if isinstance(images, PackedImages):
             images, labels = self._augment_packed(images, labels)
         elif isinstance(images, np.ndarray):
