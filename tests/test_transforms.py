@@ -195,3 +195,18 @@ def test_torchvision_chw_output_is_stored_as_hwc(colour_dataset):
     with iofeed.loader(colour_dataset, workers=1, split="val", **SMALL) as ld:
         plain = [np.array(images) for images, _ in ld]
     assert len(mine) == 2 and all(np.array_equal(a, b) for a, b in zip(mine, plain, strict=True))
+
+
+@pytest.mark.albumentations
+def test_albumentations_compose_is_seeded_through_its_own_generators(colour_dataset):
+    import albumentations as A
+
+    jitter = A.Compose([A.ColorJitter(p=1.0), A.CoarseDropout(p=0.5)])
+    runs = []
+    for workers in (1, 2):
+        with iofeed.loader(colour_dataset, workers=workers, transform=jitter, **SMALL) as ld:
+            runs.append(_epoch(ld))
+    with iofeed.loader(colour_dataset, workers=1, **SMALL) as ld:
+        plain = _epoch(ld)
+    assert len(runs[0]) == 8 and runs[0] == runs[1] and runs[0] != plain
+    assert len({pixels for _, pixels in runs[0]}) == 8

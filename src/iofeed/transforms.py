@@ -59,7 +59,8 @@ def check_batch_transform(fn: Any) -> None:
 
 def _check_callable(option: str, fn: Any) -> None:
     if not callable(fn):
-        raise OptionError(f"{option}={fn!r} is not callable: pass a function or a transform object (or None)")
+        shown = (repr(fn).splitlines() or [""])[0][:80]
+        raise OptionError(f"{option}={shown} is not callable: pass a function or a transform object (or None)")
 
 
 def takes_rng(fn: Any) -> bool:
