@@ -210,3 +210,23 @@ def test_albumentations_compose_is_seeded_through_its_own_generators(colour_data
         plain = _epoch(ld)
     assert len(runs[0]) == 8 and runs[0] == runs[1] and runs[0] != plain
     assert len({pixels for _, pixels in runs[0]}) == 8
+
+
+@pytest.mark.gpu
+@pytest.mark.torchvision
+def test_batch_transform_on_the_gpu_is_seeded_and_leaves_the_callers_cuda_rng_alone(colour_dataset):
+    import torch
+    from torchvision.transforms import v2
+
+    mix = v2.RandomChoice([v2.MixUp(num_classes=4), v2.CutMix(num_classes=4)])
+    torch.cuda.manual_seed(1)
+    expected = torch.rand(3, device="cuda")
+    torch.cuda.manual_seed(1)
+    runs = []
+    for workers in (1, 2):
+        with iofeed.loader(colour_dataset, workers=workers, framework="torch", device="cuda", batch_transform=mix,
+                           **SMALL) as ld:
+            runs.append([(images.cpu(), labels.cpu()) for images, labels in ld])
+    assert torch.equal(torch.rand(3, device="cuda"), expected)
+    assert all(torch.equal(a, b) and torch.equal(la, lb) for (a, la), (b, lb) in zip(*runs, strict=True))
+    assert runs[0][0][1].shape == (4, 4) and runs[0][0][0].is_floating_point()
