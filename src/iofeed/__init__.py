@@ -5,5 +5,6 @@ __version__ = "0.1.0"
 
 from .errors import IofeedError  # noqa: E402
 from .loader import Loader, loader  # noqa: E402
+from .recipe import PRESETS, Recipe  # noqa: E402
 
-__all__ = ["IofeedError", "Loader", "__version__", "loader"]
+__all__ = ["PRESETS", "IofeedError", "Loader", "Recipe", "__version__", "loader"]

@@ -14,18 +14,20 @@ import numpy as np
 
 from .adapters.base import Adapter
 from .adapters.registry import ADAPTERS
-from .backends.base import Backend, Batch
-from .backends.select import make_engine
+from .backends.base import Backend, Batch, BatchKey
+from .backends.select import choice_notes, engine_name, make_engine
 from .backends.skips import DEFAULT_MAX_SKIPPED, EpochSkips, check_scanned
 from .device import usable_device
 from .errors import LoaderStateError
 from .options import LoaderOptions, distributed_rank_world
 from .order import OrderSpec
 from .prepare.scan import reason_kind
+from .recipe import Recipe
 from .remote.prefetch import NoPrefetch, Prefetcher, prefetcher_for
 from .resume import Progress, fingerprint, parse
 from .resume import state as resume_state
 from .samples import SampleSource, open_source
+from .statsfile import StatsWriter
 from .targets import SampleTargets, open_targets
 
 
@@ -42,13 +44,25 @@ class LoaderStats:
     fixed: dict[str, Any] = field(default_factory=dict)  # the loader's settings that do not change
     fetched: dict[str, float] = field(default_factory=dict)  # streamed datasets: shards, bytes, seconds downloaded
     live: Callable[[], dict[str, Any]] | None = field(default=None, repr=False)  # the engine's settings now
+    transform_seconds: float = 0.0  # CPU time of the per-sample `transform=`, over `images` delivered
+    worker_cpu_seconds: float = 0.0  # CPU time of the workers engine's processes for the batches delivered
 
     @property
     def settings(self) -> dict[str, Any]:
         """The loader's settings as they are now: `fixed` and the engine's (`Backend.describe()`), so the
         worker count, prefetch depth and the autotuner's `decisions` (after_seconds, workers, reason)
-        follow the autotuner. A new dict at each read."""
-        return {**self.fixed, **(self.live() if self.live is not None else {})}
+        follow the autotuner; what `backend="auto"` chose comes first in `decisions`. A new dict at
+        each read."""
+        live = self.live() if self.live is not None else {}
+        decisions = [*self.fixed.get("decisions", []), *live.get("decisions", [])]
+        return {**self.fixed, **live, **({"decisions": decisions} if decisions else {})}
+
+    @property
+    def transform_ms_per_image(self) -> float | None:
+        """CPU milliseconds the per-sample transform took per delivered image (None without one)."""
+        if not self.settings.get("transform") or not self.images:
+            return None
+        return 1000.0 * self.transform_seconds / self.images
 
     def as_dict(self) -> dict[str, Any]:
         """Plain-JSON form."""
@@ -61,6 +75,9 @@ class LoaderStats:
             "wait_seconds": self.wait_seconds,
             "settings": self.settings,
             "fetched": dict(self.fetched),
+            "transform_seconds": self.transform_seconds,
+            "worker_cpu_seconds": self.worker_cpu_seconds,
+            "transform_ms_per_image": self.transform_ms_per_image,
         }
 
 
@@ -88,6 +105,7 @@ class Loader:
         self.stats = LoaderStats(skipped=Counter(source.rejected), live=backend.describe)
         self.stats.fixed = {"samples": len(source), "rank": order.rank, "world_size": order.world_size,
                             "batch_size": order.batch_size, "image_size": options.image_size}
+        self._stats_file = StatsWriter.from_env()  # for `iofeed doctor`, when it traces this process
 
     def __len__(self) -> int:
         """Batches an epoch holds at most: a resumed epoch may hold more (those counted before the
@@ -127,6 +145,8 @@ class Loader:
         if skips is None or skips.epoch != epoch or start == 0:  # a pass that continues an epoch keeps its count
             skips = self._skips = EpochSkips(epoch, sum(len(b) for b in batches), self.options.max_skipped,
                                              whole=start == 0)
+        if self._stats_file is not None:
+            self._stats_file.started()
         try:
             stream = self.backend.run(epoch, batches, start, self.order.rank, following)
             while True:
@@ -143,6 +163,9 @@ class Loader:
                 self.stats.wait_seconds += time.perf_counter() - asked
                 self._record(batch)
                 skips.add(batch, self.source.path_of)
+                if self._stats_file is not None:
+                    self._stats_file.maybe_write(self._snapshot)
+                batch.key = BatchKey(self.order.seed, epoch, self.order.rank, position)
                 position += 1
                 self._position = position
                 if position == len(batches):  # complete once its last batch is out: a consumer that
@@ -171,6 +194,8 @@ class Loader:
             self.last_indices = batch.indices
             self.stats.images += len(batch.indices)
             self.stats.batches += 1
+            self.stats.transform_seconds += batch.transform_seconds
+            self.stats.worker_cpu_seconds += batch.cpu_seconds
         else:
             self.stats.skipped_batches += 1
         for index, reason in batch.skipped:
@@ -206,6 +231,10 @@ class Loader:
             self._identity = fingerprint(self.source)
         return self._identity
 
+    def _snapshot(self) -> dict[str, Any]:
+        """The stats as plain JSON, with the workers taking tasks now."""
+        return {**self.stats.as_dict(), "workers": self.backend.describe().get("workers")}
+
     def _count_fetched(self) -> None:
         """Update `stats.fetched` from the node's fetch log (streamed datasets)."""
         if self.source.remote is not None:
@@ -219,6 +248,8 @@ class Loader:
         """Stop workers and free shared memory (idempotent); batches already taken stay valid."""
         if not self._closed:
             self._count_fetched()
+            if self._stats_file is not None:
+                self._stats_file.write(self._snapshot())
         self._closed = True
         self._fetching.close()
         self.backend.close()
@@ -236,7 +267,7 @@ def loader(
     split: str = "train",
     batch_size: int,
     image_size: int = 224,
-    augment: bool | None = None,
+    augment: bool | str | Recipe | None = None,
     framework: str = "numpy",
     device: Any = None,
     dtype: Any = None,
@@ -257,6 +288,8 @@ def loader(
     target: str = "class",
     extras: bool = False,
     max_skipped: float | None = DEFAULT_MAX_SKIPPED,
+    transform: Any = None,
+    batch_transform: Any = None,
 ) -> Any:
     """A loader over an iofeed dataset or an image folder: a `Loader` (numpy, torch) or a
     `tf.data.Dataset` (tf). Every argument is checked before any work starts; a bad one raises a
@@ -270,12 +303,20 @@ def loader(
         batch_size: samples per batch (an int >= 1). With `drop_last`, it may not exceed the
             samples of the split on this rank (that would be no batch at all).
         image_size: side of the square output images in pixels (an int >= 8).
-        augment: random-resized crop (area 0.08–1, ratio 3/4–4/3) and horizontal flip when True,
-            resize + centre crop (0.875) when False. Default: True for `split="train"` only.
+        augment: the built-in steps, an `iofeed.Recipe` or a preset name: "imagenet" (the default:
+            random-resized crop of area 0.08–1 and ratio 3/4–4/3, horizontal flip, bilinear,
+            ImageNet mean/std; evaluation: centre crop of 0.875), "finetune" (area 0.35–1),
+            "timm" (bicubic), "inception" (bicubic, mean = std = 0.5) or "uint8" (no
+            normalisation). `Recipe(scale=, ratio=, flip=, crop_fraction=, interpolation=
+            "bilinear"|"bicubic"|"area", mean=, std=, normalize=, train=)` sets each step; True
+            and False force the random crop or the centre crop; None (default) augments the
+            train split only. Every engine does every step or refuses it naming the one that
+            can ("area": workers only; `gpu_augment`: bilinear only).
         framework: "numpy" yields (uint8 NHWC views, int64 labels) — views valid until the next
-            batch; "torch" yields normalised (ImageNet mean/std) NCHW channels_last tensors and
+            batch; "torch" yields normalised (the recipe's mean/std) NCHW channels_last tensors and
             int64 labels on `device`; "tf" returns a `tf.data.Dataset` of normalised float32
-            NHWC images (`dataset.iofeed_loader` is the Loader).
+            NHWC images (`dataset.iofeed_loader` is the Loader). With `normalize=False` in the
+            recipe, torch and tf hand out uint8 images.
         device: where batches end up: None or "cpu", "cuda", "cuda:N", an ordinal or a
             `torch.device`. The DALI engine decodes there; the torch adapter copies there. A CUDA
             device this process cannot see (no GPU) is refused at once: pass "cpu".
@@ -329,6 +370,28 @@ def loader(
         extras: with True each batch is (images, labels, extras), `extras` the list of the
             samples' extra JSON values (None where a sample has none), as the dataset stores them
             (`json` members: WebDataset json, labels-file columns). Not with framework="tf".
+        transform: your own per-sample augmentation, run in the worker processes on each
+            image after iofeed's crop and resize: `transform(image)` with `image` uint8 HWC
+            (numpy), returning uint8 or float32 HWC (a torch tensor: CHW, as torchvision
+            returns it) of one fixed shape, probed on a first image. A torchvision v2
+            transform (start it with `v2.ToImage()`), an albumentations `Compose` (called as
+            `t(image=...)`, seeded through `set_random_seed`) or a function. It must be
+            picklable and importable: a lambda, or a function defined in `__main__`, is refused.
+            Before each call Python's `random`, numpy's global RNG and torch's RNG are seeded
+            from (seed, epoch, rank, batch, position), and a callable with an `rng` parameter
+            gets a seeded `numpy.random.Generator`: the same pixels whatever the worker count,
+            and exact resume. A transform that raises follows `on_error` (skipped and counted
+            under "transform NAME raised ...", or a `SampleError` naming the file). uint8
+            output is normalised by the adapter; float32 output is handed over as it is. Its
+            CPU time is `stats.transform_ms_per_image`. Workers engine only (`backend="auto"`
+            picks it; "dali" and `gpu_augment` refuse it).
+        batch_transform: your own per-batch step `(images, labels) -> (images, labels)`, run in
+            this process on each batch where it ends up (on `device`, after normalisation):
+            torchvision v2 `MixUp`/`CutMix` (labels become soft), kornia on GPU tensors, or for
+            `framework="tf"` a function of tf tensors, run inside the dataset's `.map` (it may
+            take `seed=`, a stateless-RNG seed tensor). Seeded per batch from (seed, epoch, rank,
+            batch) — torch's, numpy's and Python's RNGs, restored after the call — and given
+            `rng=` when it takes one. Any engine.
 
     `source` may also be the s3://, gs:// or http(s):// URL of an iofeed dataset (`pip install
     'iofeed[s3]'`, `[gcs]`, `[http]`; credentials and endpoint the standard way): its shards are
@@ -346,7 +409,8 @@ def loader(
         device=usable_device(device), dtype=dtype, backend=backend, workers=workers, prefetch=prefetch, seed=seed,
         rank=rank, world_size=world_size, drop_last=drop_last, on_error=on_error, memory_budget=memory_budget,
         gpu_augment=gpu_augment, shuffle=shuffle, block_shards=block_shards, cache_dir=cache_dir,
-        cache_limit=cache_limit, target=target, extras=extras, max_skipped=max_skipped,
+        cache_limit=cache_limit, target=target, extras=extras, max_skipped=max_skipped, transform=transform,
+        batch_transform=batch_transform,
     )
     adapter = ADAPTERS[framework].load().from_options(options)  # imports the framework now, not before
     data = open_source(source, split, cache_dir=options.cache_dir, cache_limit=options.cache_limit)
@@ -355,4 +419,6 @@ def loader(
     if data.remote is not None:
         data.remote.fit_order(order)
     targets = open_targets(source, split, data) if target != "class" or extras else None
-    return adapter.wrap(Loader(data, order, make_engine(options, data), adapter, options, targets))
+    loaded = Loader(data, order, make_engine(options, data), adapter, options, targets)
+    loaded.stats.fixed["decisions"] = choice_notes(options, engine_name(options, data))  # what "auto" decided
+    return adapter.wrap(loaded)

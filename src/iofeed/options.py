@@ -4,7 +4,7 @@ from __future__ import annotations
 import numbers
 import os
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -16,7 +16,9 @@ from .backends.skips import DEFAULT_MAX_SKIPPED, check_max_skipped
 from .errors import OptionError
 from .image.boxes import Augment
 from .order import SHUFFLES, OrderSpec
+from .recipe import Recipe, recipe_of
 from .targets import check_target_options
+from .transforms import Output, check_batch_transform, check_sample_transform, probe_output
 
 
 @dataclass(frozen=True)
@@ -29,7 +31,7 @@ class LoaderOptions:
     batch_size: int
     split: str = "train"
     image_size: int = 224
-    augment: bool | None = None
+    augment: bool | str | Recipe | None = None  # see `recipe`
     framework: str = "numpy"
     device: Any = None  # the one device of this loader: the engine decodes and the adapter copies there
     dtype: Any = None
@@ -50,6 +52,9 @@ class LoaderOptions:
     target: str = "class"  # "multi_hot": float32 (batch, classes) labels (targets.py)
     extras: bool = False  # each batch also carries its samples' extras (any JSON)
     max_skipped: float | None = DEFAULT_MAX_SKIPPED  # share of an epoch's samples that may be skipped
+    transform: Any = None  # per sample, in the workers (see `iofeed.transforms`)
+    batch_transform: Any = None  # per batch, in the adapter
+    transform_output: Output | None = field(default=None, init=False)  # what `transform` returns, probed
 
     def __post_init__(self) -> None:
         check_target_options(self.target, self.extras, self.framework)
@@ -58,7 +63,7 @@ class LoaderOptions:
         for name, minimum in (("workers", 1), ("prefetch", 1), ("memory_budget", 1), ("world_size", 1), ("rank", 0),
                               ("cache_limit", 1)):
             self._integer(name, minimum, optional=True)
-        for name in ("augment", "drop_last", "gpu_augment"):
+        for name in ("drop_last", "gpu_augment"):
             value = getattr(self, name)
             if not (isinstance(value, bool) or (value is None and name != "gpu_augment")):
                 raise OptionError(f"{name} must be True or False, got {value!r}")
@@ -74,7 +79,11 @@ class LoaderOptions:
                               f"({type(self.cache_dir).__name__})")
         object.__setattr__(self, "max_skipped", check_max_skipped(self.max_skipped))
         self._check_placement()
+        check_sample_transform(self.transform)
+        check_batch_transform(self.batch_transform)
         self._check_combinations()
+        if self.transform is not None:
+            object.__setattr__(self, "transform_output", probe_output(self.transform, self.image_size))
 
     def _integer(self, name: str, minimum: int, optional: bool) -> None:
         value = getattr(self, name)
@@ -101,6 +110,7 @@ class LoaderOptions:
             raise OptionError(f"gpu_augment=True needs framework={_either(ADAPTERS.having('packs'))} and "
                               f"backend={_either((AUTO, *ENGINES.having('packs')))}, got framework={self.framework!r}"
                               f", backend={self.backend!r}")
+        self._check_recipe()
         if self.dtype is not None and not adapter.dtype:
             raise OptionError(f"dtype={self.dtype!r} is for framework={_either(ADAPTERS.having('dtype'))}: "
                               f"framework={self.framework!r} has a fixed dtype (drop dtype=)")
@@ -110,15 +120,45 @@ class LoaderOptions:
             raise OptionError(f"dtype={self.dtype!r} is not a floating-point torch dtype: pass torch.float32 (the "
                               "default), torch.float16 or torch.bfloat16")
 
+    def _check_recipe(self) -> None:
+        """The built-in steps and the user's transform against the engine and `gpu_augment`."""
+        recipe = self.recipe
+        if self.backend != AUTO:
+            caps = ENGINES.caps(self.backend)
+            if recipe.interpolation not in caps.interpolations:
+                able = ENGINES.having_value("interpolations", recipe.interpolation)
+                raise OptionError(f"interpolation={recipe.interpolation!r} is not done by backend={self.backend!r}: "
+                                  f"use backend={_either(able)}, or one of {', '.join(caps.interpolations)}")
+            if self.transform is not None and not caps.runs_transforms:
+                raise OptionError(f"transform= runs in worker processes, not in backend={self.backend!r} (its "
+                                  f"pipeline calls no Python per sample): pass backend="
+                                  f"{_either(ENGINES.having('runs_transforms'))} or 'auto'")
+        if self.dtype is not None and not recipe.normalize:
+            raise OptionError(f"dtype={self.dtype!r} is the dtype of normalised images, and the recipe has "
+                              "normalize=False (uint8 images): drop one of them")
+        if self.gpu_augment and recipe.interpolation != "bilinear":
+            raise OptionError(f"gpu_augment=True resizes bilinear only, got interpolation={recipe.interpolation!r}: "
+                              "drop gpu_augment (the workers resize on the CPU) or use interpolation='bilinear'")
+        if self.gpu_augment and self.transform is not None:
+            raise OptionError("transform= runs on the images the workers crop, and gpu_augment=True crops on the "
+                              "GPU after them: drop gpu_augment (or do the work on the GPU with batch_transform=)")
+
+    @property
+    def recipe(self) -> Recipe:
+        """The built-in steps `augment` stands for (see `iofeed.Recipe`)."""
+        return recipe_of(self.augment)
+
     @property
     def train(self) -> bool:
         """Whether batches are augmented (random-resized crop and flip) rather than centre-cropped."""
-        return self.split == "train" if self.augment is None else self.augment
+        return self.recipe.is_train(self.split)
 
     @property
     def augmentation(self) -> Augment:
-        """The crop and flip policy of every sample."""
-        return Augment(size=self.image_size, train=self.train)
+        """The crop, flip and resize policy of every sample."""
+        r = self.recipe
+        return Augment(size=self.image_size, train=self.train, scale=r.scale, ratio=r.ratio, flip=r.flip,
+                       center_fraction=r.crop_fraction, interpolation=r.interpolation)
 
     @property
     def host(self) -> bool:

@@ -67,3 +67,7 @@ class Registry(Generic[Caps]):
     def having(self, capability: str) -> tuple[str, ...]:
         """Names whose capabilities have `capability` set (true)."""
         return tuple(name for name, entry in self._entries.items() if getattr(entry.caps, capability))
+
+    def having_value(self, capability: str, value: object) -> tuple[str, ...]:
+        """Names whose capability `capability` (a collection) holds `value`."""
+        return tuple(name for name, entry in self._entries.items() if value in getattr(entry.caps, capability))

@@ -20,9 +20,10 @@ from typing import Any
 import numpy as np
 import pytest
 
-from iofeed.errors import SampleError
+from iofeed.errors import OptionError, SampleError
 
 from .runs import slot_memory
+from .transforms import flaky, jitter, roll_batch
 
 MakeLoader = Callable[..., Any]
 SMALL = {"image_size": 64, "workers": 2}  # every check runs small: tiny images, two workers or threads
@@ -160,6 +161,58 @@ def check_close_is_idempotent_and_frees_shared_memory(make: MakeLoader, data: Co
     assert slot_memory() == before
 
 
+def own_transforms(make: MakeLoader, data: ContractData, transform: Any = jitter) -> dict[str, Any]:
+    """A random per-sample `transform` and a random batch transform; an engine that refuses
+    sample transforms gets the batch transform only, once its refusal is checked to name the
+    engine that runs them."""
+    try:
+        make(data.dataset, batch_size=4, transform=transform, **SMALL).close()
+    except OptionError as exc:
+        assert "transform=" in str(exc) and "backend='workers'" in str(exc) and "\n" not in str(exc)
+        return {"batch_transform": roll_batch}
+    return {"transform": transform, "batch_transform": roll_batch}
+
+
+def check_own_transforms_independent_of_worker_count(make: MakeLoader, data: ContractData) -> None:
+    """Random transforms of one's own give the same pixels with one worker as with two, and change them."""
+    mine = own_transforms(make, data)
+    runs = []
+    for workers, extra in ((1, mine), (2, mine), (1, {})):
+        with make(data.dataset, batch_size=4, seed=7, **{**SMALL, "workers": workers}, **extra) as ld:
+            runs.append(epoch(ld))
+    assert len(runs[0]) >= 6 and runs[0] == runs[1]
+    assert [pixels for *_, pixels in runs[0]] != [pixels for *_, pixels in runs[2]], "the transforms ran"
+
+
+def check_own_transforms_resume_mid_epoch(make: MakeLoader, data: ContractData) -> None:
+    """With random transforms of one's own, a resumed loader yields exactly the rest of the epoch."""
+    mine = own_transforms(make, data)
+    with make(data.dataset, batch_size=4, seed=5, **SMALL, **mine) as ld:
+        ld.set_epoch(1)
+        full = epoch(ld)
+        ld.set_epoch(1)
+        for k, _ in enumerate(ld, start=1):
+            if k == 2:
+                state = ld.state_dict()
+                break
+    with make(data.dataset, batch_size=4, seed=5, **SMALL, **mine) as resumed:
+        resumed.load_state_dict(state)
+        assert epoch(resumed) == full[2:]
+
+
+def check_transform_failures_are_counted(make: MakeLoader, data: ContractData) -> None:
+    """A transform that raises on some samples: they are skipped and counted under its name."""
+    mine = own_transforms(make, data, flaky)
+    if "transform" not in mine:
+        return  # refused, and the refusal checked
+    with make(data.dataset, batch_size=4, drop_last=False, **SMALL, **mine) as ld:
+        delivered = [i for indices, _, _ in epoch(ld) for i in indices]
+        stats = ld.stats
+    kind = "transform helpers.transforms.flaky raised ValueError"
+    assert 0 < stats.skipped[kind] and len(delivered) + stats.skipped[kind] == len(ld.source)
+    assert stats.images == len(delivered) == len(set(delivered))
+
+
 CHECKS: tuple[Callable[[MakeLoader, ContractData], None], ...] = (
     check_order_independent_of_worker_count,
     check_resume_mid_epoch,
@@ -168,4 +221,7 @@ CHECKS: tuple[Callable[[MakeLoader, ContractData], None], ...] = (
     check_raise_names_the_file,
     check_fully_skipped_batches_are_not_delivered,
     check_close_is_idempotent_and_frees_shared_memory,
+    check_own_transforms_independent_of_worker_count,
+    check_own_transforms_resume_mid_epoch,
+    check_transform_failures_are_counted,
 )

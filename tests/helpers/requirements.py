@@ -14,6 +14,7 @@ MODULES = {
     "matplotlib": "matplotlib",
     "pyarrow": "pyarrow",
     "datasets": "datasets",
+    "albumentations": "albumentations",
 }
 
 

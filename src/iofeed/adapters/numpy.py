@@ -1,10 +1,13 @@
 """numpy adapter: uint8 NHWC images and int64 labels, without copying."""
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from ..backends.base import Batch
 from ..options import LoaderOptions
+from ..transforms import BatchTransform
 from .base import EpochLoader
 
 
@@ -15,15 +18,22 @@ def to_numpy(batch: Batch) -> tuple[np.ndarray, np.ndarray]:
 
 
 class NumpyAdapter:
-    """The numpy framework: `to_numpy` per batch; `iofeed.loader` returns the Loader itself."""
+    """The numpy framework: `to_numpy` per batch, then the `batch_transform` if any; `iofeed.loader`
+    returns the Loader itself. (Images stay uint8: the recipe's mean/std are for torch and tf.)"""
+
+    def __init__(self, batch_transform: Any = None) -> None:
+        self._batch_transform = None if batch_transform is None else BatchTransform(batch_transform)
 
     @classmethod
     def from_options(cls, options: LoaderOptions) -> NumpyAdapter:
-        """The adapter for `options` (it has nothing to set up)."""
-        return cls()
+        """The adapter for `options`: its batch transform."""
+        return cls(options.batch_transform)
 
     def __call__(self, batch: Batch) -> tuple[np.ndarray, np.ndarray]:
-        return to_numpy(batch)
+        images, labels = to_numpy(batch)
+        if self._batch_transform is not None:
+            return self._batch_transform(images, labels, batch.key)
+        return images, labels
 
     def wrap(self, loader: EpochLoader) -> EpochLoader:
         """The loader itself."""

@@ -10,29 +10,40 @@ import tensorflow as tf
 
 from ..backends.base import Batch
 from ..options import LoaderOptions
+from ..transforms import batch_seed, takes
 from .base import EpochLoader
-from .normalize import uint8_affine
+from .normalize import IMAGENET_AFFINE, Affine, options_affine
 from .numpy import to_numpy
 
 
 class TfAdapter:
     """The tf framework: numpy batches from the engine, and `iofeed.loader` returns
-    `to_tf_dataset(loader)`, an explicit wrapper over the Loader."""
+    `to_tf_dataset(loader, ...)`, an explicit wrapper over the Loader, normalised with the
+    recipe's mean/std and followed by the `batch_transform` if any."""
+
+    def __init__(self, affine: Affine | None = IMAGENET_AFFINE, batch_transform: Any = None,
+                 sample: tuple[tuple[int, ...], Any] | None = None) -> None:
+        self.affine, self.batch_transform, self.sample = affine, batch_transform, sample
 
     @classmethod
     def from_options(cls, options: LoaderOptions) -> TfAdapter:
-        """The adapter for `options` (it has nothing to set up)."""
-        return cls()
+        """The adapter for `options`: normalisation, batch transform, a sample transform's output."""
+        output = options.transform_output
+        return cls(options_affine(options), options.batch_transform,
+                   None if output is None else (output.shape, tf.as_dtype(output.dtype)))
 
-    def __call__(self, batch: Batch) -> tuple[np.ndarray, np.ndarray]:
-        return to_numpy(batch)
+    def __call__(self, batch: Batch) -> tuple[np.ndarray, ...]:
+        if self.batch_transform is None:
+            return to_numpy(batch)
+        return (*to_numpy(batch), batch_seed(batch.key))  # the batch transform's seed rides along
 
     def wrap(self, loader: EpochLoader) -> tf.data.Dataset:
         """The dataset over `loader`."""
-        return to_tf_dataset(loader)
+        return to_tf_dataset(loader, self.affine, self.batch_transform, self.sample)
 
 
-def to_tf_dataset(loader: EpochLoader) -> tf.data.Dataset:
+def to_tf_dataset(loader: EpochLoader, affine: Affine | None = IMAGENET_AFFINE, batch_transform: Any = None,
+                  sample: tuple[tuple[int, ...], Any] | None = None) -> tf.data.Dataset:
     """A `tf.data.Dataset` of (images float32 NHWC (None, S, S, 3), labels int64 (None,)), or
     float32 (None, classes) labels for `target="multi_hot"`.
 
@@ -57,6 +68,11 @@ def to_tf_dataset(loader: EpochLoader) -> tf.data.Dataset:
     iterators are all gone (TensorFlow keeps the generator function for the life of the process,
     so that function refers to the Loader only weakly). An iterator still running when the Loader
     is closed stops there: asking it for more raises the Loader's one-line error.
+
+    `affine` None keeps uint8 images; float32 images (a sample transform's output, of shape and
+    dtype `sample`) are not normalised. `batch_transform(images, labels)` runs inside the `.map`
+    after normalisation, given `seed=` (an int64 pair per batch, for stateless random ops) when it
+    takes one.
     """
     size = loader.image_size
     state: dict[str, Any] = {"active": None}  # the token of the iteration now running
@@ -77,27 +93,33 @@ def to_tf_dataset(loader: EpochLoader) -> tf.data.Dataset:
                     if state["active"] is not token:  # a newer iteration ends this one
                         return
                     try:
-                        images, labels = next(batches)
+                        images, labels, *seed = next(batches)
                     except StopIteration:
                         state["active"] = None
                         return
                     images, labels = np.array(images, copy=True, order="C"), np.array(labels, label_dtype, copy=True)
-                yield images, labels
+                yield images, labels, *seed
         finally:
             batches.close()
 
     multi_hot = loader.options.target == "multi_hot"  # float32 (batch, classes) labels
     label_dtype = np.float32 if multi_hot else np.int64
+    shape, dtype = sample or ((size, size, 3), tf.uint8)
     signature = (
-        tf.TensorSpec(shape=(None, size, size, 3), dtype=tf.uint8),
+        tf.TensorSpec(shape=(None, *shape), dtype=dtype),
         tf.TensorSpec(shape=(None, len(loader.source.classes)) if multi_hot else (None,),
                       dtype=tf.float32 if multi_hot else tf.int64),
-    )
-    scale, shift = (tf.constant(values, tf.float32) for values in uint8_affine())
+    ) + ((tf.TensorSpec(shape=(2,), dtype=tf.int64),) if batch_transform is not None else ())
+    scale, shift = (tf.constant(values, tf.float32) for values in (affine or IMAGENET_AFFINE))
+    seeded = batch_transform is not None and takes(batch_transform, "seed")
 
-    def normalise(images: Any, labels: Any) -> tuple[Any, Any]:
+    def normalise(images: Any, labels: Any, *seed: Any) -> tuple[Any, Any]:
         # per-channel affine in NHWC order: x * scale + shift == (x / 255 - mean) / std
-        return tf.cast(images, tf.float32) * scale + shift, labels
+        if affine is not None and dtype == tf.uint8:
+            images = tf.cast(images, tf.float32) * scale + shift
+        if batch_transform is None:
+            return images, labels
+        return batch_transform(images, labels, seed=seed[0]) if seeded else batch_transform(images, labels)
 
     dataset = (
         tf.data.Dataset.from_generator(generate, output_signature=signature)

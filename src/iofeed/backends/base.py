@@ -22,9 +22,12 @@ class Batch:
     samples were all skipped has no images (`indices` empty)."""
 
     images: Any
-    labels: np.ndarray  # int64
+    labels: np.ndarray  # int64 class indices (a dataset may also hold float targets: kept as they are)
     indices: np.ndarray  # sample indices delivered, in order
     skipped: list[tuple[int, str]] = field(default_factory=list)  # (sample index, reason)
+    transform_seconds: float = 0.0  # CPU time the user's per-sample transform took for this batch
+    cpu_seconds: float = 0.0  # CPU time the worker took for the whole batch (workers engine)
+    key: BatchKey | None = None  # its RNG key, set by the loader (seeds `batch_transform`)
 
 
 class Backend(Protocol):

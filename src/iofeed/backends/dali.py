@@ -327,8 +327,9 @@ class DaliEngine:
                 images = fn.decoders.image_slice(encoded, anchor, shape, device="mixed", output_type=types.RGB,
                                                  hw_decoder_load=self.hw_decoder_load)
             side = self._augment.size
+            interp = {"bilinear": types.INTERP_LINEAR, "bicubic": types.INTERP_CUBIC}[self._augment.interpolation]
             images = fn.resize(images, size=[side, side], roi_start=roi_start, roi_end=roi_end,
-                               interp_type=types.INTERP_LINEAR, antialias=True)
+                               interp_type=interp, antialias=True)
             pipe.set_outputs(images)
         try:
             pipe.build()

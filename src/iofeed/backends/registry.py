@@ -14,13 +14,17 @@ class EngineCaps:
     packs: bool  # hands over packed batches (stored pixels + crop boxes) for `gpu_augment`
     needs_gpu: bool  # "auto" picks it only for a CUDA `device` with a GPU present
     requires: str | None = None  # module it needs installed ("auto" looks for it without importing)
+    runs_transforms: bool = False  # calls the user's per-sample `transform=` (Python, per sample)
+    interpolations: tuple[str, ...] = ("bilinear",)  # the resize filters it does (see `iofeed.Recipe`)
 
 
 # In order of preference for backend="auto". An entry's target is called as `target(source, options)`.
 ENGINES: Registry[EngineCaps] = Registry("backend", {
     "dali": Entry("iofeed.backends.dali:DaliEngine",
-                  EngineCaps(reads_raw=False, packs=False, needs_gpu=True, requires="nvidia.dali"), extra="dali"),
+                  EngineCaps(reads_raw=False, packs=False, needs_gpu=True, requires="nvidia.dali",
+                             interpolations=("bilinear", "bicubic")), extra="dali"),
     "workers": Entry("iofeed.backends.workers.engine:make_worker_engine",
-                     EngineCaps(reads_raw=True, packs=True, needs_gpu=False)),
+                     EngineCaps(reads_raw=True, packs=True, needs_gpu=False, runs_transforms=True,
+                                interpolations=("bilinear", "bicubic", "area"))),
 })
 AUTO = "auto"

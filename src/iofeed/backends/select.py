@@ -30,9 +30,22 @@ def fits(caps: EngineCaps, options: LoaderOptions, source: SampleSource) -> bool
     """Whether "auto" may pick an engine of `caps` here (nothing is imported)."""
     if source.has_raw() and not caps.reads_raw or options.gpu_augment and not caps.packs:
         return False
+    if options.transform is not None and not caps.runs_transforms:
+        return False
+    if options.recipe.interpolation not in caps.interpolations:
+        return False
     if caps.needs_gpu and not (options.cuda and gpu_present()):
         return False
     return caps.requires is None or _installed(caps.requires)
+
+
+def choice_notes(options: LoaderOptions, chosen: str) -> list[str]:
+    """What `backend="auto"` decided from the options themselves, for `stats.settings["decisions"]`."""
+    if options.backend != AUTO or options.transform is None:
+        return []
+    passed = [name for name in ENGINES.names() if not ENGINES.caps(name).runs_transforms]
+    return [f"backend='auto' chose {chosen!r}: transform= runs only in worker processes"
+            + (f" ({', '.join(passed)} cannot run it)" if passed else "")]
 
 
 def make_engine(options: LoaderOptions, source: SampleSource) -> Backend:

@@ -1,7 +1,8 @@
 """The loaders under test ("feeds"): each yields (float normalised NCHW images, int64 labels) forever.
 
 Every feed does the same work: 224 px random-resized-crop (area 0.08–1, ratio 3/4–4/3),
-horizontal flip, ImageNet normalisation, batches of the same size, on the same device.
+horizontal flip, ImageNet normalisation, batches of the same size, on the same device. The
+recipe pair adds torchvision's reference recipe (`recipe.py`); its labels are soft (MixUp/CutMix).
 """
 from __future__ import annotations
 
@@ -30,6 +31,7 @@ class FeedCaps:
     gpu_augment: bool = False  # crop, resize and flip on the GPU (needs one)
     workers: int | None = None  # a fixed worker count (otherwise `--workers`)
     stream: str = ""  # streamed from the local S3 endpoint: "cold" (10% cache) or "warm" (all cached)
+    recipe: bool = False  # torchvision's reference recipe (`benchmark/recipe.py`) instead of crop + flip
 
 
 _HERE = "iofeed.benchmark.feeds"
@@ -57,6 +59,12 @@ FEEDS: Registry[FeedCaps] = Registry("feed", {
                                      "already in the node cache", stream="warm")),
     "iofeed-dali": Entry(f"{_HERE}:IofeedFeed",
                          FeedCaps("iofeed", "dataset", "iofeed DALI backend on the preprocessed dataset", True)),
+    "torchvision-recipe": Entry(f"{_HERE}:TorchvisionFeed",
+                                FeedCaps("torchvision", "folder", "torchvision reference recipe (TrivialAugmentWide, "
+                                         "RandomErasing, MixUp/CutMix) in the DataLoader, all cores", recipe=True)),
+    "iofeed-recipe": Entry(f"{_HERE}:IofeedFeed",
+                           FeedCaps("iofeed", "dataset", "the same recipe with iofeed: transform= in its workers, "
+                                    "MixUp/CutMix as batch_transform= on the device", recipe=True)),
     "dali-folder": Entry("iofeed.benchmark.dali_peer:DaliFolderFeed",
                          FeedCaps("dali-peer", "folder", "plain DALI pipeline on the JPEG folder", True)),
     CEILING: Entry(f"{_HERE}:SyntheticFeed",
@@ -126,13 +134,18 @@ class TorchvisionFeed:
             transforms.ToTensor(),
             transforms.Normalize(IMAGENET_MEAN, IMAGENET_STD),
         ])
+        collate = None
+        if spec.entry.recipe:
+            from .recipe import MixingCollate, reference_transform
+
+            transform, collate = reference_transform(spec.image_size), MixingCollate(spec.classes)
         torch.manual_seed(spec.seed)
         self._device = torch.device(spec.device)
         dataset = datasets.ImageFolder(str(find_class_root(spec.source)), transform=transform)
         self._loader = torch.utils.data.DataLoader(
             dataset, batch_size=spec.batch_size, shuffle=True, drop_last=True, num_workers=spec.workers,
             multiprocessing_context="forkserver", persistent_workers=True, prefetch_factor=2,
-            pin_memory=self._device.type == "cuda",
+            pin_memory=self._device.type == "cuda", collate_fn=collate,
         )
         self.capacity = spec.workers * 2
         self.settings = {"workers": spec.workers, "prefetch_factor": 2, "samples": len(dataset)}
@@ -159,10 +172,15 @@ class IofeedFeed:
 
             use_endpoint(spec.endpoint)
             streaming = stream_options(spec.source, spec.entry.stream)
+        recipe: dict[str, Any] = {}
+        if spec.entry.recipe:
+            from .recipe import iofeed_transform, mix
+
+            recipe = {"transform": iofeed_transform(), "batch_transform": mix(spec.classes)}
         self._loader = iofeed.loader(
             spec.source, split="train", batch_size=spec.batch_size, image_size=spec.image_size,
             framework="torch", device=spec.device, backend=backend, workers=spec.workers, seed=spec.seed,
-            gpu_augment=spec.entry.gpu_augment, **streaming,
+            gpu_augment=spec.entry.gpu_augment, **streaming, **recipe,
         )
         self._cache_dir = streaming.get("cache_dir")
         self.settings = dict(self._loader.stats.settings)

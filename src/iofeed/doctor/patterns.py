@@ -13,6 +13,9 @@ so start-up and shut-down do not count. With the GPU mean utilisation below GPU_
 Independently: uneven-gpu-memory (>= 2 GPUs in use, peak memory max/min >= UNEVEN_RATIO and
 >= UNEVEN_MIN_BYTES apart), gpu-unused (GPUs present, never >= 5 %), no-mixed-precision
 (heuristic, from the training script's text: see `precision.py`).
+From the stats each iofeed loader of the command writes (`statsfile.py`), GPU or not:
+transform-bottleneck: the training loop waited for batches TRANSFORM_WAIT of its time while the
+user's per-sample transform took TRANSFORM_SHARE of the workers' CPU time.
 """
 from __future__ import annotations
 
@@ -38,6 +41,8 @@ LOADER_SATURATED = 80.0  # % of one core each loader process uses, on average, f
 UNEVEN_RATIO = 1.5  # max / min peak GPU memory over the GPUs in use
 UNEVEN_MIN_BYTES = 2**30  # ... and at least this far apart
 GIB = 2**30
+TRANSFORM_WAIT = 0.2  # share of the loop's time spent waiting for batches from which the loader holds it back
+TRANSFORM_SHARE = 0.5  # share of the workers' CPU time in the user's transform from which it is the bottleneck
 
 
 def diagnose(trace: Trace, command: list[str] | None = None, source: str | None = None) -> list[Finding]:
@@ -190,3 +195,31 @@ def _uneven_memory(window: Window) -> Finding | None:
         "uneven-gpu-memory", "GPU memory is uneven across GPUs: the DataParallel signature", evidence,
         ["use DistributedDataParallel, one process per GPU: torchrun --nproc_per_node=N train.py",
          "give each rank its part of the data: iofeed.loader(..., rank=rank, world_size=world_size)"])
+
+
+def transform_finding(loaders: list[dict]) -> Finding | None:
+    """"Your transform is the bottleneck", from loaders' stats (`loader.stats.as_dict()` with
+    `workers` and `elapsed_seconds`): the first loader whose consumer waited TRANSFORM_WAIT of its
+    time while its transform took TRANSFORM_SHARE of its workers' CPU time (CPU, not wall time:
+    on a shared machine the workers also wait for a core)."""
+    for stats in loaders:
+        elapsed, workers = stats.get("elapsed_seconds") or 0.0, stats.get("workers") or 1
+        name, spent = stats.get("settings", {}).get("transform"), stats.get("transform_seconds") or 0.0
+        cpu = stats.get("worker_cpu_seconds") or 0.0
+        if not name or elapsed <= 0 or cpu <= 0 or not stats.get("images"):
+            continue
+        waited, share = stats.get("wait_seconds", 0.0) / elapsed, spent / cpu
+        if waited < TRANSFORM_WAIT or share < TRANSFORM_SHARE:
+            continue
+        return Finding(
+            "transform-bottleneck", f"your transform is the bottleneck: {name} holds the loader back",
+            [f"transform {name}: {stats.get('transform_ms_per_image') or 0.0:.1f} CPU ms per image, {share:.0%} of "
+             f"the CPU time of {workers} loader worker(s) (>= {TRANSFORM_SHARE:.0%})",
+             f"the training loop waited for batches {waited:.0%} of {elapsed:.0f} s (>= {TRANSFORM_WAIT:.0%})"],
+            ["move the heavy steps to where the batch ends up: batch_transform= (torchvision v2 or kornia on "
+             "GPU tensors) runs once per batch on the device",
+             "let iofeed do crop, resize, flip and normalisation (augment=iofeed.Recipe(...)): not again in the "
+             "transform",
+             "more workers while cores are idle: iofeed.loader(..., workers=None) autotunes up to the usable cores",
+             "watch the cost as you change it: loader.stats.transform_ms_per_image"])
+    return None

@@ -4,14 +4,16 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import tempfile
 from dataclasses import replace
 from pathlib import Path
 
 from ..errors import OptionError, require
+from ..statsfile import read_stats, stats_folder
 from .checkup import Checkup
 from .data import check_data
 from .environment import check_environment
-from .patterns import diagnose
+from .patterns import diagnose, transform_finding
 from .plot import plot_timeline
 from .report import to_dict
 from .trace import record
@@ -31,8 +33,16 @@ def run_doctor(source: Path | None = None, command: list[str] | None = None, int
         require("matplotlib", "doctor")
     environment = check_environment()
     data = check_data(source) if source is not None else None
-    recording = record(command, interval) if command else None
+    loaders: list[dict] = []
+    recording = None
+    if command:
+        with tempfile.TemporaryDirectory(prefix="iofeed-doctor-") as scratch, stats_folder(Path(scratch)) as folder:
+            recording = record(command, interval)  # iofeed loaders in the command write their stats to `folder`
+            loaders = read_stats(folder)
     findings = diagnose(recording.trace, command, str(source) if source else None) if recording else []
+    transform = transform_finding(loaders)
+    if transform is not None:
+        findings.append(transform)
     if recording is not None:  # how trainers were told from loaders is evidence where the split decides
         findings = [replace(f, evidence=[*f.evidence, *recording.notes]) if f.code in LOADER_SPLIT else f
                     for f in findings]

@@ -19,6 +19,7 @@ class Augment:
     ratio: tuple[float, float] = (3 / 4, 4 / 3)
     flip: bool = True
     center_fraction: float = 0.875  # centre crop of 224 after resizing to 256
+    interpolation: str = "bilinear"  # "bilinear", "bicubic" or "area" (see `image/resize.py`)
 
     def box(self, width: int, height: int, rng: np.random.Generator) -> tuple[Box, bool]:
         """The source box to resize to `size` x `size`, and whether to flip horizontally."""

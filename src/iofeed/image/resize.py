@@ -1,5 +1,6 @@
-"""Crop-and-resize of uint8 RGB pixels into an output slot: antialiased bilinear, with PyTorch's
-vectorised kernel when it is installed (several times faster than Pillow on uint8), else Pillow.
+"""Crop-and-resize of uint8 RGB pixels into an output slot: antialiased bilinear (or bicubic), with
+PyTorch's vectorised kernel when it is installed (several times faster than Pillow on uint8), else
+Pillow; "area" with Pillow's box filter.
 
 Enlarging crops (most random-resized crops of 256 px images) take OpenCV's bilinear when it is
 installed: when enlarging, antialiased bilinear is plain bilinear, so the filter is the same
@@ -39,24 +40,36 @@ def _torch() -> Any:
     return torch
 
 
-def crop_resize(pixels: np.ndarray, box: Box, flip: bool, size: tuple[int, int]) -> np.ndarray:
+# Pillow's filter for each interpolation: the fallback without PyTorch, and "area" always (the
+# pixel-area average: Pillow's box filter, torchvision's InterpolationMode.BOX)
+_PILLOW = {"bilinear": Image.Resampling.BILINEAR, "bicubic": Image.Resampling.BICUBIC, "area": Image.Resampling.BOX}
+
+
+def crop_resize(pixels: np.ndarray, box: Box, flip: bool, size: tuple[int, int],
+                interpolation: str = "bilinear") -> np.ndarray:
     """Cut `box` (left, top, right, bottom) out of `pixels` (H, W, 3 uint8), resize it to `size`
-    (height, width) with antialiased bilinear, flip it horizontally if asked: a new (or torch-owned) array."""
+    (height, width) with antialiased `interpolation` ("bilinear", "bicubic": PyTorch's kernels,
+    as torchvision v2 on uint8 tensors; "area": Pillow's box filter), flip it horizontally if
+    asked: a new (or torch-owned) array."""
     torch = _torch()
-    if torch is None:
-        image = Image.fromarray(pixels).resize(size[::-1], Image.Resampling.BILINEAR, box=box)
+    if torch is None or interpolation == "area":
+        image = Image.fromarray(pixels).resize(size[::-1], _PILLOW[interpolation], box=box)
         return np.asarray(image.transpose(Image.Transpose.FLIP_LEFT_RIGHT) if flip else image)
     resized = torch.nn.functional.interpolate(
-        _crop_tensor(torch, pixels, box), size=size, mode="bilinear", antialias=True, align_corners=False,
+        _crop_tensor(torch, pixels, box), size=size, mode=interpolation, antialias=True, align_corners=False,
     )[0].permute(1, 2, 0)
     return (resized.flip(1) if flip else resized).numpy()
 
 
-def crop_resize_into(pixels: np.ndarray, box: Box, flip: bool, out: np.ndarray) -> None:
+def crop_resize_into(pixels: np.ndarray, box: Box, flip: bool, out: np.ndarray,
+                     interpolation: str = "bilinear") -> None:
     """`crop_resize` to `out`'s (height, width), written into `out` (e.g. a shared-memory slot).
 
-    With OpenCV, enlarging crops are resized by it and every crop is flipped in place by it
-    (numpy's in-place mirror of a 224 px image costs 50x more)."""
+    With OpenCV, enlarging bilinear crops are resized by it and every crop is flipped in place by
+    it (numpy's in-place mirror of a 224 px image costs 50x more)."""
+    if interpolation != "bilinear":
+        out[...] = crop_resize(pixels, box, flip, out.shape[:2], interpolation)
+        return
     cv2 = _cv2()
     if cv2 is None or not out.flags.c_contiguous:  # OpenCV would write into a new array
         _antialiased_into(pixels, box, flip, out)

@@ -10,8 +10,9 @@ import torch
 from ...backends.base import Batch
 from ...backends.workers.packing import PackedImages
 from ...options import LoaderOptions
+from ...transforms import BatchTransform
 from ..base import EpochLoader
-from ..normalize import uint8_affine
+from ..normalize import IMAGENET_AFFINE, Affine, options_affine
 from .gpu_augment import crop_resize_packed
 from .host_to_device import HostToDevice
 
@@ -30,15 +31,24 @@ class TorchAdapter:
 
     Packed batches (`gpu_augment=True`) arrive as stored pixels with crop boxes: they are
     copied as they are, then cropped, resized to `image_size` and flipped on the device.
+
+    `affine` None (a recipe with `normalize=False`) hands out uint8 NCHW (channels_last) instead;
+    float32 images (a sample transform's output) are handed out as they are, in `dtype`. A
+    `batch_transform` runs last, on the device.
     """
 
-    def __init__(self, device: Any = None, dtype: Any = None, image_size: int = 224) -> None:
+    def __init__(self, device: Any = None, dtype: Any = None, image_size: int = 224,
+                 affine: Affine | None = IMAGENET_AFFINE, batch_transform: Any = None) -> None:
         self.device = torch.device(device if device is not None else "cpu")
-        self.dtype = dtype if dtype is not None else torch.float32
+        self.normalising = affine is not None
+        self.dtype = dtype if dtype is not None else (torch.float32 if self.normalising else torch.uint8)
         # per-channel affine in NHWC order: x * scale + shift == (x / 255 - mean) / std, computed
         # in float32 (float64 if asked) and rounded once to a narrower `dtype`
         compute = torch.float64 if self.dtype == torch.float64 else torch.float32
-        self._scale, self._shift = (torch.tensor(v, dtype=compute, device=self.device) for v in uint8_affine())
+        self._scale, self._shift = (torch.tensor(v, dtype=compute, device=self.device)
+                                    for v in (affine or IMAGENET_AFFINE))
+        self._batch_transform = None if batch_transform is None else BatchTransform(
+            batch_transform, self.device if self.device.type == "cuda" else None)
         self._tiled: dict[int, tuple[Any, Any]] = {}
         self._outputs: list[Any] = []
         self._copier: HostToDevice | None = None
@@ -46,8 +56,8 @@ class TorchAdapter:
 
     @classmethod
     def from_options(cls, options: LoaderOptions) -> TorchAdapter:
-        """The adapter for `options`: its device, dtype and image size."""
-        return cls(options.device, options.dtype, options.image_size)
+        """The adapter for `options`: its device, dtype, image size, normalisation and batch transform."""
+        return cls(options.device, options.dtype, options.image_size, options_affine(options), options.batch_transform)
 
     def wrap(self, loader: EpochLoader) -> EpochLoader:
         """The loader itself."""
@@ -55,7 +65,8 @@ class TorchAdapter:
 
     def __call__(self, batch: Batch) -> tuple[Any, Any]:
         images = batch.images
-        labels = torch.from_numpy(np.array(batch.labels))  # a copy: the batch's array is reused (int64, or multi-hot)
+        as_is = isinstance(images, np.ndarray) and images.dtype != np.uint8  # a sample transform's floats
+        labels = torch.from_numpy(np.array(batch.labels))  # a copy in its own dtype (int64, multi-hot, soft)
         if isinstance(images, PackedImages):
             images, labels = self._augment_packed(images, labels)
         elif isinstance(images, np.ndarray):
@@ -63,7 +74,10 @@ class TorchAdapter:
         else:  # a GPU backend's batch, handed over by DLPack
             images = torch.from_dlpack(images).to(self.device)
             (labels,) = self._to_device(labels)
-        return self.normalise(images), labels
+        images = self.normalise(images, as_is)
+        if self._batch_transform is not None:
+            return self._batch_transform(images, labels, batch.key)
+        return images, labels
 
     def _augment_packed(self, packed: PackedImages, labels: Any) -> tuple[Any, Any]:
         """Stored pixels to the device as they are, then crop, resize and flip there."""
@@ -71,12 +85,18 @@ class TorchAdapter:
         data, labels, *meta = self._to_device(torch.from_numpy(packed.data[: packed.used_bytes]), labels, *meta)
         return crop_resize_packed(data, dict(zip(PACKED_META, meta)), self.image_size), labels
 
-    def normalise(self, images: Any) -> Any:
-        """uint8 NHWC → `dtype` NCHW (channels_last memory), normalised, on the same device."""
+    def normalise(self, images: Any, as_is: bool = False) -> Any:
+        """uint8 (or 0–255 float) NHWC → `dtype` NCHW (channels_last memory), normalised, on the same
+        device; rounded to uint8 without normalisation; `as_is` images only converted to `dtype`."""
         n, h, w, c = images.shape
-        out = self._output((n, c, h, w))
+        out = self._output((n, c, h, w), torch.float32 if as_is and self.dtype == torch.uint8 else self.dtype)
         flat = out.permute(0, 2, 3, 1).view(n, h * w * c)  # NHWC order, contiguous
         source = images.reshape(n, h * w * c)
+        if as_is or not self.normalising:
+            if source.is_floating_point() and out.dtype == torch.uint8:  # packed pixels: 0-255 floats
+                source = source.round().clamp_(0, 255)
+            flat.copy_(source)
+            return out
         scale, shift = self._tiled_affine(h * w)
         if flat.dtype != scale.dtype:  # half precision
             flat.copy_(torch.addcmul(shift, source.to(scale.dtype), scale))
@@ -93,13 +113,13 @@ class TorchAdapter:
             self._tiled[pixels] = (self._scale.repeat(pixels), self._shift.repeat(pixels))
         return self._tiled[pixels]
 
-    def _output(self, shape: tuple[int, int, int, int]) -> Any:
+    def _output(self, shape: tuple[int, int, int, int], dtype: Any) -> Any:
         """A channels_last output tensor: on the CPU a recycled one nobody else holds, if any."""
         if self.device.type == "cpu" and hasattr(torch._C, "_storage_Use_Count"):
             for tensor in self._outputs:
-                if tensor.shape == shape and _unreferenced(tensor):
+                if tensor.shape == shape and tensor.dtype == dtype and _unreferenced(tensor):
                     return tensor
-        out = torch.empty(shape, dtype=self.dtype, device=self.device, memory_format=torch.channels_last)
+        out = torch.empty(shape, dtype=dtype, device=self.device, memory_format=torch.channels_last)
         if self.device.type == "cpu":
             self._outputs = [out, *self._outputs[:MAX_RECYCLED - 1]]
         return out

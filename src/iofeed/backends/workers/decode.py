@@ -22,7 +22,7 @@ def load_augmented(
     if source.encoding[index] == RAW:
         pixels = reader.pixels(index)
         box, flip = augment.box(pixels.shape[1], pixels.shape[0], rng)
-        crop_resize_into(pixels, box, flip, out)
+        crop_resize_into(pixels, box, flip, out, augment.interpolation)
     else:
         decode_augmented(reader.read(index), augment, rng, out)
 
@@ -46,4 +46,4 @@ def decode_augmented(data: bytes, augment: Augment, rng: np.random.Generator, ou
     pixels = decode_rgb_array(data, needed) if opened is None else np.asarray(decode_rgb(opened, needed).image)
     sx, sy = pixels.shape[1] / width, pixels.shape[0] / height
     scaled = (box[0] * sx, box[1] * sy, box[2] * sx, box[3] * sy)
-    crop_resize_into(pixels, scaled, flip, out)
+    crop_resize_into(pixels, scaled, flip, out, augment.interpolation)

@@ -5,6 +5,7 @@ import contextlib
 import errno
 import mmap
 import signal
+import sys
 import time
 import traceback
 import weakref
@@ -22,8 +23,10 @@ from ...options import LoaderOptions
 from ...parallel import resolve_workers, safe_context
 from ...samples import SampleReader, SampleSource, shrunk_shards
 from ...system import Share, usable_cores
+from ...transforms import SampleTransform
 from ..base import Batch, BatchKey, sample_failure
 from .autotune import Window, decide
+from .decode import load_augmented
 from .memory import SharedBlock
 from .packing import PackedLayout
 from .slots import Layout, SlotLayout, default_memory_budget, default_prefetch
@@ -52,14 +55,18 @@ class _Done:
     kind: str = ""  # the IofeedError subclass to raise (a dataset replaced, out of descriptors), else WorkerError
     busy_seconds: float = 0.0
     stale: bool = False  # left undone: its pass was abandoned
+    transform_seconds: float = 0.0  # CPU time in the user's transform
+    cpu_seconds: float = 0.0  # CPU time of the whole task
 
 
 def _worker_main(
     block: mmap.mmap, stale: mmap.mmap, layout: Layout, source: SampleSource, augment: Augment, on_error: str,
-    conn: Connection,
+    conn: Connection, transform: SampleTransform | None = None,
 ) -> None:
     """Worker loop: take a task, decode its samples into the slot, report. Exits with its parent."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if "torch" in sys.modules:  # a torchvision transform: one process per core already, no intra-op threads
+        sys.modules["torch"].set_num_threads(1)
     payload, labels = layout.views(memoryview(block))
     stale_below = np.frombuffer(stale, np.int64, 1)
     reader = SampleReader(source)
@@ -71,12 +78,15 @@ def _worker_main(
                 return  # the consumer is gone
             if task is None:
                 return
-            started = time.perf_counter()
+            started, cpu = time.perf_counter(), time.process_time()
+            transformed = transform.cpu_seconds if transform else 0.0
             done = _run_task(task, layout, reader, source, augment, on_error, layout.slot(payload, task.slot),
-                             labels[task.slot], stale_below)
+                             labels[task.slot], stale_below, transform)
             reader.end_batch()
             try:
-                conn.send(replace(done, busy_seconds=time.perf_counter() - started))
+                conn.send(replace(done, busy_seconds=time.perf_counter() - started,
+                                  cpu_seconds=time.process_time() - cpu,
+                                  transform_seconds=(transform.cpu_seconds - transformed) if transform else 0.0))
             except OSError:  # BrokenPipeError: the consumer is gone (killed, SIGTERM): nothing to report to
                 return
     finally:
@@ -86,19 +96,25 @@ def _worker_main(
 
 def _run_task(
     task: _Task, layout: Layout, reader: SampleReader, source: SampleSource, augment: Augment, on_error: str,
-    slot_payload: Any, labels: np.ndarray, stale_below: np.ndarray,
+    slot_payload: Any, labels: np.ndarray, stale_below: np.ndarray, transform: SampleTransform | None = None,
 ) -> _Done:
     """Fill one slot; failures become `skipped` entries or an error report, never an exception. A
-    task of a pass the consumer left (generation below `stale_below[0]`) stops at its next sample."""
+    task of a pass the consumer left (generation below `stale_below[0]`) stops at its next sample.
+    With a `transform`, each sample is cropped into a scratch image, transformed, then written."""
     rng = task.key.rng()
     delivered: list[int] = []
     skipped: list[tuple[int, str]] = []
-    for index in task.indices:
+    scratch = np.empty((augment.size, augment.size, 3), np.uint8) if transform is not None else None
+    for position, index in enumerate(task.indices):
         if task.generation < stale_below[0]:
             return _Done(task.generation, task.batch_no, task.slot, np.empty(0, np.int64), [], stale=True)
         index = int(index)
         try:
-            layout.write(slot_payload, len(delivered), reader, source, index, augment, rng)
+            if transform is None:
+                layout.write(slot_payload, len(delivered), reader, source, index, augment, rng)
+            else:
+                load_augmented(reader, source, index, augment, rng, scratch)
+                slot_payload[len(delivered)] = transform(scratch, task.key, position, source.path_of(index))
         except SampleError as exc:
             failure = sample_failure(on_error, source.path_of(index), str(exc))
             if failure is not None:
@@ -157,6 +173,8 @@ class WorkerEngine:
                  found: dict[str, Any] | None = None) -> None:
         self._source, self._augment, self._on_error, self._seed = (
             source, options.augmentation, options.on_error, options.seed)
+        self._transform = (None if options.transform is None
+                           else SampleTransform(options.transform, options.transform_output))
         self.max_workers, self.autotune = resolve_workers(options.workers), options.workers is None
         self._initial = 1 if self.autotune else self.max_workers
         self.layout = layout
@@ -198,6 +216,7 @@ class WorkerEngine:
             "prefetch_batches": self._depth(),
             "shared_memory_bytes": self.layout.total_bytes,
             "decisions": list(self.decisions[-10:]),
+            "transform": None if self._transform is None else self._transform.name,
             **self._found,
         }
 
@@ -219,7 +238,8 @@ class WorkerEngine:
             mine, theirs = ctx.Pipe(duplex=True)
             proc = ctx.Process(
                 target=_worker_main,
-                args=(self._block, self._stale, self.layout, self._source, self._augment, self._on_error, theirs),
+                args=(self._block, self._stale, self.layout, self._source, self._augment, self._on_error, theirs,
+                      self._transform),
                 daemon=True,
             )
             proc.start()
@@ -296,7 +316,8 @@ class WorkerEngine:
             images = self.layout.images(self.layout.slot(self._payload, done.slot), n)
             if needed == len(batches) - 1:  # before the last yield: a consumer that stops after
                 self._ahead = coming  # len() batches (Lightning) never resumes this generator
-            yield Batch(images, self._labels[done.slot, :n], done.delivered, done.skipped)
+            yield Batch(images, self._labels[done.slot, :n], done.delivered, done.skipped, done.transform_seconds,
+                        done.cpu_seconds)
             free.append(done.slot)
             needed += 1
             if self.autotune and self._window.elapsed() >= TUNE_SECONDS:
@@ -466,7 +487,10 @@ def make_worker_engine(source: SampleSource, options: LoaderOptions) -> WorkerEn
     def layout(slots: int) -> Layout:
         if options.gpu_augment:
             return PackedLayout.for_source(source, slots, batch_size)
-        return SlotLayout(slots, batch_size, options.image_size)
+        output = options.transform_output
+        if output is None:
+            return SlotLayout(slots, batch_size, options.image_size)
+        return SlotLayout(slots, batch_size, options.image_size, output.shape, output.dtype.str)
 
     slot_bytes = layout(1).total_bytes
     wanted = (default_prefetch(max_workers) if prefetch is None else prefetch) + 1

@@ -24,23 +24,31 @@ def default_prefetch(workers: int) -> int:
 
 @dataclass(frozen=True)
 class SlotLayout:
-    """Slots of augmented images: [slot, i, y, x, c] uint8, and labels, in one shared block."""
+    """Slots of augmented images: [slot, i, y, x, c] uint8, and labels, in one shared block. With a
+    sample transform, each image has the transform's fixed `shape` (H, W, C) and `dtype` instead."""
 
     slots: int
     batch_size: int
     side: int
+    shape: tuple[int, ...] | None = None  # per image; None: (side, side, 3)
+    dtype: str = "|u1"
+
+    @property
+    def image_shape(self) -> tuple[int, ...]:
+        return self.shape or (self.side, self.side, 3)
 
     @property
     def image_bytes(self) -> int:
-        return self.slots * self.batch_size * self.side * self.side * 3
+        raw = self.slots * self.batch_size * int(np.prod(self.image_shape)) * np.dtype(self.dtype).itemsize
+        return -(-raw // 8) * 8  # the labels after them stay 8-byte aligned
 
     @property
     def total_bytes(self) -> int:
         return self.image_bytes + self.slots * self.batch_size * 8
 
     def views(self, buffer: memoryview) -> tuple[np.ndarray, np.ndarray]:
-        """(images[slot, i, y, x, c] uint8, labels[slot, i] int64) over `buffer`."""
-        images = np.ndarray((self.slots, self.batch_size, self.side, self.side, 3), np.uint8, buffer)
+        """(images[slot, i, y, x, c], labels[slot, i] int64) over `buffer`."""
+        images = np.ndarray((self.slots, self.batch_size, *self.image_shape), np.dtype(self.dtype), buffer)
         labels = np.ndarray((self.slots, self.batch_size), np.int64, buffer, offset=self.image_bytes)
         return images, labels
 

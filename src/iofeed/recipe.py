@@ -1,0 +1,116 @@
+"""`Recipe`: the built-in per-image steps as one object — crop, flip, eval crop, interpolation,
+normalisation — with the common training recipes as named presets."""
+from __future__ import annotations
+
+import numbers
+from dataclasses import dataclass, replace
+from typing import Any
+
+from .adapters.normalize import IMAGENET_MEAN, IMAGENET_STD
+from .errors import OptionError
+
+INTERPOLATIONS = ("bilinear", "bicubic", "area")
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """What iofeed does to every image before your own `transform=` (if any).
+
+    Train (`train=True`, or `None` and the train split): a random-resized crop of area share
+    `scale` and aspect ratio `ratio` (log-uniform), mirrored with probability 0.5 if `flip`.
+    Evaluation: a centred square of `crop_fraction` of the shorter side (0.875: resize to 256
+    and centre-crop 224). Both resize to `image_size` with `interpolation` ("bilinear",
+    "bicubic" or "area"; antialiased when shrinking, as torchvision v2 does). The adapters
+    normalise with `mean`/`std` (per channel, on the 0–1 scale); `normalize=False` hands out
+    uint8 so that the GPU or your batch transform normalises.
+    """
+
+    train: bool | None = None  # None: augment the train split only
+    scale: tuple[float, float] = (0.08, 1.0)
+    ratio: tuple[float, float] = (3 / 4, 4 / 3)
+    flip: bool = True
+    crop_fraction: float = 0.875
+    interpolation: str = "bilinear"
+    mean: tuple[float, float, float] = IMAGENET_MEAN
+    std: tuple[float, float, float] = IMAGENET_STD
+    normalize: bool = True
+
+    def __post_init__(self) -> None:
+        if not (self.train is None or isinstance(self.train, bool)):
+            raise OptionError(f"Recipe train must be True, False or None, got {self.train!r}")
+        object.__setattr__(self, "scale", _pair("scale", self.scale, 0.0, 1.0))
+        object.__setattr__(self, "ratio", _pair("ratio", self.ratio, 0.0, None))
+        for name in ("flip", "normalize"):
+            if not isinstance(getattr(self, name), bool):
+                raise OptionError(f"Recipe {name} must be True or False, got {getattr(self, name)!r}")
+        fraction = self.crop_fraction
+        if not _real(fraction) or not 0.0 < fraction <= 1.0:
+            raise OptionError(f"Recipe crop_fraction must be a number in (0, 1], got {fraction!r}")
+        object.__setattr__(self, "crop_fraction", float(fraction))
+        if self.interpolation not in INTERPOLATIONS:
+            raise OptionError(f"Recipe interpolation={self.interpolation!r} is not one of {', '.join(INTERPOLATIONS)}")
+        object.__setattr__(self, "mean", _channels("mean", self.mean, positive=False))
+        object.__setattr__(self, "std", _channels("std", self.std, positive=True))
+
+    @classmethod
+    def preset(cls, name: str, **changes: Any) -> Recipe:
+        """The preset `name` (see `PRESETS`), with `changes` applied."""
+        if not isinstance(name, str) or name not in PRESETS:
+            raise OptionError(f"augment={name!r} is not a preset: one of {', '.join(PRESETS)}, True, False, None "
+                              "or an iofeed.Recipe(...)")
+        return replace(PRESETS[name], **changes)
+
+    def is_train(self, split: str) -> bool:
+        """Whether images of `split` get the random crop and flip (else the centre crop)."""
+        return split == "train" if self.train is None else self.train
+
+
+def recipe_of(augment: Any) -> Recipe:
+    """The `Recipe` `loader(augment=...)` means: None (train split only), True, False, a preset
+    name or a `Recipe`. OptionError naming the value otherwise."""
+    if isinstance(augment, Recipe):
+        return augment
+    if augment is None or isinstance(augment, bool):
+        return Recipe(train=augment)
+    if isinstance(augment, str):
+        return Recipe.preset(augment)
+    raise OptionError(f"augment={augment!r} is not True, False, None, a preset ({', '.join(PRESETS)}) "
+                      "or an iofeed.Recipe(...)")
+
+
+def _real(value: Any) -> bool:
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
+def _pair(name: str, value: Any, low: float, high: float | None) -> tuple[float, float]:
+    """(a, b) with low < a <= b (<= high): OptionError naming the value otherwise."""
+    try:
+        a, b = value
+    except (TypeError, ValueError):
+        a = b = None
+    bound = f"{low} < a <= b" + (f" <= {high}" if high is not None else "")
+    if not (_real(a) and _real(b) and low < a <= b and (high is None or b <= high)):
+        raise OptionError(f"Recipe {name} must be a pair (a, b) with {bound}, got {value!r}")
+    return float(a), float(b)
+
+
+def _channels(name: str, value: Any, positive: bool) -> tuple[float, float, float]:
+    """Three per-channel numbers (positive ones for `std`)."""
+    try:
+        values = tuple(value)
+    except TypeError:
+        values = ()
+    if len(values) != 3 or not all(_real(v) and (v > 0 or not positive) for v in values):
+        kind = "positive numbers" if positive else "numbers"
+        raise OptionError(f"Recipe {name} must be 3 {kind} (R, G, B on the 0-1 scale), got {value!r}")
+    return tuple(float(v) for v in values)
+
+
+# The common recipes. `train` stays None in each: the train split is augmented, others centre-cropped.
+PRESETS: dict[str, Recipe] = {
+    "imagenet": Recipe(),  # torchvision's ImageNet reference: bilinear, ImageNet mean/std (the default)
+    "finetune": Recipe(scale=(0.35, 1.0)),  # fine-tuning: milder crops
+    "timm": Recipe(interpolation="bicubic"),  # timm's defaults for ImageNet-pretrained models
+    "inception": Recipe(interpolation="bicubic", mean=(0.5, 0.5, 0.5), std=(0.5, 0.5, 0.5)),  # [-1, 1] models
+    "uint8": Recipe(normalize=False),  # normalise yourself (on the GPU, or in batch_transform)
+}

@@ -1,0 +1,232 @@
+"""`transform=` (per sample, in the workers) and `batch_transform=` (per batch, in the adapter):
+checked before any work, seeded from the batch key, failures named and counted, CPU time measured."""
+from __future__ import annotations
+
+import functools
+import random
+
+import numpy as np
+import pytest
+
+import iofeed
+from helpers import transforms as T
+from helpers.runs import slot_memory
+from iofeed.backends import select
+from iofeed.errors import OptionError, SampleError, WorkerError
+from iofeed.options import LoaderOptions
+
+SMALL = {"batch_size": 4, "image_size": 32, "seed": 5}
+
+
+def _epoch(ld) -> list[tuple[list[int], bytes]]:
+    return [(ld.last_indices.tolist(), np.ascontiguousarray(np.asarray(images)).tobytes()) for images, _ in ld]
+
+
+@pytest.mark.parametrize("transform", [T.jitter, T.noise_with_rng, pytest.param(T.torch_noise,
+                                                                                 marks=pytest.mark.torch)])
+def test_same_pixels_whatever_the_worker_count_and_different_per_epoch(colour_dataset, transform):
+    runs = []
+    for workers in (1, 2):
+        with iofeed.loader(colour_dataset, workers=workers, transform=transform, **SMALL) as ld:
+            runs.append((_epoch(ld), _epoch(ld)))
+    assert runs[0] == runs[1]
+    first, second = runs[0]
+    with iofeed.loader(colour_dataset, workers=1, **SMALL) as plain:
+        untransformed = _epoch(plain)
+    assert first != second and first != untransformed and len(first) == 8
+
+
+def test_float_output_of_another_shape_travels_as_it_is(colour_dataset):
+    with iofeed.loader(colour_dataset, workers=1, transform=T.downscale, split="val", **SMALL) as ld:
+        images, _ = next(iter(ld))
+    with iofeed.loader(colour_dataset, workers=1, split="val", **SMALL) as ld:
+        plain, _ = next(iter(ld))
+    assert images.dtype == np.float32 and images.shape == (4, 16, 16, 3)
+    assert np.array_equal(images, np.asarray(plain)[:, ::2, ::2].astype(np.float32))
+
+
+def test_the_callers_random_streams_are_left_alone(colour_dataset):
+    random.seed(1)
+    np.random.seed(1)
+    expected = (random.random(), np.random.random())
+    random.seed(1)
+    np.random.seed(1)
+    with iofeed.loader(colour_dataset, workers=1, transform=T.jitter, batch_transform=T.roll_batch, **SMALL) as ld:
+        next(iter(ld))
+    assert (random.random(), np.random.random()) == expected
+
+
+def test_failures_are_skipped_and_counted_with_the_transform_named(colour_dataset):
+    with iofeed.loader(colour_dataset, workers=2, transform=T.flaky, drop_last=False, **SMALL) as ld:
+        delivered = [i for indices, _ in _epoch(ld) for i in indices]
+        stats = ld.stats
+    kind = "transform helpers.transforms.flaky raised ValueError"
+    assert 0 < stats.skipped[kind] < 32 and len(delivered) + stats.skipped[kind] == 32
+    assert all(kind in example for example in stats.skipped_examples)
+
+
+def test_failures_raise_naming_the_file_and_the_transform(colour_dataset):
+    with iofeed.loader(colour_dataset, workers=1, transform=T.flaky, on_error="raise", **SMALL) as ld:
+        with pytest.raises(SampleError) as info:
+            _epoch(ld)
+    message = str(info.value)
+    assert ".jpg" in message or "shard" in message or "/" in message
+    assert "helpers.transforms.flaky raised ValueError (unlucky sample)" in message and "\n" not in message
+
+
+def test_an_output_of_another_shape_is_an_error_naming_the_transform(colour_dataset):
+    with iofeed.loader(colour_dataset, workers=1, transform=T.shape_changing, **SMALL) as ld:
+        with pytest.raises(WorkerError, match="transform helpers.transforms.shape_changing returned"):
+            _epoch(ld)
+
+
+def test_cpu_time_per_image_is_in_the_stats(colour_dataset):
+    with iofeed.loader(colour_dataset, workers=1, transform=T.noise_with_rng, **SMALL) as ld:
+        _epoch(ld)
+        stats = ld.stats
+    assert stats.settings["transform"] == "helpers.transforms.noise_with_rng"
+    assert stats.transform_seconds > 0 and 0 < stats.transform_ms_per_image < 1000
+    assert stats.as_dict()["transform_ms_per_image"] == stats.transform_ms_per_image
+    with iofeed.loader(colour_dataset, workers=1, **SMALL) as ld:
+        assert ld.stats.transform_ms_per_image is None
+
+
+def _local(image):
+    return image
+
+
+BAD = [
+    ({"transform": lambda image: image}, "lambda cannot be pickled"),
+    ({"transform": _local}, "defined in __main__"),
+    ({"transform": 3}, "transform=3 is not callable"),
+    ({"transform": T.downscale, "backend": "dali"}, "backend='workers'"),
+    ({"transform": T.jitter, "gpu_augment": True, "framework": "torch"}, "gpu_augment"),
+    ({"transform": functools.partial(T.shape_changing)}, None),  # a partial of an importable function is fine
+    ({"batch_transform": "mixup"}, "batch_transform='mixup' is not callable"),
+    ({"transform": np.sum}, "returned () uint64"),
+]
+
+
+@pytest.mark.parametrize("options, named", BAD, ids=lambda v: repr(v) if isinstance(v, dict) else None)
+def test_bad_transforms_are_one_line_errors_before_any_work(colour_dataset, monkeypatch, options, named):
+    monkeypatch.setattr(_local, "__module__", "__main__")
+    before = slot_memory()
+    if named is None:
+        iofeed.loader(colour_dataset, workers=1, **options, **SMALL).close()
+        return
+    with pytest.raises(OptionError) as info:
+        iofeed.loader(colour_dataset, workers=1, **options, **SMALL)
+    assert named in str(info.value) and "\n" not in str(info.value)
+    assert slot_memory() == before
+
+
+def test_auto_picks_workers_for_a_transform_and_says_so(colour_dataset, monkeypatch):
+    monkeypatch.setattr(select, "gpu_present", lambda: True)
+    monkeypatch.setattr(select, "_installed", lambda module: True)
+    options = LoaderOptions(batch_size=4, device="cuda:0", transform=T.jitter)
+    source = iofeed.samples.open_source(colour_dataset, "train")
+    assert select.engine_name(options, source) == "workers"
+    assert select.engine_name(LoaderOptions(batch_size=4, device="cuda:0"), source) == "dali"
+    with iofeed.loader(colour_dataset, workers=1, transform=T.jitter, **SMALL) as ld:
+        assert any("transform= runs only in worker processes" in d for d in ld.stats.settings["decisions"])
+
+
+def test_batch_transform_is_seeded_per_batch(colour_dataset):
+    runs = []
+    for workers in (1, 2):
+        with iofeed.loader(colour_dataset, workers=workers, batch_transform=T.roll_batch, **SMALL) as ld:
+            runs.append(_epoch(ld))
+    with iofeed.loader(colour_dataset, workers=1, **SMALL) as ld:
+        plain = _epoch(ld)
+    assert runs[0] == runs[1] and runs[0] != plain
+
+
+@pytest.mark.torch
+@pytest.mark.torchvision
+def test_torchvision_mixup_cutmix_on_the_batch_where_it_ends_up(colour_dataset):
+    """MixUp/CutMix from torchvision v2: soft labels, the same for 1 and 2 workers, seeded per batch."""
+    import torch
+    from torchvision.transforms import v2
+
+    mix = v2.RandomChoice([v2.MixUp(num_classes=4), v2.CutMix(num_classes=4)])
+    runs = []
+    for workers in (1, 2):
+        with iofeed.loader(colour_dataset, workers=workers, framework="torch", batch_transform=mix, **SMALL) as ld:
+            runs.append([(images.clone(), labels.clone()) for images, labels in ld])
+    assert len(runs[0]) == 8
+    for (a, la), (b, lb) in zip(*runs, strict=True):
+        assert torch.equal(a, b) and torch.equal(la, lb)
+        assert la.shape == (4, 4) and la.dtype == torch.float32 and torch.allclose(la.sum(1), torch.ones(4))
+    assert any(not torch.equal(la, la.round()) for _, la in runs[0]), "some labels were mixed"
+
+
+@pytest.mark.tf
+def test_tf_batch_transform_runs_in_the_dataset_with_a_per_batch_seed(colour_dataset):
+    import tensorflow as tf
+
+    def flip(images, labels, seed):
+        return tf.image.stateless_random_flip_left_right(images, seed), labels
+
+    def batches(**options):
+        ds = iofeed.loader(colour_dataset, workers=1, framework="tf", split="val", **SMALL, **options)
+        try:
+            return [images.numpy() for images, _ in ds]
+        finally:
+            ds.iofeed_loader.close()
+
+    plain, flipped, again = batches(), batches(batch_transform=flip), batches(batch_transform=flip)
+    assert len(plain) == 2 and all(np.array_equal(a, b) for a, b in zip(flipped, again, strict=True))
+    images = [(f, p) for fb, pb in zip(flipped, plain, strict=True) for f, p in zip(fb, pb, strict=True)]
+    mirrored = [np.array_equal(f, p[:, ::-1]) for f, p in images]
+    assert all(m or np.array_equal(f, p) for (f, p), m in zip(images, mirrored)), "each image mirrored or kept"
+    assert 0 < sum(mirrored) < len(images)
+    uint8 = batches(augment="uint8")
+    assert uint8[0].dtype == np.uint8 and uint8[0].shape == (4, 32, 32, 3)
+
+
+@pytest.mark.torchvision
+def test_torchvision_chw_output_is_stored_as_hwc(colour_dataset):
+    """v2.ToImage() gives a CHW tv_tensors.Image: an identity transform must give iofeed's own pixels."""
+    from torchvision.transforms import v2
+
+    with iofeed.loader(colour_dataset, workers=1, transform=v2.Compose([v2.ToImage()]), split="val", **SMALL) as ld:
+        mine = [np.array(images) for images, _ in ld]
+        assert ld.stats.settings["transform"] == "Compose"
+    with iofeed.loader(colour_dataset, workers=1, split="val", **SMALL) as ld:
+        plain = [np.array(images) for images, _ in ld]
+    assert len(mine) == 2 and all(np.array_equal(a, b) for a, b in zip(mine, plain, strict=True))
+
+
+@pytest.mark.albumentations
+def test_albumentations_compose_is_seeded_through_its_own_generators(colour_dataset):
+    import albumentations as A
+
+    jitter = A.Compose([A.ColorJitter(p=1.0), A.CoarseDropout(p=0.5)])
+    runs = []
+    for workers in (1, 2):
+        with iofeed.loader(colour_dataset, workers=workers, transform=jitter, **SMALL) as ld:
+            runs.append(_epoch(ld))
+    with iofeed.loader(colour_dataset, workers=1, **SMALL) as ld:
+        plain = _epoch(ld)
+    assert len(runs[0]) == 8 and runs[0] == runs[1] and runs[0] != plain
+    assert len({pixels for _, pixels in runs[0]}) == 8
+
+
+@pytest.mark.gpu
+@pytest.mark.torchvision
+def test_batch_transform_on_the_gpu_is_seeded_and_leaves_the_callers_cuda_rng_alone(colour_dataset):
+    import torch
+    from torchvision.transforms import v2
+
+    mix = v2.RandomChoice([v2.MixUp(num_classes=4), v2.CutMix(num_classes=4)])
+    torch.cuda.manual_seed(1)
+    expected = torch.rand(3, device="cuda")
+    torch.cuda.manual_seed(1)
+    runs = []
+    for workers in (1, 2):
+        with iofeed.loader(colour_dataset, workers=workers, framework="torch", device="cuda", batch_transform=mix,
+                           **SMALL) as ld:
+            runs.append([(images.cpu(), labels.cpu()) for images, labels in ld])
+    assert torch.equal(torch.rand(3, device="cuda"), expected)
+    assert all(torch.equal(a, b) and torch.equal(la, lb) for (a, la), (b, lb) in zip(*runs, strict=True))
+    assert runs[0][0][1].shape == (4, 4) and runs[0][0][0].is_floating_point()
