@@ -205,7 +205,8 @@ def check_transform_failures_are_counted(make: MakeLoader, data: ContractData) -
     mine = own_transforms(make, data, flaky)
     if "transform" not in mine:
         return  # refused, and the refusal checked
-    with make(data.dataset, batch_size=4, drop_last=False, **SMALL, **mine) as ld:
+    # flaky fails on about a quarter: counted here, not bounded (the bound: tests/test_skip_bound.py)
+    with make(data.dataset, batch_size=4, drop_last=False, max_skipped=None, **SMALL, **mine) as ld:
         delivered = [i for indices, _, _ in epoch(ld) for i in indices]
         stats = ld.stats
     kind = "transform helpers.transforms.flaky raised ValueError"
