@@ -262,3 +262,20 @@ def test_workers_that_cannot_start_for_want_of_descriptors_say_so(colour_dataset
     kind, message = done.stderr.strip().splitlines()[-1].split("|")
     assert kind == "StartError" and message.startswith("cannot start a loader worker: ")
     assert "Too many open files (raise the open-file limit" in message or "check `ulimit -n`" in message
+
+
+def test_a_shard_of_the_wrong_size_is_refused_at_open(tmp_path):
+    """A shard truncated, or a symlink to another shard in its place, was read with the wrong table."""
+    from helpers.images import make_colour_tree
+    from iofeed.prepare.run import preprocess
+
+    out = tmp_path / "d.iof"
+    preprocess(make_colour_tree(tmp_path / "t", per_class=6), out, shard_bytes=1 << 16, progress=False, workers=1)
+    splits = Manifest.read(out).splits
+    shards = [out / s["name"] for s in splits["train"].shards]
+    other = next(p for p in (out / s["name"] for s in splits["val"].shards + splits["train"].shards)
+                 if p.stat().st_size != shards[0].stat().st_size)
+    shards[0].unlink()
+    shards[0].symlink_to(other.name)
+    with pytest.raises(DatasetError, match=f"{shards[0].name} is {other.stat().st_size:,} bytes, the manifest says"):
+        iofeed.loader(out, batch_size=4, workers=1)

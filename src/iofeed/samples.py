@@ -95,6 +95,11 @@ def _open_dataset(path: Path, split: str) -> SampleSource:
     indexes = [path / s["index"] for s in info.shards if os.path.lexists(path / s["index"])]  # DALI reads them
     for name in [*files, *indexes]:  # a FIFO in a shard's or index's place would block a reader for ever
         os.close(open_regular(name))
+    for shard, name in zip(info.shards, files):  # truncated, or another file in its place (a symlink)
+        if os.stat(name).st_size != shard["bytes"]:
+            raise DatasetError(f"{os.fsdecode(name)} is {os.stat(name).st_size:,} bytes, the manifest says "
+                               f"{shard['bytes']:,}: truncated or replaced (`iofeed inspect --verify` lists what "
+                               "else is wrong; run `iofeed preprocess` again)")
     return dataset_source(manifest, info, table, files, str(path / info.table), dataset=path)
 
 
