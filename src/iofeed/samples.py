@@ -4,6 +4,7 @@ from __future__ import annotations
 import errno
 import mmap
 import os
+import resource
 from collections import Counter, OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -174,6 +175,13 @@ def shrunk_shards(source: SampleSource) -> list[str]:
     return shrunk
 
 
+def _local_open_limit() -> int:
+    """Local shards one reader keeps open: a quarter of the open-file limit (a mapped shard holds two
+    descriptors, and the process has its own), at most 4096; the least recently used are closed beyond it."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    return max(4, min(4096, (soft if soft != resource.RLIM_INFINITY else 16384) // 4))
+
+
 def _read_error(exc: OSError, path: bytes) -> IofeedError:
     """A read that failed: SampleError (skipped or raised by `on_error`) for the sample's own fault,
     an error of its own for the machine's (out of descriptors or memory), which no skip would mend."""
@@ -230,6 +238,8 @@ class SampleReader:
             return fd
         remote = self._source.remote
         if remote is None:
+            while len(self._handles) >= _local_open_limit():  # when the hard limit is low (see raise_open_limit)
+                self._release(next(iter(self._handles)))
             fd = _open_checked(self._source, file_id)
         elif file_id in self._failed:
             raise FetchError(self._failed[file_id])

@@ -49,6 +49,15 @@ def descriptor_error(exc: OSError, path: str | bytes | os.PathLike) -> OSError |
                        "raise it, e.g. `ulimit -n 4096`, or use fewer workers")
 
 
+def raise_open_limit(wanted: int) -> None:
+    """Raise this process's soft open-file limit towards `wanted`, within the hard limit (which needs
+    no privilege): a worker keeps every shard it reads open, and a soft limit of 1024 is common."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
+    if soft != resource.RLIM_INFINITY and target > soft:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+
+
 def _kind(mode: int) -> str:
     for test, name in ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISDIR, "a directory"), (stat.S_ISCHR, "a character device"),
                        (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket")):
