@@ -313,3 +313,9 @@ def test_a_shard_of_the_wrong_size_is_refused_at_open(tmp_path):
     shards[0].symlink_to(other.name)
     with pytest.raises(DatasetError, match=f"{shards[0].name} is {other.stat().st_size:,} bytes, the manifest says"):
         iofeed.loader(out, batch_size=4, workers=1)
+
+
+def test_verify_of_a_raw_dataset_says_what_it_checked(many_shards, capsys):
+    assert main(["inspect", str(many_shards), "--verify"]) == 0
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    assert last.endswith("labels agree; 40 raw samples have their sizes") and "sha256 match" in last

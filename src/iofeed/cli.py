@@ -145,8 +145,11 @@ def _cmd_inspect(args: argparse.Namespace) -> None:
         unhashed = checked.shards - checked.hashed
         hashed = ("shard sizes and sha256 match the manifest" if not unhashed else
                   f"shard sizes match; {unhashed} shard(s) written before checksums have no sha256")
+        raw = checked.samples - checked.decoded
+        decoded = ", ".join(([f"all {checked.decoded:,} JPEG samples decode"] if checked.decoded else [])
+                            + ([f"{raw:,} raw samples have their sizes"] if raw else []))
         print(f"  verified      {checked.samples:,} samples in {checked.shards} shards: {hashed}; tables, indexes "
-              f"and labels agree; all {checked.decoded:,} JPEG samples decode")
+              f"and labels agree; {decoded}")
 
 
 def _cmd_bench(args: argparse.Namespace) -> None:
