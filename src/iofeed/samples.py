@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from .errors import DatasetError, FetchError, IofeedError, SampleError, SourceError, WorkerError
-from .format.files import descriptor_error, open_regular
+from .format.files import descriptor_error, open_regular, regular_stat
 from .format.manifest import MANIFEST_NAME, Manifest, SplitInfo
 from .format.table import RAW, load_table, table_problem
 from .prepare.scan import display_path, reason_kind, scan_folder
@@ -93,14 +93,15 @@ def _open_dataset(path: Path, split: str) -> SampleSource:
     missing = [s["name"] for s in info.shards if not (path / s["name"]).exists()]
     if missing:
         raise SourceError(f"{path} is incomplete: shard {missing[0]} is missing (run `iofeed preprocess` again)")
-    indexes = [path / s["index"] for s in info.shards if os.path.lexists(path / s["index"])]  # DALI reads them
-    for name in [*files, *indexes]:  # a FIFO in a shard's or index's place would block a reader for ever
-        os.close(open_regular(name))
-    for shard, name in zip(info.shards, files):  # truncated, or another file in its place (a symlink)
-        if os.stat(name).st_size != shard["bytes"]:
-            raise DatasetError(f"{os.fsdecode(name)} is {os.stat(name).st_size:,} bytes, the manifest says "
-                               f"{shard['bytes']:,}: truncated or replaced (`iofeed inspect --verify` lists what "
-                               "else is wrong; run `iofeed preprocess` again)")
+    for shard, name in zip(info.shards, files):  # a FIFO there would block a reader; truncated or replaced
+        size = regular_stat(name).st_size
+        if size != shard["bytes"]:
+            raise DatasetError(f"{os.fsdecode(name)} is {size:,} bytes, the manifest says {shard['bytes']:,}: "
+                               "truncated or replaced (`iofeed inspect --verify` lists what else is wrong; run "
+                               "`iofeed preprocess` again)")
+    for shard in info.shards:  # DALI reads the indexes itself
+        if os.path.exists(path / shard["index"]):
+            regular_stat(path / shard["index"])
     return dataset_source(manifest, info, table, files, str(path / info.table), dataset=path)
 
 
