@@ -168,6 +168,9 @@ def test_missing_and_empty_sources(tmp_path):
     (tmp_path / "empty" / "001.a" / "notes.txt").write_text("hello")
     with pytest.raises(SourceError, match="no images"):
         preprocess(tmp_path / "empty", tmp_path / "o.iof", progress=False)
+    (tmp_path / "empty" / "001.a" / "zero.jpg").write_bytes(b"")
+    with pytest.raises(SourceError, match=r"2 files rejected: (empty file 1, not an image|not an image .*, empty)"):
+        preprocess(tmp_path / "empty", tmp_path / "o.iof", progress=False)
 
 
 @pytest.mark.parametrize(

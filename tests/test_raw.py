@@ -120,8 +120,8 @@ def test_truncated_raw_shard_is_skipped_and_counted(tmp_path, colour_tree):
     out = tmp_path / "t.iof"
     preprocess(colour_tree, out, policy=ImagePolicy(format="raw"), val_per_class=2, progress=False, workers=1)
     shard = out / Manifest.read(out).splits["train"].shards[0]["name"]
-    shard.write_bytes(shard.read_bytes()[: shard.stat().st_size // 2])
     with iofeed.loader(out, batch_size=4, workers=1, drop_last=False, max_skipped=None) as ld:
+        shard.write_bytes(shard.read_bytes()[: shard.stat().st_size // 2])  # after open: before, open refuses it
         delivered = sum(len(labels) for _, labels in ld)
         skipped = sum(ld.stats.skipped.values())
     assert skipped > 0 and delivered + skipped == len(ld.source)

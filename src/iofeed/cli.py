@@ -177,8 +177,11 @@ def _cmd_inspect(args: argparse.Namespace) -> None:
         hashed = ("shard sizes and sha256 match the manifest" if not unhashed else
                   f"shard sizes match; {_count(unhashed, 'shard')} without a sha256 (written before checksums, "
                   "or indexed in place) not hashed")
+        raw = checked.samples - checked.decoded
+        decoded = ", ".join(([f"all {checked.decoded:,} JPEG samples decode"] if checked.decoded else [])
+                            + ([f"{raw:,} raw samples have their sizes"] if raw else []))
         print(f"  verified      {checked.samples:,} samples in {_count(checked.shards, 'shard')}: {hashed}; tables, "
-              f"indexes and labels agree; all {checked.decoded:,} JPEG samples decode")
+              f"indexes and labels agree; {decoded}")
 
 
 def _cmd_bench(args: argparse.Namespace) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 import errno
 import mmap
 import os
+import resource
 from collections import Counter, OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -12,7 +13,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from .errors import DatasetError, FetchError, IofeedError, SampleError, SourceError, WorkerError
-from .format.files import descriptor_error, open_regular
+from .format.files import descriptor_error, open_regular, regular_stat
 from .format.manifest import IMAGES_AS_IS, MANIFEST_NAME, Manifest, SplitInfo
 from .format.table import RAW, load_table, table_problem
 from .prepare.scan import display_path, reason_kind, scan_folder
@@ -98,10 +99,17 @@ def _open_dataset(path: Path, split: str, cache_dir: Path | str | None = None,
     if missing:
         raise SourceError(f"{path} is incomplete: shard {missing[0]} is missing (run `iofeed preprocess` "
                           "or `iofeed index` again)")
-    local = [where for where in locations if not is_url(where)]
-    indexes = [path / s["index"] for s in info.shards if os.path.lexists(path / s["index"])]  # DALI reads them
-    for name in [*local, *indexes]:  # a FIFO in a shard's or index's place would block a reader for ever
-        os.close(open_regular(name))
+    for shard, where in zip(info.shards, locations):  # a FIFO there would block a reader; truncated or replaced
+        if is_url(where):
+            continue  # the node cache checks a streamed shard's size and sha256
+        size = regular_stat(where).st_size
+        if size != shard["bytes"]:
+            raise DatasetError(f"{where} is {size:,} bytes, the manifest says {shard['bytes']:,}: truncated or "
+                               "replaced (`iofeed inspect --verify` lists what else is wrong; run `iofeed "
+                               "preprocess` or `iofeed index` again)")
+    for shard in info.shards:  # DALI reads the indexes itself
+        if os.path.exists(path / shard["index"]):
+            regular_stat(path / shard["index"])
     source = dataset_source(manifest, info, table, files, str(path / info.table), dataset=path)
     source.validated = manifest.image.get("encoding") != IMAGES_AS_IS
     if any(is_url(where) for where in locations):
@@ -195,6 +203,13 @@ def shrunk_shards(source: SampleSource) -> list[str]:
     return shrunk
 
 
+def _local_open_limit() -> int:
+    """Local shards one reader keeps open: a quarter of the open-file limit (a mapped shard holds two
+    descriptors, and the process has its own), at most 4096; the least recently used are closed beyond it."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    return max(4, min(4096, (soft if soft != resource.RLIM_INFINITY else 16384) // 4))
+
+
 def _read_error(exc: OSError, path: bytes) -> IofeedError:
     """A read that failed: SampleError (skipped or raised by `on_error`) for the sample's own fault,
     an error of its own for the machine's (out of descriptors or memory), which no skip would mend."""
@@ -251,6 +266,8 @@ class SampleReader:
             return fd
         remote = self._source.remote
         if remote is None:
+            while len(self._handles) >= _local_open_limit():  # when the hard limit is low (see raise_open_limit)
+                self._release(next(iter(self._handles)))
             fd = _open_checked(self._source, file_id)
         elif file_id in self._failed:
             raise FetchError(self._failed[file_id])

@@ -21,15 +21,25 @@ def open_regular(path: str | bytes | os.PathLike) -> int:
     except OSError as exc:
         raise descriptor_error(exc, path) from None
     try:
-        mode = os.fstat(fd).st_mode
-        if not stat.S_ISREG(mode):
-            raise DatasetError(f"{os.fsdecode(path)} is not a regular file ({_kind(mode)}): a dataset file must be "
-                               "one (run `iofeed preprocess` again)")
+        _check_regular(path, os.fstat(fd))
         os.set_blocking(fd, True)
     except BaseException:
         os.close(fd)
         raise
     return fd
+
+
+def regular_stat(path: str | bytes | os.PathLike) -> os.stat_result:
+    """`os.stat(path)` of a regular file (one call, no open: cheap for thousands of shards on a
+    network file system); DatasetError for anything else."""
+    return _check_regular(path, os.stat(path))
+
+
+def _check_regular(path: str | bytes | os.PathLike, info: os.stat_result) -> os.stat_result:
+    if not stat.S_ISREG(info.st_mode):
+        raise DatasetError(f"{os.fsdecode(path)} is not a regular file ({_kind(info.st_mode)}): a dataset file must "
+                           "be one (run `iofeed preprocess` again)")
+    return info
 
 
 def read_regular(path: str | os.PathLike) -> bytes:
@@ -47,6 +57,15 @@ def descriptor_error(exc: OSError, path: str | bytes | os.PathLike) -> OSError |
     which = "this process's limit" if exc.errno == errno.EMFILE else "the system's limit"
     return SourceError(f"cannot open {os.fsdecode(path)}: too many open files ({which}; `ulimit -n` is {soft}): "
                        "raise it, e.g. `ulimit -n 4096`, or use fewer workers")
+
+
+def raise_open_limit(wanted: int) -> None:
+    """Raise this process's soft open-file limit towards `wanted`, within the hard limit (which needs
+    no privilege): a worker keeps every shard it reads open, and a soft limit of 1024 is common."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
+    if soft != resource.RLIM_INFINITY and target > soft:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
 
 
 def _kind(mode: int) -> str:

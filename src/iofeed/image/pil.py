@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import io
+import threading
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -15,6 +16,7 @@ from ..errors import SampleError
 _EXIF_ORIENTATION = 0x0112
 _TRANSPOSING_ORIENTATIONS = (5, 6, 7, 8)
 _WHITE = (255, 255, 255)
+_WARNINGS = threading.Lock()
 MAX_PIXELS = 89_478_485  # Pillow's decompression-bomb warning threshold (~9459 x 9459): refused above it
 
 
@@ -52,14 +54,22 @@ def check_pixels(width: int, height: int) -> None:
 
 
 @contextmanager
+def _quiet() -> Iterator[None]:
+    """Pillow's warnings while it reads a header: the decompression-bomb one raised (the image is
+    refused), the others (odd EXIF, ...) not printed. `catch_warnings` swaps process-wide state, so
+    one thread at a time (the DALI engine reads headers on its feed thread); a header read is short."""
+    with _WARNINGS, warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        warnings.simplefilter("error", Image.DecompressionBombWarning)
+        yield
+
+
+@contextmanager
 def decode_errors() -> Iterator[None]:
-    """Turn Pillow's many failure types into SampleError with a reason; a decompression-bomb warning
-    becomes "too many pixels", and Pillow's other warnings are not printed."""
+    """Turn Pillow's many failure types into SampleError with a reason (a decompression-bomb
+    warning raised as an error by `_quiet` becomes "too many pixels")."""
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # Pillow's notes on odd metadata: not the terminal's business
-            warnings.simplefilter("error", Image.DecompressionBombWarning)
-            yield
+        yield
     except SampleError:
         raise
     except (Image.DecompressionBombError, Image.DecompressionBombWarning) as exc:
@@ -77,7 +87,7 @@ def is_progressive(info: dict) -> bool:
 
 def open_image(data: bytes) -> Opened:
     """Read the header of `data` (cheap): size after EXIF orientation. Raises SampleError."""
-    with decode_errors():
+    with decode_errors(), _quiet():
         img = Image.open(io.BytesIO(data))
         check_pixels(*img.size)
         orientation = img.getexif().get(_EXIF_ORIENTATION, 1) or 1

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -96,7 +97,9 @@ def scan_folder(src: Path) -> FolderScan:
     if not scan.class_dirs:
         raise SourceError(f"no class folders in {root} (expected one subfolder per class)")
     if not scan.files:
-        raise SourceError(f"no images found in {root} ({len(scan.rejected)} files rejected)")
+        counts = Counter(reason_kind(r.reason) for r in scan.rejected)
+        reasons = ": " + ", ".join(f"{kind} {n}" for kind, n in counts.most_common()) if counts else ""
+        raise SourceError(f"no images found in {root} ({len(scan.rejected)} files rejected{reasons})")
     return scan
 
 

@@ -18,6 +18,7 @@ import numpy as np
 
 from ... import errors
 from ...errors import IofeedError, LoaderStateError, OptionError, SampleError, StartError, WorkerError
+from ...format.files import raise_open_limit
 from ...image.boxes import Augment
 from ...options import LoaderOptions
 from ...parallel import resolve_workers, safe_context
@@ -67,6 +68,7 @@ def _worker_main(
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     if "torch" in sys.modules:  # a torchvision transform: one process per core already, no intra-op threads
         sys.modules["torch"].set_num_threads(1)
+    raise_open_limit(2 * len(source.files) + 64)  # every shard open (and mapped) at once, and its own
     payload, labels = layout.views(memoryview(block))
     stale_below = np.frombuffer(stale, np.int64, 1)
     reader = SampleReader(source)
