@@ -5,7 +5,8 @@ would destroy sources or a folder that is not an iofeed dataset; `lock_output` h
 `fcntl.flock` on `.OUT.lock` beside OUT for the whole run (two runs, even with one PID in two
 containers, cannot interleave); `staging_dir` clears what dead runs left and makes
 `.OUT.partial-PID`; `swap_in` renames the old dataset aside, the new one in, then deletes the
-old one, with SIGINT and SIGTERM held off during the two renames.
+old one, with SIGINT and SIGTERM held off during the two renames. `written_aside` runs them in
+that order around the block that writes the dataset.
 """
 from __future__ import annotations
 
@@ -149,6 +150,26 @@ def swap_in(staging: Path, out: Path) -> None:
             os.replace(out, aside)
         os.replace(staging, out)
     shutil.rmtree(aside, ignore_errors=True)
+
+
+@contextmanager
+def written_aside(src: Path | None, out: Path, overwrite: bool) -> Iterator[tuple[Path, list[Path]]]:
+    """Write the dataset at `out` aside: lock OUT, yield a fresh staging folder (and what dead runs
+    left, removed), then check OUT again (it may have appeared or changed meanwhile, see
+    `check_output`) and swap the staging folder in. The staging folder is removed if the block
+    fails; an OSError becomes a one-line OutputError."""
+    try:
+        with lock_output(out):
+            staging, stale = staging_dir(out)
+            try:
+                yield staging, stale
+                check_output(src, out, overwrite)
+                swap_in(staging, out)
+            except BaseException:
+                shutil.rmtree(staging, ignore_errors=True)
+                raise
+    except OSError as exc:
+        raise output_error(exc, out) from None
 
 
 @contextmanager

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import json
-import shutil
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -23,7 +22,7 @@ from ..format.targets import TARGET_KINDS, save_targets
 from ..remote.urls import is_url
 from .engines import select_engine
 from .file import Prepared, Task
-from .output import check_output, lock_output, output_error, spool_dir, staging_dir, swap_in
+from .output import check_output, spool_dir, written_aside
 from .scan import Rejection, display_path, reason_kind
 from .sources.base import SourceOptions, SourceScan
 from .sources.registry import scan_source
@@ -128,36 +127,26 @@ def _preprocess(scan: SourceScan, src: Path | str, out: Path, start: float, *, p
         "val": write_order(np.flatnonzero(is_val), seed, shuffle=False),
     }
     orders = {name: order for name, order in orders.items() if len(order)}
-    try:
-        with lock_output(out):
-            staging, stale = staging_dir(out)
-            try:
-                results = _pack(scan, targets, orders, policy, staging, shard_bytes, progress, run_engine)
-                rejected = scan.rejected + results.rejected
-                if strict and rejected:
-                    _fail_strict(rejected)
-                write_rejected(staging / REJECTED_NAME, rejected)
-                seconds = time.perf_counter() - start
-                manifest = Manifest(
-                    classes=targets.names,
-                    class_dirs=scan.class_dirs if scan.class_dirs is not None else targets.names,
-                    splits=results.splits,
-                    image={"encoding": policy.format, "progressive": False, "colour": "RGB",
-                           "shorter_side": policy.shorter_side, "quality": policy.quality,
-                           "raw_max_pixels": policy.raw_max_pixels if policy.format == "mixed" else None},
-                    split_policy={"seed": seed, "val_per_class": val_per_class, "val_fraction": val_fraction},
-                    source=_source_stats(scan, results.facts, rejected),
-                    created_by=f"iofeed {__version__}",
-                    targets=results.targets,
-                )
-                manifest.write(staging)
-                check_output(src, out, overwrite)  # OUT may have appeared (or changed) meanwhile
-                swap_in(staging, out)
-            except BaseException:
-                shutil.rmtree(staging, ignore_errors=True)
-                raise
-    except OSError as exc:
-        raise output_error(exc, out) from None
+    with written_aside(src, out, overwrite) as (staging, stale):
+        results = _pack(scan, targets, orders, policy, staging, shard_bytes, progress, run_engine)
+        rejected = scan.rejected + results.rejected
+        if strict and rejected:
+            _fail_strict(rejected)
+        write_rejected(staging / REJECTED_NAME, rejected)
+        seconds = time.perf_counter() - start
+        manifest = Manifest(
+            classes=targets.names,
+            class_dirs=scan.class_dirs if scan.class_dirs is not None else targets.names,
+            splits=results.splits,
+            image={"encoding": policy.format, "progressive": False, "colour": "RGB",
+                   "shorter_side": policy.shorter_side, "quality": policy.quality,
+                   "raw_max_pixels": policy.raw_max_pixels if policy.format == "mixed" else None},
+            split_policy={"seed": seed, "val_per_class": val_per_class, "val_fraction": val_fraction},
+            source=_source_stats(scan, results.facts, rejected),
+            created_by=f"iofeed {__version__}",
+            targets=results.targets,
+        )
+        manifest.write(staging)
     return PreprocessSummary(
         out=out,
         found=len(scan) + len(scan.rejected),
