@@ -16,6 +16,7 @@ from iofeed.prepare.run import preprocess
 from iofeed.prepare.sources.base import SourceOptions
 from iofeed.prepare.sources.registry import detect
 from iofeed.prepare.sources.shardlist import expand_braces
+from iofeed.prepare.sources.targets import Targets
 
 
 def _rejected(out: Path) -> dict[str, str]:
@@ -39,6 +40,15 @@ def test_brace_lists_expand_like_shell_ranges():
     assert expand_braces("{a,b}/x{1..2}") == ["a/x1", "a/x2", "b/x1", "b/x2"]
     with pytest.raises(SourceError, match="empty range"):
         expand_braces("x{3..1}")
+
+
+def test_integer_and_named_labels_together_keep_each_integer_its_own_class():
+    # cls 0..11 in some shards, json names in others: int 2 is the class "2", not the third name sorted
+    targets = Targets()
+    for value in [*range(12), "cat"]:
+        targets.add(value)
+    resolved = targets.resolve()
+    assert [resolved.names[c[0]] for c in resolved.classes] == [*map(str, range(12)), "cat"]
 
 
 @pytest.mark.slow  # importing webdataset takes most of it

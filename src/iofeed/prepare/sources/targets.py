@@ -35,7 +35,8 @@ class Targets:
     A target is a class (int index or str name), a list of classes (multi-label), or any other
     JSON value (an extra without a class: a box, a caption, a score). `extra` is any JSON
     value a sample carries beside its target. Class names are sorted; integer labels are
-    class indices as they are (names "0".."max"), unless `names` are given.
+    class indices as they are (names "0".."max"), unless `names` are given; beside class names,
+    an integer is the class its digits name (`3` and `"3"` are one class).
     """
 
     names: list[str] | None = None  # known class names (Hugging Face ClassLabel, ...), index = position
@@ -72,7 +73,7 @@ class Targets:
         for t in self.raw:
             indices = []
             for v in _classes_of(t):
-                index = v if isinstance(v, int) else lookup.get(v)
+                index = v if isinstance(v, int) and self.names is not None else lookup.get(str(v))
                 if index is None or not 0 <= index < len(names):
                     raise SourceError(f"label {v!r} is not one of the {len(names)} classes "
                                       f"({', '.join(names[:5])}{', ...' if len(names) > 5 else ''})")
