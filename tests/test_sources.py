@@ -243,6 +243,38 @@ def test_imagenet_style_validation_labels(tmp_path):
     assert set(read_dataset(again.out)) == set(stored)
 
 
+@pytest.mark.parametrize("kind", ["csv", "jsonl"])
+def test_labels_file_rows_without_a_label_are_rejected_not_made_a_class(tmp_path, kind):
+    from helpers.sources import encode, picture
+
+    src = tmp_path / "photos"
+    src.mkdir()
+    for i in range(3):
+        (src / f"{i}.jpg").write_bytes(encode(picture(i), "jpg"))
+    labels = tmp_path / f"labels.{kind}"
+    if kind == "csv":
+        labels.write_text("path,label\n0.jpg,cat\n1.jpg,\n2.jpg,dog\n")
+    else:
+        labels.write_text("".join(json.dumps({"path": f"{i}.jpg", "label": v}) + "\n"
+                                  for i, v in enumerate(["cat", None, "dog"])))
+    summary = preprocess(src, tmp_path / "out.iof", labels=labels, progress=False, workers=1, val_fraction=0)
+    assert Manifest.read(summary.out).classes == ["cat", "dog"]
+    assert set(read_dataset(summary.out)) == {"0.jpg", "2.jpg"}
+    assert _rejected(summary.out) == {"1.jpg": f"no label (empty in labels.{kind})"}
+
+
+def test_a_webdataset_sample_with_a_blank_label_is_rejected():
+    import io
+
+    from helpers.sources import encode, picture
+    from iofeed.prepare.sources.webdataset import sample_of
+
+    image, label = encode(picture(0), "jpg"), json.dumps({"label": " "}).encode()
+    members = {"jpg": (0, len(image)), "json": (len(image), len(label))}
+    with pytest.raises(ValueError, match="no label"):
+        sample_of(io.BytesIO(image + label), members, None)
+
+
 def test_labels_file_errors_name_the_line(tmp_path):
     src = tmp_path / "val"
     src.mkdir()

@@ -22,7 +22,7 @@ from ...errors import OptionError, SourceError
 from ...image.sniff import sniff_file
 from ..scan import Rejection, display_path
 from .base import SourceOptions, SourceScan
-from .targets import Targets, parse_cell
+from .targets import Targets, missing, parse_cell
 
 PATH_KEYS = ("path", "file", "filename", "image", "ImageId")
 
@@ -50,7 +50,8 @@ def scan(src: str, options: SourceOptions) -> SourceScan:
     for rel in sorted(set(files) - set(merged)):
         result.rejected.append(Rejection(rel, f"not in the labels file {Path(options.labels).name}"))
     for rel, (targets, extra) in sorted(merged.items()):
-        reason = _not_image(root / rel)
+        targets = [t for t in targets if not missing(t)]
+        reason = _not_image(root / rel) if targets else f"no label (empty in {Path(options.labels).name})"
         if reason:
             result.rejected.append(Rejection(rel, reason))
             continue

@@ -16,7 +16,7 @@ import numpy as np
 from ...errors import SourceError, require
 from ..scan import Rejection
 from .base import SourceOptions, SourceScan
-from .targets import Targets
+from .targets import Targets, missing
 
 DEFAULT_LABEL = "label"
 PARQUET_MAGIC = b"PAR1"
@@ -151,7 +151,7 @@ def _spool_rows(setup: _Setup, file: str, number: int, batches: Iterator[Any], o
             for (data, path), label, extra in zip(_cells(batch.column(setup.image)), labels, extras):
                 name = f"{file}#{row}"
                 row += 1
-                if label is None:
+                if missing(label):
                     setup.scan.rejected.append(Rejection(name, f"no label (column {setup.label!r} is null)"))
                 elif data:
                     setup.scan.add(str(spool), name, label, extra, (out.tell(), len(data)))

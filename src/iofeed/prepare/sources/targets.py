@@ -16,6 +16,12 @@ def is_class(value: Any) -> bool:
     return isinstance(value, str) or (isinstance(value, int) and not isinstance(value, bool))
 
 
+def missing(target: Any) -> bool:
+    """Whether a sample's target is absent: None (JSON null, a null cell) or blank text (an empty
+    CSV cell, an empty `txt`); such a sample is rejected with "no label", never made a class."""
+    return target is None or (isinstance(target, str) and not target.strip())
+
+
 def parse_cell(text: str) -> Any:
     """A label as written in a text cell: JSON when it reads as JSON (`[1, 2]`, `{"a": 1}`, `7`,
     `0.5`), else the text itself (a class name; `007` and `3a` stay text)."""
