@@ -51,6 +51,15 @@ def test_integer_and_named_labels_together_keep_each_integer_its_own_class():
     assert [resolved.names[c[0]] for c in resolved.classes] == [*map(str, range(12)), "cat"]
 
 
+def test_a_multi_label_sample_with_no_class_has_no_extra():
+    targets = Targets()
+    for value in (["cat", "dog"], [], ["dog"]):
+        targets.add(value)
+    resolved = targets.resolve()
+    assert resolved.classes == [[0, 1], [], [1]]
+    assert resolved.extras == [None, None, None] and not resolved.has_extras and not targets.has_extras
+
+
 @pytest.mark.slow  # importing webdataset takes most of it
 def test_webdataset_written_by_webdataset_is_read_with_every_image_kind_and_label(tmp_path):
     expected = write_webdataset(tmp_path / "wds")

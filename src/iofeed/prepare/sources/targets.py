@@ -62,8 +62,8 @@ class Targets:
     @property
     def has_extras(self) -> bool:
         """Whether any sample carries an extra (or a target that is not a class)."""
-        return any(e is not None for e in self.extras) or any(not _classes_of(t) and t is not None
-                                                             for t in self.raw)
+        return any(e is not None for e in self.extras) or any(not _names_classes(t) and t is not None
+                                                               for t in self.raw)
 
     def resolve(self) -> Resolved:
         """Class names, each sample's class indices, and each sample's extra."""
@@ -85,18 +85,22 @@ class Targets:
                                       f"({', '.join(names[:5])}{', ...' if len(names) > 5 else ''})")
                 indices.append(index)
             classes.append(sorted(set(indices)))
-        extras = [e if _classes_of(t) or t is None else (t if e is None or e == t else {"target": t, **_as_dict(e)})
+        extras = [e if _names_classes(t) or t is None else (t if e is None or e == t else {"target": t, **_as_dict(e)})
                   for t, e in zip(self.raw, self.extras)]
         return Resolved(names, classes, extras, self.multi_label, any(e is not None for e in extras))
+
+
+def _names_classes(target: Any) -> bool:
+    """Whether a target is a class or a list of classes (an empty list too: a multi-label sample
+    with none), not another JSON value."""
+    return is_class(target) or (isinstance(target, list) and all(is_class(v) for v in target))
 
 
 def _classes_of(target: Any) -> list[Value]:
     """The classes a target names (none for a JSON value that is not a class)."""
     if is_class(target):
         return [target]
-    if isinstance(target, list) and all(is_class(v) for v in target):
-        return list(target)
-    return []
+    return list(target) if _names_classes(target) else []
 
 
 def _as_dict(extra: Any) -> dict:
