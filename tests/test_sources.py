@@ -284,6 +284,23 @@ def test_a_webdataset_sample_with_a_blank_label_is_rejected():
         sample_of(io.BytesIO(image + label), members, None)
 
 
+def test_a_label_column_no_sample_has_is_named_in_the_error(tmp_path):
+    import io
+    import tarfile
+
+    from helpers.sources import encode, picture
+
+    shard = tmp_path / "shard.tar"
+    with tarfile.open(shard, "w") as tar:
+        for i in range(3):
+            for ext, data in (("jpg", encode(picture(i), "jpg")), ("cls", b"1")):
+                info = tarfile.TarInfo(f"s{i}.{ext}")
+                info.size = len(data)
+                tar.addfile(info, io.BytesIO(data))
+    with pytest.raises(SourceError, match=r"3 rejected, 3 for no label; e\.g\. .*shard\.tar#s0: no label \(lable;"):
+        preprocess(str(shard), tmp_path / "o.iof", label_column="lable", progress=False, workers=1)
+
+
 def test_labels_file_errors_name_the_line(tmp_path):
     src = tmp_path / "val"
     src.mkdir()

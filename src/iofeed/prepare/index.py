@@ -10,7 +10,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .. import __version__
-from ..errors import SourceError
 from ..format.manifest import IMAGES_AS_IS, Manifest, SplitInfo
 from ..format.shards import INDEX_VERSION
 from ..format.table import new_table, save_table
@@ -18,7 +17,7 @@ from ..format.targets import TARGET_KINDS, save_targets
 from ..remote.urls import is_url
 from .output import check_output, spool_dir, written_aside
 from .run import REJECTED_NAME, write_rejected
-from .scan import Rejection, reason_kind
+from .scan import Rejection, none_accepted, reason_kind
 from .sources.shardlist import fetch, list_shards
 from .sources.targets import Targets
 from .sources.webdataset import Members, read_samples, sample_of
@@ -67,7 +66,7 @@ def index_shards(spec: str, out: Path, *, split: str = "train", label_column: st
     kind = TARGET_KINDS[(resolved.multi_label, bool(resolved.names))]
     count = sum(len(s.accepted) for s in scanned)
     if not count:
-        raise SourceError(f"no sample with an image and a label in {spec} ({len(rejected)} rejected)")
+        raise none_accepted(f"no sample with an image and a label in {spec}", rejected)
     table, names, infos = new_table(count), [], []
     for number, shard in enumerate(scanned):
         for offset, size, name in shard.accepted:

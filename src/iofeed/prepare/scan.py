@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -55,6 +56,18 @@ def reason_kind(reason: str) -> str:
     return reason.split(" (")[0]
 
 
+def none_accepted(what: str, rejected: list[Rejection]) -> SourceError:
+    """The error for a source every input of which was rejected: how many, and the commonest
+    reason with one input it was given for (a wrong option, such as a --label-column no sample
+    has, then shows on the one line)."""
+    if not rejected:
+        return SourceError(what)
+    kind, count = Counter(reason_kind(r.reason) for r in rejected).most_common(1)[0]
+    example = next(r for r in rejected if reason_kind(r.reason) == kind)
+    return SourceError(f"{what} ({len(rejected)} rejected, {count} for {kind}; e.g. {display_path(example.path)}: "
+                       f"{example.reason})")
+
+
 def display_path(path: str) -> str:
     """A path printable as UTF-8 even when the file name is not valid UTF-8."""
     return os.fsencode(path).decode("utf-8", "backslashreplace")
@@ -96,7 +109,7 @@ def scan_folder(src: Path) -> FolderScan:
     if not scan.class_dirs:
         raise SourceError(f"no class folders in {root} (expected one subfolder per class)")
     if not scan.files:
-        raise SourceError(f"no images found in {root} ({len(scan.rejected)} files rejected)")
+        raise none_accepted(f"no images found in {root}", scan.rejected)
     return scan
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 from ...errors import SourceError
 from ...registry import Entry, Registry
 from ...remote.urls import is_url
+from ..scan import none_accepted
 from .base import SourceOptions, SourceScan
 from .shardlist import is_tar
 from .tables import is_hf_dataset, is_parquet
@@ -71,5 +72,5 @@ def scan_source(src: str | Path, options: SourceOptions, kind: str = "auto") -> 
         raise SourceError(f"--labels is for a folder of images, not a {kind} source")
     scanned = entry.load()(src, options)
     if not len(scanned):
-        raise SourceError(f"no images found in {src} ({len(scanned.rejected)} inputs rejected)")
+        raise none_accepted(f"no images found in {src}", scanned.rejected)
     return scanned
