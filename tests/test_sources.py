@@ -35,6 +35,21 @@ def _check_equal(out: Path, expected: dict, classes: list[str]) -> dict:
     return stored
 
 
+@pytest.mark.pyarrow
+def test_a_folder_of_parquet_files_and_tar_shards_is_refused_not_half_read(tmp_path):
+    import io
+    import tarfile
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.table({"image": pa.array([b"x"], pa.binary()), "label": [0]}), tmp_path / "a.parquet")
+    with tarfile.open(tmp_path / "b.tar", "w") as tar:
+        tar.addfile(tarfile.TarInfo("s0.cls"), io.BytesIO(b""))
+    with pytest.raises(SourceError, match="both Parquet files and tar shards"):
+        detect(str(tmp_path), SourceOptions())
+
+
 def test_brace_lists_expand_like_shell_ranges():
     assert expand_braces("s-{008..011}.tar") == ["s-008.tar", "s-009.tar", "s-010.tar", "s-011.tar"]
     assert expand_braces("{a,b}/x{1..2}") == ["a/x1", "a/x2", "b/x1", "b/x2"]

@@ -53,6 +53,9 @@ def detect(src: str, options: SourceOptions) -> str:
         return "hf"
     files = [e.path for e in os.scandir(path) if e.is_file() and not e.name.startswith(".")]
     if any(is_parquet(f) for f in files):
+        if any(is_tar(f) for f in files):
+            raise SourceError(f"{src} holds both Parquet files and tar shards: pass one kind (a Parquet file, "
+                              "or the shards as a glob or brace list)")
         return "parquet"
     has_dirs = any(e.is_dir() and not e.name.startswith(".") for e in os.scandir(path))
     if not has_dirs and files and any(is_tar(f) for f in files):
