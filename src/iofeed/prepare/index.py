@@ -13,7 +13,7 @@ from .. import __version__
 from ..format.manifest import IMAGES_AS_IS, Manifest, SplitInfo
 from ..format.shards import INDEX_VERSION
 from ..format.table import new_table, save_table
-from ..format.targets import TARGET_KINDS, save_targets
+from ..format.targets import save_targets
 from ..remote.urls import is_url
 from .output import check_output, spool_dir, written_aside
 from .run import REJECTED_NAME, write_rejected
@@ -63,7 +63,6 @@ def index_shards(spec: str, out: Path, *, split: str = "train", label_column: st
             if is_url(shard):
                 local.unlink()
     resolved = targets.resolve()
-    kind = TARGET_KINDS[(resolved.multi_label, bool(resolved.names))]
     count = sum(len(s.accepted) for s in scanned)
     if not count:
         raise none_accepted(f"no sample with an image and a label in {spec}", rejected)
@@ -84,7 +83,7 @@ def index_shards(spec: str, out: Path, *, split: str = "train", label_column: st
         table_name = f"{split}-samples.npy"
         save_table(staging / table_name, table, names)
         files = {}
-        if kind != "class" or resolved.has_extras:
+        if resolved.side_file:
             rows = [[c, e] for c, e in zip(resolved.classes, resolved.extras)]
             files[split] = save_targets(staging, split, rows)
         write_rejected(staging / REJECTED_NAME, rejected)
@@ -100,7 +99,7 @@ def index_shards(spec: str, out: Path, *, split: str = "train", label_column: st
                     "empty_classes": [], "bytes_in": sum(s.bytes for s in scanned), "modes": {},
                     "formats": {}, "mean_size": [0.0, 0.0], "median_size": [0.0, 0.0], "max_size": [0, 0]},
             created_by=f"iofeed {__version__}",
-            targets={"kind": kind, "extras": resolved.has_extras, "files": files},
+            targets=resolved.manifest_entry(files),
         ).write(staging)
     return IndexSummary(out, len(scanned), count, dict(Counter(reason_kind(r.reason) for r in rejected)),
                         time.perf_counter() - start)

@@ -18,7 +18,7 @@ from ..format.manifest import Manifest, SplitInfo
 from ..format.policy import ImagePolicy
 from ..format.shards import ShardWriter
 from ..format.table import ENCODINGS, MEMBER_EXTENSIONS, new_table, save_table
-from ..format.targets import TARGET_KINDS, save_targets
+from ..format.targets import save_targets
 from ..remote.urls import is_url
 from .engines import select_engine
 from .file import Prepared, Task
@@ -184,7 +184,7 @@ def _pack(
     sources: dict[str, list[str]] = {name: [] for name in orders}
     tasks = [(int(i), scan.paths[i], policy, scan.spans[i]) for order in orders.values() for i in order]
     side = {name: [] for name in orders}  # per split, each row's classes and extra (multi-label or extras)
-    kind = TARGET_KINDS[(targets.multi_label, bool(targets.names))]
+    kind = targets.kind
     split_of = {int(i): name for name, order in orders.items() for i in order}
     rejected: list[Rejection] = []
     facts: list[dict] = []
@@ -205,7 +205,7 @@ def _pack(
             if extra is not None:
                 members[EXTRA_MEMBER] = json.dumps(extra).encode()
             shard, offset, size = writers[name].add(f"{prepared.index:07d}", members)
-            if kind != "class" or targets.has_extras:
+            if targets.side_file:
                 side[name].append([classes, extra])
             row = tables[name][len(sources[name])]
             row["shard"], row["offset"], row["size"], row["label"] = shard, offset, size, label
@@ -222,10 +222,10 @@ def _pack(
             samples=len(sources[name]), shards=[asdict(s) for s in shards], table=table_name
         )
     files = {}
-    if kind != "class" or targets.has_extras:
+    if targets.side_file:
         for name, rows in side.items():
             files[name] = save_targets(staging, name, rows)
-    return _PackResult(splits, rejected, facts, {"kind": kind, "extras": targets.has_extras, "files": files})
+    return _PackResult(splits, rejected, facts, targets.manifest_entry(files))
 
 
 def write_rejected(path: Path, rejected: list[Rejection]) -> None:

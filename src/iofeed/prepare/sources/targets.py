@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ...errors import SourceError
+from ...format.targets import TARGET_KINDS
 
 Value = int | str
 
@@ -117,6 +118,20 @@ class Resolved:
     extras: list[Any]
     multi_label: bool
     has_extras: bool
+
+    @property
+    def kind(self) -> str:
+        """The dataset's targets kind (`format.targets.TARGET_KINDS`): class, multi_label or none."""
+        return TARGET_KINDS[(self.multi_label, bool(self.names))]
+
+    @property
+    def side_file(self) -> bool:
+        """Whether a split needs its targets file: its samples are not one class each, or carry extras."""
+        return self.kind != "class" or self.has_extras
+
+    def manifest_entry(self, files: dict[str, str]) -> dict[str, Any]:
+        """The manifest's `targets` entry, given each split's targets file."""
+        return {"kind": self.kind, "extras": self.has_extras, "files": files}
 
     def label(self, index: int) -> int:
         """The sample's class index for the table: its first class, -1 when it has none."""
