@@ -160,6 +160,20 @@ def test_parquet_written_by_pyarrow_is_read_a_row_group_at_a_time(tmp_path):
 
 
 @pytest.mark.pyarrow
+@pytest.mark.parametrize(("option", "message"), [({"image_column": "label"}, "column 'label' holds int64, not images"),
+                                                 ({"label_column": "img"}, "column 'img' holds bytes")])
+def test_a_parquet_column_option_naming_the_wrong_kind_of_column_is_one_line(tmp_path, option, message):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    images, labels, _ = _table_rows(2)
+    pq.write_table(pa.table({"img": pa.array(images, pa.binary()), "label": pa.array(labels, pa.int64())}),
+                   tmp_path / "part.parquet")
+    with pytest.raises(SourceError, match=message):
+        preprocess(tmp_path / "part.parquet", tmp_path / "out.iof", progress=False, workers=1, **option)
+
+
+@pytest.mark.pyarrow
 def test_parquet_folder_with_class_names_and_binary_images(tmp_path):
     import pyarrow as pa
     import pyarrow.parquet as pq

@@ -106,9 +106,15 @@ def _scan_setup(src: str, kind: str, schema: Any, features: dict, options: Sourc
     if image is None or image not in names:
         raise SourceError(f"{src}: no image column {image or '(binary or {bytes, path})'} among "
                           f"{', '.join(names)} (name it with --image-column)")
+    if not _holds_images(schema.field(image).type):
+        raise SourceError(f"{src}: column {image!r} holds {schema.field(image).type}, not images (binary or "
+                          "{bytes, path}): name the image column with --image-column")
     label = options.label_column or DEFAULT_LABEL
     if label not in names:
         raise SourceError(f"{src}: no label column {label!r} among {', '.join(names)} (name it with --label-column)")
+    if _holds_images(schema.field(label).type):
+        raise SourceError(f"{src}: column {label!r} holds bytes (images), not labels: name the label column "
+                          "with --label-column")
     feature = features.get(label) or {}
     class_names = feature.get("names") if feature.get("_type") == "ClassLabel" else None
     inner = feature.get("feature") or {}
