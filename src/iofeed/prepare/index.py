@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .. import __version__
+from ..errors import SourceError
 from ..format.manifest import IMAGES_AS_IS, Manifest, SplitInfo
 from ..format.shards import INDEX_VERSION
 from ..format.table import new_table, save_table
@@ -55,6 +56,10 @@ def index_shards(spec: str, out: Path, *, split: str = "train", label_column: st
     out = Path(out)
     check_output(None, out, overwrite)
     shards = list_shards(spec)
+    remote = [is_url(shard) for shard in shards]
+    if any(remote) and not all(remote):
+        raise SourceError(f"{spec} names local shards ({shards[remote.index(False)]}) and URLs "
+                          f"({shards[remote.index(True)]}): the loader reads one or the other, index them separately")
     targets, scanned, rejected = Targets(), [], []
     with spool_dir(out) as spool:
         for shard in shards:
