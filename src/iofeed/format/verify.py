@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import DatasetError, SampleError
+from ..errors import DatasetError
 from .manifest import Manifest
 from .shards import IndexedSample, read_index
 from .table import ENCODINGS, MEMBER_EXTENSIONS, RAW, load_sources, load_table
@@ -56,8 +56,7 @@ def verify_dataset(path: Path) -> Verification:
 def _check_indexed_shard(path: Path, shard: dict, rows: np.ndarray) -> list[str]:
     """The problems of a shard indexed in place (`iofeed index`): its size, each row against the
     index, and every image decoded as the loader would (a streamed shard: the index only)."""
-    from ..image.fastjpeg import check_strictly
-    from ..image.pil import decode_rgb, open_image
+    from ..image.fastjpeg import decode_problem
 
     where = shard["url"]
     try:
@@ -81,12 +80,9 @@ def _check_indexed_shard(path: Path, shard: dict, rows: np.ndarray) -> list[str]
             return [*problems, f"{where} is {size:,} bytes, the index was made of {shard['bytes']:,}: "
                                "index it again (`iofeed index`)"]
         for row in rows:
-            data = os.pread(fd, int(row["size"]), int(row["offset"]))
-            try:
-                decode_rgb(open_image(data), min_size=(1, 1))
-                check_strictly(data)
-            except SampleError as exc:
-                problems.append(f"{where}@{int(row['offset'])}: {exc} (the loader skips and counts it)")
+            problem = decode_problem(os.pread(fd, int(row["size"]), int(row["offset"])))
+            if problem:
+                problems.append(f"{where}@{int(row['offset'])}: {problem} (the loader skips and counts it)")
     finally:
         os.close(fd)
     return problems
