@@ -146,9 +146,17 @@ def _rejection_reason(entry: os.DirEntry) -> str | None:
             return "folder"
         if not entry.is_file():
             return "not a regular file"
-        if entry.stat().st_size == 0:
+    except OSError as exc:
+        return f"unreadable ({exc.strerror})"
+    return not_image(Path(entry.path))
+
+
+def not_image(path: Path) -> str | None:
+    """Why the regular file at `path` is not an image (empty, unrecognised bytes, unreadable), or None."""
+    try:
+        if path.stat().st_size == 0:
             return "empty file"
-        if sniff_file(Path(entry.path)) is None:
+        if sniff_file(path) is None:
             return "not an image (unrecognised bytes)"
     except OSError as exc:
         return f"unreadable ({exc.strerror})"

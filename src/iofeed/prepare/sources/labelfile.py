@@ -19,8 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from ...errors import OptionError, SourceError
-from ...image.sniff import sniff_file
-from ..scan import Rejection, display_path
+from ..scan import Rejection, display_path, not_image
 from .base import SourceOptions, SourceScan
 from .targets import Targets, missing, parse_cell
 
@@ -51,7 +50,7 @@ def scan(src: str, options: SourceOptions) -> SourceScan:
         result.rejected.append(Rejection(rel, f"not in the labels file {Path(options.labels).name}"))
     for rel, (targets, extra) in sorted(merged.items()):
         targets = [t for t in targets if not missing(t)]
-        reason = _not_image(root / rel) if targets else f"no label (empty in {Path(options.labels).name})"
+        reason = not_image(root / rel) if targets else f"no label (empty in {Path(options.labels).name})"
         if reason:
             result.rejected.append(Rejection(rel, reason))
             continue
@@ -150,14 +149,3 @@ def _files_under(root: Path, labels: Path) -> set[str]:
             if not name.startswith(".") and full.resolve() != skip:
                 found.add(display_path(full.relative_to(root).as_posix()))
     return found
-
-
-def _not_image(path: Path) -> str | None:
-    try:
-        if path.stat().st_size == 0:
-            return "empty file"
-        if sniff_file(path) is None:
-            return "not an image (unrecognised bytes)"
-    except OSError as exc:
-        return f"unreadable ({exc.strerror})"
-    return None
