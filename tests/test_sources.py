@@ -224,6 +224,19 @@ def test_hugging_face_dataset_saved_to_disk(tmp_path):
         row += 1
 
 
+@pytest.mark.pyarrow
+@pytest.mark.parametrize(("state", "message"), [
+    ("{not json", r"cannot read .*state\.json: Expecting"),
+    ("[]", r"state\.json holds a list"),
+    ('{"_data_files": [{"filename": "d.arrow"}]}', "lists d.arrow, which is missing"),
+])
+def test_a_damaged_saved_dataset_is_a_one_line_error_naming_its_file(tmp_path, state, message):
+    (tmp_path / "saved").mkdir()
+    (tmp_path / "saved" / "state.json").write_text(state)
+    with pytest.raises(SourceError, match=message):
+        preprocess(tmp_path / "saved", tmp_path / "out.iof", progress=False, workers=1)
+
+
 def test_labels_csv_with_multi_label_rows(tmp_path):
     from helpers.sources import encode, picture
 

@@ -65,14 +65,22 @@ def scan_hf(src: str, options: SourceOptions) -> SourceScan:
     pa = require("pyarrow", "hf")
     root = Path(src)
     if (root / HF_DICT).is_file():
-        splits = json.loads((root / HF_DICT).read_text()).get("splits", [])
+        splits = _saved_json(root / HF_DICT).get("splits", [])
         raise SourceError(f"{src} is a DatasetDict: pass one of its splits, e.g. {root / (splits or ['train'])[0]}")
-    state = json.loads((root / HF_STATE).read_text())
-    files = [root / entry["filename"] for entry in state.get("_data_files", [])]
+    state = _saved_json(root / HF_STATE)
+    try:
+        files = [root / entry["filename"] for entry in state.get("_data_files", [])]
+    except (KeyError, TypeError):
+        raise SourceError(f"{root / HF_STATE}: a data file without its filename (save the dataset again with "
+                          "`save_to_disk`)") from None
     info_path = root / "dataset_info.json"
-    features = json.loads(info_path.read_text()).get("features", {}) if info_path.is_file() else {}
+    features = _saved_json(info_path).get("features", {}) if info_path.is_file() else {}
     if not files:
         raise SourceError(f"{src}: {HF_STATE} lists no data files")
+    missing = [f for f in files if not f.is_file()]
+    if missing:
+        raise SourceError(f"{src}: {HF_STATE} lists {missing[0].name}, which is missing (save the dataset again "
+                          "with `save_to_disk`)")
     with pa.memory_map(str(files[0])) as source:
         schema = pa.ipc.open_stream(source).schema
     result = _scan_setup(src, "hf", schema, features, options)
@@ -85,6 +93,18 @@ def scan_hf(src: str, options: SourceOptions) -> SourceScan:
     for number, file in enumerate(files):
         _spool_rows(result, str(file), number, batches(file), options)
     return result.scan
+
+
+def _saved_json(path: Path) -> dict:
+    """A JSON object `datasets.save_to_disk` wrote; SourceError naming the file when it is not one."""
+    try:
+        found = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise SourceError(f"cannot read {path}: {exc} (save the dataset again with `save_to_disk`)") from None
+    if not isinstance(found, dict):
+        raise SourceError(f"{path} holds a {type(found).__name__}, not the object `save_to_disk` writes (save the "
+                          "dataset again)")
+    return found
 
 
 class _Setup:
