@@ -174,6 +174,24 @@ def test_a_parquet_column_option_naming_the_wrong_kind_of_column_is_one_line(tmp
 
 
 @pytest.mark.pyarrow
+def test_a_damaged_or_foreign_parquet_file_is_a_one_line_error_naming_it(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    images, labels, _ = _table_rows(2)
+    pq.write_table(pa.table({"img": pa.array(images, pa.binary()), "label": pa.array(labels, pa.int64())}),
+                   tmp_path / "a.parquet")
+    (tmp_path / "cut.parquet").write_bytes((tmp_path / "a.parquet").read_bytes()[:200])
+    with pytest.raises(SourceError, match=r"cannot read Parquet file .*cut\.parquet: .*write it again"):
+        preprocess(tmp_path / "cut.parquet", tmp_path / "out.iof", progress=False, workers=1)
+    (tmp_path / "both").mkdir()
+    (tmp_path / "a.parquet").rename(tmp_path / "both" / "a.parquet")
+    pq.write_table(pa.table({"picture": pa.array(images, pa.binary())}), tmp_path / "both" / "b.parquet")
+    with pytest.raises(SourceError, match=r"b\.parquet has no column 'img', which a\.parquet has"):
+        preprocess(tmp_path / "both", tmp_path / "out.iof", progress=False, workers=1)
+
+
+@pytest.mark.pyarrow
 def test_parquet_folder_with_class_names_and_binary_images(tmp_path):
     import pyarrow as pa
     import pyarrow.parquet as pq

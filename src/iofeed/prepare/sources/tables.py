@@ -46,18 +46,33 @@ def scan_parquet(src: str, options: SourceOptions) -> SourceScan:
     files = [p for p in sorted(path.rglob("*")) if p.is_file() and is_parquet(p)] if path.is_dir() else [path]
     if not files:
         raise SourceError(f"no Parquet files in {src}")
-    first = pq.ParquetFile(files[0])
+    first = _parquet_file(pq, files[0])
     features = _hf_features((first.schema_arrow.metadata or {}).get(b"huggingface"))
     result = _scan_setup(src, "parquet", first.schema_arrow, features, options)
 
     def batches(file: Path) -> Iterator[Any]:
-        table = pq.ParquetFile(file)
-        for group in range(table.num_row_groups):
-            yield from table.iter_batches(ROWS_PER_BATCH, row_groups=[group], columns=result.columns)
+        table = _parquet_file(pq, file)
+        missing = [c for c in result.columns if c not in table.schema_arrow.names]
+        if missing:
+            raise SourceError(f"{file} has no column {missing[0]!r}, which {files[0].name} has: pass Parquet files "
+                              "of one table")
+        try:
+            for group in range(table.num_row_groups):
+                yield from table.iter_batches(ROWS_PER_BATCH, row_groups=[group], columns=result.columns)
+        except ValueError as exc:  # pyarrow's ArrowInvalid: a damaged row group
+            raise SourceError(f"cannot read Parquet file {file}: {exc}") from None
 
     for number, file in enumerate(files):
         _spool_rows(result, str(file), number, batches(file), options)
     return result.scan
+
+
+def _parquet_file(pq: Any, path: Path) -> Any:
+    """`pq.ParquetFile(path)`; SourceError naming the file when it cannot be opened."""
+    try:
+        return pq.ParquetFile(path)
+    except (OSError, ValueError) as exc:  # pyarrow's ArrowInvalid is a ValueError
+        raise SourceError(f"cannot read Parquet file {path}: {exc} (write it again, or leave it out of SRC)") from None
 
 
 def scan_hf(src: str, options: SourceOptions) -> SourceScan:
