@@ -474,6 +474,25 @@ def test_a_killed_runs_spool_is_removed_by_the_next_run(tmp_path):
     assert sorted(p.name for p in tmp_path.glob(".out.iof.spool-*")) == [live.name]
 
 
+def test_a_spool_whose_lock_is_held_is_kept_whatever_its_pid(tmp_path):
+    """A run in another PID namespace (a container on shared storage) has a PID that is dead here:
+    its lock, not its PID, says it is alive."""
+    import fcntl
+
+    from iofeed.prepare.output import SPOOL_LOCK, spool_dir
+
+    held = tmp_path / ".out.iof.spool-999999999-abc"  # no such PID here
+    held.mkdir()
+    unheld = tmp_path / ".out.iof.spool-999999998-def"
+    unheld.mkdir()
+    (unheld / SPOOL_LOCK).touch()
+    with open(held / SPOOL_LOCK, "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        with spool_dir(tmp_path / "out.iof") as mine:
+            assert (Path(mine) / SPOOL_LOCK).is_file()
+        assert held.exists() and not unheld.exists() and not Path(mine).exists()
+
+
 def test_caption_shards_without_classes_keep_each_json_as_the_extra(tmp_path):
     import webdataset as wds
 
