@@ -361,6 +361,21 @@ def test_a_label_column_no_sample_has_is_named_in_the_error(tmp_path):
         preprocess(str(shard), tmp_path / "o.iof", label_column="lable", progress=False, workers=1)
 
 
+def test_a_listed_stem_that_fits_several_files_says_so(tmp_path):
+    from helpers.sources import encode, picture
+
+    src = tmp_path / "photos"
+    src.mkdir()
+    (src / "a.jpg").write_bytes(encode(picture(0), "jpg"))
+    (src / "a.png").write_bytes(encode(picture(1), "png"))
+    (src / "b.jpg").write_bytes(encode(picture(2), "jpg"))
+    labels = tmp_path / "labels.txt"
+    labels.write_text("a cat\nb dog\n")
+    summary = preprocess(src, tmp_path / "out.iof", labels=labels, progress=False, workers=1, val_fraction=0)
+    reason = _rejected(summary.out)["a"]
+    assert "without an extension, which fits a.jpg, a.png: list the file's full name" in reason, reason
+
+
 def test_labels_file_errors_name_the_line(tmp_path):
     src = tmp_path / "val"
     src.mkdir()

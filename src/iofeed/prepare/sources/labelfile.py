@@ -43,7 +43,10 @@ def scan(src: str, options: SourceOptions) -> SourceScan:
     for listed, target, extra in rows:
         rel = listed if listed in files else _by_stem(by_stem, listed)
         if rel is None:
-            result.rejected.append(Rejection(listed, f"listed in {options.labels} but not found under {src}"))
+            several = sorted(by_stem.get(listed, []))
+            reason = (f"listed in {options.labels} without an extension, which fits {', '.join(several)}: list "
+                      "the file's full name" if several else f"listed in {options.labels} but not found under {src}")
+            result.rejected.append(Rejection(listed, reason))
             continue
         merged.setdefault(rel, ([], extra))[0].append(target)
     for rel in sorted(set(files) - set(merged)):
