@@ -13,7 +13,7 @@ import pytest
 import iofeed
 from helpers.sources import write_webdataset
 from iofeed.cli import main
-from iofeed.errors import SourceError
+from iofeed.errors import OptionError, SourceError
 from iofeed.format.manifest import Manifest
 from iofeed.format.table import load_sources
 from iofeed.prepare.index import index_shards
@@ -157,3 +157,10 @@ def test_local_shards_and_urls_together_are_refused_when_indexing(tmp_path):
     with pytest.raises(SourceError, match=r"names local shards \(.*a\.tar\) and URLs \(http://127\.0\.0\.1:9/b\.tar\)"):
         index_shards(spec, tmp_path / "ds.iof")
     assert not (tmp_path / "ds.iof").exists()
+
+
+@pytest.mark.parametrize("split", ["../escape", "a/b", ""])
+def test_a_split_that_is_not_a_plain_name_is_refused(tmp_path, split):
+    with pytest.raises(OptionError, match="a split is a plain name"):
+        index_shards(str(tmp_path / "none.tar"), tmp_path / "ds.iof", split=split)
+    assert not list(tmp_path.iterdir())

@@ -10,8 +10,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .. import __version__
-from ..errors import SourceError
-from ..format.manifest import IMAGES_AS_IS, Manifest, SplitInfo
+from ..errors import OptionError, SourceError
+from ..format.manifest import IMAGES_AS_IS, Manifest, SplitInfo, plain_name
 from ..format.shards import INDEX_VERSION
 from ..format.table import new_table, save_table
 from ..format.targets import save_targets
@@ -54,6 +54,10 @@ def index_shards(spec: str, out: Path, *, split: str = "train", label_column: st
     loader's node cache verifies its copies)."""
     start = time.perf_counter()
     out = Path(out)
+    try:
+        plain_name(split)  # the split names the dataset's files
+    except ValueError:
+        raise OptionError(f"--split {split!r}: a split is a plain name (train, val, ...), without '/'") from None
     check_output(None, out, overwrite)
     shards = list_shards(spec)
     remote = [is_url(shard) for shard in shards]
