@@ -13,8 +13,10 @@ import pytest
 import iofeed
 from helpers.sources import write_webdataset
 from iofeed.cli import main
+from iofeed.errors import OptionError, SourceError
 from iofeed.format.manifest import Manifest
 from iofeed.format.table import load_sources
+from iofeed.prepare.index import index_shards
 
 
 @pytest.fixture(scope="module")
@@ -146,3 +148,19 @@ def test_inspect_says_the_images_are_as_they_came(indexed, capsys):
     assert main(["inspect", str(ds)]) == 0
     out = capsys.readouterr().out
     assert "indexed in place" in out and "targets       class, with extras" in out and "None" not in out
+
+
+def test_local_shards_and_urls_together_are_refused_when_indexing(tmp_path):
+    """The loader reads an index of one kind only: refused here, not after a dataset is written."""
+    (tmp_path / "a.tar").write_bytes(b"")
+    spec = f"{{{tmp_path / 'a.tar'},http://127.0.0.1:9/b.tar}}"  # refused before anything is fetched
+    with pytest.raises(SourceError, match=r"names local shards \(.*a\.tar\) and URLs \(http://127\.0\.0\.1:9/b\.tar\)"):
+        index_shards(spec, tmp_path / "ds.iof")
+    assert not (tmp_path / "ds.iof").exists()
+
+
+@pytest.mark.parametrize("split", ["../escape", "a/b", ""])
+def test_a_split_that_is_not_a_plain_name_is_refused(tmp_path, split):
+    with pytest.raises(OptionError, match="a split is a plain name"):
+        index_shards(str(tmp_path / "none.tar"), tmp_path / "ds.iof", split=split)
+    assert not list(tmp_path.iterdir())

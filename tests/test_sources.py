@@ -16,6 +16,7 @@ from iofeed.prepare.run import preprocess
 from iofeed.prepare.sources.base import SourceOptions
 from iofeed.prepare.sources.registry import detect
 from iofeed.prepare.sources.shardlist import expand_braces
+from iofeed.prepare.sources.targets import Targets
 
 
 def _rejected(out: Path) -> dict[str, str]:
@@ -34,11 +35,44 @@ def _check_equal(out: Path, expected: dict, classes: list[str]) -> dict:
     return stored
 
 
+@pytest.mark.pyarrow
+def test_a_folder_of_parquet_files_and_tar_shards_is_refused_not_half_read(tmp_path):
+    import io
+    import tarfile
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.table({"image": pa.array([b"x"], pa.binary()), "label": [0]}), tmp_path / "a.parquet")
+    with tarfile.open(tmp_path / "b.tar", "w") as tar:
+        tar.addfile(tarfile.TarInfo("s0.cls"), io.BytesIO(b""))
+    with pytest.raises(SourceError, match="both Parquet files and tar shards"):
+        detect(str(tmp_path), SourceOptions())
+
+
 def test_brace_lists_expand_like_shell_ranges():
     assert expand_braces("s-{008..011}.tar") == ["s-008.tar", "s-009.tar", "s-010.tar", "s-011.tar"]
     assert expand_braces("{a,b}/x{1..2}") == ["a/x1", "a/x2", "b/x1", "b/x2"]
     with pytest.raises(SourceError, match="empty range"):
         expand_braces("x{3..1}")
+
+
+def test_integer_and_named_labels_together_keep_each_integer_its_own_class():
+    # cls 0..11 in some shards, json names in others: int 2 is the class "2", not the third name sorted
+    targets = Targets()
+    for value in [*range(12), "cat"]:
+        targets.add(value)
+    resolved = targets.resolve()
+    assert [resolved.names[c[0]] for c in resolved.classes] == [*map(str, range(12)), "cat"]
+
+
+def test_a_multi_label_sample_with_no_class_has_no_extra():
+    targets = Targets()
+    for value in (["cat", "dog"], [], ["dog"]):
+        targets.add(value)
+    resolved = targets.resolve()
+    assert resolved.classes == [[0, 1], [], [1]]
+    assert resolved.extras == [None, None, None] and not resolved.has_extras and not targets.has_extras
 
 
 @pytest.mark.slow  # importing webdataset takes most of it
@@ -126,6 +160,38 @@ def test_parquet_written_by_pyarrow_is_read_a_row_group_at_a_time(tmp_path):
 
 
 @pytest.mark.pyarrow
+@pytest.mark.parametrize(("option", "message"), [({"image_column": "label"}, "column 'label' holds int64, not images"),
+                                                 ({"label_column": "img"}, "column 'img' holds bytes")])
+def test_a_parquet_column_option_naming_the_wrong_kind_of_column_is_one_line(tmp_path, option, message):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    images, labels, _ = _table_rows(2)
+    pq.write_table(pa.table({"img": pa.array(images, pa.binary()), "label": pa.array(labels, pa.int64())}),
+                   tmp_path / "part.parquet")
+    with pytest.raises(SourceError, match=message):
+        preprocess(tmp_path / "part.parquet", tmp_path / "out.iof", progress=False, workers=1, **option)
+
+
+@pytest.mark.pyarrow
+def test_a_damaged_or_foreign_parquet_file_is_a_one_line_error_naming_it(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    images, labels, _ = _table_rows(2)
+    pq.write_table(pa.table({"img": pa.array(images, pa.binary()), "label": pa.array(labels, pa.int64())}),
+                   tmp_path / "a.parquet")
+    (tmp_path / "cut.parquet").write_bytes((tmp_path / "a.parquet").read_bytes()[:200])
+    with pytest.raises(SourceError, match=r"cannot read Parquet file .*cut\.parquet: .*write it again"):
+        preprocess(tmp_path / "cut.parquet", tmp_path / "out.iof", progress=False, workers=1)
+    (tmp_path / "both").mkdir()
+    (tmp_path / "a.parquet").rename(tmp_path / "both" / "a.parquet")
+    pq.write_table(pa.table({"picture": pa.array(images, pa.binary())}), tmp_path / "both" / "b.parquet")
+    with pytest.raises(SourceError, match=r"b\.parquet has no column 'img', which a\.parquet has"):
+        preprocess(tmp_path / "both", tmp_path / "out.iof", progress=False, workers=1)
+
+
+@pytest.mark.pyarrow
 def test_parquet_folder_with_class_names_and_binary_images(tmp_path):
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -174,6 +240,19 @@ def test_hugging_face_dataset_saved_to_disk(tmp_path):
         image, classes, _ = stored[name]
         assert close_to(image, np.asarray(pictures[row])) and classes == [row % 3], name
         row += 1
+
+
+@pytest.mark.pyarrow
+@pytest.mark.parametrize(("state", "message"), [
+    ("{not json", r"cannot read .*state\.json: Expecting"),
+    ("[]", r"state\.json holds a list"),
+    ('{"_data_files": [{"filename": "d.arrow"}]}', "lists d.arrow, which is missing"),
+])
+def test_a_damaged_saved_dataset_is_a_one_line_error_naming_its_file(tmp_path, state, message):
+    (tmp_path / "saved").mkdir()
+    (tmp_path / "saved" / "state.json").write_text(state)
+    with pytest.raises(SourceError, match=message):
+        preprocess(tmp_path / "saved", tmp_path / "out.iof", progress=False, workers=1)
 
 
 def test_labels_csv_with_multi_label_rows(tmp_path):
@@ -231,6 +310,70 @@ def test_imagenet_style_validation_labels(tmp_path):
                                 for i in range(6)))
     again = preprocess(src, tmp_path / "again.iof", labels=solution, progress=False, workers=1, val_fraction=0)
     assert set(read_dataset(again.out)) == set(stored)
+
+
+@pytest.mark.parametrize("kind", ["csv", "jsonl"])
+def test_labels_file_rows_without_a_label_are_rejected_not_made_a_class(tmp_path, kind):
+    from helpers.sources import encode, picture
+
+    src = tmp_path / "photos"
+    src.mkdir()
+    for i in range(3):
+        (src / f"{i}.jpg").write_bytes(encode(picture(i), "jpg"))
+    labels = tmp_path / f"labels.{kind}"
+    if kind == "csv":
+        labels.write_text("path,label\n0.jpg,cat\n1.jpg,\n2.jpg,dog\n")
+    else:
+        labels.write_text("".join(json.dumps({"path": f"{i}.jpg", "label": v}) + "\n"
+                                  for i, v in enumerate(["cat", None, "dog"])))
+    summary = preprocess(src, tmp_path / "out.iof", labels=labels, progress=False, workers=1, val_fraction=0)
+    assert Manifest.read(summary.out).classes == ["cat", "dog"]
+    assert set(read_dataset(summary.out)) == {"0.jpg", "2.jpg"}
+    assert _rejected(summary.out) == {"1.jpg": f"no label (empty in labels.{kind})"}
+
+
+def test_a_webdataset_sample_with_a_blank_label_is_rejected():
+    import io
+
+    from helpers.sources import encode, picture
+    from iofeed.prepare.sources.webdataset import sample_of
+
+    image, label = encode(picture(0), "jpg"), json.dumps({"label": " "}).encode()
+    members = {"jpg": (0, len(image)), "json": (len(image), len(label))}
+    with pytest.raises(ValueError, match="no label"):
+        sample_of(io.BytesIO(image + label), members, None)
+
+
+def test_a_label_column_no_sample_has_is_named_in_the_error(tmp_path):
+    import io
+    import tarfile
+
+    from helpers.sources import encode, picture
+
+    shard = tmp_path / "shard.tar"
+    with tarfile.open(shard, "w") as tar:
+        for i in range(3):
+            for ext, data in (("jpg", encode(picture(i), "jpg")), ("cls", b"1")):
+                info = tarfile.TarInfo(f"s{i}.{ext}")
+                info.size = len(data)
+                tar.addfile(info, io.BytesIO(data))
+    with pytest.raises(SourceError, match=r"3 files rejected: no label 3; e\.g\. .*shard\.tar#s0: no label \(lable;"):
+        preprocess(str(shard), tmp_path / "o.iof", label_column="lable", progress=False, workers=1)
+
+
+def test_a_listed_stem_that_fits_several_files_says_so(tmp_path):
+    from helpers.sources import encode, picture
+
+    src = tmp_path / "photos"
+    src.mkdir()
+    (src / "a.jpg").write_bytes(encode(picture(0), "jpg"))
+    (src / "a.png").write_bytes(encode(picture(1), "png"))
+    (src / "b.jpg").write_bytes(encode(picture(2), "jpg"))
+    labels = tmp_path / "labels.txt"
+    labels.write_text("a cat\nb dog\n")
+    summary = preprocess(src, tmp_path / "out.iof", labels=labels, progress=False, workers=1, val_fraction=0)
+    reason = _rejected(summary.out)["a"]
+    assert "without an extension, which fits a.jpg, a.png: list the file's full name" in reason, reason
 
 
 def test_labels_file_errors_name_the_line(tmp_path):
@@ -344,6 +487,25 @@ def test_a_killed_runs_spool_is_removed_by_the_next_run(tmp_path):
     preprocess(str(tmp_path / "wds"), tmp_path / "out.iof", progress=False, workers=1)
     assert not leftover.exists() and live.exists()
     assert sorted(p.name for p in tmp_path.glob(".out.iof.spool-*")) == [live.name]
+
+
+def test_a_spool_whose_lock_is_held_is_kept_whatever_its_pid(tmp_path):
+    """A run in another PID namespace (a container on shared storage) has a PID that is dead here:
+    its lock, not its PID, says it is alive."""
+    import fcntl
+
+    from iofeed.prepare.output import SPOOL_LOCK, spool_dir
+
+    held = tmp_path / ".out.iof.spool-999999999-abc"  # no such PID here
+    held.mkdir()
+    unheld = tmp_path / ".out.iof.spool-999999998-def"
+    unheld.mkdir()
+    (unheld / SPOOL_LOCK).touch()
+    with open(held / SPOOL_LOCK, "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        with spool_dir(tmp_path / "out.iof") as mine:
+            assert (Path(mine) / SPOOL_LOCK).is_file()
+        assert held.exists() and not unheld.exists() and not Path(mine).exists()
 
 
 def test_caption_shards_without_classes_keep_each_json_as_the_extra(tmp_path):

@@ -137,6 +137,16 @@ def test_older_datasets_load_and_newer_ones_are_refused(colour_dataset, tmp_path
         Manifest.read(old)
 
 
+def test_a_missing_targets_file_is_a_one_line_error_naming_it(multi, tmp_path):
+    import shutil
+
+    damaged = tmp_path / "damaged.iof"
+    shutil.copytree(multi, damaged)
+    (damaged / "train-targets.jsonl").unlink()
+    with pytest.raises(DatasetError, match="cannot read .*damaged.iof/train-targets.jsonl"):
+        iofeed.loader(str(damaged), batch_size=3, image_size=24, workers=1, target="multi_hot")
+
+
 def test_verify_accepts_a_multi_label_dataset(multi, capsys):
     from iofeed.cli import main
 

@@ -21,6 +21,23 @@ def test_inspect_counts_in_words_and_gives_raw_pixels_no_quality(colour_tree, tm
     assert images.split() == ["images", "raw,", "shorter", "side", "256"], images  # was "..., quality 90"
 
 
+def test_index_counts_one_shard_in_words(tmp_path, capsys):
+    import io
+    import tarfile
+
+    from helpers.sources import encode, picture
+
+    shard = tmp_path / "shard.tar"
+    with tarfile.open(shard, "w") as tar:
+        for ext, data in (("jpg", encode(picture(0), "jpg")), ("cls", b"0")):
+            info = tarfile.TarInfo(f"s0.{ext}")
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    assert main(["index", str(shard), "-o", str(tmp_path / "ds.iof")]) == 0
+    printed = capsys.readouterr().out
+    assert "1 sample in 1 shard (read in place)" in printed, printed
+
+
 def test_inspect_of_a_missing_path_says_so(tmp_path, capsys):
     """It used to say `iofeed.json is missing` for a folder that does not exist at all."""
     assert main(["inspect", str(tmp_path / "nope.iof")]) == 1

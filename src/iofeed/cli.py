@@ -141,8 +141,9 @@ def _cmd_index(args: argparse.Namespace) -> None:
         summary = index_shards(args.shards, Path(args.out), split=args.split, label_column=args.label_column,
                                overwrite=args.overwrite)
     rejected = sum(summary.rejected.values())
-    print(f"iofeed index written to {summary.out}: {summary.samples:,} samples in {summary.shards} shards "
-          f"(read in place), {rejected:,} rejected" + (f" (see {summary.out}/rejected.jsonl)" if rejected else ""))
+    print(f"iofeed index written to {summary.out}: {_count(summary.samples, 'sample')} in "
+          f"{_count(summary.shards, 'shard')} (read in place), {rejected:,} rejected"
+          + (f" (see {summary.out}/rejected.jsonl)" if rejected else ""))
     for reason, count in sorted(summary.rejected.items(), key=lambda kv: -kv[1]):
         print(f"    {count:>6,}  {reason}")
 

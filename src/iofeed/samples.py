@@ -47,6 +47,7 @@ class SampleSource:
     dataset_id: str = ""  # the manifest's id when opened ("" for folders and datasets before version 3)
     remote: RemoteShards | None = None  # streamed dataset: `files` are URLs read through the node cache
     validated: bool = True  # images checked by preprocess (False: shards indexed in place, images as they came)
+    targets: dict = field(default_factory=dict)  # the manifest's `targets` entry when opened ({} for folders)
 
     def __len__(self) -> int:
         return len(self.label)
@@ -155,6 +156,7 @@ def dataset_source(manifest: Manifest, info: SplitInfo, table: np.ndarray, files
         height=table["height"].copy(),
         dataset=dataset,
         dataset_id=manifest.dataset_id,
+        targets=dict(manifest.targets),
     )
 
 

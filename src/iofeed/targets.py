@@ -10,10 +10,9 @@ from typing import Any
 import numpy as np
 
 from .errors import DatasetError, OptionError
-from .format.manifest import Manifest
 from .format.targets import multi_hot, parse_targets
 from .remote.urls import is_url
-from .samples import SampleSource, is_iofeed_dataset
+from .samples import SampleSource
 
 TARGETS = ("class", "multi_hot")  # the loader's `target=` choices
 
@@ -40,41 +39,30 @@ class SampleTargets:
 
 
 def open_targets(source: str | Path, split: str, data: SampleSource) -> SampleTargets:
-    """The targets of `data` (opened from `source`): a dataset's targets file when it has one,
-    else one class per sample from its labels (a folder, or a dataset of one class each)."""
-    text, where = None, str(source)
-    if is_url(source) or is_iofeed_dataset(Path(source)):
-        manifest, read = _manifest_and_reader(source)
-        name = manifest.targets.get("files", {}).get(split)
-        if name is not None:
-            where = f"{str(source).rstrip('/')}/{name}"
-            text = read(name)
-    if text is None:
+    """The targets of `data` (opened from `source`): the split's targets file named by the manifest
+    it was opened with, else one class per sample from its labels (a folder, or a dataset of one
+    class each)."""
+    name = data.targets.get("files", {}).get(split)
+    if name is None:
         classes = [[int(label)] if label >= 0 else [] for label in data.label]
         extras: list[Any] = [None] * len(data)
     else:
-        classes, extras = parse_targets(text, where, len(data))
+        where = f"{str(source).rstrip('/')}/{name}"
+        classes, extras = parse_targets(_read_text(where), where, len(data))
     offsets, indices = multi_hot(classes, len(data.classes))
     return SampleTargets(len(data.classes), offsets, indices, extras)
 
 
-def _manifest_and_reader(source: str | Path) -> tuple[Manifest, Any]:
-    """The manifest of a dataset path or URL, and a function reading one of its files as text."""
-    if not is_url(source):
-        folder = Path(source)
-        return Manifest.read(folder), lambda name: (folder / name).read_text(encoding="utf-8")
-    from .remote.dataset import read_manifest
-    from .remote.urls import filesystem, join
+def _read_text(where: str) -> str:
+    """The text of a dataset's file at `where` (a path or URL); DatasetError naming it."""
+    try:
+        if not is_url(where):
+            return Path(where).read_text(encoding="utf-8")
+        from .remote.urls import filesystem
 
-    url = str(source).rstrip("/")
-
-    def read(name: str) -> str:
-        try:
-            return io.TextIOWrapper(io.BytesIO(filesystem(url).cat_file(join(url, name))), "utf-8").read()
-        except Exception as exc:  # noqa: BLE001 - storage errors of any library, named by URL
-            raise DatasetError(f"cannot read {join(url, name)}: {type(exc).__name__}: {exc}") from None
-
-    return read_manifest(url), read
+        return io.TextIOWrapper(io.BytesIO(filesystem(where).cat_file(where)), "utf-8").read()
+    except Exception as exc:  # noqa: BLE001 - storage errors of any library, named by path or URL
+        raise DatasetError(f"cannot read {where}: {type(exc).__name__}: {exc}") from None
 
 
 def check_target_options(target: str, extras: bool, framework: str) -> None:

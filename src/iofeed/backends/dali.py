@@ -30,7 +30,7 @@ import numpy as np
 from ..device import loader_device
 from ..errors import OptionError, SampleError, WorkerError, require
 from ..image.boxes import Augment
-from ..image.fastjpeg import check_strictly
+from ..image.fastjpeg import decode_problem
 from ..image.pil import Opened, decode_rgb, open_image
 from ..options import LoaderOptions
 from ..parallel import resolve_workers, worker_pool
@@ -85,12 +85,7 @@ def check_file(path: bytes, offset: int = 0, size: int = -1) -> str | None:
             data = f.read() if size < 0 else os.pread(f.fileno(), size, offset)
     except OSError as exc:
         return f"unreadable ({exc.strerror})"
-    try:
-        decode_rgb(open_image(data), min_size=(1, 1))
-        check_strictly(data)
-    except SampleError as exc:
-        return str(exc)
-    return None
+    return decode_problem(data)
 
 
 def validate_folder(source: SampleSource, workers: int) -> dict[int, str]:

@@ -54,6 +54,19 @@ def check_strictly(data: bytes) -> None:
         decode_rgb_array(data, (1, 1))
 
 
+def decode_problem(data: bytes) -> str | None:
+    """Why the loader could not decode the image `data` (fully, and as strictly as the workers
+    engine does), or None."""
+    from .pil import decode_rgb, open_image
+
+    try:
+        decode_rgb(open_image(data), min_size=(1, 1))
+        check_strictly(data)
+    except SampleError as exc:
+        return str(exc)
+    return None
+
+
 def _has_exif(data: bytes) -> bool:
     """Whether an APP1 "Exif" segment comes before the image data (walks the header markers);
     True also when the header cannot be walked, so that Pillow's path takes the file."""

@@ -4,22 +4,21 @@ from __future__ import annotations
 
 import hashlib
 import os
-import shutil
 import time
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
 from .. import __version__
-from ..errors import SourceError
-from ..format.manifest import IMAGES_AS_IS, Manifest, SplitInfo
+from ..errors import OptionError, SourceError
+from ..format.manifest import IMAGES_AS_IS, Manifest, SplitInfo, plain_name
 from ..format.shards import INDEX_VERSION
 from ..format.table import new_table, save_table
-from ..format.targets import TARGET_KINDS, save_targets
+from ..format.targets import save_targets
 from ..remote.urls import is_url
-from .output import check_output, lock_output, output_error, spool_dir, staging_dir, swap_in
+from .output import check_output, spool_dir, written_aside
 from .run import REJECTED_NAME, write_rejected
-from .scan import Rejection, reason_kind
+from .scan import Rejection, none_accepted, reason_kind
 from .sources.shardlist import fetch, list_shards
 from .sources.targets import Targets
 from .sources.webdataset import Members, read_samples, sample_of
@@ -55,8 +54,16 @@ def index_shards(spec: str, out: Path, *, split: str = "train", label_column: st
     loader's node cache verifies its copies)."""
     start = time.perf_counter()
     out = Path(out)
+    try:
+        plain_name(split)  # the split names the dataset's files
+    except ValueError:
+        raise OptionError(f"--split {split!r}: a split is a plain name (train, val, ...), without '/'") from None
     check_output(None, out, overwrite)
     shards = list_shards(spec)
+    remote = [is_url(shard) for shard in shards]
+    if any(remote) and not all(remote):
+        raise SourceError(f"{spec} names local shards ({shards[remote.index(False)]}) and URLs "
+                          f"({shards[remote.index(True)]}): the loader reads one or the other, index them separately")
     targets, scanned, rejected = Targets(), [], []
     with spool_dir(out) as spool:
         for shard in shards:
@@ -65,10 +72,9 @@ def index_shards(spec: str, out: Path, *, split: str = "train", label_column: st
             if is_url(shard):
                 local.unlink()
     resolved = targets.resolve()
-    kind = TARGET_KINDS[(resolved.multi_label, bool(resolved.names))]
     count = sum(len(s.accepted) for s in scanned)
     if not count:
-        raise SourceError(f"no sample with an image and a label in {spec} ({len(rejected)} rejected)")
+        raise none_accepted(f"no sample with an image and a label in {spec}", rejected)
     table, names, infos = new_table(count), [], []
     for number, shard in enumerate(scanned):
         for offset, size, name in shard.accepted:
@@ -76,43 +82,34 @@ def index_shards(spec: str, out: Path, *, split: str = "train", label_column: st
             row["shard"], row["offset"], row["size"] = number, offset, size
             row["label"] = resolved.label(len(names))
             names.append(name)
-    try:
-        with lock_output(out):
-            staging, _ = staging_dir(out)
-            try:
-                for number, shard in enumerate(scanned):
-                    index = f"shard-{number:06d}.idx"
-                    text = "".join(f"{line}\n" for line in [f"{INDEX_VERSION} {len(shard.lines)}", *shard.lines])
-                    (staging / index).write_text(text, encoding="utf-8")
-                    infos.append({"name": f"shard-{number:06d}.tar", "index": index, "samples": len(shard.accepted),
-                                  "bytes": shard.bytes, "sha256": shard.sha256, "url": shard.location})
-                table_name = f"{split}-samples.npy"
-                save_table(staging / table_name, table, names)
-                files = {}
-                if kind != "class" or resolved.has_extras:
-                    rows = [[c, e] for c, e in zip(resolved.classes, resolved.extras)]
-                    files[split] = save_targets(staging, split, rows)
-                write_rejected(staging / REJECTED_NAME, rejected)
-                Manifest(
-                    classes=resolved.names, class_dirs=resolved.names,
-                    splits={split: SplitInfo(samples=count, shards=infos, table=table_name)},
-                    image={"encoding": IMAGES_AS_IS, "progressive": None, "colour": None, "shorter_side": None,
-                           "quality": None, "raw_max_pixels": None},
-                    split_policy={"indexed": True},
-                    source={"path": str(spec), "kind": INDEXED, "found": count + len(rejected), "accepted": count,
-                            "rejected": len(rejected),
-                            "rejected_by_reason": dict(Counter(reason_kind(r.reason) for r in rejected)),
-                            "empty_classes": [], "bytes_in": sum(s.bytes for s in scanned), "modes": {},
-                            "formats": {}, "mean_size": [0.0, 0.0], "median_size": [0.0, 0.0], "max_size": [0, 0]},
-                    created_by=f"iofeed {__version__}",
-                    targets={"kind": kind, "extras": resolved.has_extras, "files": files},
-                ).write(staging)
-                swap_in(staging, out)
-            except BaseException:
-                shutil.rmtree(staging, ignore_errors=True)
-                raise
-    except OSError as exc:
-        raise output_error(exc, out) from None
+    with written_aside(None, out, overwrite) as (staging, _):
+        for number, shard in enumerate(scanned):
+            index = f"shard-{number:06d}.idx"
+            text = "".join(f"{line}\n" for line in [f"{INDEX_VERSION} {len(shard.lines)}", *shard.lines])
+            (staging / index).write_text(text, encoding="utf-8")
+            infos.append({"name": f"shard-{number:06d}.tar", "index": index, "samples": len(shard.accepted),
+                          "bytes": shard.bytes, "sha256": shard.sha256, "url": shard.location})
+        table_name = f"{split}-samples.npy"
+        save_table(staging / table_name, table, names)
+        files = {}
+        if resolved.side_file:
+            rows = [[c, e] for c, e in zip(resolved.classes, resolved.extras)]
+            files[split] = save_targets(staging, split, rows)
+        write_rejected(staging / REJECTED_NAME, rejected)
+        Manifest(
+            classes=resolved.names, class_dirs=resolved.names,
+            splits={split: SplitInfo(samples=count, shards=infos, table=table_name)},
+            image={"encoding": IMAGES_AS_IS, "progressive": None, "colour": None, "shorter_side": None,
+                   "quality": None, "raw_max_pixels": None},
+            split_policy={"indexed": True},
+            source={"path": str(spec), "kind": INDEXED, "found": count + len(rejected), "accepted": count,
+                    "rejected": len(rejected),
+                    "rejected_by_reason": dict(Counter(reason_kind(r.reason) for r in rejected)),
+                    "empty_classes": [], "bytes_in": sum(s.bytes for s in scanned), "modes": {},
+                    "formats": {}, "mean_size": [0.0, 0.0], "median_size": [0.0, 0.0], "max_size": [0, 0]},
+            created_by=f"iofeed {__version__}",
+            targets=resolved.manifest_entry(files),
+        ).write(staging)
     return IndexSummary(out, len(scanned), count, dict(Counter(reason_kind(r.reason) for r in rejected)),
                         time.perf_counter() - start)
 

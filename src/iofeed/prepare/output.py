@@ -5,7 +5,8 @@ would destroy sources or a folder that is not an iofeed dataset; `lock_output` h
 `fcntl.flock` on `.OUT.lock` beside OUT for the whole run (two runs, even with one PID in two
 containers, cannot interleave); `staging_dir` clears what dead runs left and makes
 `.OUT.partial-PID`; `swap_in` renames the old dataset aside, the new one in, then deletes the
-old one, with SIGINT and SIGTERM held off during the two renames.
+old one, with SIGINT and SIGTERM held off during the two renames. `written_aside` runs them in
+that order around the block that writes the dataset.
 """
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ from ..format.manifest import MANIFEST_NAME
 
 PARTIAL = ".partial-"  # `.OUT.partial-PID`: the dataset being written
 SPOOL = ".spool-"  # `.OUT.spool-PID-*`: bytes a source copied out (Parquet cells, remote shards)
+SPOOL_LOCK = ".lock"  # in a spool folder: flock'd by the run using it
 ASIDE = ".replaced-"  # `.OUT.replaced-PID`: the old dataset between the two renames of a swap
 
 
@@ -94,20 +96,46 @@ def lock_output(out: Path) -> Iterator[None]:
         os.close(fd)
 
 
-def spool_dir(out: Path) -> tempfile.TemporaryDirectory:
+@contextmanager
+def spool_dir(out: Path) -> Iterator[str]:
     """A private temporary folder beside `out` (`.OUT.spool-PID-*`) for bytes a source copies out,
-    removed when the context ends; spools of runs no longer alive (killed) are removed first.
+    held by an `flock` on its `.lock` for the block and removed when it ends. Spools of runs no
+    longer alive (killed) are removed first: those whose lock nobody holds (a run in another PID
+    namespace on shared storage holds its own), or without a lock whose PID is not alive here.
     OutputError when it cannot be made there."""
     out = Path(out)
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
         for old in out.parent.glob(f".{out.name}{SPOOL}*"):
-            pid = old.name[len(out.name) + len(SPOOL) + 1:].split("-")[0]
-            if pid.isdigit() and not _alive(int(pid)):
+            if _abandoned(old, old.name[len(out.name) + len(SPOOL) + 1:].split("-")[0]):
                 shutil.rmtree(old, ignore_errors=True)
-        return tempfile.TemporaryDirectory(prefix=f".{out.name}{SPOOL}{os.getpid()}-", dir=out.parent)
+        folder = tempfile.mkdtemp(prefix=f".{out.name}{SPOOL}{os.getpid()}-", dir=out.parent)
+        fd = os.open(os.path.join(folder, SPOOL_LOCK), os.O_RDWR | os.O_CREAT, 0o644)
+        fcntl.flock(fd, fcntl.LOCK_EX)
     except OSError as exc:
         raise output_error(exc, out) from None
+    try:
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+        os.close(fd)
+
+
+def _abandoned(spool: Path, pid: str) -> bool:
+    """Whether the spool folder `spool` (of process `pid`) belongs to no live run."""
+    try:
+        fd = os.open(spool / SPOOL_LOCK, os.O_RDWR)
+    except FileNotFoundError:  # a spool of an older iofeed, or one being made this instant
+        return pid.isdigit() and not _alive(int(pid))
+    except OSError:  # not a folder, or not ours to open: left alone
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    finally:
+        os.close(fd)
+    return True
 
 
 def _alive(pid: int) -> bool:
@@ -149,6 +177,26 @@ def swap_in(staging: Path, out: Path) -> None:
             os.replace(out, aside)
         os.replace(staging, out)
     shutil.rmtree(aside, ignore_errors=True)
+
+
+@contextmanager
+def written_aside(src: Path | None, out: Path, overwrite: bool) -> Iterator[tuple[Path, list[Path]]]:
+    """Write the dataset at `out` aside: lock OUT, yield a fresh staging folder (and what dead runs
+    left, removed), then check OUT again (it may have appeared or changed meanwhile, see
+    `check_output`) and swap the staging folder in. The staging folder is removed if the block
+    fails; an OSError becomes a one-line OutputError."""
+    try:
+        with lock_output(out):
+            staging, stale = staging_dir(out)
+            try:
+                yield staging, stale
+                check_output(src, out, overwrite)
+                swap_in(staging, out)
+            except BaseException:
+                shutil.rmtree(staging, ignore_errors=True)
+                raise
+    except OSError as exc:
+        raise output_error(exc, out) from None
 
 
 @contextmanager

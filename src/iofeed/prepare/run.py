@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import json
-import shutil
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -14,17 +13,17 @@ import numpy as np
 from tqdm import tqdm
 
 from .. import __version__
-from ..errors import IofeedError, OptionError, SourceError
+from ..errors import IofeedError, OptionError
 from ..format.manifest import Manifest, SplitInfo
 from ..format.policy import ImagePolicy
 from ..format.shards import ShardWriter
 from ..format.table import ENCODINGS, MEMBER_EXTENSIONS, new_table, save_table
-from ..format.targets import TARGET_KINDS, save_targets
+from ..format.targets import save_targets
 from ..remote.urls import is_url
 from .engines import select_engine
 from .file import Prepared, Task
-from .output import check_output, lock_output, output_error, spool_dir, staging_dir, swap_in
-from .scan import Rejection, display_path, reason_kind
+from .output import check_output, spool_dir, written_aside
+from .scan import Rejection, display_path, none_accepted, reason_kind
 from .sources.base import SourceOptions, SourceScan
 from .sources.registry import scan_source
 from .sources.targets import Resolved
@@ -128,38 +127,28 @@ def _preprocess(scan: SourceScan, src: Path | str, out: Path, start: float, *, p
         "val": write_order(np.flatnonzero(is_val), seed, shuffle=False),
     }
     orders = {name: order for name, order in orders.items() if len(order)}
-    try:
-        with lock_output(out):
-            staging, stale = staging_dir(out)
-            try:
-                results = _pack(scan, targets, orders, policy, staging, shard_bytes, progress, run_engine)
-                rejected = scan.rejected + results.rejected
-                if strict and rejected:
-                    _fail_strict(rejected)
-                if not any(info.samples for info in results.splits.values()):
-                    _fail_empty(scan.root, rejected)
-                write_rejected(staging / REJECTED_NAME, rejected)
-                seconds = time.perf_counter() - start
-                manifest = Manifest(
-                    classes=targets.names,
-                    class_dirs=scan.class_dirs if scan.class_dirs is not None else targets.names,
-                    splits=results.splits,
-                    image={"encoding": policy.format, "progressive": False, "colour": "RGB",
-                           "shorter_side": policy.shorter_side, "quality": policy.quality,
-                           "raw_max_pixels": policy.raw_max_pixels if policy.format == "mixed" else None},
-                    split_policy={"seed": seed, "val_per_class": val_per_class, "val_fraction": val_fraction},
-                    source=_source_stats(scan, results.facts, rejected),
-                    created_by=f"iofeed {__version__}",
-                    targets=results.targets,
-                )
-                manifest.write(staging)
-                check_output(src, out, overwrite)  # OUT may have appeared (or changed) meanwhile
-                swap_in(staging, out)
-            except BaseException:
-                shutil.rmtree(staging, ignore_errors=True)
-                raise
-    except OSError as exc:
-        raise output_error(exc, out) from None
+    with written_aside(src, out, overwrite) as (staging, stale):
+        results = _pack(scan, targets, orders, policy, staging, shard_bytes, progress, run_engine)
+        rejected = scan.rejected + results.rejected
+        if strict and rejected:
+            _fail_strict(rejected)
+        if not any(info.samples for info in results.splits.values()):
+            _fail_empty(scan.root, rejected)
+        write_rejected(staging / REJECTED_NAME, rejected)
+        seconds = time.perf_counter() - start
+        manifest = Manifest(
+            classes=targets.names,
+            class_dirs=scan.class_dirs if scan.class_dirs is not None else targets.names,
+            splits=results.splits,
+            image={"encoding": policy.format, "progressive": False, "colour": "RGB",
+                   "shorter_side": policy.shorter_side, "quality": policy.quality,
+                   "raw_max_pixels": policy.raw_max_pixels if policy.format == "mixed" else None},
+            split_policy={"seed": seed, "val_per_class": val_per_class, "val_fraction": val_fraction},
+            source=_source_stats(scan, results.facts, rejected),
+            created_by=f"iofeed {__version__}",
+            targets=results.targets,
+        )
+        manifest.write(staging)
     return PreprocessSummary(
         out=out,
         found=len(scan) + len(scan.rejected),
@@ -197,7 +186,7 @@ def _pack(
     sources: dict[str, list[str]] = {name: [] for name in orders}
     tasks = [(int(i), scan.paths[i], policy, scan.spans[i]) for order in orders.values() for i in order]
     side = {name: [] for name in orders}  # per split, each row's classes and extra (multi-label or extras)
-    kind = TARGET_KINDS[(targets.multi_label, bool(targets.names))]
+    kind = targets.kind
     split_of = {int(i): name for name, order in orders.items() for i in order}
     rejected: list[Rejection] = []
     facts: list[dict] = []
@@ -218,7 +207,7 @@ def _pack(
             if extra is not None:
                 members[EXTRA_MEMBER] = json.dumps(extra).encode()
             shard, offset, size = writers[name].add(f"{prepared.index:07d}", members)
-            if kind != "class" or targets.has_extras:
+            if targets.side_file:
                 side[name].append([classes, extra])
             row = tables[name][len(sources[name])]
             row["shard"], row["offset"], row["size"], row["label"] = shard, offset, size, label
@@ -235,10 +224,10 @@ def _pack(
             samples=len(sources[name]), shards=[asdict(s) for s in shards], table=table_name
         )
     files = {}
-    if kind != "class" or targets.has_extras:
+    if targets.side_file:
         for name, rows in side.items():
             files[name] = save_targets(staging, name, rows)
-    return _PackResult(splits, rejected, facts, {"kind": kind, "extras": targets.has_extras, "files": files})
+    return _PackResult(splits, rejected, facts, targets.manifest_entry(files))
 
 
 def write_rejected(path: Path, rejected: list[Rejection]) -> None:
@@ -260,10 +249,8 @@ def _fail_strict(rejected: list[Rejection]) -> None:
 
 def _fail_empty(root: str, rejected: list[Rejection]) -> None:
     """SourceError: every file was rejected, so there is no dataset to write (OUT is left as it was)."""
-    counts = ", ".join(f"{kind} {n}" for kind, n in Counter(reason_kind(r.reason) for r in rejected).most_common())
-    first = min(rejected, key=lambda r: r.path)
-    raise SourceError(f"every file in {display_path(root)} was rejected, nothing written: {counts} (first "
-                      f"{display_path(first.path)}: {first.reason}); fix the files and run again")
+    raise none_accepted(f"every file in {display_path(root)} was rejected, nothing written: fix the files and run "
+                        "again", rejected)
 
 
 def _source_stats(scan: SourceScan, facts: list[dict], rejected: list[Rejection]) -> dict:

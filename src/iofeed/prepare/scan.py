@@ -56,6 +56,18 @@ def reason_kind(reason: str) -> str:
     return reason.split(" (")[0]
 
 
+def none_accepted(what: str, rejected: list[Rejection]) -> SourceError:
+    """The error for a source every input of which was rejected: how many for each reason, and the
+    commonest reason with one input it was given for (a wrong option, such as a --label-column no
+    sample has, then shows on the one line)."""
+    if not rejected:
+        return SourceError(what)
+    counts = Counter(reason_kind(r.reason) for r in rejected).most_common()
+    example = next(r for r in rejected if reason_kind(r.reason) == counts[0][0])
+    return SourceError(f"{what} ({len(rejected)} files rejected: {', '.join(f'{k} {n}' for k, n in counts)}; e.g. "
+                       f"{display_path(example.path)}: {example.reason})")
+
+
 def display_path(path: str) -> str:
     """A path printable as UTF-8 even when the file name is not valid UTF-8."""
     return os.fsencode(path).decode("utf-8", "backslashreplace")
@@ -97,9 +109,7 @@ def scan_folder(src: Path) -> FolderScan:
     if not scan.class_dirs:
         raise SourceError(f"no class folders in {root} (expected one subfolder per class)")
     if not scan.files:
-        counts = Counter(reason_kind(r.reason) for r in scan.rejected)
-        reasons = ": " + ", ".join(f"{kind} {n}" for kind, n in counts.most_common()) if counts else ""
-        raise SourceError(f"no images found in {root} ({len(scan.rejected)} files rejected{reasons})")
+        raise none_accepted(f"no images found in {root}", scan.rejected)
     return scan
 
 
@@ -136,9 +146,17 @@ def _rejection_reason(entry: os.DirEntry) -> str | None:
             return "folder"
         if not entry.is_file():
             return "not a regular file"
-        if entry.stat().st_size == 0:
+    except OSError as exc:
+        return f"unreadable ({exc.strerror})"
+    return not_image(Path(entry.path))
+
+
+def not_image(path: Path) -> str | None:
+    """Why the regular file at `path` is not an image (empty, unrecognised bytes, unreadable), or None."""
+    try:
+        if path.stat().st_size == 0:
             return "empty file"
-        if sniff_file(Path(entry.path)) is None:
+        if sniff_file(path) is None:
             return "not an image (unrecognised bytes)"
     except OSError as exc:
         return f"unreadable ({exc.strerror})"

@@ -19,10 +19,9 @@ from pathlib import Path
 from typing import Any
 
 from ...errors import OptionError, SourceError
-from ...image.sniff import sniff_file
-from ..scan import Rejection, display_path
+from ..scan import Rejection, display_path, not_image
 from .base import SourceOptions, SourceScan
-from .targets import Targets, parse_cell
+from .targets import Targets, missing, parse_cell
 
 PATH_KEYS = ("path", "file", "filename", "image", "ImageId")
 
@@ -44,13 +43,17 @@ def scan(src: str, options: SourceOptions) -> SourceScan:
     for listed, target, extra in rows:
         rel = listed if listed in files else _by_stem(by_stem, listed)
         if rel is None:
-            result.rejected.append(Rejection(listed, f"listed in {options.labels} but not found under {src}"))
+            several = sorted(by_stem.get(listed, []))
+            reason = (f"listed in {options.labels} without an extension, which fits {', '.join(several)}: list "
+                      "the file's full name" if several else f"listed in {options.labels} but not found under {src}")
+            result.rejected.append(Rejection(listed, reason))
             continue
         merged.setdefault(rel, ([], extra))[0].append(target)
     for rel in sorted(set(files) - set(merged)):
         result.rejected.append(Rejection(rel, f"not in the labels file {Path(options.labels).name}"))
     for rel, (targets, extra) in sorted(merged.items()):
-        reason = _not_image(root / rel)
+        targets = [t for t in targets if not missing(t)]
+        reason = not_image(root / rel) if targets else f"no label (empty in {Path(options.labels).name})"
         if reason:
             result.rejected.append(Rejection(rel, reason))
             continue
@@ -149,14 +152,3 @@ def _files_under(root: Path, labels: Path) -> set[str]:
             if not name.startswith(".") and full.resolve() != skip:
                 found.add(display_path(full.relative_to(root).as_posix()))
     return found
-
-
-def _not_image(path: Path) -> str | None:
-    try:
-        if path.stat().st_size == 0:
-            return "empty file"
-        if sniff_file(path) is None:
-            return "not an image (unrecognised bytes)"
-    except OSError as exc:
-        return f"unreadable ({exc.strerror})"
-    return None

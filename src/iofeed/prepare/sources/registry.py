@@ -9,6 +9,7 @@ from pathlib import Path
 from ...errors import SourceError
 from ...registry import Entry, Registry
 from ...remote.urls import is_url
+from ..scan import none_accepted
 from .base import SourceOptions, SourceScan
 from .shardlist import is_tar
 from .tables import is_hf_dataset, is_parquet
@@ -52,6 +53,9 @@ def detect(src: str, options: SourceOptions) -> str:
         return "hf"
     files = [e.path for e in os.scandir(path) if e.is_file() and not e.name.startswith(".")]
     if any(is_parquet(f) for f in files):
+        if any(is_tar(f) for f in files):
+            raise SourceError(f"{src} holds both Parquet files and tar shards: pass one kind (a Parquet file, "
+                              "or the shards as a glob or brace list)")
         return "parquet"
     has_dirs = any(e.is_dir() and not e.name.startswith(".") for e in os.scandir(path))
     if not has_dirs and files and any(is_tar(f) for f in files):
@@ -71,5 +75,5 @@ def scan_source(src: str | Path, options: SourceOptions, kind: str = "auto") -> 
         raise SourceError(f"--labels is for a folder of images, not a {kind} source")
     scanned = entry.load()(src, options)
     if not len(scanned):
-        raise SourceError(f"no images found in {src} ({len(scanned.rejected)} inputs rejected)")
+        raise none_accepted(f"no images found in {src}", scanned.rejected)
     return scanned

@@ -16,7 +16,7 @@ import numpy as np
 from ...errors import SourceError, require
 from ..scan import Rejection
 from .base import SourceOptions, SourceScan
-from .targets import Targets
+from .targets import Targets, missing
 
 DEFAULT_LABEL = "label"
 PARQUET_MAGIC = b"PAR1"
@@ -46,18 +46,33 @@ def scan_parquet(src: str, options: SourceOptions) -> SourceScan:
     files = [p for p in sorted(path.rglob("*")) if p.is_file() and is_parquet(p)] if path.is_dir() else [path]
     if not files:
         raise SourceError(f"no Parquet files in {src}")
-    first = pq.ParquetFile(files[0])
+    first = _parquet_file(pq, files[0])
     features = _hf_features((first.schema_arrow.metadata or {}).get(b"huggingface"))
     result = _scan_setup(src, "parquet", first.schema_arrow, features, options)
 
     def batches(file: Path) -> Iterator[Any]:
-        table = pq.ParquetFile(file)
-        for group in range(table.num_row_groups):
-            yield from table.iter_batches(ROWS_PER_BATCH, row_groups=[group], columns=result.columns)
+        table = _parquet_file(pq, file)
+        missing = [c for c in result.columns if c not in table.schema_arrow.names]
+        if missing:
+            raise SourceError(f"{file} has no column {missing[0]!r}, which {files[0].name} has: pass Parquet files "
+                              "of one table")
+        try:
+            for group in range(table.num_row_groups):
+                yield from table.iter_batches(ROWS_PER_BATCH, row_groups=[group], columns=result.columns)
+        except ValueError as exc:  # pyarrow's ArrowInvalid: a damaged row group
+            raise SourceError(f"cannot read Parquet file {file}: {exc}") from None
 
     for number, file in enumerate(files):
         _spool_rows(result, str(file), number, batches(file), options)
     return result.scan
+
+
+def _parquet_file(pq: Any, path: Path) -> Any:
+    """`pq.ParquetFile(path)`; SourceError naming the file when it cannot be opened."""
+    try:
+        return pq.ParquetFile(path)
+    except (OSError, ValueError) as exc:  # pyarrow's ArrowInvalid is a ValueError
+        raise SourceError(f"cannot read Parquet file {path}: {exc} (write it again, or leave it out of SRC)") from None
 
 
 def scan_hf(src: str, options: SourceOptions) -> SourceScan:
@@ -65,14 +80,22 @@ def scan_hf(src: str, options: SourceOptions) -> SourceScan:
     pa = require("pyarrow", "hf")
     root = Path(src)
     if (root / HF_DICT).is_file():
-        splits = json.loads((root / HF_DICT).read_text()).get("splits", [])
+        splits = _saved_json(root / HF_DICT).get("splits", [])
         raise SourceError(f"{src} is a DatasetDict: pass one of its splits, e.g. {root / (splits or ['train'])[0]}")
-    state = json.loads((root / HF_STATE).read_text())
-    files = [root / entry["filename"] for entry in state.get("_data_files", [])]
+    state = _saved_json(root / HF_STATE)
+    try:
+        files = [root / entry["filename"] for entry in state.get("_data_files", [])]
+    except (KeyError, TypeError):
+        raise SourceError(f"{root / HF_STATE}: a data file without its filename (save the dataset again with "
+                          "`save_to_disk`)") from None
     info_path = root / "dataset_info.json"
-    features = json.loads(info_path.read_text()).get("features", {}) if info_path.is_file() else {}
+    features = _saved_json(info_path).get("features", {}) if info_path.is_file() else {}
     if not files:
         raise SourceError(f"{src}: {HF_STATE} lists no data files")
+    missing = [f for f in files if not f.is_file()]
+    if missing:
+        raise SourceError(f"{src}: {HF_STATE} lists {missing[0].name}, which is missing (save the dataset again "
+                          "with `save_to_disk`)")
     with pa.memory_map(str(files[0])) as source:
         schema = pa.ipc.open_stream(source).schema
     result = _scan_setup(src, "hf", schema, features, options)
@@ -85,6 +108,18 @@ def scan_hf(src: str, options: SourceOptions) -> SourceScan:
     for number, file in enumerate(files):
         _spool_rows(result, str(file), number, batches(file), options)
     return result.scan
+
+
+def _saved_json(path: Path) -> dict:
+    """A JSON object `datasets.save_to_disk` wrote; SourceError naming the file when it is not one."""
+    try:
+        found = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise SourceError(f"cannot read {path}: {exc} (save the dataset again with `save_to_disk`)") from None
+    if not isinstance(found, dict):
+        raise SourceError(f"{path} holds a {type(found).__name__}, not the object `save_to_disk` writes (save the "
+                          "dataset again)")
+    return found
 
 
 class _Setup:
@@ -106,9 +141,15 @@ def _scan_setup(src: str, kind: str, schema: Any, features: dict, options: Sourc
     if image is None or image not in names:
         raise SourceError(f"{src}: no image column {image or '(binary or {bytes, path})'} among "
                           f"{', '.join(names)} (name it with --image-column)")
+    if not _holds_images(schema.field(image).type):
+        raise SourceError(f"{src}: column {image!r} holds {schema.field(image).type}, not images (binary or "
+                          "{bytes, path}): name the image column with --image-column")
     label = options.label_column or DEFAULT_LABEL
     if label not in names:
         raise SourceError(f"{src}: no label column {label!r} among {', '.join(names)} (name it with --label-column)")
+    if _holds_images(schema.field(label).type):
+        raise SourceError(f"{src}: column {label!r} holds bytes (images), not labels: name the label column "
+                          "with --label-column")
     feature = features.get(label) or {}
     class_names = feature.get("names") if feature.get("_type") == "ClassLabel" else None
     inner = feature.get("feature") or {}
@@ -151,7 +192,7 @@ def _spool_rows(setup: _Setup, file: str, number: int, batches: Iterator[Any], o
             for (data, path), label, extra in zip(_cells(batch.column(setup.image)), labels, extras):
                 name = f"{file}#{row}"
                 row += 1
-                if label is None:
+                if missing(label):
                     setup.scan.rejected.append(Rejection(name, f"no label (column {setup.label!r} is null)"))
                 elif data:
                     setup.scan.add(str(spool), name, label, extra, (out.tell(), len(data)))

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ...errors import SourceError
+from ...format.targets import TARGET_KINDS
 
 Value = int | str
 
@@ -14,6 +15,12 @@ Value = int | str
 def is_class(value: Any) -> bool:
     """Whether `value` names one class: an integer (not bool) or a string."""
     return isinstance(value, str) or (isinstance(value, int) and not isinstance(value, bool))
+
+
+def missing(target: Any) -> bool:
+    """Whether a sample's target is absent: None (JSON null, a null cell) or blank text (an empty
+    CSV cell, an empty `txt`); such a sample is rejected with "no label", never made a class."""
+    return target is None or (isinstance(target, str) and not target.strip())
 
 
 def parse_cell(text: str) -> Any:
@@ -35,7 +42,8 @@ class Targets:
     A target is a class (int index or str name), a list of classes (multi-label), or any other
     JSON value (an extra without a class: a box, a caption, a score). `extra` is any JSON
     value a sample carries beside its target. Class names are sorted; integer labels are
-    class indices as they are (names "0".."max"), unless `names` are given.
+    class indices as they are (names "0".."max"), unless `names` are given; beside class names,
+    an integer is the class its digits name (`3` and `"3"` are one class).
     """
 
     names: list[str] | None = None  # known class names (Hugging Face ClassLabel, ...), index = position
@@ -55,8 +63,8 @@ class Targets:
     @property
     def has_extras(self) -> bool:
         """Whether any sample carries an extra (or a target that is not a class)."""
-        return any(e is not None for e in self.extras) or any(not _classes_of(t) and t is not None
-                                                             for t in self.raw)
+        return any(e is not None for e in self.extras) or any(not _names_classes(t) and t is not None
+                                                               for t in self.raw)
 
     def resolve(self) -> Resolved:
         """Class names, each sample's class indices, and each sample's extra."""
@@ -72,24 +80,28 @@ class Targets:
         for t in self.raw:
             indices = []
             for v in _classes_of(t):
-                index = v if isinstance(v, int) else lookup.get(v)
+                index = v if isinstance(v, int) and self.names is not None else lookup.get(str(v))
                 if index is None or not 0 <= index < len(names):
                     raise SourceError(f"label {v!r} is not one of the {len(names)} classes "
                                       f"({', '.join(names[:5])}{', ...' if len(names) > 5 else ''})")
                 indices.append(index)
             classes.append(sorted(set(indices)))
-        extras = [e if _classes_of(t) or t is None else (t if e is None or e == t else {"target": t, **_as_dict(e)})
+        extras = [e if _names_classes(t) or t is None else (t if e is None or e == t else {"target": t, **_as_dict(e)})
                   for t, e in zip(self.raw, self.extras)]
         return Resolved(names, classes, extras, self.multi_label, any(e is not None for e in extras))
+
+
+def _names_classes(target: Any) -> bool:
+    """Whether a target is a class or a list of classes (an empty list too: a multi-label sample
+    with none), not another JSON value."""
+    return is_class(target) or (isinstance(target, list) and all(is_class(v) for v in target))
 
 
 def _classes_of(target: Any) -> list[Value]:
     """The classes a target names (none for a JSON value that is not a class)."""
     if is_class(target):
         return [target]
-    if isinstance(target, list) and all(is_class(v) for v in target):
-        return list(target)
-    return []
+    return list(target) if _names_classes(target) else []
 
 
 def _as_dict(extra: Any) -> dict:
@@ -106,6 +118,20 @@ class Resolved:
     extras: list[Any]
     multi_label: bool
     has_extras: bool
+
+    @property
+    def kind(self) -> str:
+        """The dataset's targets kind (`format.targets.TARGET_KINDS`): class, multi_label or none."""
+        return TARGET_KINDS[(self.multi_label, bool(self.names))]
+
+    @property
+    def side_file(self) -> bool:
+        """Whether a split needs its targets file: its samples are not one class each, or carry extras."""
+        return self.kind != "class" or self.has_extras
+
+    def manifest_entry(self, files: dict[str, str]) -> dict[str, Any]:
+        """The manifest's `targets` entry, given each split's targets file."""
+        return {"kind": self.kind, "extras": self.has_extras, "files": files}
 
     def label(self, index: int) -> int:
         """The sample's class index for the table: its first class, -1 when it has none."""

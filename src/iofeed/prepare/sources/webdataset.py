@@ -14,7 +14,7 @@ from ...remote.urls import is_url
 from ..scan import Rejection
 from .base import SourceOptions, SourceScan
 from .shardlist import fetch, list_shards
-from .targets import Targets, parse_cell
+from .targets import Targets, missing, parse_cell
 
 LABEL_EXTENSIONS = ("cls", "txt", "json")
 DEFAULT_JSON_LABEL = "label"
@@ -73,7 +73,7 @@ def sample_of(f, members: Members, label_key: str | None) -> tuple[str, Any, Any
         except ValueError as exc:
             raise ValueError(f"unreadable json member ({exc})") from None
     target = _target(f, members, extra, label_key)
-    if target is None:
+    if missing(target):
         wanted = label_key or f"cls, txt or json '{DEFAULT_JSON_LABEL}'"
         raise ValueError(f"no label ({wanted}; members: {', '.join(sorted(members))})")
     return image, target, extra
