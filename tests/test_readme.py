@@ -79,7 +79,7 @@ def test_the_readme_commands_and_snippet_run_as_written(tmp_path):
         assert done.returncode == 0, (line, done.stderr[-2000:])
     assert "samples in" in done.stdout
 
-    (snippet,) = [b for b in blocks("python") if "iofeed.loader(" in b]
+    (snippet,) = [b for b in blocks("python") if 'framework="torch", device="cuda"' in b]  # the two lines
     (cwd / "train.py").write_text(snippet)
     done = _run("python train.py", cwd, env)
     from helpers.requirements import cuda_available
