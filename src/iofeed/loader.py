@@ -289,5 +289,5 @@ def loader(
     data = open_source(source, split, cache_dir=options.cache_dir, cache_limit=options.cache_limit)
     order = options.order(len(data), shard_of=data.file_id, streamed=data.remote is not None)
     if data.remote is not None:
-        data.remote.fit_order(order)
+        data.remote.fit_order(order, readers=options.workers or 1)
     return adapter.wrap(Loader(data, order, make_engine(options, data), adapter, options))

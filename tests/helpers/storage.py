@@ -25,17 +25,35 @@ def free_port() -> int:
 
 
 class CountingServer:
-    """A read-only HTTP server of `root` on 127.0.0.1 that counts the GETs of each path."""
+    """A read-only HTTP server of `root` on 127.0.0.1 (on `port`, default any) that counts the GETs
+    and HEADs of each path, and injects faults: throttling, 5xx answers, bodies that stall."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, port: int = 0) -> None:
         self.gets: Counter = Counter()
+        self.heads: Counter = Counter()
         self.stall: set[str] = set()  # paths whose GET sends half the body, then hangs
         self.throttle: Counter = Counter()  # path -> GETs still to answer "503 Slow Down"
-        counts, stall, throttle, folder = self.gets, self.stall, self.throttle, root
+        self.failing: Counter = Counter()  # path -> requests (HEAD or GET) still to answer `fail_status`
+        self.fail_status = 500
+        counts, stall, throttle, folder, server = self.gets, self.stall, self.throttle, root, self
 
         class Handler(SimpleHTTPRequestHandler):
+            def _fail(self) -> bool:
+                if server.failing[self.path] > 0:
+                    server.failing[self.path] -= 1
+                    self.send_error(server.fail_status)
+                    return True
+                return False
+
+            def do_HEAD(self) -> None:  # noqa: N802 - http.server's name
+                server.heads[self.path] += 1
+                if not self._fail():
+                    super().do_HEAD()
+
             def do_GET(self) -> None:  # noqa: N802 - http.server's name
                 counts[self.path] += 1
+                if self._fail():
+                    return
                 if throttle[self.path] > 0:
                     throttle[self.path] -= 1
                     self.send_error(503, "Slow Down")
@@ -54,7 +72,7 @@ class CountingServer:
             def log_message(self, *args: object) -> None:
                 pass
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(Handler, directory=str(root)))
+        self._server = ThreadingHTTPServer(("127.0.0.1", port), functools.partial(Handler, directory=str(root)))
         self._server.daemon_threads = True
         self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import io
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -11,8 +12,8 @@ import numpy as np
 from ..errors import DatasetError, OptionError, SourceError
 from ..format.manifest import MANIFEST_NAME, Manifest, SplitInfo
 from ..format.table import load_table
-from .cache import ShardCache, ShardRef, default_cache_dir, resolve_limit
-from .retry import with_retries
+from .cache import ShardCache, ShardRef, remove_stale_parts, resolve_limit, usable_cache_dir
+from .retry import describe, is_transient, policy_from_env, with_retries
 from .urls import filesystem, join, scheme
 
 if TYPE_CHECKING:
@@ -45,8 +46,9 @@ class RemoteShards:
         """Bytes of the largest shard."""
         return max((ref.bytes for ref in self.refs), default=0)
 
-    def fit_order(self, order: OrderSpec) -> None:
-        """Check that the cache can hold what `order` keeps live, and size the readers' leases to it."""
+    def fit_order(self, order: OrderSpec, readers: int = 1) -> None:
+        """Check that the cache can hold what `order` keeps live, size the readers' leases to it, and
+        warn once when it holds too little for full speed with `readers` reading processes."""
         total = sum(ref.bytes for ref in self.refs)
         if order.shuffle == "block":
             live = 2 * order.block_shards  # a block, and the next one while ranks cross into it
@@ -56,6 +58,8 @@ class RemoteShards:
                     f"{self.largest} bytes live with block_shards={order.block_shards}: raise cache_limit to "
                     f"at least {live * self.largest} or lower block_shards")
             self.open_limit = live
+            self._warn_small(live + 1, f"2 blocks of block_shards={order.block_shards} and one ahead",
+                             "or a smaller block_shards")
         elif order.shuffle == "global":
             if self.cache.limit < total:
                 raise OptionError(
@@ -64,10 +68,34 @@ class RemoteShards:
             self.open_limit = GLOBAL_OPEN_SHARDS
         else:
             self.open_limit = 2
+            self._warn_small(min(2 * max(readers, 1) + 1, len(self.refs)),
+                             f"2 per reading process, {max(readers, 1)} of them, and one ahead", "")
+
+    def _warn_small(self, shards: int, what: str, also: str) -> None:
+        """Warn (with the numbers) when the cache cannot hold `shards` of the largest at once:
+        fetches then wait for leases to end, and an epoch runs many times slower (measured: 1.3 s
+        to 23-41 s on the tiny dataset over loopback HTTP)."""
+        need = shards * self.largest
+        if self.cache.limit < need:
+            warnings.warn(
+                f"cache_limit={self.cache.limit:,} bytes holds {self.cache.limit // max(self.largest, 1)} shards of "
+                f"{self.largest:,} bytes, below the {shards} this order keeps live ({what}): fetches will wait for "
+                f"room and an epoch may run many times slower; raise cache_limit to at least {need:,}, or use "
+                f"smaller shards (`iofeed preprocess --shard-mb`){' ' + also if also else ''}",
+                RuntimeWarning, stacklevel=4)
 
 
 def _cat(url: str, settings: dict) -> bytes:
-    return with_retries(lambda: filesystem(url, settings).cat_file(url))
+    policy = policy_from_env()
+    return with_retries(lambda: filesystem(url, settings, policy).cat_file(url), policy)
+
+
+def _upload_hint(url: str) -> str:
+    """How to put a dataset at `url`: upload it there, or (http is read-only) serve one."""
+    if scheme(url).writable:
+        return f"upload with `iofeed preprocess SRC -o {url}`"
+    return ("http(s) is read-only: serve a folder made by `iofeed preprocess SRC -o DIR`, "
+            "or upload to s3:// or gs:// with `iofeed preprocess SRC -o s3://BUCKET/NAME.iof`")
 
 
 def read_manifest(url: str, settings: dict | None = None) -> Manifest:
@@ -76,13 +104,15 @@ def read_manifest(url: str, settings: dict | None = None) -> Manifest:
     settings = scheme(url).settings() if settings is None else settings
     try:
         text = _cat(join(url, MANIFEST_NAME), settings).decode("utf-8")
-    except FileNotFoundError:
+    except FileNotFoundError as exc:
+        if is_transient(exc):  # a 500 or a refused connection that a library reports as "not found"
+            raise SourceError(f"cannot read {join(url, MANIFEST_NAME)}: {describe(exc)}") from None
         raise SourceError(f"{url} is not an iofeed dataset: it has no {MANIFEST_NAME} (an upload that never "
-                          f"finished, or a wrong URL; upload with `iofeed preprocess SRC -o {url}`)") from None
+                          f"finished, or a wrong URL; {_upload_hint(url)})") from None
     except UnicodeDecodeError:
         raise DatasetError(f"{join(url, MANIFEST_NAME)} is not text") from None
     except Exception as exc:  # noqa: BLE001 - storage errors of any library, named by URL
-        raise SourceError(f"cannot read {join(url, MANIFEST_NAME)}: {type(exc).__name__}: {exc}") from None
+        raise SourceError(f"cannot read {join(url, MANIFEST_NAME)}: {describe(exc)}") from None
     return Manifest.parse(text, join(url, MANIFEST_NAME))
 
 
@@ -109,10 +139,12 @@ def open_remote(url: str, split: str, cache_dir: Path | str | None = None,
     try:
         data = _cat(where, settings)
     except Exception as exc:  # noqa: BLE001 - as above
-        raise DatasetError(f"cannot read {where} ({type(exc).__name__}: {exc}): upload the dataset again") from None
+        if is_transient(exc):
+            raise SourceError(f"cannot read {where}: {describe(exc)}") from None
+        raise DatasetError(f"cannot read {where} ({describe(exc)}): upload the dataset again") from None
     table = load_table(io.BytesIO(data), where)
-    root = Path(cache_dir) if cache_dir is not None else default_cache_dir()
-    root.mkdir(parents=True, exist_ok=True)
+    root = usable_cache_dir(cache_dir)
+    remove_stale_parts(root)  # downloads of processes that died: never finished, never counted again
     refs = [ShardRef(join(url, s["name"]), int(s["bytes"]), s.get("sha256", "")) for s in info.shards]
     files = np.array([ref.url.encode() for ref in refs], dtype=np.bytes_)
     cache = ShardCache(root, url, resolve_limit(root, cache_limit), settings)

@@ -9,22 +9,47 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import OptionError, SourceError
 from ..format.manifest import MANIFEST_NAME
-from .cache import default_cache_dir
-from .retry import with_retries
+from .cache import usable_cache_dir
+from .retry import describe, is_transient, with_retries
 from .urls import filesystem, join, scheme
+
+WRITE_CHECK = ".iofeed-write-check"  # a 0-byte object put and removed to check the target first
 
 if TYPE_CHECKING:
     from ..prepare.run import PreprocessSummary
 
 
+def upload_failure(url: str, exc: BaseException, doing: str = "") -> SourceError:
+    """One line naming `url` and what to do, for a storage error while uploading there."""
+    bucket = url.split("://", 1)[1].split("/", 1)[0]
+    if isinstance(exc, FileNotFoundError) and not is_transient(exc):
+        what = (f"bucket {bucket!r} does not exist or these credentials cannot see it ({exc}): create it "
+                "first or fix the URL")
+    elif isinstance(exc, PermissionError):
+        what = (f"access denied ({exc}): check that the credentials (AWS_* variables or config, "
+                "GOOGLE_APPLICATION_CREDENTIALS) may write there")
+    else:
+        what = describe(exc)
+    return SourceError(f"cannot upload to {url}{doing}: {what}")
+
+
 def check_target(url: str, overwrite: bool) -> None:
-    """Refuse a read-only scheme, or an existing (even partial) dataset unless `overwrite`."""
+    """Refuse a read-only scheme, a bucket that does not exist or cannot be written (a 0-byte object
+    is put and removed), or an existing (even partial) dataset unless `overwrite`: all before any work."""
     if not scheme(url).writable:
         raise OptionError(f"cannot upload to {url}: {url.split('://')[0]}:// is read-only here "
                           "(upload to s3:// or gs://, or serve a local dataset)")
     fs = filesystem(url)
-    if not overwrite and with_retries(lambda: fs.exists(url)):
-        complete = with_retries(lambda: fs.exists(join(url, MANIFEST_NAME)))
+    try:
+        exists = with_retries(lambda: fs.exists(url))
+        complete = exists and with_retries(lambda: fs.exists(join(url, MANIFEST_NAME)))
+        if not exists or overwrite:
+            probe = join(url, WRITE_CHECK)
+            with_retries(lambda: fs.pipe_file(probe, b""))
+            with_retries(lambda: fs.rm_file(probe))
+    except Exception as exc:  # noqa: BLE001 - storage errors of any library, named by URL
+        raise upload_failure(url, exc) from None
+    if exists and not overwrite:
         what = "a dataset" if complete else "objects (an interrupted upload?)"
         raise OptionError(f"output already exists: {url} holds {what} (pass --overwrite to replace it)")
 
@@ -38,14 +63,20 @@ def upload_dataset(local: Path, url: str, *, overwrite: bool = False,
         raise SourceError(f"{local} is not an iofeed dataset (no {MANIFEST_NAME})")
     check_target(url, overwrite)
     fs = filesystem(url)
-    if with_retries(lambda: fs.exists(url)):
-        if with_retries(lambda: fs.exists(join(url, MANIFEST_NAME))):
-            with_retries(lambda: fs.rm_file(join(url, MANIFEST_NAME)))  # the old dataset stops looking complete
-        with_retries(lambda: fs.rm(url, recursive=True))
+    try:
+        if with_retries(lambda: fs.exists(url)):
+            if with_retries(lambda: fs.exists(join(url, MANIFEST_NAME))):
+                with_retries(lambda: fs.rm_file(join(url, MANIFEST_NAME)))  # the old dataset stops looking complete
+            with_retries(lambda: fs.rm(url, recursive=True))
+    except Exception as exc:  # noqa: BLE001 - as in check_target
+        raise upload_failure(url, exc, " (removing the old dataset)") from None
     files = sorted(p for p in local.rglob("*") if p.is_file() and p.name != MANIFEST_NAME)
     for path in [*files, local / MANIFEST_NAME]:
         name = path.relative_to(local).as_posix()
-        with_retries(lambda path=path, name=name: fs.put_file(str(path), join(url, name)))
+        try:
+            with_retries(lambda path=path, name=name: fs.put_file(str(path), join(url, name)))
+        except Exception as exc:  # noqa: BLE001 - as in check_target
+            raise upload_failure(url, exc, f" ({name})") from None
         if on_file is not None:
             on_file(name, path.stat().st_size)
 
@@ -59,8 +90,7 @@ def preprocess_to_url(src: Path, url: str, *, overwrite: bool = False, progress:
     from ..prepare.run import preprocess
 
     check_target(url, overwrite)  # before the work, not after
-    staging = default_cache_dir()
-    staging.mkdir(parents=True, exist_ok=True)
+    staging = usable_cache_dir(None)
     with tempfile.TemporaryDirectory(prefix="upload-", dir=staging) as folder:
         local = Path(folder) / "dataset"
         summary = preprocess(src, local, progress=progress, **options)
