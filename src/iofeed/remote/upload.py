@@ -10,10 +10,13 @@ from typing import TYPE_CHECKING, Any
 from ..errors import OptionError, SourceError
 from ..format.manifest import MANIFEST_NAME
 from .cache import usable_cache_dir
-from .retry import describe, is_transient, with_retries
+from .retry import RetryPolicy, describe, is_transient, with_retries
 from .urls import filesystem, join, scheme
 
 WRITE_CHECK = ".iofeed-write-check"  # a 0-byte object put and removed to check the target first
+# An upload is retried whole (one try per call inside s3fs), so it gets a longer budget than a read:
+# an object of hundreds of MB that is cut late is sent again; a server silent for 60 s fails an attempt.
+UPLOAD_POLICY = RetryPolicy(attempts=8, budget=300.0, stall_seconds=60.0)
 
 if TYPE_CHECKING:
     from ..prepare.run import PreprocessSummary
@@ -62,7 +65,7 @@ def upload_dataset(local: Path, url: str, *, overwrite: bool = False,
     if not (local / MANIFEST_NAME).is_file():
         raise SourceError(f"{local} is not an iofeed dataset (no {MANIFEST_NAME})")
     check_target(url, overwrite)
-    fs = filesystem(url)
+    fs = filesystem(url, policy=UPLOAD_POLICY)
     try:
         if with_retries(lambda: fs.exists(url)):
             if with_retries(lambda: fs.exists(join(url, MANIFEST_NAME))):
@@ -74,7 +77,7 @@ def upload_dataset(local: Path, url: str, *, overwrite: bool = False,
     for path in [*files, local / MANIFEST_NAME]:
         name = path.relative_to(local).as_posix()
         try:
-            with_retries(lambda path=path, name=name: fs.put_file(str(path), join(url, name)))
+            with_retries(lambda path=path, name=name: fs.put_file(str(path), join(url, name)), UPLOAD_POLICY)
         except Exception as exc:  # noqa: BLE001 - as in check_target
             raise upload_failure(url, exc, f" ({name})") from None
         if on_file is not None:
