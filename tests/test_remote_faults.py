@@ -150,6 +150,17 @@ def test_a_stalled_body_is_given_up_within_the_budget(server, dataset: Path, tmp
     assert server.gets[path] >= 2, "a stall is retried"
 
 
+def test_a_body_that_trickles_in_is_given_up_too(server, dataset: Path, tmp_path: Path) -> None:
+    """Each read gets a few bytes in time, so no read deadline fires: the whole body has one."""
+    ref, path = _ref(server, dataset)
+    server.drip.add(path)
+    started = time.monotonic()
+    policy = RetryPolicy(first_delay=0.05, budget=1.0, stall_seconds=0.5, min_rate=65536)
+    with pytest.raises(FetchError, match=f"{ref.url}: timed out \\(TooSlow: .* bytes/s"):
+        _read(_cache(server, dataset, tmp_path / "cache", policy), ref)
+    assert time.monotonic() - started < 0.5 + ref.bytes / 65536 + 2.0
+
+
 def test_the_default_budget_bounds_a_server_that_always_stalls() -> None:
     """The default policy, on a fake clock: each attempt stalls its full per-attempt deadline."""
     now = [0.0]

@@ -32,6 +32,7 @@ class CountingServer:
         self.gets: Counter = Counter()
         self.heads: Counter = Counter()
         self.stall: set[str] = set()  # paths whose GET sends half the body, then hangs
+        self.drip: set[str] = set()  # paths whose GET sends the body 64 bytes every 0.1 s
         self.throttle: Counter = Counter()  # path -> GETs still to answer "503 Slow Down"
         self.failing: Counter = Counter()  # path -> requests (HEAD or GET) still to answer `fail_status`
         self.fail_status = 500
@@ -58,10 +59,19 @@ class CountingServer:
                     throttle[self.path] -= 1
                     self.send_error(503, "Slow Down")
                     return
-                if self.path not in stall:
+                if self.path not in stall and self.path not in server.drip:
                     super().do_GET()
                     return
                 body = (folder / self.path.lstrip("/")).read_bytes()
+                if self.path in server.drip:
+                    self.send_response(200)
+                    self.send_header("Content-Length", str(len(body)))
+                    self.end_headers()
+                    for start in range(0, len(body), 64):
+                        self.wfile.write(body[start:start + 64])
+                        self.wfile.flush()
+                        time.sleep(0.1)
+                    return
                 self.send_response(200)
                 self.send_header("Content-Length", str(len(body)))
                 self.end_headers()

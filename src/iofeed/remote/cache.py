@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import CacheWriteError, FetchError, OptionError
-from .retry import Mismatch, RetryPolicy, describe, policy_from_env, with_retries
+from .retry import Mismatch, RetryPolicy, TooSlow, describe, policy_from_env, with_retries
 from .urls import filesystem, scheme
 
 CHUNK = 4 << 20
@@ -431,9 +431,15 @@ class ShardCache:
         gets the time of the last bytes received (time spent streaming is not spent from the budget)."""
         digest, written = hashlib.sha256(), 0
         fs = filesystem(ref.url, self.settings, self.retry)
+        started = time.monotonic()
+        deadline = started + self.retry.stall_seconds + ref.bytes / self.retry.min_rate
         with fs.open(ref.url, "rb", **scheme(ref.url).stream) as remote:
             while chunk := remote.read(CHUNK):
                 last_data[0] = time.monotonic()
+                if last_data[0] > deadline and written + len(chunk) < ref.bytes:
+                    last_data[0] = 0.0  # a trickle earns no credit: its time is spent from the budget
+                    raise TooSlow(f"{written + len(chunk):,} of {ref.bytes:,} bytes in {deadline - started:.0f} s, "
+                                  f"below {self.retry.min_rate:,.0f} bytes/s")
                 if written + len(chunk) > ref.bytes:
                     raise Mismatch(f"larger than the {ref.bytes} bytes iofeed.json records (replaced after upload?)")
                 self._write_all(ref, fd, chunk, written)

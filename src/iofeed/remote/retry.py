@@ -25,6 +25,10 @@ class Mismatch(Exception):
     """A fetched object whose size or checksum differs from the manifest's."""
 
 
+class TooSlow(TimeoutError):
+    """A body that keeps trickling in, too slowly to finish within its attempt's deadline."""
+
+
 @dataclass(frozen=True)
 class RetryPolicy:
     """How often and how patiently a transient failure is retried.
@@ -39,6 +43,7 @@ class RetryPolicy:
     max_delay: float = 8.0
     budget: float = 30.0
     stall_seconds: float = 10.0  # connect, and each read of a body: the per-attempt deadline
+    min_rate: float = float(1 << 20)  # bytes/s: a whole body gets stall_seconds + its size / min_rate
     mismatch_attempts: int = 2  # a short body may be a cut transfer: fetched once more, then final
 
 
