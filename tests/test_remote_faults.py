@@ -138,6 +138,12 @@ def test_a_manifest_behind_a_500_is_not_reported_missing(server, dataset: Path, 
     assert "not an iofeed dataset" not in str(raised.value)
 
 
+def test_a_bad_retry_budget_is_named(server, dataset: Path, monkeypatch) -> None:
+    monkeypatch.setenv("IOFEED_RETRY_SECONDS", "abc")
+    with pytest.raises(OptionError, match="IOFEED_RETRY_SECONDS='abc' must be a positive number"):
+        open_source(f"{server.url}/{dataset.name}")
+
+
 # --- item 10: every read is bounded by a deadline --------------------------------------------
 
 def test_a_stalled_body_is_given_up_within_the_budget(server, dataset: Path, tmp_path: Path) -> None:

@@ -13,7 +13,7 @@ from ..errors import DatasetError, OptionError, SourceError
 from ..format.manifest import MANIFEST_NAME, Manifest, SplitInfo
 from ..format.table import load_table
 from .cache import ShardCache, ShardRef, remove_stale_parts, resolve_limit, usable_cache_dir
-from .retry import describe, is_transient, policy_from_env, with_retries
+from .retry import RetryPolicy, describe, is_transient, policy_from_env, with_retries
 from .urls import filesystem, join, scheme
 
 if TYPE_CHECKING:
@@ -85,8 +85,7 @@ class RemoteShards:
                 RuntimeWarning, stacklevel=4)
 
 
-def _cat(url: str, settings: dict) -> bytes:
-    policy = policy_from_env()
+def _cat(url: str, settings: dict, policy: RetryPolicy) -> bytes:
     return with_retries(lambda: filesystem(url, settings, policy).cat_file(url), policy)
 
 
@@ -102,8 +101,9 @@ def read_manifest(url: str, settings: dict | None = None) -> Manifest:
     """The manifest of the dataset at `url`; SourceError when there is none (or it cannot be read)."""
     url = url.rstrip("/")
     settings = scheme(url).settings() if settings is None else settings
+    policy = policy_from_env()  # a bad IOFEED_RETRY_SECONDS is its own error, not "cannot read"
     try:
-        text = _cat(join(url, MANIFEST_NAME), settings).decode("utf-8")
+        text = _cat(join(url, MANIFEST_NAME), settings, policy).decode("utf-8")
     except FileNotFoundError as exc:
         if is_transient(exc):  # a 500 or a refused connection that a library reports as "not found"
             raise SourceError(f"cannot read {join(url, MANIFEST_NAME)}: {describe(exc)}") from None
@@ -137,7 +137,7 @@ def open_remote(url: str, split: str, cache_dir: Path | str | None = None,
     info = manifest.split(split, url)
     where = join(url, info.table)
     try:
-        data = _cat(where, settings)
+        data = _cat(where, settings, policy_from_env())
     except Exception as exc:  # noqa: BLE001 - as above
         if is_transient(exc):
             raise SourceError(f"cannot read {where}: {describe(exc)}") from None
