@@ -307,6 +307,30 @@ def test_a_cached_name_that_is_a_symbolic_link_is_fetched_again(server, dataset:
     assert server.gets[path] == 1 and not cache.path(ref).is_symlink()
 
 
+def test_a_folder_under_a_cached_name_is_a_cache_error(server, dataset: Path, tmp_path: Path) -> None:
+    ref, _ = _ref(server, dataset)
+    cache = _cache(server, dataset, tmp_path / "cache")
+    (cache.path(ref) / "inside").mkdir(parents=True)
+    with pytest.raises(CacheWriteError, match=f"removing {cache.path(ref).name} from"):
+        _read(cache, ref)
+
+
+def test_bookkeeping_that_cannot_be_written_does_not_lose_the_shard(server, dataset: Path, tmp_path: Path,
+                                                                    monkeypatch) -> None:
+    """The fetch log (statistics) and a lease's age (LRU) are best effort on a full or read-only
+    disk: a shard already in place is served."""
+    ref, path = _ref(server, dataset)
+    cache = _cache(server, dataset, tmp_path / "cache")
+    (cache.directory / "fetches.jsonl").mkdir(parents=True)  # the log cannot be appended to
+    assert hashlib.sha256(_read(cache, ref)).hexdigest() == ref.sha256
+
+    def read_only(*args, **kwargs):
+        raise OSError(errno.EROFS, os.strerror(errno.EROFS))
+
+    monkeypatch.setattr(os, "utime", read_only)
+    assert hashlib.sha256(_read(cache, ref)).hexdigest() == ref.sha256 and server.gets[path] == 1
+
+
 def test_an_empty_failure_marker_is_no_reason(server, dataset: Path, tmp_path: Path) -> None:
     """A 0-byte `.failed` marker (its write hit a full disk) gave skips with an empty reason."""
     ref, path = _ref(server, dataset)

@@ -245,8 +245,8 @@ class ShardCache:
             if fd is not None:
                 try:
                     os.utime(fd)  # the least recently used go first
-                except PermissionError:
-                    pass  # another user's cached file: served, its age left alone
+                except OSError:
+                    pass  # another user's file, or a disk turned read-only: served, its age left alone
                 return fd
             self._fetch(ref, path)
 
@@ -281,7 +281,7 @@ class ShardCache:
         try:
             fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
         except OSError:
-            path.unlink(missing_ok=True)  # missing (no-op), or a symbolic link
+            self._remove(ref, path)  # missing (nothing to do), or a symbolic link
             return False
         try:
             stat = os.fstat(fd)
@@ -292,8 +292,15 @@ class ShardCache:
                 return True
         finally:
             os.close(fd)
-        path.unlink(missing_ok=True)  # wrong size or bytes: never served, fetched again
+        self._remove(ref, path)  # wrong size or bytes: never served, fetched again
         return False
+
+    def _remove(self, ref: ShardRef, path: Path) -> None:
+        """Remove what is under `ref`'s cached name; a CacheWriteError when it cannot be (a folder)."""
+        try:
+            path.unlink(missing_ok=True)
+        except OSError as exc:
+            raise self._write_error(ref, exc, f"removing {path.name} from") from None
 
     def _recent_failure(self, failed: Path) -> str | None:
         """The reason a process of this node recorded for this shard's failure, while it is younger
@@ -465,11 +472,14 @@ class ShardCache:
     def _log(self, ref: ShardRef, seconds: float) -> None:
         """Record one download in the dataset folder's fetch log (read by `fetches_since`)."""
         line = json.dumps({"url": ref.url, "bytes": ref.bytes, "seconds": round(seconds, 4), "pid": os.getpid()})
-        fd = os.open(self.directory / FETCH_LOG, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         try:
-            os.write(fd, (line + "\n").encode())
-        finally:
-            os.close(fd)
+            fd = os.open(self.directory / FETCH_LOG, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            try:
+                os.write(fd, (line + "\n").encode())
+            finally:
+                os.close(fd)
+        except OSError:
+            pass  # a full disk loses a line of statistics, not the shard that is already in place
 
     def log_offset(self) -> int:
         """The current end of the fetch log."""
