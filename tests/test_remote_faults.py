@@ -279,6 +279,12 @@ def test_a_full_disk_skips_with_a_named_reason_and_keeps_nothing_corrupt(server,
             assert hashlib.sha256(path.read_bytes()).hexdigest() == by_name[path.name.split("~")[0]], path
 
 
+def test_a_default_limit_from_a_small_disk_says_where_it_came_from(server, dataset: Path, tiny_disk: Path) -> None:
+    with pytest.raises(OptionError, match=rf"cache_limit=[\d,]+ bytes \(the default: what {tiny_disk} holds plus "
+                                          r"its free disk .*pass another cache_dir\) cannot hold the 16 shards"):
+        iofeed.loader(f"{server.url}/{dataset.name}", cache_dir=tiny_disk, **KW)
+
+
 def test_an_unverified_cached_file_is_checked_before_it_is_served(server, dataset: Path, tmp_path: Path) -> None:
     """A file under a shard's cached name, of the right size but wrong bytes (left by an older
     iofeed on a full disk), was served for ever; it is hashed, found wrong, fetched again."""

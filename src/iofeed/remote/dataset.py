@@ -12,7 +12,7 @@ import numpy as np
 from ..errors import DatasetError, OptionError, SourceError
 from ..format.manifest import MANIFEST_NAME, Manifest, SplitInfo
 from ..format.table import load_table
-from .cache import ShardCache, ShardRef, remove_stale_parts, resolve_limit, usable_cache_dir
+from .cache import DISK_RESERVE, ShardCache, ShardRef, remove_stale_parts, resolve_limit, usable_cache_dir
 from .retry import RetryPolicy, describe, is_transient, policy_from_env, with_retries
 from .urls import filesystem, join, scheme
 
@@ -30,6 +30,16 @@ class RemoteShards:
     refs: list[ShardRef]
     open_limit: int = 16  # shards one reader keeps leased at a time (set from the order)
     log_start: int = 0  # the node's fetch log offset when the dataset was opened
+    limit_from_disk: bool = False  # cache_limit was not given: the free disk set it
+
+    @property
+    def _limit(self) -> str:
+        """The limit, and where it came from when nobody chose it, for messages."""
+        text = f"cache_limit={self.cache.limit:,} bytes"
+        if self.limit_from_disk:
+            text += (f" (the default: what {self.cache.root} holds plus its free disk above a "
+                     f"{DISK_RESERVE:.0%} reserve; free disk there or pass another cache_dir)")
+        return text
 
     def acquire(self, file_id: int) -> int:
         """A leased descriptor of shard `file_id`'s cached copy (see `ShardCache.acquire`)."""
@@ -54,7 +64,7 @@ class RemoteShards:
             live = 2 * order.block_shards  # a block, and the next one while ranks cross into it
             if self.cache.limit < live * self.largest:
                 raise OptionError(
-                    f"cache_limit={self.cache.limit} bytes cannot hold the {live} shards of "
+                    f"{self._limit} cannot hold the {live} shards of "
                     f"{self.largest} bytes live with block_shards={order.block_shards}: raise cache_limit to "
                     f"at least {live * self.largest} or lower block_shards")
             self.open_limit = live
@@ -63,8 +73,8 @@ class RemoteShards:
         elif order.shuffle == "global":
             if self.cache.limit < total:
                 raise OptionError(
-                    f"shuffle='global' reads every shard all epoch long, and cache_limit={self.cache.limit} "
-                    f"bytes is below the split's {total}: raise cache_limit or use shuffle='block'")
+                    f"shuffle='global' reads every shard all epoch long, and {self._limit} "
+                    f"is below the split's {total}: raise cache_limit or use shuffle='block'")
             self.open_limit = GLOBAL_OPEN_SHARDS
         else:
             self.open_limit = 2
@@ -78,7 +88,7 @@ class RemoteShards:
         need = shards * self.largest
         if self.cache.limit < need:
             warnings.warn(
-                f"cache_limit={self.cache.limit:,} bytes holds {self.cache.limit // max(self.largest, 1)} shards of "
+                f"{self._limit} holds {self.cache.limit // max(self.largest, 1)} shards of "
                 f"{self.largest:,} bytes, below the {shards} this order keeps live ({what}): fetches will wait for "
                 f"room and an epoch may run many times slower; raise cache_limit to at least {need:,}, or use "
                 f"smaller shards (`iofeed preprocess --shard-mb`){' ' + also if also else ''}",
@@ -148,5 +158,5 @@ def open_remote(url: str, split: str, cache_dir: Path | str | None = None,
     refs = [ShardRef(join(url, s["name"]), int(s["bytes"]), s.get("sha256", "")) for s in info.shards]
     files = np.array([ref.url.encode() for ref in refs], dtype=np.bytes_)
     cache = ShardCache(root, url, resolve_limit(root, cache_limit), settings)
-    shards = RemoteShards(cache, refs, log_start=cache.log_offset())
+    shards = RemoteShards(cache, refs, log_start=cache.log_offset(), limit_from_disk=cache_limit is None)
     return RemoteSplit(manifest, info, table, files, where, shards)

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 def upload_failure(url: str, exc: BaseException, doing: str = "") -> SourceError:
     """One line naming `url` and what to do, for a storage error while uploading there."""
     bucket = url.split("://", 1)[1].split("/", 1)[0]
-    if isinstance(exc, FileNotFoundError) and not is_transient(exc):
+    if isinstance(exc, FileNotFoundError) and "bucket" in str(exc).lower() and not is_transient(exc):
         what = (f"bucket {bucket!r} does not exist or these credentials cannot see it ({exc}): create it "
                 "first or fix the URL")
     elif isinstance(exc, PermissionError):
