@@ -138,6 +138,28 @@ def test_a_manifest_behind_a_500_is_not_reported_missing(server, dataset: Path, 
     assert "not an iofeed dataset" not in str(raised.value)
 
 
+@pytest.mark.parametrize("field, value", [("bytes", -5), ("bytes", "abc"), ("sha256", "zz")])
+def test_a_shard_entry_the_cache_cannot_trust_is_a_dataset_error(dataset: Path, tmp_path: Path, field: str,
+                                                                  value: object) -> None:
+    """A negative size was reported as a full cache disk, a size that is text as a raw ValueError."""
+    import json
+    import shutil
+
+    from iofeed.errors import DatasetError
+
+    copy = tmp_path / dataset.name
+    shutil.copytree(dataset, copy)
+    manifest = json.loads((copy / "iofeed.json").read_text())
+    manifest["splits"]["train"]["shards"][0][field] = value
+    (copy / "iofeed.json").write_text(json.dumps(manifest))
+    served = CountingServer(tmp_path)
+    try:
+        with pytest.raises(DatasetError, match=f"malformed manifest .*: shard 'train-000000.tar' has {field}="):
+            open_source(f"{served.url}/{copy.name}", cache_dir=tmp_path / "cache")
+    finally:
+        served.close()
+
+
 def test_a_bad_retry_budget_is_named(server, dataset: Path, monkeypatch) -> None:
     monkeypatch.setenv("IOFEED_RETRY_SECONDS", "abc")
     with pytest.raises(OptionError, match="IOFEED_RETRY_SECONDS='abc' must be a positive number"):

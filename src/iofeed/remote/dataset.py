@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from ..order import OrderSpec
 
 GLOBAL_OPEN_SHARDS = 64  # shards one reader keeps leased under a global shuffle
+HEX = set("0123456789abcdef")
 
 
 @dataclass
@@ -138,6 +139,20 @@ class RemoteSplit:
     shards: RemoteShards
 
 
+def _shard_ref(url: str, shard: dict) -> ShardRef:
+    """The ShardRef of one manifest entry; DatasetError naming the manifest for a size that is not a
+    byte count or a checksum that is not a sha256 (they decide what the cache trusts)."""
+    size, digest = shard.get("bytes"), shard.get("sha256", "")
+    if not (isinstance(size, int) and not isinstance(size, bool) and size >= 0):
+        problem = f"bytes={size!r} is not a byte count"
+    elif not (isinstance(digest, str) and (digest == "" or (len(digest) == 64 and set(digest) <= HEX))):
+        problem = f"sha256={digest!r} is not a sha256 hex digest"
+    else:
+        return ShardRef(join(url, shard["name"]), size, digest)
+    raise DatasetError(f"malformed manifest {join(url, MANIFEST_NAME)}: shard {shard.get('name')!r} has {problem} "
+                       "(upload the dataset again)")
+
+
 def open_remote(url: str, split: str, cache_dir: Path | str | None = None,
                 cache_limit: int | None = None) -> RemoteSplit:
     """Open split `split` of the iofeed dataset at `url`; shards are fetched when first read."""
@@ -155,7 +170,7 @@ def open_remote(url: str, split: str, cache_dir: Path | str | None = None,
     table = load_table(io.BytesIO(data), where)
     root = usable_cache_dir(cache_dir)
     remove_stale_parts(root)  # downloads of processes that died: never finished, never counted again
-    refs = [ShardRef(join(url, s["name"]), int(s["bytes"]), s.get("sha256", "")) for s in info.shards]
+    refs = [_shard_ref(url, shard) for shard in info.shards]
     files = np.array([ref.url.encode() for ref in refs], dtype=np.bytes_)
     cache = ShardCache(root, url, resolve_limit(root, cache_limit), settings)
     shards = RemoteShards(cache, refs, log_start=cache.log_offset(), limit_from_disk=cache_limit is None)
