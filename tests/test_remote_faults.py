@@ -500,3 +500,33 @@ def test_describe_tells_a_server_error_from_a_missing_object() -> None:
     assert describe(wrapped(response_error(403))) == "access denied (HTTP 403)"
     assert describe(FileNotFoundError("gone")) == "not found"
     assert describe(wrapped(aiohttp.ClientConnectionError("refused"))) == "ClientConnectionError: refused"
+
+
+def test_an_unexpected_error_in_a_download_thread_does_not_stall_the_prefetcher() -> None:
+    """A download thread's exception other than FetchError/OSError left its pin "downloading" for
+    good: four of them and the prefetcher never started another download."""
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    from iofeed.remote.prefetch import Prefetcher
+
+    acquired, lock = [], threading.Lock()
+
+    def acquire(file_id: int) -> int:
+        with lock:
+            acquired.append(file_id)
+        if file_id < 4:
+            raise ValueError("a library's surprise")
+        return os.open(os.devnull, os.O_RDONLY)
+
+    remote = SimpleNamespace(acquire=acquire, refs=[SimpleNamespace(bytes=10)] * 6, cache=SimpleNamespace(limit=1000))
+    shard_of = np.repeat(np.arange(6), 4)
+    prefetcher = Prefetcher(remote, shard_of, [np.arange(24)], 0, lambda: [])
+    try:
+        deadline = time.monotonic() + 10
+        while len(acquired) < 6 and time.monotonic() < deadline:
+            time.sleep(0.01)
+    finally:
+        prefetcher.close()
+    assert sorted(acquired) == list(range(6))

@@ -225,6 +225,7 @@ class ShardCache:
     limit: int
     settings: dict = field(default_factory=dict)  # the scheme's settings, resolved where the dataset was opened
     retry: RetryPolicy = field(default_factory=policy_from_env)
+    opened_at: float = field(default_factory=time.time)  # failures noted before are another run's
 
     @property
     def directory(self) -> Path:
@@ -303,10 +304,11 @@ class ShardCache:
             raise self._write_error(ref, exc, f"removing {path.name} from") from None
 
     def _recent_failure(self, failed: Path) -> str | None:
-        """The reason a process of this node recorded for this shard's failure, while it is younger
+        """The reason a process of this run recorded for this shard's failure, while it is younger
         than the retry budget (then the shard is tried again); an empty marker counts for nothing."""
         try:
-            if time.time() - failed.stat().st_mtime > self.retry.budget:
+            noted = failed.stat().st_mtime
+            if noted < self.opened_at or time.time() - noted > self.retry.budget:
                 return None
             text = failed.read_text(encoding="utf-8").strip()
         except (OSError, UnicodeDecodeError):

@@ -9,7 +9,6 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..errors import FetchError
 from .dataset import RemoteShards
 
 if TYPE_CHECKING:
@@ -86,7 +85,7 @@ class Prefetcher:
     def _fetch(self, file_id: int) -> None:
         try:
             fd: int | None = self._remote.acquire(file_id)
-        except (FetchError, OSError):
+        except Exception:  # noqa: BLE001 - a pin left unfinished would stall the prefetcher for good
             fd = None  # the readers report it (FetchError), or try again themselves
         with self._lock:
             if fd is not None and not self._closed and self._last[file_id] >= self._position:
