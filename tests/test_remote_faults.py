@@ -513,7 +513,7 @@ def test_an_unexpected_error_in_a_download_thread_does_not_stall_the_prefetcher(
 
     acquired, lock = [], threading.Lock()
 
-    def acquire(file_id: int) -> int:
+    def acquire(file_id: int, cancel: object = None) -> int:
         with lock:
             acquired.append(file_id)
         if file_id < 4:
@@ -530,3 +530,30 @@ def test_an_unexpected_error_in_a_download_thread_does_not_stall_the_prefetcher(
     finally:
         prefetcher.close()
     assert sorted(acquired) == list(range(6))
+
+
+def test_a_closed_loaders_download_stops_instead_of_retrying_on(server, dataset: Path, tmp_path: Path) -> None:
+    """A prefetcher's download against a stalled server went on retrying after close() (the
+    process then took the whole retry budget to exit); cancelling stops it at its next read."""
+    from iofeed.remote.cache import Cancelled
+
+    ref, path = _ref(server, dataset)
+    server.stall.add(path)
+    cache = _cache(server, dataset, tmp_path / "cache", RetryPolicy(budget=30, stall_seconds=0.5))
+    cancel, outcome = threading.Event(), []
+
+    def fetch() -> None:
+        try:
+            cache.acquire(ref, cancel)
+        except Exception as exc:  # noqa: BLE001 - recorded for the assertion
+            outcome.append(exc)
+
+    thread = threading.Thread(target=fetch)
+    thread.start()
+    time.sleep(0.3)
+    cancel.set()
+    started = time.monotonic()
+    thread.join(10)
+    assert not thread.is_alive() and time.monotonic() - started < 2.0
+    assert isinstance(outcome[0], Cancelled)
+    assert not [p for p in cache.directory.iterdir() if FAILED in p.name or PART in p.name]

@@ -50,6 +50,10 @@ WRITABLE = 0o222  # a cached shard with any write bit set has not been verified 
 _warned_room: set[str] = set()  # cache roots whose "too small" warning this process has given
 
 
+class Cancelled(Exception):
+    """A download stopped because its requester went away (a closed loader's prefetcher)."""
+
+
 def default_cache_dir() -> Path:
     """`IOFEED_CACHE`, else `$XDG_CACHE_HOME/iofeed`, else `~/.cache/iofeed`."""
     if os.environ.get("IOFEED_CACHE"):
@@ -236,10 +240,11 @@ class ShardCache:
         """Where the verified copy of `ref` lives."""
         return self.directory / ref.cached_name
 
-    def acquire(self, ref: ShardRef) -> int:
+    def acquire(self, ref: ShardRef, cancel: threading.Event | None = None) -> int:
         """A read-only descriptor of the verified cached shard holding a lease (fetched first when
         missing or unverified). Closing the descriptor ends the lease; FetchError names the URL when
-        it cannot be had (CacheWriteError when the cache cannot store it)."""
+        it cannot be had (CacheWriteError when the cache cannot store it). Setting `cancel` ends a
+        download under way at its next chunk or retry wait (Cancelled)."""
         path = self.path(ref)
         while True:
             fd = self._open_leased(path, ref.bytes)
@@ -249,7 +254,7 @@ class ShardCache:
                 except OSError:
                     pass  # another user's file, or a disk turned read-only: served, its age left alone
                 return fd
-            self._fetch(ref, path)
+            self._fetch(ref, path, cancel or threading.Event())
 
     @staticmethod
     def _open_leased(path: Path, size: int) -> int | None:
@@ -326,7 +331,7 @@ class ShardCache:
         except OSError:
             aside.unlink(missing_ok=True)
 
-    def _fetch(self, ref: ShardRef, path: Path) -> None:
+    def _fetch(self, ref: ShardRef, path: Path, cancel: threading.Event) -> None:
         """Download `ref` unless another process has (or has failed to) meanwhile; one per node at a time."""
         failed = path.with_name(path.name + FAILED)
         try:
@@ -343,11 +348,11 @@ class ShardCache:
                 raise FetchError(message)
             for stale in path.parent.glob(f"{path.name}{PART}*"):
                 stale.unlink(missing_ok=True)
-            self._download_verified(ref, path, failed)
+            self._download_verified(ref, path, failed, cancel)
         finally:
             os.close(lock)
 
-    def _download_verified(self, ref: ShardRef, path: Path, failed: Path) -> None:
+    def _download_verified(self, ref: ShardRef, path: Path, failed: Path, cancel: threading.Event) -> None:
         """Download `ref` into a part file, check the bytes on disk, make it read-only, rename it."""
         part = path.with_name(f"{path.name}{PART}{os.getpid()}-{threading.get_ident()}")
         started = time.perf_counter()
@@ -355,7 +360,8 @@ class ShardCache:
             fd = self._reserve(part, ref)
             try:
                 last_data = [0.0]
-                with_retries(lambda: self._download(ref, fd, last_data), self.retry, last_data=lambda: last_data[0])
+                with_retries(lambda: self._download(ref, fd, last_data, cancel), self.retry,
+                             last_data=lambda: last_data[0], sleep=cancel.wait)
                 try:
                     os.fdatasync(fd)
                     problem = _check_bytes(fd, ref)  # what the disk holds, not what was sent to it
@@ -369,7 +375,7 @@ class ShardCache:
                 os.close(fd)
             with eviction_lock(self.root):  # a scan for eviction never sees the bytes in neither name
                 os.replace(part, path)
-        except CacheWriteError:
+        except (CacheWriteError, Cancelled):
             part.unlink(missing_ok=True)
             raise
         except Exception as exc:  # noqa: BLE001 - becomes one FetchError naming the URL
@@ -435,15 +441,19 @@ class ShardCache:
                 used -= bytes_
         return used + size <= self.limit, used
 
-    def _download(self, ref: ShardRef, fd: int, last_data: list[float]) -> None:
+    def _download(self, ref: ShardRef, fd: int, last_data: list[float], cancel: threading.Event) -> None:
         """Stream `ref` into `fd`, checking its size and checksum against the manifest; `last_data`
         gets the time of the last bytes received (time spent streaming is not spent from the budget)."""
         digest, written = hashlib.sha256(), 0
         fs = filesystem(ref.url, self.settings, self.retry)
         started = time.monotonic()
         deadline = started + self.retry.stall_seconds + ref.bytes / self.retry.min_rate
+        if cancel.is_set():
+            raise Cancelled(ref.url)
         with fs.open(ref.url, "rb", **scheme(ref.url).stream) as remote:
             while chunk := remote.read(CHUNK):
+                if cancel.is_set():
+                    raise Cancelled(ref.url)
                 last_data[0] = time.monotonic()
                 if last_data[0] > deadline and written + len(chunk) < ref.bytes:
                     last_data[0] = 0.0  # a trickle earns no credit: its time is spent from the budget

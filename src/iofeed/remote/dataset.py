@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import io
+import threading
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,9 +43,9 @@ class RemoteShards:
                      f"{DISK_RESERVE:.0%} reserve; free disk there or pass another cache_dir)")
         return text
 
-    def acquire(self, file_id: int) -> int:
+    def acquire(self, file_id: int, cancel: threading.Event | None = None) -> int:
         """A leased descriptor of shard `file_id`'s cached copy (see `ShardCache.acquire`)."""
-        return self.cache.acquire(self.refs[file_id])
+        return self.cache.acquire(self.refs[file_id], cancel)
 
     def fetched(self) -> dict[str, float]:
         """Downloads of this dataset on this node (by any process) since it was opened."""
