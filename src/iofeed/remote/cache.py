@@ -362,14 +362,6 @@ class ShardCache:
                 last_data = [0.0]
                 with_retries(lambda: self._download(ref, fd, last_data, cancel), self.retry,
                              last_data=lambda: last_data[0], sleep=cancel.wait)
-                try:
-                    os.fdatasync(fd)
-                    problem = _check_bytes(fd, ref)  # what the disk holds, not what was sent to it
-                except OSError as exc:
-                    raise self._write_error(ref, exc, "writing into") from None
-                if problem is not None:
-                    raise self._write_error(ref, OSError(errno.EIO, f"the bytes read back differ ({problem})"),
-                                            "writing into")
                 os.fchmod(fd, 0o444)
             finally:
                 os.close(fd)
@@ -442,9 +434,10 @@ class ShardCache:
         return used + size <= self.limit, used
 
     def _download(self, ref: ShardRef, fd: int, last_data: list[float], cancel: threading.Event) -> None:
-        """Stream `ref` into `fd`, checking its size and checksum against the manifest; `last_data`
-        gets the time of the last bytes received (time spent streaming is not spent from the budget)."""
-        digest, written = hashlib.sha256(), 0
+        """Stream `ref` into `fd`, then check what the disk holds (flushed, read back: a short write or
+        a disk error cannot pass) against the manifest's size and sha256; `last_data` gets the time
+        of the last bytes received (time spent streaming is not spent from the budget)."""
+        written = 0
         fs = filesystem(ref.url, self.settings, self.retry)
         started = time.monotonic()
         deadline = started + self.retry.stall_seconds + ref.bytes / self.retry.min_rate
@@ -462,12 +455,16 @@ class ShardCache:
                 if written + len(chunk) > ref.bytes:
                     raise Mismatch(f"larger than the {ref.bytes} bytes iofeed.json records (replaced after upload?)")
                 self._write_all(ref, fd, chunk, written)
-                digest.update(chunk)
                 written += len(chunk)
         if written != ref.bytes:
             raise Mismatch(f"{written} bytes where iofeed.json records {ref.bytes} (truncated: upload it again)")
-        if ref.sha256 and digest.hexdigest() != ref.sha256:
-            raise Mismatch("checksum differs from iofeed.json (corrupt or replaced: upload it again)")
+        try:
+            os.fdatasync(fd)
+            problem = _check_bytes(fd, ref)
+        except OSError as exc:
+            raise self._write_error(ref, exc, "writing into") from None
+        if problem is not None:
+            raise Mismatch(f"checksum differs from iofeed.json ({problem}: corrupt or replaced, upload it again)")
 
     def _write_all(self, ref: ShardRef, fd: int, data: bytes, offset: int) -> None:
         """Write all of `data` at `offset` (a short write is continued; a failed one is a CacheWriteError)."""
