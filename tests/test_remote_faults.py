@@ -96,13 +96,14 @@ def test_a_refused_connection_is_retried_until_the_server_is_back(dataset: Path,
     port = free_port()
     first = CountingServer(dataset.parent, port)
     ref, path = _ref(first, dataset)
-    first.close()  # restarting: connections are refused for a second
+    first.close()  # restarting: connections are refused for a while
     servers = []
-    threading.Timer(1.0, lambda: servers.append(CountingServer(dataset.parent, port))).start()
+    restart = threading.Timer(0.6, lambda: servers.append(CountingServer(dataset.parent, port)))
+    restart.start()
     try:
         data = _read(_cache(first, dataset, tmp_path / "cache", RetryPolicy(first_delay=0.2, budget=10)), ref)
     finally:
-        time.sleep(1.1)
+        restart.join()
         for started in servers:
             started.close()
     assert data == (dataset / _shards(dataset)[0]["name"]).read_bytes()
