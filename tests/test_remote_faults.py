@@ -25,7 +25,7 @@ from iofeed.samples import open_source
 pytest.importorskip("aiohttp")
 pytest.importorskip("s3fs")
 
-from helpers.storage import CountingServer, free_port, make_tiny_dataset, moto_s3  # noqa: E402
+from helpers.storage import CountingServer, FaultProxy, free_port, make_tiny_dataset, moto_s3  # noqa: E402
 
 pytestmark = pytest.mark.storage
 SHORT = RetryPolicy(first_delay=0.05, max_delay=0.2, budget=1.5, stall_seconds=0.5)
@@ -558,3 +558,58 @@ def test_a_closed_loaders_download_stops_instead_of_retrying_on(server, dataset:
     assert not thread.is_alive() and time.monotonic() - started < 2.0
     assert isinstance(outcome[0], Cancelled)
     assert not [p for p in cache.directory.iterdir() if FAILED in p.name or PART in p.name]
+
+
+@pytest.fixture(scope="module")
+def s3_proxy(dataset: Path):
+    """moto's S3 with the tiny dataset, behind a proxy on 127.0.0.1 that injects 500s."""
+    pytest.importorskip("moto.server")
+    from iofeed.remote.upload import upload_dataset
+
+    env = pytest.MonkeyPatch()
+    for name, value in (("AWS_ACCESS_KEY_ID", "testing"), ("AWS_SECRET_ACCESS_KEY", "testing"),
+                        ("AWS_DEFAULT_REGION", "us-east-1")):
+        env.setenv(name, value)
+    port = free_port()
+    with moto_s3(port):
+        import fsspec
+
+        fsspec.filesystem("s3", endpoint_url=f"http://127.0.0.1:{port}", skip_instance_cache=True).mkdir("faults")
+        env.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{port}")
+        upload_dataset(dataset, "s3://faults/tiny.iof")
+        proxy = FaultProxy(f"http://127.0.0.1:{port}")
+        env.setenv("AWS_ENDPOINT_URL", proxy.url)
+        yield proxy
+        proxy.close()
+    env.undo()
+
+
+def test_s3_server_errors_on_ranged_reads_are_retried_and_named(s3_proxy, dataset: Path, tmp_path: Path) -> None:
+    """s3fs turns a 500 it does not know into OSError(EIO) (its own and botocore's retries are off:
+    ours keep the budget): retried, and named as what it was."""
+    shard = _shards(dataset)[0]
+    ref = ShardRef(f"s3://faults/tiny.iof/{shard['name']}", shard["bytes"], shard["sha256"])
+    cache = ShardCache(tmp_path / "cache", "s3://faults/tiny.iof", 1 << 30, {"endpoint_url": s3_proxy.url},
+                       retry=SHORT)
+    key = f"/faults/tiny.iof/{shard['name']}"
+    s3_proxy.failing[key] = 3
+    assert hashlib.sha256(_read(cache, ref)).hexdigest() == ref.sha256
+    assert s3_proxy.seen[key] >= 4
+    s3_proxy.failing[key] = 10**6
+    other = ShardCache(tmp_path / "other", "s3://faults/tiny.iof", 1 << 30, {"endpoint_url": s3_proxy.url},
+                       retry=SHORT)
+    with pytest.raises(FetchError, match=r"HTTP 500.*after \d+ attempts") as raised:
+        _read(other, ref)
+    assert "not found" not in str(raised.value)
+    s3_proxy.failing.clear()
+
+
+def test_an_s3_manifest_behind_a_500_is_named_so(s3_proxy, tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("IOFEED_RETRY_SECONDS", "0.5")
+    s3_proxy.failing["/faults/tiny.iof/iofeed.json"] = 10**6
+    try:
+        with pytest.raises(SourceError, match=r"cannot read s3://faults/tiny.iof/iofeed.json: HTTP 500"):
+            open_source("s3://faults/tiny.iof", cache_dir=tmp_path / "cache")
+    finally:
+        s3_proxy.failing.clear()
+    assert len(open_source("s3://faults/tiny.iof", cache_dir=tmp_path / "cache")) > 0

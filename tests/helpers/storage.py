@@ -3,12 +3,13 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import http.client
 import socket
 import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
-from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler, SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import numpy as np
@@ -87,6 +88,62 @@ class CountingServer:
         self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
         self._thread.start()
+
+    def close(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+
+class FaultProxy:
+    """An HTTP proxy on 127.0.0.1 in front of `target` (moto's S3) that answers `failing[path]` more
+    requests of a path (query left out) with `status` and an S3 error body, and forwards the rest."""
+
+    def __init__(self, target: str, status: int = 500) -> None:
+        self.failing: Counter = Counter()
+        self.seen: Counter = Counter()
+        proxy, host = self, target.split("://", 1)[1]
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def _forward(self) -> None:
+                path = self.path.split("?")[0]
+                proxy.seen[path] += 1
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                if proxy.failing[path] > 0:
+                    proxy.failing[path] -= 1
+                    error = (b"<?xml version='1.0' encoding='UTF-8'?><Error><Code>InternalError</Code>"
+                             b"<Message>We encountered an internal error.</Message></Error>")
+                    self.send_response(status)
+                    self.send_header("Content-Type", "application/xml")
+                    self.send_header("Content-Length", str(len(error)))
+                    self.end_headers()
+                    self.wfile.write(error if self.command != "HEAD" else b"")
+                    return
+                connection = http.client.HTTPConnection(host, timeout=30)
+                connection.request(self.command, self.path, body or None, dict(self.headers))
+                answer = connection.getresponse()
+                data = answer.read()
+                self.send_response(answer.status)
+                for name, value in answer.getheaders():
+                    if name.lower() not in ("transfer-encoding", "connection", "content-length"):
+                        self.send_header(name, value)
+                self.send_header("Content-Length", str(len(data) if self.command != "HEAD"
+                                                        else answer.getheader("Content-Length") or 0))
+                self.end_headers()
+                if self.command != "HEAD":
+                    self.wfile.write(data)
+                connection.close()
+
+            do_GET = do_HEAD = do_PUT = do_POST = do_DELETE = _forward  # noqa: N815 - http.server's names
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
+        threading.Thread(target=self._server.serve_forever, daemon=True).start()
 
     def close(self) -> None:
         self._server.shutdown()

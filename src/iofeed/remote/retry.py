@@ -80,9 +80,10 @@ def _status(exc: BaseException) -> int | None:
 
 
 def root_cause(exc: BaseException) -> BaseException:
-    """The error a library's "not found" wraps: fsspec's HTTP filesystem turns every failed
-    HEAD+GET (a 500, a refused connection) into FileNotFoundError raised from the real error."""
-    while isinstance(exc, FileNotFoundError) and exc.__cause__ is not None:
+    """The error a library's OSError wraps: fsspec's HTTP filesystem turns every failed HEAD+GET (a
+    500, a refused connection) into FileNotFoundError raised from the real error, and s3fs turns a
+    botocore ClientError it does not know (a 500) into OSError(EIO) raised from it."""
+    while isinstance(exc, OSError) and exc.__cause__ is not None:
         exc = exc.__cause__
     return exc
 
