@@ -503,6 +503,24 @@ def test_describe_tells_a_server_error_from_a_missing_object() -> None:
     assert describe(wrapped(aiohttp.ClientConnectionError("refused"))) == "ClientConnectionError: refused"
 
 
+def test_a_connection_error_wrapping_a_plain_os_error_stays_transient() -> None:
+    """Following causes must not lose what the outer error said: aiohttp's ClientConnectorError
+    raised from a DNS failure (socket.gaierror, a plain OSError) is still a connection error."""
+    import socket
+
+    import aiohttp
+
+    from iofeed.remote.retry import is_transient
+
+    try:
+        try:
+            raise socket.gaierror(-2, "Name or service not known")
+        except OSError as exc:
+            raise aiohttp.ClientConnectorError(None, exc) from exc  # type: ignore[arg-type]
+    except aiohttp.ClientConnectorError as exc:
+        assert is_transient(exc)
+
+
 def test_an_unexpected_error_in_a_download_thread_does_not_stall_the_prefetcher() -> None:
     """A download thread's exception other than FetchError/OSError left its pin "downloading" for
     good: four of them and the prefetcher never started another download."""

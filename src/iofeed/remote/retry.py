@@ -88,17 +88,21 @@ def root_cause(exc: BaseException) -> BaseException:
     return exc
 
 
-def is_transient(exc: BaseException) -> bool:
-    """Whether retrying `exc` may succeed: 5xx, 408, 429 and connection/timeout errors; not a real
-    404/403 or another 4xx."""
-    exc = root_cause(exc)
-    status = _status(exc)
-    if status is not None:
-        return status >= 500 or status in (408, 429)
+def _transient_kind(exc: BaseException) -> bool:
     if isinstance(exc, PERMANENT):
         return False
     names = " ".join(cls.__name__.lower() for cls in type(exc).__mro__)
     return isinstance(exc, (TimeoutError, ConnectionError)) or any(word in names for word in TRANSIENT_WORDS)
+
+
+def is_transient(exc: BaseException) -> bool:
+    """Whether retrying `exc` may succeed: 5xx, 408, 429 and connection/timeout errors (the error
+    or the one it wraps); not a real 404/403 or another 4xx."""
+    cause = root_cause(exc)
+    status = _status(cause)
+    if status is not None:
+        return status >= 500 or status in (408, 429)
+    return _transient_kind(cause) or _transient_kind(exc)
 
 
 def _first_line(exc: BaseException) -> str:
