@@ -267,7 +267,7 @@ def test_a_cache_write_error_is_an_error_of_its_own(server, dataset: Path, tmp_p
         _read(cache, ref)
     message = str(raised.value)
     assert message.startswith("shard could not be cached (") and ref.url in message
-    assert str(tmp_path / "cache") in message and "bytes free" in message and os.strerror(error) in message
+    assert str(tmp_path / "cache") in message and "inodes free" in message and os.strerror(error) in message
     assert not [p for p in (tmp_path / "cache").rglob("*") if p.is_file() and (PART in p.name or FAILED in p.name)]
     monkeypatch.undo()
     assert hashlib.sha256(_read(cache, ref)).hexdigest() == ref.sha256, "tried again, not remembered"
@@ -294,7 +294,7 @@ def test_a_full_disk_skips_with_a_named_reason_and_keeps_nothing_corrupt(server,
         delivered = sum(len(labels) for _, labels in loader)
     assert 0 < delivered < len(loader.source)
     assert set(loader.stats.skipped) == {"shard could not be cached"}, loader.stats.skipped
-    assert all("No space left on device" in e and "bytes free" in e for e in loader.stats.skipped_examples)
+    assert all("No space left on device" in e and "inodes free" in e for e in loader.stats.skipped_examples)
     by_name = {s["name"]: s["sha256"] for s in _shards(dataset)}
     for path in tiny_disk.rglob("*.tar~*"):
         assert PART not in path.name and not path.name.endswith(FAILED), path

@@ -273,7 +273,8 @@ class ShardCache:
     def _write_error(self, ref: ShardRef, exc: OSError, doing: str) -> CacheWriteError:
         """The error for a failed write (or read back) of `ref` in the cache."""
         try:
-            free = f"{shutil.disk_usage(self.root).free:,} bytes free"
+            disk = os.statvfs(self.root)
+            free = f"{disk.f_bavail * disk.f_frsize:,} bytes and {disk.f_favail:,} inodes free"
         except OSError:
             free = "free space unknown"
         return CacheWriteError(f"shard could not be cached ({ref.url}: {doing} {self.directory} failed: "
