@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import OptionError, SourceError
 from ..format.manifest import MANIFEST_NAME
 from .cache import usable_cache_dir
-from .retry import RetryPolicy, describe, is_transient, with_retries
+from .retry import RetryPolicy, describe, is_transient, policy_from_env, with_retries
 from .urls import filesystem, join, scheme
 
 WRITE_CHECK = ".iofeed-write-check"  # a 0-byte object put and removed to check the target first
@@ -42,14 +42,15 @@ def check_target(url: str, overwrite: bool) -> None:
     if not scheme(url).writable:
         raise OptionError(f"cannot upload to {url}: {url.split('://')[0]}:// is read-only here "
                           "(upload to s3:// or gs://, or serve a local dataset)")
-    fs = filesystem(url)
+    policy = policy_from_env()
+    fs = filesystem(url, policy=policy)
     try:
-        exists = with_retries(lambda: fs.exists(url))
-        complete = exists and with_retries(lambda: fs.exists(join(url, MANIFEST_NAME)))
+        exists = with_retries(lambda: fs.exists(url), policy)
+        complete = exists and with_retries(lambda: fs.exists(join(url, MANIFEST_NAME)), policy)
         if not exists or overwrite:
             probe = join(url, WRITE_CHECK)
-            with_retries(lambda: fs.pipe_file(probe, b""))
-            with_retries(lambda: fs.rm_file(probe))
+            with_retries(lambda: fs.pipe_file(probe, b""), policy)
+            with_retries(lambda: fs.rm_file(probe), policy)
     except Exception as exc:  # noqa: BLE001 - storage errors of any library, named by URL
         raise upload_failure(url, exc) from None
     if exists and not overwrite:
