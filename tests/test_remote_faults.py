@@ -448,6 +448,14 @@ def test_a_read_only_cache_dir_is_refused_at_open(server, dataset: Path, tmp_pat
         open_source(f"{server.url}/{dataset.name}", cache_dir=tmp_path / "ro")
 
 
+def test_a_cache_dir_under_home_is_expanded(server, dataset: Path, tmp_path: Path, monkeypatch) -> None:
+    """`cache_dir="~/cache"` made a folder named "~" in the working directory."""
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.chdir(tmp_path)
+    source = open_source(f"{server.url}/{dataset.name}", cache_dir="~/cache")
+    assert source.remote.cache.root == tmp_path / "home" / "cache" and not (tmp_path / "~").exists()
+
+
 def test_an_unusable_default_cache_folder_says_how_to_choose_one(server, dataset: Path, monkeypatch) -> None:
     for name in ("IOFEED_CACHE", "XDG_CACHE_HOME"):
         monkeypatch.delenv(name, raising=False)

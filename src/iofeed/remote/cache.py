@@ -62,9 +62,9 @@ def default_cache_dir() -> Path:
 
 
 def usable_cache_dir(cache_dir: Path | str | None) -> Path:
-    """`cache_dir` (default: `default_cache_dir()`), created and checked writable; a one-line
+    """`cache_dir` (default: `default_cache_dir()`; `~` expanded), created and checked writable; a one-line
     OptionError naming the folder and the fix when it is a file, read-only or cannot be made."""
-    root = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+    root = (Path(cache_dir) if cache_dir is not None else default_cache_dir()).expanduser()
     probe = root / f".probe-{os.getpid()}-{threading.get_ident()}"
     try:
         root.mkdir(parents=True, exist_ok=True)
