@@ -639,3 +639,35 @@ def test_an_s3_manifest_behind_a_500_is_named_so(s3_proxy, tmp_path: Path, monke
     finally:
         s3_proxy.failing.clear()
     assert len(open_source("s3://faults/tiny.iof", cache_dir=tmp_path / "cache")) > 0
+
+
+def test_a_download_held_by_a_hung_process_is_waited_for_within_a_bound(server, dataset: Path, tmp_path: Path,
+                                                                          monkeypatch) -> None:
+    """A rank stopped (SIGSTOP, a debugger) while it held a shard's download lock made every other
+    rank of the node wait for ever; they wait as long as a download may take, then say who holds it."""
+    ref, _ = _ref(server, dataset)
+    policy = RetryPolicy(attempts=2, budget=0.2, stall_seconds=0.1, min_rate=float(1 << 30))
+    cache = _cache(server, dataset, tmp_path / "cache", policy)
+    cache.path(ref).parent.mkdir(parents=True)
+    (cache.path(ref).parent / f"{ref.cached_name}{PART}4242-1").write_bytes(b"")
+    lock = os.open(cache.path(ref).with_name(ref.cached_name + ".lock"), os.O_RDWR | os.O_CREAT)
+    fcntl.flock(lock, fcntl.LOCK_EX)  # the hung holder
+    import iofeed.remote.cache as cache_module
+
+    monkeypatch.setattr(cache_module, "ROOM_WAIT_SECONDS", 0.1)
+    outcome: list[BaseException] = []
+
+    def fetch() -> None:
+        try:
+            _read(cache, ref)
+        except FetchError as exc:
+            outcome.append(exc)
+
+    thread = threading.Thread(target=fetch, daemon=True)
+    try:
+        thread.start()
+        thread.join(10)
+    finally:
+        os.close(lock)
+    assert not thread.is_alive(), "waited for ever"
+    assert "another process of this node (pid 4242) has held its download" in str(outcome[0])

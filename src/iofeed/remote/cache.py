@@ -42,6 +42,7 @@ from .urls import filesystem, scheme
 
 CHUNK = 4 << 20
 ROOM_WAIT_SECONDS = 10.0  # how long a fetch waits for leases to end before exceeding the limit
+HASH_RATE = 50 << 20  # bytes/s a slow host at least hashes when checking a download
 DISK_RESERVE = 0.1  # the default limit leaves this share of the cache's disk free
 PART, LOCK, FAILED = ".part-", ".lock", ".failed"
 EVICT_LOCK = ".evict.lock"  # in the cache root
@@ -341,7 +342,7 @@ class ShardCache:
         except OSError as exc:
             raise self._write_error(ref, exc, "creating a file in") from None
         try:
-            fcntl.flock(lock, fcntl.LOCK_EX)
+            self._wait_for_download_lock(lock, ref, path)
             if self._adopt(ref, path):
                 return
             message = self._recent_failure(failed)
@@ -352,6 +353,27 @@ class ShardCache:
             self._download_verified(ref, path, failed, cancel)
         finally:
             os.close(lock)
+
+    def _wait_for_download_lock(self, lock: int, ref: ShardRef, path: Path) -> None:
+        """Take the shard's download lock, waiting for another process's download at most as long as
+        one may take under the retry policy; past that its holder is stopped or hung: FetchError."""
+        policy, pause = self.retry, 0.01
+        limit = (ROOM_WAIT_SECONDS + policy.budget + ref.bytes / HASH_RATE
+                 + policy.attempts * (policy.stall_seconds + ref.bytes / policy.min_rate))
+        deadline = time.monotonic() + limit
+        while True:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    break
+            time.sleep(pause)
+            pause = min(pause * 2, 0.25)
+        holders = sorted({p.name.rsplit(PART, 1)[1].split("-")[0] for p in path.parent.glob(f"{path.name}{PART}*")})
+        raise FetchError(f"shard could not be fetched ({ref.url}: another process of this node (pid "
+                         f"{', '.join(holders) or 'unknown'}) has held its download for over {limit:.0f} s, longer "
+                         "than a download may take: is that process stopped or hung?)")
 
     def _download_verified(self, ref: ShardRef, path: Path, failed: Path, cancel: threading.Event) -> None:
         """Download `ref` into a part file, check the bytes on disk, make it read-only, rename it."""
