@@ -37,6 +37,12 @@ def dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return make_tiny_dataset(tmp_path_factory.mktemp("faults"))
 
 
+@pytest.fixture(autouse=True)
+def _private_default_cache(tmp_path: Path, monkeypatch) -> None:
+    """The default cache folder of these tests: never the user's ~/.cache."""
+    monkeypatch.setenv("IOFEED_CACHE", str(tmp_path / "default-cache"))
+
+
 @pytest.fixture()
 def server(dataset: Path):
     served = CountingServer(dataset.parent)

@@ -159,6 +159,7 @@ def open_remote(url: str, split: str, cache_dir: Path | str | None = None,
     """Open split `split` of the iofeed dataset at `url`; shards are fetched when first read."""
     url = url.rstrip("/")
     settings = scheme(url).settings()
+    root = usable_cache_dir(cache_dir)  # before any request: a cache that cannot work fails at once
     manifest = read_manifest(url, settings)
     info = manifest.split(split, url)
     where = join(url, info.table)
@@ -169,7 +170,6 @@ def open_remote(url: str, split: str, cache_dir: Path | str | None = None,
             raise SourceError(f"cannot read {where}: {describe(exc)}") from None
         raise DatasetError(f"cannot read {where} ({describe(exc)}): upload the dataset again") from None
     table = load_table(io.BytesIO(data), where)
-    root = usable_cache_dir(cache_dir)
     remove_stale_parts(root)  # downloads of processes that died: never finished, never counted again
     refs = [_shard_ref(url, shard) for shard in info.shards]
     files = np.array([ref.url.encode() for ref in refs], dtype=np.bytes_)
