@@ -212,7 +212,7 @@ def test_the_prefetcher_takes_the_next_epochs_early_shards_after_the_passs() -> 
 
     acquired, lock = [], threading.Lock()
 
-    def acquire(file_id: int) -> int:
+    def acquire(file_id: int, cancel: object = None) -> int:
         with lock:
             acquired.append(file_id)
         return os.open(os.devnull, os.O_RDONLY)

@@ -46,6 +46,11 @@ class FetchError(SampleError):
     """A remote shard that could not be fetched or verified (its samples cannot be read)."""
 
 
+class CacheWriteError(FetchError):
+    """A shard that could not be written into the node's cache (disk full, I/O error, read-only):
+    the cache's fault, not the shard's; the message names cache_dir, the shard and the free space."""
+
+
 class StartError(IofeedError, RuntimeError):
     """Worker processes that cannot be started from where the caller runs."""
 

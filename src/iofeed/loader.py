@@ -417,7 +417,7 @@ def loader(
     check_scanned(data.rejected, len(data), options.max_skipped, str(source))
     order = options.order(len(data), shard_of=data.file_id, streamed=data.remote is not None)
     if data.remote is not None:
-        data.remote.fit_order(order)
+        data.remote.fit_order(order, readers=options.workers or 1)
     targets = open_targets(source, split, data) if target != "class" or extras else None
     loaded = Loader(data, order, make_engine(options, data), adapter, options, targets)
     loaded.stats.fixed["decisions"] = choice_notes(options, engine_name(options, data))  # what "auto" decided

@@ -5,6 +5,7 @@ import errno
 import mmap
 import os
 import resource
+import time
 from collections import Counter, OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -256,7 +257,7 @@ class SampleReader:
         self._source = source
         self._handles: OrderedDict[int, int] = OrderedDict()  # least recently opened first
         self._maps: dict[int, mmap.mmap] = {}
-        self._failed: dict[int, str] = {}  # streamed shards that could not be fetched
+        self._failed: dict[int, tuple[str, float]] = {}  # streamed shards that failed: (reason, when)
         self._touched: set[int] = set()  # shards read in the current batch
 
     def _fd(self, file_id: int) -> int:
@@ -271,8 +272,8 @@ class SampleReader:
             while len(self._handles) >= _local_open_limit():  # when the hard limit is low (see raise_open_limit)
                 self._release(next(iter(self._handles)))
             fd = _open_checked(self._source, file_id)
-        elif file_id in self._failed:
-            raise FetchError(self._failed[file_id])
+        elif file_id in self._failed and time.monotonic() - self._failed[file_id][1] < remote.cache.retry.budget:
+            raise FetchError(self._failed[file_id][0])  # its other samples skip at once, for the retry budget
         else:
             self._release_stale()  # before asking room for another shard, or waiting for its download
             while len(self._handles) >= remote.open_limit:
@@ -280,7 +281,7 @@ class SampleReader:
             try:
                 fd = remote.acquire(file_id)
             except FetchError as exc:
-                self._failed[file_id] = str(exc)
+                self._failed[file_id] = (str(exc), time.monotonic())  # tried again after the budget
                 raise
         self._handles[file_id] = fd
         return fd

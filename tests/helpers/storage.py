@@ -3,12 +3,13 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import http.client
 import socket
 import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
-from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler, SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import numpy as np
@@ -25,25 +26,53 @@ def free_port() -> int:
 
 
 class CountingServer:
-    """A read-only HTTP server of `root` on 127.0.0.1 that counts the GETs of each path."""
+    """A read-only HTTP server of `root` on 127.0.0.1 (on `port`, default any) that counts the GETs
+    and HEADs of each path, and injects faults: throttling, 5xx answers, bodies that stall."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, port: int = 0) -> None:
         self.gets: Counter = Counter()
+        self.heads: Counter = Counter()
         self.stall: set[str] = set()  # paths whose GET sends half the body, then hangs
+        self.drip: set[str] = set()  # paths whose GET sends the body 64 bytes every 0.1 s
         self.throttle: Counter = Counter()  # path -> GETs still to answer "503 Slow Down"
-        counts, stall, throttle, folder = self.gets, self.stall, self.throttle, root
+        self.failing: Counter = Counter()  # path -> requests (HEAD or GET) still to answer `fail_status`
+        self.fail_status = 500
+        counts, stall, throttle, folder, server = self.gets, self.stall, self.throttle, root, self
 
         class Handler(SimpleHTTPRequestHandler):
+            def _fail(self) -> bool:
+                if server.failing[self.path] > 0:
+                    server.failing[self.path] -= 1
+                    self.send_error(server.fail_status)
+                    return True
+                return False
+
+            def do_HEAD(self) -> None:  # noqa: N802 - http.server's name
+                server.heads[self.path] += 1
+                if not self._fail():
+                    super().do_HEAD()
+
             def do_GET(self) -> None:  # noqa: N802 - http.server's name
                 counts[self.path] += 1
+                if self._fail():
+                    return
                 if throttle[self.path] > 0:
                     throttle[self.path] -= 1
                     self.send_error(503, "Slow Down")
                     return
-                if self.path not in stall:
+                if self.path not in stall and self.path not in server.drip:
                     super().do_GET()
                     return
                 body = (folder / self.path.lstrip("/")).read_bytes()
+                if self.path in server.drip:
+                    self.send_response(200)
+                    self.send_header("Content-Length", str(len(body)))
+                    self.end_headers()
+                    for start in range(0, len(body), 64):
+                        self.wfile.write(body[start:start + 64])
+                        self.wfile.flush()
+                        time.sleep(0.1)
+                    return
                 self.send_response(200)
                 self.send_header("Content-Length", str(len(body)))
                 self.end_headers()
@@ -54,11 +83,67 @@ class CountingServer:
             def log_message(self, *args: object) -> None:
                 pass
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(Handler, directory=str(root)))
+        self._server = ThreadingHTTPServer(("127.0.0.1", port), functools.partial(Handler, directory=str(root)))
         self._server.daemon_threads = True
         self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
         self._thread.start()
+
+    def close(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+
+class FaultProxy:
+    """An HTTP proxy on 127.0.0.1 in front of `target` (moto's S3) that answers `failing[path]` more
+    requests of a path (query left out) with `status` and an S3 error body, and forwards the rest."""
+
+    def __init__(self, target: str, status: int = 500) -> None:
+        self.failing: Counter = Counter()
+        self.seen: Counter = Counter()
+        proxy, host = self, target.split("://", 1)[1]
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def _forward(self) -> None:
+                path = self.path.split("?")[0]
+                proxy.seen[path] += 1
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                if proxy.failing[path] > 0:
+                    proxy.failing[path] -= 1
+                    error = (b"<?xml version='1.0' encoding='UTF-8'?><Error><Code>InternalError</Code>"
+                             b"<Message>We encountered an internal error.</Message></Error>")
+                    self.send_response(status)
+                    self.send_header("Content-Type", "application/xml")
+                    self.send_header("Content-Length", str(len(error)))
+                    self.end_headers()
+                    self.wfile.write(error if self.command != "HEAD" else b"")
+                    return
+                connection = http.client.HTTPConnection(host, timeout=30)
+                connection.request(self.command, self.path, body or None, dict(self.headers))
+                answer = connection.getresponse()
+                data = answer.read()
+                self.send_response(answer.status)
+                for name, value in answer.getheaders():
+                    if name.lower() not in ("transfer-encoding", "connection", "content-length"):
+                        self.send_header(name, value)
+                self.send_header("Content-Length", str(len(data) if self.command != "HEAD"
+                                                        else answer.getheader("Content-Length") or 0))
+                self.end_headers()
+                if self.command != "HEAD":
+                    self.wfile.write(data)
+                connection.close()
+
+            do_GET = do_HEAD = do_PUT = do_POST = do_DELETE = _forward  # noqa: N815 - http.server's names
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
+        threading.Thread(target=self._server.serve_forever, daemon=True).start()
 
     def close(self) -> None:
         self._server.shutdown()

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import FeedUnavailable, require
-from ..remote.cache import ShardCache, default_cache_dir
+from ..remote.cache import ShardCache, usable_cache_dir
 
 BUCKET = "iofeed-bench"
 # moto accepts any credentials; the bench's host processes take these (and the endpoint) from the spec
@@ -67,8 +67,7 @@ def stream_options(url: str, temperature: str) -> dict[str, Any]:
     evicted and fetched again all along; "warm": every shard fetched before the feed starts."""
     from ..samples import open_source
 
-    root = default_cache_dir()
-    root.mkdir(parents=True, exist_ok=True)
+    root = usable_cache_dir(None)
     folder = tempfile.mkdtemp(prefix=f"bench-{temperature}-", dir=root)
     remote = open_source(url, "train", cache_dir=folder).remote
     if temperature == "cold":

@@ -1,41 +1,58 @@
 """The node-local shard cache: whole shards fetched once per node, verified, evicted least-recently-used.
 
 Layout: `<root>/<dataset key>/<shard>~<tag>` where the tag is the shard's sha256 prefix (or its
-size, for datasets made before checksums were recorded), so a file under its final name is
-always a verified copy of that exact shard. Every process of a node uses the same files:
+size, for datasets made before checksums were recorded). A file under its final name is served
+only when it is a read-only regular file of the right size: iofeed makes a download read-only
+after the bytes on disk matched the manifest's size and sha256, just before renaming it; any
+other file there (written by an older iofeed, or touched since) is hashed before it is served,
+and fetched again if it differs. Every process of a node uses the same files:
 
 - a download happens under an exclusive `flock` on `<shard>~<tag>.lock` (one per node at a time),
-  into `<shard>~<tag>.part-<pid>-<thread>`, preallocated to its final size, then renamed (the part
-  is created and renamed under the eviction lock, so that scans for room count every byte);
+  into `<shard>~<tag>.part-<pid>-<thread>`, allocated at its final size, then renamed (the part
+  is created and renamed under the eviction lock, so that scans for room count every byte); a
+  part whose shard lock is free has no writer left (its process died) and is removed;
 - a reader holds a shared `flock` on the shard file it reads (a lease); eviction takes an
   exclusive non-blocking lock, so a shard in use (or pinned ahead by the prefetcher) is never evicted;
-- a shard that could not be fetched leaves `<shard>~<tag>.failed`, so the other processes of
-  the same run report it at once instead of retrying it again.
+- a shard that could not be fetched leaves `<shard>~<tag>.failed` (its reason) for the retry
+  budget's length, so the other processes report it at once instead of retrying it again; past
+  that it is tried again (a later epoch never inherits the failure);
+- a write error of the cache's own disk (full, I/O error, read-only) is a `CacheWriteError`
+  naming the cache, the shard and the free space, never a marker.
 """
 from __future__ import annotations
 
+import errno
 import fcntl
 import hashlib
 import json
 import os
 import shutil
+import stat as stat_module
 import threading
 import time
+import warnings
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..errors import FetchError, OptionError
-from .retry import Mismatch, RetryPolicy, with_retries
+from ..errors import CacheWriteError, FetchError, OptionError
+from .retry import Mismatch, RetryPolicy, TooSlow, describe, policy_from_env, with_retries
 from .urls import filesystem, scheme
 
 CHUNK = 4 << 20
 ROOM_WAIT_SECONDS = 10.0  # how long a fetch waits for leases to end before exceeding the limit
+HASH_RATE = 50 << 20  # bytes/s a slow host at least hashes when checking a download
 DISK_RESERVE = 0.1  # the default limit leaves this share of the cache's disk free
 PART, LOCK, FAILED = ".part-", ".lock", ".failed"
 EVICT_LOCK = ".evict.lock"  # in the cache root
 FETCH_LOG = "fetches.jsonl"
+WRITABLE = 0o222  # a cached shard with any write bit set has not been verified (by this iofeed)
+_warned_room: set[str] = set()  # cache roots whose "too small" warning this process has given
+
+
+class Cancelled(Exception):
+    """A download stopped because its requester went away (a closed loader's prefetcher)."""
 
 
 def default_cache_dir() -> Path:
@@ -43,6 +60,27 @@ def default_cache_dir() -> Path:
     if os.environ.get("IOFEED_CACHE"):
         return Path(os.environ["IOFEED_CACHE"])
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "iofeed"
+
+
+def usable_cache_dir(cache_dir: Path | str | None) -> Path:
+    """`cache_dir` (default: `default_cache_dir()`; `~` expanded), created and checked writable; a one-line
+    OptionError naming the folder and the fix when it is a file, read-only or cannot be made."""
+    root = (Path(cache_dir) if cache_dir is not None else default_cache_dir()).expanduser()
+    probe = root / f".probe-{os.getpid()}-{threading.get_ident()}"
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+        probe.unlink()
+    except OSError as exc:
+        if isinstance(exc, (FileExistsError, NotADirectoryError)):
+            reason = "a file is in the way"
+        else:
+            reason = exc.strerror or type(exc).__name__
+        where = ("cache_dir" if cache_dir is not None
+                 else "the default cache folder (from IOFEED_CACHE, XDG_CACHE_HOME or HOME)")
+        raise OptionError(f"cannot use {root} as {where}: {reason}; pass cache_dir=<a writable folder> "
+                          "or set IOFEED_CACHE") from None
+    return root
 
 
 @dataclass(frozen=True)
@@ -95,16 +133,39 @@ def _is_shard(name: str) -> bool:
     return "~" in name and PART not in name and not name.endswith((LOCK, FAILED))
 
 
-def _part_is_orphan(name: str) -> bool:
-    """A part file whose writer process is gone (it crashed or was killed)."""
+def _part_is_orphan(path: str) -> bool:
+    """A part file with no writer left: its process is gone, or (a PID reused since, or one of
+    another PID namespace) nobody holds its shard's download lock, which a writer holds throughout."""
+    name = os.path.basename(path)
     pid = name.rsplit(PART, 1)[1].split("-")[0]
     try:
         os.kill(int(pid), 0)
     except ProcessLookupError:
         return True
     except (ValueError, PermissionError):
+        pass
+    try:
+        fd = os.open(os.path.join(os.path.dirname(path), name.split(PART)[0] + LOCK), os.O_RDONLY)
+    except FileNotFoundError:
+        return True
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
         return False
-    return False
+    finally:
+        os.close(fd)
+    return True
+
+
+def remove_stale_parts(root: Path) -> int:
+    """Delete the part files of downloads whose writer is gone (see `_part_is_orphan`); how many."""
+    removed = 0
+    with eviction_lock(root):
+        for name, path, _ in list(_entries(root)):
+            if PART in name and _part_is_orphan(path):
+                Path(path).unlink(missing_ok=True)
+                removed += 1
+    return removed
 
 
 def cache_usage(root: Path) -> int:
@@ -140,12 +201,24 @@ def _try_evict(path: str) -> bool:
     return True
 
 
-def _describe(exc: BaseException) -> str:
-    if isinstance(exc, FileNotFoundError):
-        return "not found"
-    if isinstance(exc, Mismatch):
-        return str(exc)
-    return f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else 'no detail'}"
+def _trusted(stat: os.stat_result, size: int) -> bool:
+    """Whether a cached file can be served as is: a regular file of the right size, still linked,
+    made read-only by the download that verified it."""
+    return (stat_module.S_ISREG(stat.st_mode) and stat.st_nlink > 0 and stat.st_size == size
+            and not stat.st_mode & WRITABLE)
+
+
+def _check_bytes(fd: int, ref: ShardRef) -> str | None:
+    """What is wrong with the bytes of `fd` against `ref` (size, then sha256), or None."""
+    digest, offset = hashlib.sha256(), 0
+    while chunk := os.pread(fd, CHUNK, offset):
+        digest.update(chunk)
+        offset += len(chunk)
+    if offset != ref.bytes:
+        return f"{offset} bytes where iofeed.json records {ref.bytes}"
+    if ref.sha256 and digest.hexdigest() != ref.sha256:
+        return f"sha256 {digest.hexdigest()[:16]}... where iofeed.json records {ref.sha256[:16]}..."
+    return None
 
 
 @dataclass
@@ -156,8 +229,8 @@ class ShardCache:
     dataset: str
     limit: int
     settings: dict = field(default_factory=dict)  # the scheme's settings, resolved where the dataset was opened
-    retry: RetryPolicy = RetryPolicy()
-    opened_at: float = field(default_factory=time.time)
+    retry: RetryPolicy = field(default_factory=policy_from_env)
+    opened_at: float = field(default_factory=time.time)  # failures noted before are another run's
 
     @property
     def directory(self) -> Path:
@@ -168,78 +241,209 @@ class ShardCache:
         """Where the verified copy of `ref` lives."""
         return self.directory / ref.cached_name
 
-    def acquire(self, ref: ShardRef) -> int:
-        """A read-only descriptor of the cached shard holding a lease (fetched first when missing).
-        Closing the descriptor ends the lease; FetchError names the URL when it cannot be had."""
+    def acquire(self, ref: ShardRef, cancel: threading.Event | None = None) -> int:
+        """A read-only descriptor of the verified cached shard holding a lease (fetched first when
+        missing or unverified). Closing the descriptor ends the lease; FetchError names the URL when
+        it cannot be had (CacheWriteError when the cache cannot store it). Setting `cancel` ends a
+        download under way at its next chunk or retry wait (Cancelled)."""
         path = self.path(ref)
         while True:
             fd = self._open_leased(path, ref.bytes)
             if fd is not None:
-                os.utime(path)  # the least recently used go first
+                try:
+                    os.utime(fd)  # the least recently used go first
+                except OSError:
+                    pass  # another user's file, or a disk turned read-only: served, its age left alone
                 return fd
-            self._fetch(ref, path)
+            self._fetch(ref, path, cancel or threading.Event())
 
     @staticmethod
     def _open_leased(path: Path, size: int) -> int | None:
         try:
-            fd = os.open(path, os.O_RDONLY)
-        except FileNotFoundError:
-            return None
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+        except (FileNotFoundError, OSError) as exc:
+            if isinstance(exc, FileNotFoundError) or exc.errno == errno.ELOOP:
+                return None  # missing, or a symbolic link: fetched (again) in its place
+            raise
         fcntl.flock(fd, fcntl.LOCK_SH)
-        stat = os.fstat(fd)
-        if stat.st_nlink == 0 or stat.st_size != size:  # evicted while we waited, or damaged
+        if not _trusted(os.fstat(fd), size):  # evicted while we waited, damaged, or never verified
             os.close(fd)
             return None
         return fd
 
-    def _fetch(self, ref: ShardRef, path: Path) -> None:
-        """Download `ref` unless another process has (or has failed to) meanwhile; one per node at a time."""
-        path.parent.mkdir(parents=True, exist_ok=True)
-        failed = path.with_name(path.name + FAILED)
-        with _flocked(path.with_name(path.name + LOCK), fcntl.LOCK_EX):
-            if path.is_file() and path.stat().st_size == ref.bytes:
-                return
-            if failed.is_file() and failed.stat().st_mtime >= self.opened_at:
-                raise FetchError(failed.read_text(encoding="utf-8"))
+    def _write_error(self, ref: ShardRef, exc: OSError, doing: str) -> CacheWriteError:
+        """The error for a failed write (or read back) of `ref` in the cache."""
+        try:
+            disk = os.statvfs(self.root)
+            free = f"{disk.f_bavail * disk.f_frsize:,} bytes and {disk.f_favail:,} inodes free"
+        except OSError:
+            free = "free space unknown"
+        return CacheWriteError(f"shard could not be cached ({ref.url}: {doing} {self.directory} failed: "
+                               f"{exc.strerror or type(exc).__name__}; cache_dir {self.root} has {free}, "
+                               f"the shard needs {ref.bytes:,}: free disk, lower cache_limit or pick another "
+                               f"cache_dir)")
+
+    def _adopt(self, ref: ShardRef, path: Path) -> bool:
+        """Whether `path` now holds `ref` verified: trusted as is, or an unverified file (an older
+        iofeed's) whose bytes match, made read-only; a file that does not match is removed."""
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+        except OSError:
+            self._remove(ref, path)  # missing (nothing to do), or a symbolic link
+            return False
+        try:
+            stat = os.fstat(fd)
+            if _trusted(stat, ref.bytes):
+                return True
+            if stat_module.S_ISREG(stat.st_mode) and stat.st_size == ref.bytes and _check_bytes(fd, ref) is None:
+                os.fchmod(fd, stat.st_mode & ~WRITABLE & 0o7777)
+                return True
+        finally:
+            os.close(fd)
+        self._remove(ref, path)  # wrong size or bytes: never served, fetched again
+        return False
+
+    def _remove(self, ref: ShardRef, path: Path) -> None:
+        """Remove what is under `ref`'s cached name; a CacheWriteError when it cannot be (a folder)."""
+        try:
             path.unlink(missing_ok=True)
+        except OSError as exc:
+            raise self._write_error(ref, exc, f"removing {path.name} from") from None
+
+    def _recent_failure(self, failed: Path) -> str | None:
+        """The reason a process of this run recorded for this shard's failure, while it is younger
+        than the retry budget (then the shard is tried again); an empty marker counts for nothing."""
+        try:
+            noted = failed.stat().st_mtime
+            if noted < self.opened_at or time.time() - noted > self.retry.budget:
+                return None
+            text = failed.read_text(encoding="utf-8").strip()
+        except (OSError, UnicodeDecodeError):
+            return None
+        return text or None
+
+    @staticmethod
+    def _mark_failed(failed: Path, message: str) -> None:
+        """Record a failure for the other processes (whole or not at all: written aside, renamed;
+        a cache too full for it only loses the shortcut)."""
+        aside = failed.with_name(f"{failed.name}-{os.getpid()}-{threading.get_ident()}")
+        try:
+            aside.write_text(message, encoding="utf-8")
+            os.replace(aside, failed)
+        except OSError:
+            aside.unlink(missing_ok=True)
+
+    def _fetch(self, ref: ShardRef, path: Path, cancel: threading.Event) -> None:
+        """Download `ref` unless another process has (or has failed to) meanwhile; one per node at a time."""
+        failed = path.with_name(path.name + FAILED)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            lock = os.open(path.with_name(path.name + LOCK), os.O_RDWR | os.O_CREAT, 0o666)
+        except OSError as exc:
+            raise self._write_error(ref, exc, "creating a file in") from None
+        try:
+            self._wait_for_download_lock(lock, ref, path)
+            if self._adopt(ref, path):
+                return
+            message = self._recent_failure(failed)
+            if message is not None:
+                raise FetchError(message)
             for stale in path.parent.glob(f"{path.name}{PART}*"):
                 stale.unlink(missing_ok=True)
-            part = path.with_name(f"{path.name}{PART}{os.getpid()}-{threading.get_ident()}")
-            started = time.perf_counter()
-            try:
-                fd = self._reserve(part, ref.bytes)
-                try:
-                    with_retries(lambda: self._download(ref, fd), self.retry)
-                    os.fdatasync(fd)
-                finally:
-                    os.close(fd)
-                with eviction_lock(self.root):  # a scan for eviction never sees the bytes in neither name
-                    os.replace(part, path)
-            except Exception as exc:  # noqa: BLE001 - becomes one FetchError naming the URL
-                part.unlink(missing_ok=True)
-                message = f"shard could not be fetched ({ref.url}: {_describe(exc)})"
-                failed.write_text(message, encoding="utf-8")
-                raise FetchError(message) from None
-            failed.unlink(missing_ok=True)
-            self._log(ref, time.perf_counter() - started)
+            self._download_verified(ref, path, failed, cancel)
+        finally:
+            os.close(lock)
 
-    def _reserve(self, part: Path, size: int) -> int:
-        """Make room for `size` bytes (evicting unleased shards, oldest use first) and create the part
-        file at its full size; waits a while for leases to end rather than exceed the limit."""
-        deadline = time.monotonic() + ROOM_WAIT_SECONDS
+    def _wait_for_download_lock(self, lock: int, ref: ShardRef, path: Path) -> None:
+        """Take the shard's download lock, waiting for another process's download at most as long as
+        one may take under the retry policy; past that its holder is stopped or hung: FetchError."""
+        policy, pause = self.retry, 0.01
+        limit = (ROOM_WAIT_SECONDS + policy.budget + ref.bytes / HASH_RATE
+                 + policy.attempts * (policy.stall_seconds + ref.bytes / policy.min_rate))
+        deadline = time.monotonic() + limit
+        while True:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    break
+            time.sleep(pause)
+            pause = min(pause * 2, 0.25)
+        holders = sorted({p.name.rsplit(PART, 1)[1].split("-")[0] for p in path.parent.glob(f"{path.name}{PART}*")})
+        raise FetchError(f"shard could not be fetched ({ref.url}: another process of this node (pid "
+                         f"{', '.join(holders) or 'unknown'}) has held its download for over {limit:.0f} s, longer "
+                         "than a download may take: is that process stopped or hung?)")
+
+    def _download_verified(self, ref: ShardRef, path: Path, failed: Path, cancel: threading.Event) -> None:
+        """Download `ref` into a part file, check the bytes on disk, make it read-only, rename it."""
+        part = path.with_name(f"{path.name}{PART}{os.getpid()}-{threading.get_ident()}")
+        started = time.perf_counter()
+        try:
+            fd = self._reserve(part, ref)
+            try:
+                last_data = [0.0]
+                with_retries(lambda: self._download(ref, fd, last_data, cancel), self.retry,
+                             last_data=lambda: last_data[0], sleep=cancel.wait)
+                os.fchmod(fd, 0o444)
+            finally:
+                os.close(fd)
+            with eviction_lock(self.root):  # a scan for eviction never sees the bytes in neither name
+                os.replace(part, path)
+        except (CacheWriteError, Cancelled):
+            part.unlink(missing_ok=True)
+            raise
+        except Exception as exc:  # noqa: BLE001 - becomes one FetchError naming the URL
+            part.unlink(missing_ok=True)
+            message = f"shard could not be fetched ({ref.url}: {describe(exc)})"
+            self._mark_failed(failed, message)
+            raise FetchError(message) from None
+        failed.unlink(missing_ok=True)
+        self._log(ref, time.perf_counter() - started)
+
+    def _reserve(self, part: Path, ref: ShardRef) -> int:
+        """Make room for the shard (evicting unleased shards, oldest use first) and create the part
+        file with its blocks allocated (a full disk fails here, not mid-download); waits a while for
+        leases to end rather than exceed the limit, and says once when it has to."""
+        began = time.monotonic()
+        deadline = began + ROOM_WAIT_SECONDS
         while True:
             with eviction_lock(self.root):
-                if self._evict_for(size) or time.monotonic() > deadline:
-                    fd = os.open(part, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
-                    os.ftruncate(fd, size)
+                fits, used = self._evict_for(ref.bytes)
+                if fits or time.monotonic() > deadline:
+                    try:
+                        fd = os.open(part, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+                    except OSError as exc:
+                        raise self._write_error(ref, exc, "creating a file in") from None
+                    try:
+                        if ref.bytes:
+                            os.posix_fallocate(fd, 0, ref.bytes)
+                    except OSError as exc:
+                        os.close(fd)
+                        raise self._write_error(ref, exc, "allocating space in") from None
                     return fd
+            if time.monotonic() - began > ROOM_WAIT_SECONDS / 10:  # not a lease about to end: a wait
+                self._warn_room(ref, used)
             time.sleep(0.05)
 
-    def _evict_for(self, size: int) -> bool:
-        """Evict until `size` more bytes fit under the limit; whether they do."""
+    def _warn_room(self, ref: ShardRef, used: int) -> None:
+        """Warn once per process and cache that fetches wait for room: the limit is too small for
+        the shards live at once (leased by readers, pinned ahead)."""
+        if str(self.root) in _warned_room:
+            return
+        _warned_room.add(str(self.root))
+        warnings.warn(
+            f"iofeed cache {self.root}: cache_limit={self.limit:,} bytes is too small for the shards live at "
+            f"once ({used:,} bytes in use by readers and downloads ahead, about {used // max(ref.bytes, 1)} "
+            f"shards of {ref.bytes:,} bytes), so fetching {ref.url} waits up to {ROOM_WAIT_SECONDS:.0f} s for "
+            "room (an epoch may run many times slower): raise cache_limit, or use smaller shards "
+            "(`iofeed preprocess --shard-mb`) or a smaller block_shards", RuntimeWarning, stacklevel=2)
+
+    def _evict_for(self, size: int) -> tuple[bool, int]:
+        """Evict until `size` more bytes fit under the limit; whether they do, and the bytes held."""
         shards, used = [], 0
         for name, path, stat in _entries(self.root):
-            if PART in name and _part_is_orphan(name):
+            if PART in name and _part_is_orphan(path):
                 Path(path).unlink(missing_ok=True)
             elif _is_shard(name) or PART in name:
                 used += stat.st_size
@@ -250,31 +454,64 @@ class ShardCache:
                 break
             if _try_evict(path):
                 used -= bytes_
-        return used + size <= self.limit
+        return used + size <= self.limit, used
 
-    def _download(self, ref: ShardRef, fd: int) -> None:
-        """Stream `ref` into `fd`, checking its size and checksum against the manifest."""
-        digest, written = hashlib.sha256(), 0
-        with filesystem(ref.url, self.settings).open(ref.url, "rb", **scheme(ref.url).stream) as remote:
+    def _download(self, ref: ShardRef, fd: int, last_data: list[float], cancel: threading.Event) -> None:
+        """Stream `ref` into `fd`, then check what the disk holds (flushed, read back: a short write or
+        a disk error cannot pass) against the manifest's size and sha256; `last_data` gets the time
+        of the last bytes received (time spent streaming is not spent from the budget)."""
+        written = 0
+        fs = filesystem(ref.url, self.settings, self.retry)
+        started = time.monotonic()
+        deadline = started + self.retry.stall_seconds + ref.bytes / self.retry.min_rate
+        if cancel.is_set():
+            raise Cancelled(ref.url)
+        with fs.open(ref.url, "rb", **scheme(ref.url).stream) as remote:
             while chunk := remote.read(CHUNK):
+                if cancel.is_set():
+                    raise Cancelled(ref.url)
+                last_data[0] = time.monotonic()
+                if last_data[0] > deadline and written + len(chunk) < ref.bytes:
+                    last_data[0] = 0.0  # a trickle earns no credit: its time is spent from the budget
+                    raise TooSlow(f"{written + len(chunk):,} of {ref.bytes:,} bytes in {deadline - started:.0f} s, "
+                                  f"below {self.retry.min_rate:,.0f} bytes/s")
                 if written + len(chunk) > ref.bytes:
                     raise Mismatch(f"larger than the {ref.bytes} bytes iofeed.json records (replaced after upload?)")
-                os.pwrite(fd, chunk, written)
-                digest.update(chunk)
+                self._write_all(ref, fd, chunk, written)
                 written += len(chunk)
         if written != ref.bytes:
             raise Mismatch(f"{written} bytes where iofeed.json records {ref.bytes} (truncated: upload it again)")
-        if ref.sha256 and digest.hexdigest() != ref.sha256:
-            raise Mismatch("checksum differs from iofeed.json (corrupt or replaced: upload it again)")
+        try:
+            os.fdatasync(fd)
+            problem = _check_bytes(fd, ref)
+        except OSError as exc:
+            raise self._write_error(ref, exc, "writing into") from None
+        if problem is not None:
+            raise Mismatch(f"checksum differs from iofeed.json ({problem}: corrupt or replaced, upload it again)")
+
+    def _write_all(self, ref: ShardRef, fd: int, data: bytes, offset: int) -> None:
+        """Write all of `data` at `offset` (a short write is continued; a failed one is a CacheWriteError)."""
+        view = memoryview(data)
+        try:
+            while view:
+                done = os.pwrite(fd, view, offset)
+                if done == 0:
+                    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+                view, offset = view[done:], offset + done
+        except OSError as exc:
+            raise self._write_error(ref, exc, "writing into") from None
 
     def _log(self, ref: ShardRef, seconds: float) -> None:
         """Record one download in the dataset folder's fetch log (read by `fetches_since`)."""
         line = json.dumps({"url": ref.url, "bytes": ref.bytes, "seconds": round(seconds, 4), "pid": os.getpid()})
-        fd = os.open(self.directory / FETCH_LOG, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         try:
-            os.write(fd, (line + "\n").encode())
-        finally:
-            os.close(fd)
+            fd = os.open(self.directory / FETCH_LOG, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            try:
+                os.write(fd, (line + "\n").encode())
+            finally:
+                os.close(fd)
+        except OSError:
+            pass  # a full disk loses a line of statistics, not the shard that is already in place
 
     def log_offset(self) -> int:
         """The current end of the fetch log."""

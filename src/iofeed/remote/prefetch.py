@@ -9,7 +9,6 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..errors import FetchError
 from .dataset import RemoteShards
 
 if TYPE_CHECKING:
@@ -52,6 +51,7 @@ class Prefetcher:
         self._pins: dict[int, int | None] = {}  # file id -> leased descriptor (None while downloading)
         self._lock = threading.Lock()
         self._closed = False
+        self._cancel = threading.Event()  # set by close(): downloads under way stop (none outlives the loader)
         self._pool = ThreadPoolExecutor(DOWNLOAD_THREADS, thread_name_prefix="iofeed-fetch")
         self._fill()
 
@@ -85,8 +85,8 @@ class Prefetcher:
 
     def _fetch(self, file_id: int) -> None:
         try:
-            fd: int | None = self._remote.acquire(file_id)
-        except (FetchError, OSError):
+            fd: int | None = self._remote.acquire(file_id, self._cancel)
+        except Exception:  # noqa: BLE001 - a pin left unfinished would stall the prefetcher for good
             fd = None  # the readers report it (FetchError), or try again themselves
         with self._lock:
             if fd is not None and not self._closed and self._last[file_id] >= self._position:
@@ -115,7 +115,8 @@ class Prefetcher:
         self._fill()
 
     def close(self) -> None:
-        """Stop fetching and end every pin (downloads under way finish in the background)."""
+        """Stop fetching and end every pin; downloads under way stop at their next chunk or retry wait."""
+        self._cancel.set()
         with self._lock:
             self._closed = True
             for file_id, fd in list(self._pins.items()):

@@ -8,9 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import OptionError, require
-
-CONNECT_SECONDS = 10.0  # a stalled connection fails (and is retried) instead of hanging the loader
-READ_SECONDS = 60.0
+from .retry import DEFAULT_POLICY, RetryPolicy
 
 
 def _no_settings() -> dict[str, Any]:
@@ -32,23 +30,27 @@ def _no_aws_credentials() -> bool:
     return botocore.session.get_session().get_credentials() is None
 
 
-def _s3_options(settings: dict[str, Any]) -> dict[str, Any]:
-    """Credentials the AWS way in each process (env, config files, instance roles); anonymous when none."""
-    options = {**settings, "config_kwargs": {"connect_timeout": CONNECT_SECONDS, "read_timeout": READ_SECONDS}}
+def _s3_options(settings: dict[str, Any], policy: RetryPolicy) -> dict[str, Any]:
+    """Credentials the AWS way in each process (env, config files, instance roles); anonymous when
+    none. One try per call in botocore and s3fs: `with_retries` retries, within its budget."""
+    config = {"connect_timeout": policy.stall_seconds, "read_timeout": policy.stall_seconds,
+              "retries": {"total_max_attempts": 1}}
+    options = {**settings, "config_kwargs": config}
     if _no_aws_credentials():
         options["anon"] = True  # a public bucket needs nothing
     return options
 
 
-def _gcs_options(settings: dict[str, Any]) -> dict[str, Any]:
+def _gcs_options(settings: dict[str, Any], policy: RetryPolicy) -> dict[str, Any]:
     """Google application default credentials; gcsfs falls back to anonymous access by itself."""
     return dict(settings)
 
 
-def _http_options(settings: dict[str, Any]) -> dict[str, Any]:
+def _http_options(settings: dict[str, Any], policy: RetryPolicy) -> dict[str, Any]:
+    """A connection, and each read of a body, fails after the policy's stall deadline (then retried)."""
     import aiohttp
 
-    timeout = aiohttp.ClientTimeout(total=None, sock_connect=CONNECT_SECONDS, sock_read=READ_SECONDS)
+    timeout = aiohttp.ClientTimeout(total=None, sock_connect=policy.stall_seconds, sock_read=policy.stall_seconds)
     return {**settings, "client_kwargs": {"timeout": timeout}}
 
 
@@ -62,13 +64,15 @@ class Scheme:
     module: str
     extra: str
     settings: Callable[[], dict[str, Any]]
-    options: Callable[[dict[str, Any]], dict[str, Any]]
+    options: Callable[[dict[str, Any], RetryPolicy], dict[str, Any]]
     stream: dict[str, Any] = field(default_factory=dict)  # `fs.open` arguments to stream a whole object
     writable: bool = True  # whether `iofeed preprocess -o URL` can upload there
+    attributes: dict[str, Any] = field(default_factory=dict)  # set on the filesystem instance
 
 
 SCHEMES: dict[str, Scheme] = {
-    "s3": Scheme("s3", "s3fs", "s3", _s3_settings, _s3_options, {"block_size": 16 << 20}),
+    "s3": Scheme("s3", "s3fs", "s3", _s3_settings, _s3_options, {"block_size": 16 << 20},
+                 attributes={"retries": 1}),  # s3fs's own retries would multiply the budget
     "gs": Scheme("gcs", "gcsfs", "gcs", _no_settings, _gcs_options, {"block_size": 16 << 20}),
     "gcs": Scheme("gcs", "gcsfs", "gcs", _no_settings, _gcs_options, {"block_size": 16 << 20}),
     "http": Scheme("http", "aiohttp", "http", _no_settings, _http_options, {"block_size": 0}, writable=False),
@@ -96,13 +100,16 @@ def scheme(url: str) -> Scheme:
     return SCHEMES[name]
 
 
-def filesystem(url: str, settings: dict[str, Any] | None = None) -> Any:
-    """The fsspec filesystem that reads `url` with `settings` (default: resolved here and now);
-    one instance per process and settings, cached by fsspec."""
+def filesystem(url: str, settings: dict[str, Any] | None = None, policy: RetryPolicy = DEFAULT_POLICY) -> Any:
+    """The fsspec filesystem that reads `url` with `settings` (default: resolved here and now) and
+    the per-attempt deadlines of `policy`; one instance per process and settings, cached by fsspec."""
     entry = scheme(url)
     require(entry.module, entry.extra)
     fsspec = require("fsspec", entry.extra)
-    return fsspec.filesystem(entry.protocol, **entry.options(entry.settings() if settings is None else settings))
+    fs = fsspec.filesystem(entry.protocol, **entry.options(entry.settings() if settings is None else settings, policy))
+    for name, value in entry.attributes.items():
+        setattr(fs, name, value)
+    return fs
 
 
 def join(url: str, name: str) -> str:
