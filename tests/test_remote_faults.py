@@ -16,7 +16,7 @@ import pytest
 
 import iofeed
 from iofeed.cli import main
-from iofeed.errors import CacheWriteError, FetchError, OptionError, SourceError
+from iofeed.errors import CacheWriteError, FetchError, OptionError, SampleError, SourceError
 from iofeed.format.manifest import Manifest
 from iofeed.remote.cache import FAILED, PART, ShardCache, ShardRef
 from iofeed.remote.retry import RetryPolicy, describe, with_retries
@@ -161,7 +161,8 @@ def test_a_shard_entry_the_cache_cannot_trust_is_a_dataset_error(dataset: Path, 
     (copy / "iofeed.json").write_text(json.dumps(manifest))
     served = CountingServer(tmp_path)
     try:
-        with pytest.raises(DatasetError, match=f"malformed manifest .*: shard 'train-000000.tar' has {field}="):
+        says = {"sha256": "shard 'train-000000.tar' has sha256=", "bytes": '"bytes" of shard 0 .* must be an integer'}
+        with pytest.raises(DatasetError, match=f"malformed manifest .*: {says[field]}"):
             open_source(f"{served.url}/{copy.name}", cache_dir=tmp_path / "cache")
     finally:
         served.close()
@@ -294,10 +295,14 @@ def tiny_disk(tmp_path: Path):
 
 def test_a_full_disk_skips_with_a_named_reason_and_keeps_nothing_corrupt(server, dataset: Path, tiny_disk: Path,
                                                                         tmp_path: Path) -> None:
-    options = dict(KW, shuffle="none", on_error="skip")
+    options = dict(KW, shuffle="none", on_error="skip", max_skipped=None)  # counted here; bounded below
     with iofeed.loader(f"{server.url}/{dataset.name}", cache_dir=tiny_disk, cache_limit=1 << 30,
                        **options) as loader:
         delivered = sum(len(labels) for _, labels in loader)
+    with pytest.raises(SampleError, match="shard could not be cached"):  # the default bound: an error
+        with iofeed.loader(f"{server.url}/{dataset.name}", cache_dir=tiny_disk, cache_limit=1 << 30,
+                           **dict(options, max_skipped=0.05)) as bounded:
+            sum(len(labels) for _, labels in bounded)
     assert 0 < delivered < len(loader.source)
     assert set(loader.stats.skipped) == {"shard could not be cached"}, loader.stats.skipped
     assert all("No space left on device" in e and "inodes free" in e for e in loader.stats.skipped_examples)

@@ -141,17 +141,13 @@ class RemoteSplit:
 
 
 def _shard_ref(url: str, shard: dict) -> ShardRef:
-    """The ShardRef of one manifest entry; DatasetError naming the manifest for a size that is not a
-    byte count or a checksum that is not a sha256 (they decide what the cache trusts)."""
-    size, digest = shard.get("bytes"), shard.get("sha256", "")
-    if not (isinstance(size, int) and not isinstance(size, bool) and size >= 0):
-        problem = f"bytes={size!r} is not a byte count"
-    elif not (isinstance(digest, str) and (digest == "" or (len(digest) == 64 and set(digest) <= HEX))):
-        problem = f"sha256={digest!r} is not a sha256 hex digest"
-    else:
-        return ShardRef(join(url, shard["name"]), size, digest)
-    raise DatasetError(f"malformed manifest {join(url, MANIFEST_NAME)}: shard {shard.get('name')!r} has {problem} "
-                       "(upload the dataset again)")
+    """The ShardRef of one manifest entry (its size already checked by `Manifest.parse`); DatasetError
+    naming the manifest for a checksum that is not a sha256 (it decides what the cache trusts)."""
+    digest = shard.get("sha256", "")
+    if not (digest == "" or (len(digest) == 64 and set(digest) <= HEX)):
+        raise DatasetError(f"malformed manifest {join(url, MANIFEST_NAME)}: shard {shard.get('name')!r} has "
+                           f"sha256={digest!r}, not a sha256 hex digest (upload the dataset again)")
+    return ShardRef(join(url, shard["name"]), shard["bytes"], digest)
 
 
 def open_remote(url: str, split: str, cache_dir: Path | str | None = None,
