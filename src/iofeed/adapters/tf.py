@@ -1,7 +1,8 @@
-"""TensorFlow adapter: a `tf.data.Dataset` wrapped around a numpy Loader, normalised with TF ops."""
+"""TensorFlow adapter: a `tf.data.Dataset` wrapped around a Loader of host batches normalised with numpy."""
 from __future__ import annotations
 
 import threading
+import warnings
 import weakref
 from typing import Any
 
@@ -9,15 +10,19 @@ import numpy as np
 import tensorflow as tf
 
 from ..backends.base import Batch
+from ..errors import LoaderStateError
 from ..options import LoaderOptions
 from .base import EpochLoader
-from .normalize import uint8_affine
+from .host_float import HostNormaliser
 from .numpy import to_numpy
 
 
 class TfAdapter:
-    """The tf framework: numpy batches from the engine, and `iofeed.loader` returns
-    `to_tf_dataset(loader)`, an explicit wrapper over the Loader."""
+    """The tf framework: each host batch normalised into a float32 array TensorFlow takes without
+    copying, and `iofeed.loader` returns `to_tf_dataset(loader)`, an explicit wrapper over the Loader."""
+
+    def __init__(self) -> None:
+        self._normalise = HostNormaliser(np.float32)
 
     @classmethod
     def from_options(cls, options: LoaderOptions) -> TfAdapter:
@@ -25,20 +30,25 @@ class TfAdapter:
         return cls()
 
     def __call__(self, batch: Batch) -> tuple[np.ndarray, np.ndarray]:
-        return to_numpy(batch)
+        images, labels = to_numpy(batch)
+        return self._normalise(images), np.array(labels, np.int64)  # labels: a copy, the batch's array is reused
 
     def wrap(self, loader: EpochLoader) -> tf.data.Dataset:
         """The dataset over `loader`."""
         return to_tf_dataset(loader)
 
+PREFETCH = 2  # batches TensorFlow holds ready: the workers' own slots are the deeper buffer
+
 
 def to_tf_dataset(loader: EpochLoader) -> tf.data.Dataset:
     """A `tf.data.Dataset` of (images float32 NHWC (None, S, S, 3), labels int64 (None,)).
 
-    `loader` is a numpy-framework Loader. Each batch is copied out of shared memory (the view
-    is reused at the next batch) into `from_generator`; a `.map` converts and normalises it
-    with ImageNet mean/std using TF ops, then `.prefetch(tf.data.AUTOTUNE)`. (tf.data runs
-    its `.map` on the host CPU; the uint8 → float32 conversion happens there.)
+    `loader` is a Loader whose adapter is `TfAdapter`: each batch comes out of shared memory
+    already normalised (ImageNet mean/std) by numpy on one thread, into a 64-byte aligned array
+    that `from_generator` hands to TensorFlow without a copy; `.prefetch(2)` overlaps it with
+    the training step. (Normalising with TF ops in a `.map` cost ~3x the torch adapter's CPU per
+    image: a copy out of the slot, another into TF, and TF's thread pool on the workers' cores;
+    see docs/architecture.md.)
 
     Every new iteration of the dataset (each Keras epoch, each `for` loop) runs the loader's
     next epoch: the Loader advances its epoch after each full pass. An iteration abandoned
@@ -55,7 +65,9 @@ def to_tf_dataset(loader: EpochLoader) -> tf.data.Dataset:
     workers and memory are released once the dataset, the datasets derived from it and their
     iterators are all gone (TensorFlow keeps the generator function for the life of the process,
     so that function refers to the Loader only weakly). An iterator still running when the Loader
-    is closed stops there: asking it for more raises the Loader's one-line error.
+    is closed, or one started after, stops cleanly there (the end of its sequence) with the
+    Loader's one-line error as a `UserWarning`: an exception raised inside `from_generator` reaches
+    the caller as an `UnknownError` carrying Python tracebacks, and TensorFlow logs each of them.
     """
     size = loader.image_size
     state: dict[str, Any] = {"active": None}  # the token of the iteration now running
@@ -80,25 +92,17 @@ def to_tf_dataset(loader: EpochLoader) -> tf.data.Dataset:
                     except StopIteration:
                         state["active"] = None
                         return
-                    images, labels = np.array(images, copy=True, order="C"), np.array(labels, np.int64, copy=True)
+                    except LoaderStateError as exc:  # closed: one clear line instead of TF's tracebacks
+                        warnings.warn(f"{exc}; the tf dataset stops here", stacklevel=1)
+                        return
                 yield images, labels
         finally:
             batches.close()
 
     signature = (
-        tf.TensorSpec(shape=(None, size, size, 3), dtype=tf.uint8),
+        tf.TensorSpec(shape=(None, size, size, 3), dtype=tf.float32),
         tf.TensorSpec(shape=(None,), dtype=tf.int64),
     )
-    scale, shift = (tf.constant(values, tf.float32) for values in uint8_affine())
-
-    def normalise(images: Any, labels: Any) -> tuple[Any, Any]:
-        # per-channel affine in NHWC order: x * scale + shift == (x / 255 - mean) / std
-        return tf.cast(images, tf.float32) * scale + shift, labels
-
-    dataset = (
-        tf.data.Dataset.from_generator(generate, output_signature=signature)
-        .map(normalise, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
-        .prefetch(tf.data.AUTOTUNE)
-    )
+    dataset = tf.data.Dataset.from_generator(generate, output_signature=signature).prefetch(PREFETCH)
     dataset.iofeed_loader = loader
     return dataset
