@@ -45,6 +45,7 @@ class LoaderOptions:
     block_shards: int = 8
     cache_dir: str | os.PathLike | None = None
     cache_limit: int | None = None
+    sharding: Any = None  # framework="jax": how a batch is laid out over devices (None: the batch axis over all)
 
     def __post_init__(self) -> None:
         for name, minimum in (("batch_size", 1), ("image_size", 8), ("seed", 0), ("block_shards", 1)):
@@ -94,6 +95,9 @@ class LoaderOptions:
             raise OptionError(f"gpu_augment=True needs framework={_either(ADAPTERS.having('packs'))} and "
                               f"backend={_either((AUTO, *ENGINES.having('packs')))}, got framework={self.framework!r}"
                               f", backend={self.backend!r}")
+        if self.sharding is not None and not adapter.sharding:
+            raise OptionError(f"sharding= is for framework={_either(ADAPTERS.having('sharding'))}, "
+                              f"got framework={self.framework!r} (drop sharding=)")
         if self.dtype is not None and not adapter.dtype:
             raise OptionError(f"dtype={self.dtype!r} is for framework={_either(ADAPTERS.having('dtype'))}: "
                               f"framework={self.framework!r} has a fixed dtype (drop dtype=)")
@@ -140,10 +144,14 @@ class LoaderOptions:
 
 
 def distributed_rank_world() -> tuple[int, int]:
-    """(rank, world_size) of an initialised torch.distributed group, else RANK/WORLD_SIZE, else (0, 1)."""
+    """(rank, world_size) of an initialised torch.distributed group, else of an initialised
+    jax.distributed (process index and count), else RANK/WORLD_SIZE, else (0, 1)."""
     dist = sys.modules.get("torch.distributed")
     if dist is not None and dist.is_available() and dist.is_initialized():
         return dist.get_rank(), dist.get_world_size()
+    jax = sys.modules.get("jax")
+    if jax is not None and jax.distributed.is_initialized():
+        return jax.process_index(), jax.process_count()
     if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
         return int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     return 0, 1
