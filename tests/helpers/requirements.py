@@ -12,6 +12,7 @@ MODULES = {
     "opencv": "cv2",
     "simplejpeg": "simplejpeg",
     "jax": "jax",
+    "keras": "keras",
 }
 
 

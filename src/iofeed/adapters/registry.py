@@ -24,4 +24,6 @@ ADAPTERS: Registry[AdapterCaps] = Registry("framework", {
     "tf": Entry("iofeed.adapters.tf:TfAdapter", AdapterCaps(host=True, packs=False, dtype=False), extra="tf"),
     "jax": Entry("iofeed.adapters.jax:JaxAdapter", AdapterCaps(host=True, packs=False, dtype=True, sharding=True),
                  extra="jax"),
+    "keras": Entry("iofeed.adapters.keras:KerasAdapter", AdapterCaps(host=True, packs=False, dtype=False),
+                   extra="keras"),
 })
