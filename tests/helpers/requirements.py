@@ -13,6 +13,7 @@ MODULES = {
     "simplejpeg": "simplejpeg",
     "jax": "jax",
     "keras": "keras",
+    "grain": "grain",
 }
 
 

@@ -9,7 +9,7 @@ from typing import Any
 from ..errors import IofeedError, OptionError, require
 from ..prepare.scan import find_class_root
 from ..system import usable_cores
-from .feeds import BASELINE, CATALOGUE, CEILING, FEEDS, FeedSpec, dali_installed
+from .feeds import BASELINE, CATALOGUE, CEILING, DEFAULT_FEEDS, FEEDS, FeedSpec, dali_installed
 from .inputs import CacheState, Inputs, data_files, resolve_inputs, warm_page_cache
 from .measure import FeedRun, measure, memory_metric
 from .options import BenchOptions
@@ -60,7 +60,7 @@ def run_benchmark(options: BenchOptions, command: str) -> tuple[dict[str, Any], 
     """Measure, write the JSON (after every round, atomically) and the PNG; return (record, JSON
     path, PNG path). After Ctrl-C the record holds the windows measured so far, `"complete": false`."""
     options.check(tuple(CATALOGUE))
-    names = options.feeds or tuple(CATALOGUE)
+    names = options.feeds or DEFAULT_FEEDS
     device = pick_device(options.device)
     model = options.model or ("resnet50" if device == "cuda" else "none")
     needed = {FEEDS.caps(n).reads for n in names if not (FEEDS.caps(n).gpu_augment and device != "cuda")}
