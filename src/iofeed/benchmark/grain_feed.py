@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import io
+import os
 from collections.abc import Iterator
 from typing import Any
 
@@ -64,11 +65,10 @@ class JpegRecords:
 
     def __getitem__(self, index: int) -> dict[str, Any]:
         file_id = int(self._file_id[index])
-        if file_id not in self._files:
-            self._files[file_id] = open(self._paths[file_id], "rb")  # kept open for the run
-        handle = self._files[file_id]
-        handle.seek(int(self._offset[index]))
-        return {"jpeg": handle.read(int(self._size[index])), "label": int(self._label[index])}
+        if file_id not in self._files:  # kept open for the run; pread: Grain reads from several threads
+            self._files[file_id] = os.open(self._paths[file_id], os.O_RDONLY)
+        data = os.pread(self._files[file_id], int(self._size[index]), int(self._offset[index]))
+        return {"jpeg": data, "label": int(self._label[index])}
 
     def __getstate__(self) -> dict[str, Any]:
         return {**self.__dict__, "_files": {}}
