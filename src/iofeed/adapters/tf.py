@@ -37,6 +37,7 @@ class TfAdapter:
         """The dataset over `loader`."""
         return to_tf_dataset(loader)
 
+
 PREFETCH = 2  # batches TensorFlow holds ready: the workers' own slots are the deeper buffer
 
 
