@@ -235,3 +235,10 @@ def test_batches_reuse_a_few_aligned_arrays(colour_dataset):
         assert batches == 3 * len(loader)
         assert 0 < len(owners) <= KEEP
         assert all(normaliser._output((4, SIZE, SIZE, 3)).ctypes.data % ALIGN == 0 for _ in range(3))
+
+
+def test_autotuning_is_off_so_new_iterators_start_sooner(colour_dataset):
+    dataset = _dataset(colour_dataset)
+    with dataset.iofeed_loader:
+        assert dataset.options().autotune.enabled is False
+        assert dataset.map(lambda images, labels: (images, labels)).options().autotune.enabled is False

@@ -47,9 +47,10 @@ def to_tf_dataset(loader: EpochLoader) -> tf.data.Dataset:
     `loader` is a Loader whose adapter is `TfAdapter`: each batch comes out of shared memory
     already normalised (ImageNet mean/std) by numpy on one thread, into a 64-byte aligned array
     that `from_generator` hands to TensorFlow without a copy; `.prefetch(2)` overlaps it with
-    the training step. (Normalising with TF ops in a `.map` cost ~3x the torch adapter's CPU per
-    image: a copy out of the slot, another into TF, and TF's thread pool on the workers' cores;
-    see docs/architecture.md.)
+    the training step. tf.data's autotuning is off (nothing to tune, and its start-up slowed each
+    new iterator), which datasets derived from this one inherit. (Normalising with TF ops in a
+    `.map` cost ~3x the torch adapter's CPU per image: a copy out of the slot, another into TF,
+    and TF's thread pool on the workers' cores; see docs/architecture.md.)
 
     Every new iteration of the dataset (each Keras epoch, each `for` loop) runs the loader's
     next epoch: the Loader advances its epoch after each full pass. An iteration abandoned
@@ -104,6 +105,9 @@ def to_tf_dataset(loader: EpochLoader) -> tf.data.Dataset:
         tf.TensorSpec(shape=(None, size, size, 3), dtype=tf.float32),
         tf.TensorSpec(shape=(None,), dtype=tf.int64),
     )
-    dataset = tf.data.Dataset.from_generator(generate, output_signature=signature).prefetch(PREFETCH)
+    options = tf.data.Options()
+    options.autotune.enabled = False  # nothing here to tune; its per-iterator start-up doubled Keras' epoch stall
+    dataset = (tf.data.Dataset.from_generator(generate, output_signature=signature).prefetch(PREFETCH)
+               .with_options(options))
     dataset.iofeed_loader = loader
     return dataset
