@@ -17,7 +17,7 @@ pytestmark = [pytest.mark.keras, pytest.mark.slow]  # ~10 s each: a process impo
 
 
 @pytest.mark.parametrize(("backend", "returned"), [
-    pytest.param("tensorflow", "_PrefetchDataset", marks=pytest.mark.tf),
+    pytest.param("tensorflow", "Dataset", marks=pytest.mark.tf),  # a tf.data dataset class
     pytest.param("jax", "KerasBatches", marks=pytest.mark.jax),
     pytest.param("torch", "KerasBatches", marks=pytest.mark.torch),
 ])
@@ -29,7 +29,7 @@ def test_keras_fit_on_each_backend(colour_dataset, tmp_path, backend, returned):
                          env={**os.environ, "PYTHONPATH": path, "KERAS_BACKEND": backend, "TF_CPP_MIN_LOG_LEVEL": "2"})
     assert run.returncode == 0, run.stderr[-3000:]
     result = json.loads(out.read_text())
-    assert result["backend"] == backend and result["type"] == returned
+    assert result["backend"] == backend and result["type"].endswith(returned)
     assert result["epoch"] == 2 and result["images"] == 2 * 32, "each fit epoch is one loader epoch"
     assert result["val_epoch"] == 2 and result["val_images"] == 2 * 8, "all of val after each epoch"
     for key in ("loss", "val_loss"):
