@@ -10,7 +10,7 @@ import time
 import pytest
 
 from helpers.images import make_colour_tree
-from iofeed.benchmark.feeds import FeedSpec, open_feed
+from iofeed.benchmark.feeds import FEEDS, FeedSpec, open_feed
 from iofeed.benchmark.host import consume
 from iofeed.benchmark.schema import validate
 from iofeed.cli import main
@@ -22,19 +22,26 @@ SIZE, BATCH = 64, 8
 class Counting:
     """Wraps a feed's stream and counts, independently of `consume`, the images it really yields."""
 
-    def __init__(self, stream) -> None:
+    def __init__(self, stream, framework: str = "torch") -> None:
         self.stream, self.images, self.batches = stream, 0, 0
+        self.shape = (3, SIZE, SIZE) if framework == "torch" else (SIZE, SIZE, 3)  # the others are NHWC
+        self.labels = ("int64",) if framework == "torch" else ("int64", "int32")
 
     def __iter__(self):
         return self
 
     def __next__(self):
         images, labels = next(self.stream)
-        assert tuple(images.shape[1:]) == (3, SIZE, SIZE) and str(images.dtype) == "torch.float32"
-        assert len(labels) == images.shape[0] and str(labels.dtype) == "torch.int64"
+        assert tuple(images.shape[1:]) == self.shape and _dtype(images) == "float32"
+        assert len(labels) == images.shape[0] and _dtype(labels) in self.labels
         self.images += len(labels)
         self.batches += 1
         return images, labels
+
+
+def _dtype(array) -> str:
+    """The dtype's name, whichever framework's array (torch, jax, tf, numpy)."""
+    return str(getattr(array.dtype, "name", array.dtype)).removeprefix("torch.")
 
 
 def _counted_windows(spec: FeedSpec, windows: int = 2) -> list[tuple[int, int, int]]:
@@ -45,7 +52,7 @@ def _counted_windows(spec: FeedSpec, windows: int = 2) -> list[tuple[int, int, i
         feed = open_feed(spec)
     except FeedUnavailable as exc:
         pytest.skip(str(exc))
-    counter = Counting(feed.batches())
+    counter = Counting(feed.batches(), spec.entry.framework)
     out = []
     try:
         for _ in range(windows):
@@ -61,11 +68,13 @@ def _counted_windows(spec: FeedSpec, windows: int = 2) -> list[tuple[int, int, i
     return out
 
 
-@pytest.mark.torch
-@pytest.mark.parametrize("name", [pytest.param("torchvision-1w", marks=pytest.mark.torchvision), "iofeed-dataset",
-                                  pytest.param("iofeed-dali", marks=pytest.mark.dali)])
+@pytest.mark.parametrize("name", [
+    pytest.param("torchvision-1w", marks=[pytest.mark.torch, pytest.mark.torchvision]),
+    pytest.param("iofeed-dataset", marks=pytest.mark.torch), pytest.param("iofeed-dali", marks=pytest.mark.dali),
+    pytest.param("iofeed-jax", marks=pytest.mark.jax), pytest.param("iofeed-tf", marks=pytest.mark.tf),
+    pytest.param("iofeed-tf-epochs", marks=pytest.mark.tf), pytest.param("grain", marks=pytest.mark.grain)])
 def test_reported_count_is_what_was_delivered(name, colour_tree, colour_dataset):
-    source = colour_dataset if name.endswith(("dataset", "dali")) else colour_tree
+    source = colour_tree if FEEDS.caps(name).reads == "folder" else colour_dataset
     workers = 1 if name == "torchvision-1w" else 2
     for reported, delivered, batches in _counted_windows(FeedSpec(name, str(source), workers, BATCH, SIZE, "cpu")):
         assert batches > 0 and reported == delivered
@@ -112,6 +121,28 @@ def test_cli_writes_valid_results_and_plot(tmp_path, capsys, feeds):
     assert ("iofeed-raw" in feeds) == (tmp_path / "tree.raw.iof" / "iofeed.json").is_file()
     assert record["settings"]["model"] == "none" and record["page_cache"]["state"] == "warm"
     assert record["complete"] is True
+
+
+@pytest.mark.torch
+@pytest.mark.jax
+@pytest.mark.tf
+@pytest.mark.grain
+@pytest.mark.slow
+def test_framework_feeds_share_the_table_and_plot(tmp_path, capsys, colour_dataset):
+    """iofeed-jax, the tf dataset (.repeat() and a new iterator per epoch) and Grain beside the torch
+    adapter, in one run; without --feeds only the PyTorch feeds run."""
+    from iofeed.benchmark.feeds import CATALOGUE, DEFAULT_FEEDS
+
+    names = "iofeed-dataset,iofeed-jax,iofeed-tf,iofeed-tf-epochs,grain"
+    record = _bench(tmp_path, capsys, str(colour_dataset), "--feeds", names, "--seconds", "0.6", "--workers", "2")
+    assert [f["name"] for f in record["feeds"]] == names.split(",")
+    assert set(names.split(",")) - {"iofeed-dataset"} == set(CATALOGUE) - set(DEFAULT_FEEDS)
+
+
+def test_framework_feeds_refuse_a_model(colour_dataset):
+    spec = FeedSpec("iofeed-jax", str(colour_dataset), 1, BATCH, SIZE, "cpu", model="resnet18")
+    with pytest.raises(FeedUnavailable, match="without a model"):
+        open_feed(spec)
 
 
 @pytest.mark.torch
@@ -237,7 +268,7 @@ def test_resnet50_bench_fits_every_feed_on_the_gpu(tmp_path, capsys):
     """Every feed, each in its own process with its own ResNet-50 at batch 256 x 224 px, on one GPU:
     none runs out of memory (hosts hand back their cache between windows), and each records its
     peak reservation. 320 JPEGs of 160-1190 px: one batch of 256 per epoch."""
-    from iofeed.benchmark.feeds import CATALOGUE, dali_installed
+    from iofeed.benchmark.feeds import DEFAULT_FEEDS, FEEDS, dali_installed
 
     tree = make_colour_tree(tmp_path / "tree", per_class=80)
     out = tmp_path / "gpu.json"
@@ -247,7 +278,7 @@ def test_resnet50_bench_fits_every_feed_on_the_gpu(tmp_path, capsys):
     assert code == 0, printed.err
     record = json.loads(out.read_text())
     assert validate(record) == [] and record["complete"] is True
-    expected = [n for n in CATALOGUE if dali_installed() or not CATALOGUE[n].needs_dali] + ["synthetic"]
+    expected = [n for n in DEFAULT_FEEDS if dali_installed() or not FEEDS.caps(n).needs_dali] + ["synthetic"]
     assert [f["name"] for f in record["feeds"]] == expected
     for feed in record["feeds"]:
         assert feed["status"] == "ok", (feed["name"], feed["reason"])

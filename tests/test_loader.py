@@ -161,7 +161,7 @@ def test_cuda_copies_do_not_wait_for_queued_work_and_stay_exact(colour_dataset):
 
 def test_bad_options_and_sources(colour_dataset, tmp_path):
     with pytest.raises(OptionError, match="framework"):
-        iofeed.loader(colour_dataset, batch_size=4, framework="jax")
+        iofeed.loader(colour_dataset, batch_size=4, framework="mxnet")
     with pytest.raises(OptionError, match="on_error"):
         iofeed.loader(colour_dataset, batch_size=4, on_error="ignore")
     with pytest.raises(OptionError, match="split"):

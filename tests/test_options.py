@@ -31,7 +31,7 @@ BAD = [
     ({"rank": 0}, "world_size"), ({"world_size": 2}, "rank"), ({"rank": 2, "world_size": 2}, "rank=2"),
     ({"rank": -1, "world_size": 2}, "rank"), ({"world_size": 0, "rank": 0}, "world_size"),
     ({"augment": "yes"}, "augment"), ({"drop_last": 1}, "drop_last"), ({"gpu_augment": None}, "gpu_augment"),
-    ({"split": ""}, "split"), ({"framework": "jax"}, "framework"), ({"framework": ["numpy"]}, "framework"),
+    ({"split": ""}, "split"), ({"framework": "mxnet"}, "framework"), ({"framework": ["numpy"]}, "framework"),
     ({"backend": "gpu"}, "backend"), ({"on_error": "ignore"}, "on_error"), ({"dtype": "float16"}, "dtype"),
     ({"gpu_augment": True}, "gpu_augment"), ({"gpu_augment": True, "framework": "torch", "backend": "dali"}, "backend"),
     ({"framework": "torch", "dtype": "banana"}, "dtype='banana' is not a floating-point torch dtype"),

@@ -179,16 +179,19 @@ def test_a_dropped_dataset_frees_its_workers(colour_dataset):
         time.sleep(0.1)
 
 
-def test_closing_under_a_live_iterator_ends_it_with_the_loader_error(colour_dataset, capfd):
+def test_closing_under_a_live_iterator_stops_it_cleanly_with_one_line(colour_dataset, capfd):
+    """issue 22.13: it raised UnknownError carrying 3 Python tracebacks, each logged by TF as well."""
     dataset = _dataset(colour_dataset)
     iterator = iter(dataset)
     next(iterator)
-    dataset.iofeed_loader.close()
-    time.sleep(0.5)  # TF's prefetch thread asks the closed loader for more
-    with pytest.raises(tf.errors.OpError, match="this loader was closed"):
-        for _ in range(len(dataset.iofeed_loader)):
-            next(iterator)
-    assert "TypeError" not in capfd.readouterr().err
+    with pytest.warns(UserWarning, match="this loader was closed.*the tf dataset stops here"):
+        dataset.iofeed_loader.close()
+        time.sleep(0.5)  # TF's prefetch thread asks the closed loader for more
+        rest = list(iterator)  # the prefetched batches, then the end
+        assert list(iter(dataset)) == [], "an iteration started after close() ends at once"
+    assert len(rest) <= 2
+    err = capfd.readouterr().err
+    assert "Traceback" not in err and "UnknownError" not in err and "TypeError" not in err
 
 
 @pytest.mark.torch
@@ -235,3 +238,25 @@ def test_multi_hot_labels_as_float_vectors(colour_dataset):
             assert np.array_equal(labels.numpy().argmax(1), first), "the same batch as class indices"
     finally:
         dataset.iofeed_loader.close()
+def test_batches_reuse_a_few_aligned_arrays(colour_dataset):
+    """Batches reach TF without a copy (64-byte aligned host arrays) and their memory is reused once
+    TF lets go, instead of fresh arrays (page faults) every batch."""
+    from iofeed.adapters.host_float import ALIGN, KEEP
+
+    dataset = _dataset(colour_dataset)
+    with dataset.iofeed_loader as loader:
+        normaliser = loader._adapter._normalise
+        owners, batches = set(), 0
+        for _ in dataset.repeat(3):
+            owners.update(id(owner) for owner in normaliser._owners)
+            batches += 1
+        assert batches == 3 * len(loader)
+        assert 0 < len(owners) <= KEEP
+        assert all(normaliser._output((4, SIZE, SIZE, 3)).ctypes.data % ALIGN == 0 for _ in range(3))
+
+
+def test_autotuning_is_off_so_new_iterators_start_sooner(colour_dataset):
+    dataset = _dataset(colour_dataset)
+    with dataset.iofeed_loader:
+        assert dataset.options().autotune.enabled is False
+        assert dataset.map(lambda images, labels: (images, labels)).options().autotune.enabled is False

@@ -310,7 +310,8 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--batch-size", type=int, default=64)
     bench.add_argument("--image-size", type=int, default=224, help="output side in pixels (default 224)")
     bench.add_argument("--feeds", default=None,
-                       help=f"comma-separated, from: {', '.join(CATALOGUE)} (default: all that can run)")
+                       help=f"comma-separated, from: {', '.join(CATALOGUE)} (default: every PyTorch feed that can run;"
+                       " iofeed-jax, iofeed-tf, iofeed-tf-epochs and grain only when named, on the CPU)")
     bench.add_argument("--seconds", type=float, default=10.0,
                        help="timed seconds per feed, split over the rounds (default 10)")
     bench.add_argument("--rounds", type=int, default=3, help="windows per feed, feeds alternating (default 3)")

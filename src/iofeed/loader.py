@@ -290,6 +290,7 @@ def loader(
     max_skipped: float | None = DEFAULT_MAX_SKIPPED,
     transform: Any = None,
     batch_transform: Any = None,
+    sharding: Any = None,
 ) -> Any:
     """A loader over an iofeed dataset or an image folder: a `Loader` (numpy, torch) or a
     `tf.data.Dataset` (tf). Every argument is checked before any work starts; a bad one raises a
@@ -315,13 +316,16 @@ def loader(
         framework: "numpy" yields (uint8 NHWC views, int64 labels) — views valid until the next
             batch; "torch" yields normalised (the recipe's mean/std) NCHW channels_last tensors and
             int64 labels on `device`; "tf" returns a `tf.data.Dataset` of normalised float32
-            NHWC images (`dataset.iofeed_loader` is the Loader). With `normalize=False` in the
-            recipe, torch and tf hand out uint8 images.
+            NHWC images (`dataset.iofeed_loader` is the Loader); "jax" yields `jax.Array`s, NHWC
+            images (normalised float32 by default) and int32 labels, sharded over the batch axis
+            (see `sharding`); "keras" what `model.fit` takes on Keras' backend. With
+            `normalize=False` in the recipe, torch and tf hand out uint8 images.
         device: where batches end up: None or "cpu", "cuda", "cuda:N", an ordinal or a
             `torch.device`. The DALI engine decodes there; the torch adapter copies there. A CUDA
             device this process cannot see (no GPU) is refused at once: pass "cpu".
         dtype: floating-point torch dtype of the images (default float32; float16/bfloat16 are computed in
-            float32 and rounded once). Only for `framework="torch"`.
+            float32 and rounded once). For `framework="jax"`: "float32" (default), "bfloat16"
+            (normalised) or "uint8" (as decoded), as a name or a numpy/JAX dtype.
         backend: "workers" (CPU processes), "dali" (NVIDIA DALI; JPEG datasets and folders only)
             or "auto": DALI when `device` is a CUDA device, a GPU is present and DALI is
             installed and can read the source, else workers.
@@ -336,7 +340,8 @@ def loader(
             crops are a function of (seed, epoch, rank, batch), whatever the engine or workers.
         rank, world_size: this process's share of each epoch (pass both, or neither): every
             rank gets the same number of batches, disjoint but for padding. Default: from an
-            initialised torch.distributed group, else RANK/WORLD_SIZE, else (0, 1).
+            initialised torch.distributed group, else an initialised jax.distributed (process index
+            and count), else RANK/WORLD_SIZE, else (0, 1).
         drop_last: drop each rank's last incomplete batch. Default: True for `split="train"`.
         on_error: "skip" a sample that cannot be read (counted in `stats.skipped`, with the
             first few paths in `stats.skipped_examples`), or "raise" a `SampleError` naming it.
@@ -392,6 +397,10 @@ def loader(
             take `seed=`, a stateless-RNG seed tensor). Seeded per batch from (seed, epoch, rank,
             batch) — torch's, numpy's and Python's RNGs, restored after the call — and given
             `rng=` when it takes one. Any engine.
+        sharding: with `framework="jax"`, the `jax.sharding.Sharding` of each batch (default: a
+            `NamedSharding` splitting the batch axis over every device, `PartitionSpec("batch")`).
+            Under `jax.distributed` each process loads `batch_size` samples of its own share and
+            the arrays are the global batch of `batch_size * jax.process_count()` rows.
 
     `source` may also be the s3://, gs:// or http(s):// URL of an iofeed dataset (`pip install
     'iofeed[s3]'`, `[gcs]`, `[http]`; credentials and endpoint the standard way): its shards are
@@ -410,7 +419,7 @@ def loader(
         rank=rank, world_size=world_size, drop_last=drop_last, on_error=on_error, memory_budget=memory_budget,
         gpu_augment=gpu_augment, shuffle=shuffle, block_shards=block_shards, cache_dir=cache_dir,
         cache_limit=cache_limit, target=target, extras=extras, max_skipped=max_skipped, transform=transform,
-        batch_transform=batch_transform,
+        batch_transform=batch_transform, sharding=sharding,
     )
     adapter = ADAPTERS[framework].load().from_options(options)  # imports the framework now, not before
     data = open_source(source, split, cache_dir=options.cache_dir, cache_limit=options.cache_limit)

@@ -55,6 +55,7 @@ class LoaderOptions:
     transform: Any = None  # per sample, in the workers (see `iofeed.transforms`)
     batch_transform: Any = None  # per batch, in the adapter
     transform_output: Output | None = field(default=None, init=False)  # what `transform` returns, probed
+    sharding: Any = None  # framework="jax": how a batch is laid out over devices (None: the batch axis over all)
 
     def __post_init__(self) -> None:
         check_target_options(self.target, self.extras, self.framework)
@@ -111,12 +112,15 @@ class LoaderOptions:
                               f"backend={_either((AUTO, *ENGINES.having('packs')))}, got framework={self.framework!r}"
                               f", backend={self.backend!r}")
         self._check_recipe()
+        if self.sharding is not None and not adapter.sharding:
+            raise OptionError(f"sharding= is for framework={_either(ADAPTERS.having('sharding'))}, "
+                              f"got framework={self.framework!r} (drop sharding=)")
         if self.dtype is not None and not adapter.dtype:
             raise OptionError(f"dtype={self.dtype!r} is for framework={_either(ADAPTERS.having('dtype'))}: "
                               f"framework={self.framework!r} has a fixed dtype (drop dtype=)")
         torch = sys.modules.get("torch")  # a torch dtype passed means torch is imported already
-        if self.dtype is not None and not (torch is not None and isinstance(self.dtype, torch.dtype)
-                                           and self.dtype.is_floating_point):
+        torch_dtype = torch is not None and isinstance(self.dtype, torch.dtype) and self.dtype.is_floating_point
+        if self.framework == "torch" and self.dtype is not None and not torch_dtype:  # jax checks its own
             raise OptionError(f"dtype={self.dtype!r} is not a floating-point torch dtype: pass torch.float32 (the "
                               "default), torch.float16 or torch.bfloat16")
 
@@ -192,10 +196,14 @@ class LoaderOptions:
 
 
 def distributed_rank_world() -> tuple[int, int]:
-    """(rank, world_size) of an initialised torch.distributed group, else RANK/WORLD_SIZE, else (0, 1)."""
+    """(rank, world_size) of an initialised torch.distributed group, else of an initialised
+    jax.distributed (process index and count), else RANK/WORLD_SIZE, else (0, 1)."""
     dist = sys.modules.get("torch.distributed")
     if dist is not None and dist.is_available() and dist.is_initialized():
         return dist.get_rank(), dist.get_world_size()
+    jax = sys.modules.get("jax")
+    if jax is not None and jax.distributed.is_initialized():
+        return jax.process_index(), jax.process_count()
     if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
         rank, world_size = _env_count("RANK", 0), _env_count("WORLD_SIZE", 1)
         if rank >= world_size:

@@ -15,6 +15,9 @@ MODULES = {
     "pyarrow": "pyarrow",
     "datasets": "datasets",
     "albumentations": "albumentations",
+    "jax": "jax",
+    "keras": "keras",
+    "grain": "grain",
 }
 
 

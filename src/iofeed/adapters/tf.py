@@ -1,7 +1,8 @@
-"""TensorFlow adapter: a `tf.data.Dataset` wrapped around a numpy Loader, normalised with TF ops."""
+"""TensorFlow adapter: a `tf.data.Dataset` wrapped around a Loader of host batches normalised with numpy."""
 from __future__ import annotations
 
 import threading
+import warnings
 import weakref
 from typing import Any
 
@@ -9,21 +10,24 @@ import numpy as np
 import tensorflow as tf
 
 from ..backends.base import Batch
+from ..errors import LoaderStateError
 from ..options import LoaderOptions
 from ..transforms import batch_seed, takes
 from .base import EpochLoader
-from .normalize import IMAGENET_AFFINE, Affine, options_affine
+from .host_float import HostNormaliser
+from .normalize import Affine, options_affine
 from .numpy import to_numpy
 
 
 class TfAdapter:
-    """The tf framework: numpy batches from the engine, and `iofeed.loader` returns
-    `to_tf_dataset(loader, ...)`, an explicit wrapper over the Loader, normalised with the
-    recipe's mean/std and followed by the `batch_transform` if any."""
+    """The tf framework: each host batch normalised (the recipe's mean/std) into a float32 array
+    TensorFlow takes without copying, and `iofeed.loader` returns `to_tf_dataset(loader, ...)`, an
+    explicit wrapper over the Loader followed by the `batch_transform` if any."""
 
-    def __init__(self, affine: Affine | None = IMAGENET_AFFINE, batch_transform: Any = None,
+    def __init__(self, affine: Affine | None, batch_transform: Any = None,
                  sample: tuple[tuple[int, ...], Any] | None = None) -> None:
-        self.affine, self.batch_transform, self.sample = affine, batch_transform, sample
+        self._normalise = None if affine is None else HostNormaliser(np.float32, affine)
+        self.batch_transform, self.sample = batch_transform, sample
 
     @classmethod
     def from_options(cls, options: LoaderOptions) -> TfAdapter:
@@ -33,24 +37,37 @@ class TfAdapter:
                    None if output is None else (output.shape, tf.as_dtype(output.dtype)))
 
     def __call__(self, batch: Batch) -> tuple[np.ndarray, ...]:
+        images, labels = to_numpy(batch)
+        if self._normalise is not None and images.dtype == np.uint8:
+            images = self._normalise(images)
+        else:  # uint8 kept (normalize=False), or a sample transform's floats: out of the reused slot
+            images = np.array(images, copy=True, order="C")
+        labels = np.array(labels, np.float32 if labels.dtype.kind == "f" else np.int64)  # a copy: the slot is reused
         if self.batch_transform is None:
-            return to_numpy(batch)
-        return (*to_numpy(batch), batch_seed(batch.key))  # the batch transform's seed rides along
+            return images, labels
+        return images, labels, batch_seed(batch.key)  # the batch transform's seed rides along
 
     def wrap(self, loader: EpochLoader) -> tf.data.Dataset:
         """The dataset over `loader`."""
-        return to_tf_dataset(loader, self.affine, self.batch_transform, self.sample)
+        return to_tf_dataset(loader, self._normalise is not None, self.batch_transform, self.sample)
 
 
-def to_tf_dataset(loader: EpochLoader, affine: Affine | None = IMAGENET_AFFINE, batch_transform: Any = None,
+PREFETCH = 2  # batches TensorFlow holds ready: the workers' own slots are the deeper buffer
+
+
+def to_tf_dataset(loader: EpochLoader, normalised: bool = True, batch_transform: Any = None,
                   sample: tuple[tuple[int, ...], Any] | None = None) -> tf.data.Dataset:
     """A `tf.data.Dataset` of (images float32 NHWC (None, S, S, 3), labels int64 (None,)), or
-    float32 (None, classes) labels for `target="multi_hot"`.
+    float32 (None, classes) labels for `target="multi_hot"`; uint8 images when not `normalised`,
+    and a sample transform's output (of shape and dtype `sample`) as it is.
 
-    `loader` is a numpy-framework Loader. Each batch is copied out of shared memory (the view
-    is reused at the next batch) into `from_generator`; a `.map` converts and normalises it
-    with ImageNet mean/std using TF ops, then `.prefetch(tf.data.AUTOTUNE)`. (tf.data runs
-    its `.map` on the host CPU; the uint8 → float32 conversion happens there.)
+    `loader` is a Loader whose adapter is `TfAdapter`: each batch comes out of shared memory
+    already normalised (ImageNet mean/std) by numpy on one thread, into a 64-byte aligned array
+    that `from_generator` hands to TensorFlow without a copy; `.prefetch(2)` overlaps it with
+    the training step. tf.data's autotuning is off (nothing to tune, and its start-up slowed each
+    new iterator), which datasets derived from this one inherit. (Normalising with TF ops in a
+    `.map` cost ~3x the torch adapter's CPU per image: a copy out of the slot, another into TF,
+    and TF's thread pool on the workers' cores; see docs/architecture.md.)
 
     Every new iteration of the dataset (each Keras epoch, each `for` loop) runs the loader's
     next epoch: the Loader advances its epoch after each full pass. An iteration abandoned
@@ -67,12 +84,13 @@ def to_tf_dataset(loader: EpochLoader, affine: Affine | None = IMAGENET_AFFINE, 
     workers and memory are released once the dataset, the datasets derived from it and their
     iterators are all gone (TensorFlow keeps the generator function for the life of the process,
     so that function refers to the Loader only weakly). An iterator still running when the Loader
-    is closed stops there: asking it for more raises the Loader's one-line error.
+    is closed, or one started after, stops cleanly there (the end of its sequence) with the
+    Loader's one-line error as a `UserWarning`: an exception raised inside `from_generator` reaches
+    the caller as an `UnknownError` carrying Python tracebacks, and TensorFlow logs each of them.
 
-    `affine` None keeps uint8 images; float32 images (a sample transform's output, of shape and
-    dtype `sample`) are not normalised. `batch_transform(images, labels)` runs inside the `.map`
-    after normalisation, given `seed=` (an int64 pair per batch, for stateless random ops) when it
-    takes one.
+    `batch_transform(images, labels)` runs in a `.map` after normalisation, given `seed=` (an
+    int64 pair per batch, for stateless random ops) when it takes one. The dataset declares
+    `len(loader)` batches (`cardinality()`, `len()`), so Keras knows an epoch's steps.
     """
     size = loader.image_size
     state: dict[str, Any] = {"active": None}  # the token of the iteration now running
@@ -93,39 +111,36 @@ def to_tf_dataset(loader: EpochLoader, affine: Affine | None = IMAGENET_AFFINE, 
                     if state["active"] is not token:  # a newer iteration ends this one
                         return
                     try:
-                        images, labels, *seed = next(batches)
+                        out = next(batches)
                     except StopIteration:
                         state["active"] = None
                         return
-                    images, labels = np.array(images, copy=True, order="C"), np.array(labels, label_dtype, copy=True)
-                yield images, labels, *seed
+                    except LoaderStateError as exc:  # closed: one clear line instead of TF's tracebacks
+                        warnings.warn(f"{exc}; the tf dataset stops here", stacklevel=1)
+                        return
+                yield out
         finally:
             batches.close()
 
     multi_hot = loader.options.target == "multi_hot"  # float32 (batch, classes) labels
-    label_dtype = np.float32 if multi_hot else np.int64
     shape, dtype = sample or ((size, size, 3), tf.uint8)
+    dtype = tf.float32 if dtype == tf.uint8 and normalised else dtype  # floats from a transform pass as they are
     signature = (
         tf.TensorSpec(shape=(None, *shape), dtype=dtype),
         tf.TensorSpec(shape=(None, len(loader.source.classes)) if multi_hot else (None,),
                       dtype=tf.float32 if multi_hot else tf.int64),
     ) + ((tf.TensorSpec(shape=(2,), dtype=tf.int64),) if batch_transform is not None else ())
-    scale, shift = (tf.constant(values, tf.float32) for values in (affine or IMAGENET_AFFINE))
-    seeded = batch_transform is not None and takes(batch_transform, "seed")
+    options = tf.data.Options()
+    options.autotune.enabled = False  # nothing here to tune; its per-iterator start-up doubled Keras' epoch stall
+    dataset = tf.data.Dataset.from_generator(generate, output_signature=signature)
+    if batch_transform is not None:
+        seeded = takes(batch_transform, "seed")
 
-    def normalise(images: Any, labels: Any, *seed: Any) -> tuple[Any, Any]:
-        # per-channel affine in NHWC order: x * scale + shift == (x / 255 - mean) / std
-        if affine is not None and dtype == tf.uint8:
-            images = tf.cast(images, tf.float32) * scale + shift
-        if batch_transform is None:
-            return images, labels
-        return batch_transform(images, labels, seed=seed[0]) if seeded else batch_transform(images, labels)
+        def transform(images: Any, labels: Any, seed: Any) -> tuple[Any, Any]:
+            return batch_transform(images, labels, seed=seed) if seeded else batch_transform(images, labels)
 
-    dataset = (
-        tf.data.Dataset.from_generator(generate, output_signature=signature)
-        .map(normalise, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
-        .prefetch(tf.data.AUTOTUNE)
-    )
+        dataset = dataset.map(transform, deterministic=True)
+    dataset = dataset.prefetch(PREFETCH).with_options(options)
     dataset.iofeed_loader = loader
     # Keras reads `cardinality()` to know an epoch's steps (unknown: "Your input ran out of data" at every
     # fit). Declared, not asserted: a pass with fully skipped batches, or resumed mid-epoch, is shorter.

@@ -32,9 +32,12 @@ class FeedCaps:
     workers: int | None = None  # a fixed worker count (otherwise `--workers`)
     stream: str = ""  # streamed from the local S3 endpoint: "cold" (10% cache) or "warm" (all cached)
     recipe: bool = False  # torchvision's reference recipe (`benchmark/recipe.py`) instead of crop + flip
+    framework: str = "torch"  # what it yields; other than torch: CPU only, no model, not in the default set
+    needs: str = ""  # a module it imports (a feed without it is skipped)
 
 
 _HERE = "iofeed.benchmark.feeds"
+_FRAMEWORKS = "iofeed.benchmark.framework_feeds"
 # Every feed, in table order; an entry's target is the feed class, built as `target(spec)`.
 FEEDS: Registry[FeedCaps] = Registry("feed", {
     "torchvision-1w": Entry(f"{_HERE}:TorchvisionFeed",
@@ -57,6 +60,18 @@ FEEDS: Registry[FeedCaps] = Registry("feed", {
     "iofeed-s3-warm": Entry(f"{_HERE}:IofeedFeed",
                             FeedCaps("iofeed", "dataset", "iofeed workers engine on the dataset's URL, every shard "
                                      "already in the node cache", stream="warm")),
+    "iofeed-jax": Entry(f"{_FRAMEWORKS}:IofeedFrameworkFeed",
+                        FeedCaps("iofeed", "dataset", "iofeed workers engine on the preprocessed dataset, "
+                                 "framework='jax' (sharded jax.Array, NHWC)", framework="jax", needs="jax")),
+    "iofeed-tf": Entry(f"{_FRAMEWORKS}:IofeedFrameworkFeed",
+                       FeedCaps("iofeed", "dataset", "iofeed workers engine on the preprocessed dataset, "
+                                "framework='tf', one .repeat() iterator", framework="tf", needs="tensorflow")),
+    "iofeed-tf-epochs": Entry(f"{_FRAMEWORKS}:IofeedTfEpochsFeed",
+                              FeedCaps("iofeed", "dataset", "iofeed's tf dataset, a new iterator each epoch (as "
+                                       "Keras fit)", framework="tf", needs="tensorflow")),
+    "grain": Entry("iofeed.benchmark.grain_feed:GrainFeed",
+                   FeedCaps("grain", "dataset", "Grain DataLoader over the dataset's JPEG bytes, Pillow decode",
+                            framework="numpy", needs="grain")),
     "iofeed-dali": Entry(f"{_HERE}:IofeedFeed",
                          FeedCaps("iofeed", "dataset", "iofeed DALI backend on the preprocessed dataset", True)),
     "torchvision-recipe": Entry(f"{_HERE}:TorchvisionFeed",
@@ -71,6 +86,7 @@ FEEDS: Registry[FeedCaps] = Registry("feed", {
                    FeedCaps("synthetic", "", "synthetic tensors already on the device (the ceiling)")),
 })
 CATALOGUE = tuple(name for name in FEEDS.names() if name != CEILING)  # the feeds `--feeds` may name
+DEFAULT_FEEDS = tuple(name for name in CATALOGUE if FEEDS.caps(name).framework == "torch")  # without `--feeds`
 
 
 @dataclass(frozen=True)
@@ -116,6 +132,11 @@ def open_feed(spec: FeedSpec) -> Feed:
     """Build the feed `spec` names (in the calling process); FeedUnavailable if it cannot run."""
     if spec.entry.needs_dali and not dali_installed():
         raise FeedUnavailable("NVIDIA DALI is not installed")
+    if spec.entry.needs and importlib.util.find_spec(spec.entry.needs) is None:
+        raise FeedUnavailable(f"{spec.entry.needs} is not installed")
+    if spec.entry.framework != "torch" and (spec.device != "cpu" or spec.model != "none"):
+        raise FeedUnavailable(f"a {spec.entry.framework} feed is measured on the CPU without a model only "
+                              "(the model step is PyTorch's)")
     return FEEDS[spec.name].load()(spec)
 
 

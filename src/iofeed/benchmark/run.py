@@ -9,7 +9,7 @@ from typing import Any
 from ..errors import IofeedError, OptionError, require
 from ..prepare.scan import find_class_root
 from ..system import usable_cores
-from .feeds import BASELINE, CATALOGUE, CEILING, FEEDS, FeedSpec, dali_installed
+from .feeds import BASELINE, CATALOGUE, CEILING, DEFAULT_FEEDS, FEEDS, FeedSpec, dali_installed
 from .inputs import CacheState, Inputs, data_files, resolve_inputs, warm_page_cache
 from .measure import FeedRun, measure, memory_metric
 from .options import BenchOptions, check_writable
@@ -64,7 +64,7 @@ def run_benchmark(options: BenchOptions, command: str) -> tuple[dict[str, Any], 
     json_path, png_path = options.outputs(now)
     check_writable(json_path, png_path)  # before any work: the JSON is written after every round
     print(f"iofeed bench: results will go to {json_path} and {png_path}")
-    names = options.feeds or tuple(CATALOGUE)
+    names = options.feeds or DEFAULT_FEEDS
     device = pick_device(options.device)
     model = options.model or ("resnet50" if device == "cuda" else "none")
     needed = {FEEDS.caps(n).reads for n in names if not (FEEDS.caps(n).gpu_augment and device != "cuda")}

@@ -1,0 +1,114 @@
+"""JAX adapter: NHWC `jax.Array` batches sharded over the batch axis of the process's devices."""
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+from ..backends.base import Batch
+from ..errors import OptionError
+from ..options import LoaderOptions
+from .base import EpochLoader
+from .host_float import HostNormaliser
+from .normalize import IMAGENET_AFFINE, Affine, options_affine
+from .numpy import to_numpy
+
+DTYPES = {"uint8": jnp.uint8, "float32": jnp.float32, "bfloat16": jnp.bfloat16}
+BATCH_AXIS = "batch"
+
+
+class JaxAdapter:
+    """uint8 NHWC host batches → (images, labels) global `jax.Array`s.
+
+    Images are `dtype`: float32 (default) or bfloat16 normalised with ImageNet mean/std, or
+    uint8 as stored; labels int32 (JAX's default integer). Both are laid out by `sharding`
+    (default: a `NamedSharding` over a 1-D mesh of every device, `PartitionSpec("batch")`),
+    so each device holds its slice of the batch. With several processes (`jax.distributed`),
+    each loads `batch_size` samples of its own share of the epoch and they form one global batch
+    of `batch_size * process_count` rows (`jax.make_array_from_process_local_data`).
+
+    On CPU devices the host batch is normalised with numpy (one image at a time, one thread)
+    into 64-byte aligned arrays that XLA uses without a copy; they are reused once JAX lets go.
+    On accelerators the uint8 batch is copied (4x fewer bytes than float32) and normalised there.
+    """
+
+    def __init__(self, dtype: Any = None, sharding: Any = None, affine: Affine = IMAGENET_AFFINE) -> None:
+        self.dtype = _dtype(dtype)
+        self.sharding = sharding if sharding is not None else default_sharding()
+        if not isinstance(self.sharding, jax.sharding.Sharding):
+            raise OptionError(f"sharding must be a jax.sharding.Sharding (e.g. NamedSharding(mesh, "
+                              f"PartitionSpec('batch'))), got {sharding!r}")
+        self._label_sharding = _for_rank(self.sharding, 1)
+        on_host = all(d.platform == "cpu" for d in self.sharding.device_set)
+        self._host = HostNormaliser(self.dtype, affine) if on_host and self.dtype != jnp.uint8 else None
+        self._device_normalise = (None if on_host or self.dtype == jnp.uint8
+                                  else _device_normaliser(self.dtype, affine))
+
+    @classmethod
+    def from_options(cls, options: LoaderOptions) -> JaxAdapter:
+        """The adapter for `options`: its dtype, sharding and the recipe's mean/std (uint8 when the
+        recipe has normalize=False)."""
+        affine = options_affine(options)
+        return cls(options.dtype if affine is not None else "uint8", options.sharding, affine or IMAGENET_AFFINE)
+
+    def wrap(self, loader: EpochLoader) -> EpochLoader:
+        """The loader itself."""
+        return loader
+
+    def __call__(self, batch: Batch) -> tuple[jax.Array, jax.Array]:
+        images, labels = to_numpy(batch)
+        if self._host is not None:
+            images = self._host(images)
+        images = self._global(images, self.sharding)
+        labels = self._global(np.array(labels, np.int32), self._label_sharding)  # a copy: the array is reused
+        if self._device_normalise is not None:
+            images = self._device_normalise(images)
+        return images, labels
+
+    def _global(self, local: np.ndarray, sharding: Any) -> jax.Array:
+        """This process's rows as its part of the global batch laid out by `sharding`."""
+        rows = len(local) * jax.process_count()
+        try:
+            return jax.make_array_from_process_local_data(sharding, local, (rows, *local.shape[1:]))
+        except ValueError as exc:
+            raise OptionError(f"a batch of {len(local)} rows cannot be laid out by {sharding}: make batch_size a "
+                              f"multiple of the devices on the batch axis, or pass drop_last=True ({exc})") from None
+
+
+def default_sharding() -> NamedSharding:
+    """The batch axis split over every device (of every process), in device order."""
+    return NamedSharding(Mesh(np.array(jax.devices()), (BATCH_AXIS,)), PartitionSpec(BATCH_AXIS))
+
+
+def _for_rank(sharding: Any, ndim: int) -> Any:
+    """`sharding` for an array of `ndim` axes: a NamedSharding keeps only its first axis' spec."""
+    if isinstance(sharding, NamedSharding):
+        return NamedSharding(sharding.mesh, PartitionSpec(*tuple(sharding.spec)[:ndim]))
+    return sharding
+
+
+def _dtype(dtype: Any) -> Any:
+    """The output dtype named by `dtype` (None → float32), or OptionError."""
+    if dtype is None:
+        return jnp.float32
+    try:
+        name = np.dtype(dtype).name
+    except TypeError:
+        name = str(dtype)
+    if name not in DTYPES:
+        raise OptionError(f"dtype={dtype!r} is not one of {', '.join(DTYPES)} for framework='jax'")
+    return DTYPES[name]
+
+
+def _device_normaliser(dtype: Any, affine: Affine) -> Any:
+    """A jitted uint8 NHWC → normalised `dtype`, computed in float32, keeping the input's sharding."""
+    scale, shift = (jnp.asarray(v, jnp.float32) for v in affine)
+
+    @jax.jit
+    def normalise(images: jax.Array) -> jax.Array:
+        return (images.astype(jnp.float32) * scale + shift).astype(dtype)
+
+    return normalise

@@ -1,0 +1,37 @@
+"""`python -m helpers.keras_fit SOURCE OUT` with KERAS_BACKEND set: Keras 3 `fit` of a tiny model on
+`iofeed.loader(..., framework="keras")` with validation data; the history and loader counts as JSON."""
+from __future__ import annotations
+
+import json
+import sys
+
+SIZE = 32
+
+
+def main(source: str, out: str) -> None:
+    import keras
+
+    import iofeed
+
+    keras.utils.set_random_seed(0)
+    train = iofeed.loader(source, batch_size=4, image_size=SIZE, workers=1, seed=11, framework="keras")
+    val = iofeed.loader(source, split="val", batch_size=4, image_size=SIZE, workers=1, framework="keras")
+    model = keras.Sequential([
+        keras.Input((SIZE, SIZE, 3)),
+        keras.layers.Conv2D(8, 3, activation="relu"),
+        keras.layers.GlobalAveragePooling2D(),
+        keras.layers.Dense(4),
+    ])
+    model.compile(optimizer=keras.optimizers.Adam(1e-2),
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    with train.iofeed_loader as loader, val.iofeed_loader as val_loader:
+        history = model.fit(train, epochs=2, validation_data=val, verbose=0)
+        result = {"backend": keras.backend.backend(), "type": type(train).__name__, "history": history.history,
+                  "epoch": loader.epoch, "images": loader.stats.images, "val_epoch": val_loader.epoch,
+                  "val_images": val_loader.stats.images}
+    with open(out, "w") as f:
+        json.dump(result, f)
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:])
