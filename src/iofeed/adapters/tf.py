@@ -139,7 +139,7 @@ def to_tf_dataset(loader: EpochLoader, normalised: bool = True, batch_transform:
         def transform(images: Any, labels: Any, seed: Any) -> tuple[Any, Any]:
             return batch_transform(images, labels, seed=seed) if seeded else batch_transform(images, labels)
 
-        dataset = dataset.map(transform, deterministic=True)
+        dataset = dataset.map(transform)  # one call at a time: in batch order
     dataset = dataset.prefetch(PREFETCH).with_options(options)
     dataset.iofeed_loader = loader
     # Keras reads `cardinality()` to know an epoch's steps (unknown: "Your input ran out of data" at every
