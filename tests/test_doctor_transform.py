@@ -3,6 +3,7 @@ loaders write (`IOFEED_STATS_DIR`), and stays silent when the transform is cheap
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -44,10 +45,12 @@ def test_a_loader_writes_its_stats_where_the_doctor_reads_them(colour_dataset, t
 @pytest.mark.slow
 @pytest.mark.parametrize("transform, named", [("heavy", True), ("jitter", False)])
 def test_doctor_names_a_heavy_transform(colour_dataset, transform, named):
-    code = ("import iofeed, time\nfrom helpers import transforms as T\n"
+    tests = str(Path(__file__).resolve().parent)  # `helpers` for the traced process, as pytest's pythonpath has it
+    code = (f"import sys\nsys.path.insert(0, {tests!r})\nimport iofeed, time\nfrom helpers import transforms as T\n"
             f"with iofeed.loader({str(colour_dataset)!r}, batch_size=4, image_size=64, workers=1, "
             f"transform=T.{transform}) as ld:\n"
             "    for epoch in range(3):\n        for batch in ld:\n            time.sleep(0.005)\n")
     checkup = run_doctor(command=[sys.executable, "-c", code])
+    assert checkup.exit_status() == 0, "the traced command ran to its end"
     codes = {f.code for f in checkup.findings}
     assert ("transform-bottleneck" in codes) == named, checkup.findings

@@ -220,20 +220,26 @@ def test_an_abandoned_epoch_leaves_its_queued_batches_undone(tmp_path):
 
 def test_close_stops_the_workers_and_frees_their_memory(colour_dataset):
     """The workers engine's part of the contract's close check: its processes and its slot memory."""
-    before = slot_memory()
+    before, shm_before = slot_memory(), _shm_mappings()
     ld = iofeed.loader(colour_dataset, batch_size=4, workers=2)
     for k, _ in enumerate(ld):
         if k == 1:
             break
     procs = list(ld.backend.processes())
     assert slot_memory() != before, "a live loader holds its slot memory"
-    with open("/proc/self/maps") as maps:  # (named semaphores of other libraries are /dev/shm/sem.*)
-        in_shm = [line for line in maps if "/dev/shm/" in line and "/dev/shm/sem." not in line]
-    assert in_shm == [], "slot memory is anonymous: no /dev/shm name to leak"
+    assert _shm_mappings() == shm_before, "slot memory is anonymous: no /dev/shm name to leak"
     del _  # the last batch's views keep the memory mapped
     ld.close()
     assert not any(p.is_alive() for p in procs)
     assert slot_memory() == before
+
+
+def _shm_mappings() -> set[str]:
+    """The /dev/shm files this process maps, other libraries' named semaphores (sem.*) aside; an
+    earlier test's library (a multiprocessing heap arena, pym-*) may have left its own."""
+    with open("/proc/self/maps") as maps:
+        return {line.split()[-2] if line.rstrip().endswith("(deleted)") else line.split()[-1]
+                for line in maps if "/dev/shm/" in line and "/dev/shm/sem." not in line}
 
 
 @pytest.mark.torch
