@@ -135,4 +135,12 @@ def test_a_worker_whose_consumer_is_gone_exits_quietly(colour_dataset, capsys):
     consumer, worker = mp.Pipe(duplex=True)
     consumer.send(_Task(1, 0, 0, np.arange(4), BatchKey(0, 0, 0, 0)))
     consumer.close()  # killed while its task was queued
-    assert _worker_main(block, stale, layout, source, Augment(size=32, train=False), "skip", worker) is None
+    sigint = signal.getsignal(signal.SIGINT)  # a worker ignores Ctrl-C and runs torch on one thread: this is
+    torch = sys.modules.get("torch")          # pytest's process, whose later subprocesses would inherit that
+    threads = torch.get_num_threads() if torch is not None else None
+    try:
+        assert _worker_main(block, stale, layout, source, Augment(size=32, train=False), "skip", worker) is None
+    finally:
+        signal.signal(signal.SIGINT, sigint)
+        if threads is not None:
+            torch.set_num_threads(threads)
