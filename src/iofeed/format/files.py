@@ -1,8 +1,10 @@
 """Dataset files opened safely: regular files only (a FIFO or a device named like a dataset file
-would block its reader for ever), and a descriptor limit reported as one, naming the file."""
+would block its reader for ever), a descriptor limit reported as one, naming the file; and whether
+the lock file of a run or a download is still held by a live process."""
 from __future__ import annotations
 
 import errno
+import fcntl
 import os
 import resource
 import stat
@@ -10,6 +12,22 @@ import stat
 from ..errors import DatasetError, SourceError
 
 _NO_DESCRIPTORS = (errno.EMFILE, errno.ENFILE)
+
+
+def lock_free(path: str | os.PathLike) -> bool | None:
+    """Whether no process holds an flock on the file at `path` (its holder died, or finished):
+    True or False, None when there is no such file. Other OSErrors as they come."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    finally:
+        os.close(fd)
+    return True
 
 
 def open_regular(path: str | bytes | os.PathLike) -> int:

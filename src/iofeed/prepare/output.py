@@ -22,6 +22,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from ..errors import IofeedError, OptionError
+from ..format.files import lock_free
 from ..format.manifest import MANIFEST_NAME
 
 PARTIAL = ".partial-"  # `.OUT.partial-PID`: the dataset being written
@@ -124,18 +125,12 @@ def spool_dir(out: Path) -> Iterator[str]:
 def _abandoned(spool: Path, pid: str) -> bool:
     """Whether the spool folder `spool` (of process `pid`) belongs to no live run."""
     try:
-        fd = os.open(spool / SPOOL_LOCK, os.O_RDWR)
-    except FileNotFoundError:  # a spool of an older iofeed, or one being made this instant
-        return pid.isdigit() and not _alive(int(pid))
+        free = lock_free(spool / SPOOL_LOCK)
     except OSError:  # not a folder, or not ours to open: left alone
         return False
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return False
-    finally:
-        os.close(fd)
-    return True
+    if free is None:  # a spool of an older iofeed, or one being made this instant
+        return pid.isdigit() and not _alive(int(pid))
+    return free
 
 
 def _alive(pid: int) -> bool:

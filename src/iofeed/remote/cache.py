@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import CacheWriteError, FetchError, OptionError
+from ..format.files import lock_free
 from .retry import Mismatch, RetryPolicy, TooSlow, describe, policy_from_env, with_retries
 from .urls import filesystem, scheme
 
@@ -144,17 +145,7 @@ def _part_is_orphan(path: str) -> bool:
         return True
     except (ValueError, PermissionError):
         pass
-    try:
-        fd = os.open(os.path.join(os.path.dirname(path), name.split(PART)[0] + LOCK), os.O_RDONLY)
-    except FileNotFoundError:
-        return True
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return False
-    finally:
-        os.close(fd)
-    return True
+    return lock_free(os.path.join(os.path.dirname(path), name.split(PART)[0] + LOCK)) is not False
 
 
 def remove_stale_parts(root: Path) -> int:
