@@ -15,6 +15,7 @@ import pytest
 
 import iofeed
 from helpers.images import label_from_pixels, png_bytes, smooth_rgb
+from helpers.keras_fit import tiny_classifier
 
 tf = pytest.importorskip("tensorflow")
 pytestmark = pytest.mark.tf
@@ -138,14 +139,7 @@ def test_keras_fit_two_epochs(colour_dataset):
     keras.utils.set_random_seed(0)
     dataset = _dataset(colour_dataset, seed=11)
     with dataset.iofeed_loader as loader:
-        model = keras.Sequential([
-            keras.Input((SIZE, SIZE, 3)),
-            keras.layers.Conv2D(8, 3, activation="relu"),
-            keras.layers.GlobalAveragePooling2D(),
-            keras.layers.Dense(4),
-        ])
-        model.compile(optimizer=keras.optimizers.Adam(1e-2),
-                      loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+        model = tiny_classifier(SIZE)
         validation = _dataset(colour_dataset, split="val", batch_size=3)
         with validation.iofeed_loader as val_loader, warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")

@@ -72,21 +72,28 @@ def check_order_independent_of_worker_count(make: MakeLoader, data: ContractData
     assert runs[0] == runs[1]
 
 
-def check_resume_mid_epoch(make: MakeLoader, data: ContractData) -> None:
-    """A new loader given `state_dict()` from mid-epoch yields exactly the rest of that epoch."""
-    with make(data.dataset, batch_size=4, seed=5, **SMALL) as ld:
-        ld.set_epoch(2)
+def _resumed(make: MakeLoader, data: ContractData, number: int, stop: int, **options: Any) -> tuple[list, list, dict]:
+    """Epoch `number` whole, the state after its first `stop` batches, and what a new loader given
+    that state yields (it must end that epoch)."""
+    with make(data.dataset, batch_size=4, seed=5, **SMALL, **options) as ld:
+        ld.set_epoch(number)
         full = epoch(ld)
-        ld.set_epoch(2)
+        ld.set_epoch(number)
         for k, _ in enumerate(ld, start=1):
-            if k == 3:
+            if k == stop:
                 state = ld.state_dict()
                 break
-    assert state["epoch"] == 2 and state["batches_done"] == 3 and state["samples_done"] == 12
-    with make(data.dataset, batch_size=4, seed=5, **SMALL) as resumed:
+    with make(data.dataset, batch_size=4, seed=5, **SMALL, **options) as resumed:
         resumed.load_state_dict(state)
         rest = epoch(resumed)
-        assert resumed.epoch == 3, "the resumed epoch ended"
+        assert resumed.epoch == number + 1, "the resumed epoch ended"
+    return full, rest, state
+
+
+def check_resume_mid_epoch(make: MakeLoader, data: ContractData) -> None:
+    """A new loader given `state_dict()` from mid-epoch yields exactly the rest of that epoch."""
+    full, rest, state = _resumed(make, data, number=2, stop=3)
+    assert state["epoch"] == 2 and state["batches_done"] == 3 and state["samples_done"] == 12
     assert rest == full[3:]
 
 
@@ -186,18 +193,8 @@ def check_own_transforms_independent_of_worker_count(make: MakeLoader, data: Con
 
 def check_own_transforms_resume_mid_epoch(make: MakeLoader, data: ContractData) -> None:
     """With random transforms of one's own, a resumed loader yields exactly the rest of the epoch."""
-    mine = own_transforms(make, data)
-    with make(data.dataset, batch_size=4, seed=5, **SMALL, **mine) as ld:
-        ld.set_epoch(1)
-        full = epoch(ld)
-        ld.set_epoch(1)
-        for k, _ in enumerate(ld, start=1):
-            if k == 2:
-                state = ld.state_dict()
-                break
-    with make(data.dataset, batch_size=4, seed=5, **SMALL, **mine) as resumed:
-        resumed.load_state_dict(state)
-        assert epoch(resumed) == full[2:]
+    full, rest, _ = _resumed(make, data, number=1, stop=2, **own_transforms(make, data))
+    assert rest == full[2:]
 
 
 def check_transform_failures_are_counted(make: MakeLoader, data: ContractData) -> None:

@@ -8,6 +8,21 @@ import sys
 SIZE = 32
 
 
+def tiny_classifier(size: int, classes: int = 4) -> object:
+    """A compiled Keras model small enough to fit in seconds: images (size, size, 3) -> class logits."""
+    import keras
+
+    model = keras.Sequential([
+        keras.Input((size, size, 3)),
+        keras.layers.Conv2D(8, 3, activation="relu"),
+        keras.layers.GlobalAveragePooling2D(),
+        keras.layers.Dense(classes),
+    ])
+    model.compile(optimizer=keras.optimizers.Adam(1e-2),
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    return model
+
+
 def main(source: str, out: str) -> None:
     import keras
 
@@ -16,14 +31,7 @@ def main(source: str, out: str) -> None:
     keras.utils.set_random_seed(0)
     train = iofeed.loader(source, batch_size=4, image_size=SIZE, workers=1, seed=11, framework="keras")
     val = iofeed.loader(source, split="val", batch_size=4, image_size=SIZE, workers=1, framework="keras")
-    model = keras.Sequential([
-        keras.Input((SIZE, SIZE, 3)),
-        keras.layers.Conv2D(8, 3, activation="relu"),
-        keras.layers.GlobalAveragePooling2D(),
-        keras.layers.Dense(4),
-    ])
-    model.compile(optimizer=keras.optimizers.Adam(1e-2),
-                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    model = tiny_classifier(SIZE)
     with train.iofeed_loader as loader, val.iofeed_loader as val_loader:
         history = model.fit(train, epochs=2, validation_data=val, verbose=0)
         result = {"backend": keras.backend.backend(), "type": type(train).__name__, "history": history.history,
