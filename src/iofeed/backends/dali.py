@@ -28,7 +28,8 @@ from typing import Any
 import numpy as np
 
 from ..device import loader_device
-from ..errors import OptionError, SampleError, WorkerError, require
+from ..errors import DatasetError, OptionError, SampleError, WorkerError, require
+from ..format.files import open_regular
 from ..image.boxes import Augment
 from ..image.fastjpeg import decode_problem
 from ..image.pil import Opened, decode_rgb, open_image
@@ -81,10 +82,12 @@ def check_file(path: bytes, offset: int = 0, size: int = -1) -> str | None:
     data that engine refuses, and the two engines would deliver different samples.
     """
     try:
-        with open(path, "rb") as f:
+        with os.fdopen(open_regular(path), "rb") as f:  # a FIFO put in a folder would block for ever
             data = f.read() if size < 0 else os.pread(f.fileno(), size, offset)
     except OSError as exc:
         return f"unreadable ({exc.strerror})"
+    except DatasetError:
+        return "not a regular file"
     return decode_problem(data)
 
 

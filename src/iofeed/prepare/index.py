@@ -2,7 +2,6 @@
 WebDataset shards, read where they are (local paths or URLs) and never rewritten."""
 from __future__ import annotations
 
-import hashlib
 import os
 import time
 from collections import Counter
@@ -11,6 +10,7 @@ from pathlib import Path
 
 from .. import __version__
 from ..errors import OptionError, SourceError
+from ..format.identity import identity_of
 from ..format.manifest import IMAGES_AS_IS, Manifest, SplitInfo, plain_name
 from ..format.shards import INDEX_VERSION
 from ..format.table import new_table, save_table
@@ -20,7 +20,7 @@ from .output import check_output, spool_dir, written_aside
 from .run import REJECTED_NAME, write_rejected
 from .scan import Rejection, none_accepted, reason_kind
 from .sources.shardlist import fetch, list_shards
-from .sources.targets import Targets
+from .sources.targets import Resolved, Targets
 from .sources.webdataset import Members, read_samples, sample_of
 
 INDEXED = "webdataset-index"  # `source.kind` of an indexed dataset: shards elsewhere, images as they are
@@ -40,8 +40,7 @@ class IndexSummary:
 @dataclass
 class _Shard:
     location: str  # the path or URL the loader reads
-    bytes: int
-    sha256: str
+    identity: dict  # bytes, sha256, probe (and mtime_ns for a local shard): format/identity.py
     lines: list[str]  # the wds2idx lines of every sample in the shard
     accepted: list[tuple[int, int, str]]  # (data offset, size, name) of each accepted sample's image
 
@@ -50,8 +49,8 @@ def index_shards(spec: str, out: Path, *, split: str = "train", label_column: st
                  overwrite: bool = False) -> IndexSummary:
     """Index the WebDataset shards `spec` names (paths, globs, brace lists, URLs) into the dataset
     folder `out`: every sample with an image and a label, in shard order, labels as preprocess
-    reads them (cls, txt, json). Remote shards are read once to index them (and hashed, so the
-    loader's node cache verifies its copies)."""
+    reads them (cls, txt, json). Every shard is hashed and probed (`format/identity.py`), so the
+    loader refuses one changed since, and the node cache verifies its copies of remote ones."""
     start = time.perf_counter()
     out = Path(out)
     try:
@@ -88,7 +87,7 @@ def index_shards(spec: str, out: Path, *, split: str = "train", label_column: st
             text = "".join(f"{line}\n" for line in [f"{INDEX_VERSION} {len(shard.lines)}", *shard.lines])
             (staging / index).write_text(text, encoding="utf-8")
             infos.append({"name": f"shard-{number:06d}.tar", "index": index, "samples": len(shard.accepted),
-                          "bytes": shard.bytes, "sha256": shard.sha256, "url": shard.location})
+                          **shard.identity, "url": shard.location})
         table_name = f"{split}-samples.npy"
         save_table(staging / table_name, table, names)
         files = {}
@@ -102,16 +101,26 @@ def index_shards(spec: str, out: Path, *, split: str = "train", label_column: st
             image={"encoding": IMAGES_AS_IS, "progressive": None, "colour": None, "shorter_side": None,
                    "quality": None, "raw_max_pixels": None},
             split_policy={"indexed": True},
-            source={"path": str(spec), "kind": INDEXED, "found": count + len(rejected), "accepted": count,
+            source={"path": str(spec), "kind": INDEXED, "label_column": label_column,
+                    "found": count + len(rejected), "accepted": count,
                     "rejected": len(rejected),
                     "rejected_by_reason": dict(Counter(reason_kind(r.reason) for r in rejected)),
-                    "empty_classes": [], "bytes_in": sum(s.bytes for s in scanned), "modes": {},
+                    "empty_classes": [], "bytes_in": sum(s.identity["bytes"] for s in scanned), "modes": {},
                     "formats": {}, "mean_size": [0.0, 0.0], "median_size": [0.0, 0.0], "max_size": [0, 0]},
             created_by=f"iofeed {__version__}",
             targets=resolved.manifest_entry(files),
         ).write(staging)
     return IndexSummary(out, len(scanned), count, dict(Counter(reason_kind(r.reason) for r in rejected)),
                         time.perf_counter() - start)
+
+
+def reread(shards: list[str], label_column: str | None) -> tuple[list[_Shard], Resolved, list[Rejection]]:
+    """The local `shards` of an indexed split read again exactly as `index_shards` read them (for
+    `iofeed inspect --verify`): each shard's identity and accepted samples, the targets resolved,
+    and the rejections. IofeedError when they no longer read or resolve."""
+    targets, rejected = Targets(), []
+    scanned = [_index_one(shard, Path(shard), label_column, targets, rejected) for shard in shards]
+    return scanned, targets.resolve(), rejected
 
 
 def _index_one(shard: str, local: Path, label_column: str | None, targets: Targets,
@@ -133,13 +142,9 @@ def _index_one(shard: str, local: Path, label_column: str | None, targets: Targe
                 continue
             targets.add(target, extra)
             accepted.append((*members[image], name))
-    digest = hashlib.sha256()
-    if is_url(shard):  # the node cache checks its copies against it
-        with open(local, "rb") as f:
-            for block in iter(lambda: f.read(8 << 20), b""):
-                digest.update(block)
+        identity = identity_of(f.fileno(), in_place=not is_url(shard))  # the node cache and the loader check it
     location = shard if is_url(shard) else os.path.abspath(shard)
-    return _Shard(location, local.stat().st_size, digest.hexdigest() if is_url(shard) else "", lines, accepted)
+    return _Shard(location, identity, lines, accepted)
 
 
 def _index_line(key: str, members: Members) -> str:
