@@ -145,15 +145,19 @@ def member_span(path: Path, name: str) -> tuple[int, int]:
 
 def webdataset(root: Path, damage: str) -> Source:
     """Three shards of 8 samples with `cls` labels 0..2 (`odd_labels`: 0..10 and a -1; `huge_label`:
-    one 5,000,000), damaged as `damage` says."""
+    one 5,000,000), damaged as `damage` says. A damaged shard may be refused by name (the run
+    fails naming it) or rejected with the samples it held; nothing may go without a word."""
+    refusal = None
     folder = root / "wds"
     folder.mkdir(parents=True)
     items, names = int_items(24), []
     if damage == "odd_labels":
         items = [Item(i, i % 11, str(i % 11)) for i in range(23)] + [Item(23, -1, None)]
+        refusal = r"s0023.*-1|-1.*s0023"  # the sample rejected, or the run refused, naming it and its value
     if damage == "huge_label":
         items[5] = Item(5, 5_000_000, None)
-    source = Source("webdataset", damage, str(folder / "shard-{000000..000002}.tar"), items, names)
+    source = Source("webdataset", damage, str(folder / "shard-{000000..000002}.tar"), items, names,
+                    refusal=refusal if damage == "odd_labels" else None)
     for s in range(3):
         shard = folder / f"shard-{s:06d}.tar"
         members = wds_members(items[8 * s: 8 * s + 8], names)
@@ -167,16 +171,18 @@ def webdataset(root: Path, damage: str) -> Source:
         write_tar(shard, members)
         source.shards.append(shard)
     middle = source.shards[1]
-    if damage == "truncated":  # cut inside the fourth sample's image: what follows is lost unless named
-        _, data = member_span(middle, "s0011.jpg")
-        os.truncate(middle, data + 100)
+    if damage in ("truncated", "truncated_mid"):  # cut before the fourth sample (where tarfile sees a clean
+        header, data = member_span(middle, "s0011.jpg")  # end), or inside its image: the rest is lost unless named
+        os.truncate(middle, header if damage == "truncated" else data + 100)
         source.lenient = {i.sample for i in items[8:16]}
+        source.refusal = r"shard-000001\.tar"
     if damage == "bad_header":  # one header's checksum broken mid-shard
         header, _ = member_span(middle, "s0012.jpg")
         with open(middle, "r+b") as f:
             f.seek(header + 148)
             f.write(b"0000000\x00")
         source.lenient = {i.sample for i in items[8:16]}
+        source.refusal = r"shard-000001\.tar"
     if damage == "fifo":  # a FIFO named like a shard of the list
         os.mkfifo(folder / "shard-000003.tar")
         source.spec = str(folder / "shard-{000000..000003}.tar")
@@ -271,6 +277,8 @@ def labels_file(root: Path, damage: str, form: str = "csv") -> Source:
     else:
         labels.write_text("".join(json.dumps(r) + "\n" for r in rows))
     source = Source(f"labels-{form}", damage, str(src), items, names, options={"labels": labels})
+    if damage == "odd_labels":  # the row rejected, or the run refused, naming the file or image and the value
+        source.refusal = rf"(labels\.{form}|0023\.jpg).*-1|-1.*(labels\.{form}|0023\.jpg)"
     if damage == "fifo":
         source.after = _fifo_targets
     return source
