@@ -182,3 +182,26 @@ def test_verify_of_url_shards_says_it_did_not_read_them(shards, tmp_path, capsys
     line = capsys.readouterr().out.strip().splitlines()[-1]
     assert "3 shards at URLs (24 samples) not read: only their index and table rows checked" in line
     assert "sha256 match" not in line and "samples decode" not in line and "labels agree" not in line
+
+
+def test_a_dataset_written_before_probes_still_loads(tmp_path):
+    """`probe` and `mtime_ns` are optional: a manifest without them is checked by size, as before."""
+    src = build("folder", "clean", tmp_path / "src")
+    out = preprocess(src.spec, tmp_path / "d.iof", val_fraction=0, progress=False, workers=1).out
+    raw = json.loads((out / "iofeed.json").read_text())
+    for shard in raw["splits"]["train"]["shards"]:
+        del shard["probe"]
+    (out / "iofeed.json").write_text(json.dumps(raw))
+    assert sorted(_delivered(out).items()) == sorted({i.sample: i.expect for i in src.items}.items())
+
+
+def test_verify_names_a_probe_that_does_not_match_its_shard(tmp_path):
+    src = build("folder", "clean", tmp_path / "src")
+    out = preprocess(src.spec, tmp_path / "d.iof", val_fraction=0, progress=False, workers=1).out
+    raw = json.loads((out / "iofeed.json").read_text())
+    raw["splits"]["train"]["shards"][0]["probe"] = "0" * 64
+    (out / "iofeed.json").write_text(json.dumps(raw))
+    problems = verify_dataset(out).problems
+    assert problems == [f"{out / 'train-000000.tar'}: its sampled blocks do not match the manifest's probe"]
+    with pytest.raises(DatasetError, match="train-000000.tar is not the shard the manifest was written for"):
+        iofeed.loader(str(out), batch_size=4, workers=1)

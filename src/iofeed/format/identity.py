@@ -48,21 +48,17 @@ def identity_of(fd: int, *, in_place: bool) -> dict[str, object]:
     return found
 
 
-def identity_problem(fd: int, shard: dict, full: bool = False) -> str | None:
+def identity_problem(fd: int, shard: dict) -> str | None:
     """Why the open tar `fd` is not the shard its manifest entry `shard` describes, or None. Fields
-    a manifest lacks (written before they were recorded) are not checked; `full` hashes the whole
-    tar whenever a sha256 is recorded (`iofeed inspect --verify`)."""
+    a manifest lacks (written before they were recorded) are not checked."""
     info = os.fstat(fd)
     if info.st_size != shard["bytes"]:
         return f"is {info.st_size:,} bytes, the manifest says {shard['bytes']:,}: truncated or replaced"
     if shard.get("probe") and probe_of(fd, info.st_size) != shard["probe"]:
         return "is not the shard the manifest was written for (its sampled blocks differ): replaced or rewritten"
     moved = "mtime_ns" in shard and info.st_mtime_ns != shard["mtime_ns"]
-    if shard.get("sha256") and (full or moved):
-        digest = sha256_of(fd)
-        if digest != shard["sha256"]:
-            return (f"has sha256 {digest}, the manifest says {shard['sha256']!r}: its bytes changed"
-                    + (" since it was indexed (its mtime moved too)" if moved else ""))
+    if moved and shard.get("sha256") and sha256_of(fd) != shard["sha256"]:
+        return "has changed since it was indexed (its mtime moved and its sha256 differs)"
     return None
 
 

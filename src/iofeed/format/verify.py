@@ -196,4 +196,3 @@ def _check_row(fd: int, size: int, row: np.void, entry: IndexedSample, kind: str
     if label != str(int(row["label"])).encode():
         return f"label member {label!r}, the table says {int(row['label'])}"
     return None
-
