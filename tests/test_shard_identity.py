@@ -205,3 +205,13 @@ def test_verify_names_a_probe_that_does_not_match_its_shard(tmp_path):
     assert problems == [f"{out / 'train-000000.tar'}: its sampled blocks do not match the manifest's probe"]
     with pytest.raises(DatasetError, match="train-000000.tar is not the shard the manifest was written for"):
         iofeed.loader(str(out), batch_size=4, workers=1)
+
+
+def test_dalis_validation_refuses_a_fifo_in_a_folder_instead_of_waiting(tmp_path):
+    """The DALI engine decodes every folder file when it starts: one made a FIFO after the scan is
+    'not a regular file', like the workers engine says, never a read that waits for a writer."""
+    os.mkfifo(tmp_path / "x.jpg")
+    code = f"from iofeed.backends.dali import check_file\nprint(check_file({str(tmp_path / 'x.jpg').encode()!r}))"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
+    assert done.returncode == 0 and done.stdout.strip() == "not a regular file", done.stderr
