@@ -21,14 +21,8 @@ from pathlib import Path
 import pytest
 
 import iofeed
-from helpers.adversarial import (
-    Source,
-    build,
-    decode,
-    relabel_in_place,
-    rotate_members,
-    sibling_in_place,
-)
+from helpers.adversarial import build, relabel_in_place, rotate_members, sibling_in_place
+from helpers.pixelcode import Source, decode
 from helpers.storage import CountingServer, free_port, moto_s3
 
 for _name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):

@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 import iofeed
-from helpers.adversarial import build, decode, relabel_in_place, rotate_members, sibling_in_place
+from helpers.adversarial import build, relabel_in_place, rotate_members, sibling_in_place
+from helpers.pixelcode import decode
 from iofeed.cli import main
 from iofeed.errors import DatasetError
 from iofeed.format.manifest import Manifest

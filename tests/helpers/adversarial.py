@@ -1,14 +1,9 @@
-"""Adversarial sources: every image's pixels encode its label and its sample number, for every
-source kind (class folders, WebDataset tars, Parquet, Hugging Face `save_to_disk`, labels files),
-each clean or damaged the ways users' data is (truncation, bad tar headers, duplicate members, two
-images in one sample, odd labels, changes in place after `index`, FIFOs).
-
-An image is SIDE x SIDE pixels in three flat regions: the top half is the colour of its label's
-code, the bottom-left and bottom-right halves of the lower half the two base-27 digits of its
-sample number. `decode` reads both back from any delivered image (resized, re-encoded), so a
-mislabel, a loss, a duplicate or a swap shows end to end. Each `Source` says what must come out:
-the class name each kept sample arrives with, which samples must be rejected (or refused by a
-named error), and which outcome a damage allows.
+"""Adversarial sources: every image's pixels encode its label and its sample number
+(`pixelcode.py`), for every source kind (class folders, WebDataset tars, Parquet, Hugging Face
+`save_to_disk`, labels files), each clean or damaged the ways users' data is (truncation, bad tar
+headers, duplicate members, two images in one sample, odd labels, changes in place after `index`,
+FIFOs). Each `Source` says what must come out: the class name each kept sample arrives with, which
+samples must be rejected (or refused by a named error), and which outcome a damage allows.
 """
 from __future__ import annotations
 
@@ -17,107 +12,13 @@ import json
 import os
 import tarfile
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 from PIL import Image
 
-LEVELS = (30, 128, 225)  # per channel: 27 colours, far apart after JPEG
-SIDE = 32  # 16 px regions: whole JPEG blocks (and 4:2:0 chroma blocks), never resized by preprocess
-CODES = len(LEVELS) ** 3
-
-
-def colour(code: int) -> tuple[int, int, int]:
-    """The colour of code 0..26."""
-    assert 0 <= code < CODES, code
-    return LEVELS[code // 9], LEVELS[code // 3 % 3], LEVELS[code % 3]
-
-
-def coded_pixels(label_code: int, sample: int) -> np.ndarray:
-    """SIDE x SIDE RGB: the label's colour on top, the sample number's two digits below."""
-    assert 0 <= sample < CODES * CODES, sample
-    image = np.empty((SIDE, SIDE, 3), np.uint8)
-    half = SIDE // 2
-    image[:half] = colour(label_code)
-    image[half:, :half] = colour(sample // CODES)
-    image[half:, half:] = colour(sample % CODES)
-    return image
-
-
-def coded_jpeg(label_code: int, sample: int) -> bytes:
-    out = io.BytesIO()
-    Image.fromarray(coded_pixels(label_code, sample)).save(out, "JPEG", quality=95)
-    return out.getvalue()
-
-
-def _code_at(region: np.ndarray) -> int:
-    mean = region.reshape(-1, 3).mean(axis=0)
-    digits = [int(np.argmin([abs(m - level) for level in LEVELS])) for m in mean]
-    return digits[0] * 9 + digits[1] * 3 + digits[2]
-
-
-def decode(image: np.ndarray) -> tuple[int, int]:
-    """(label code, sample number) of a delivered uint8 HWC image of any size (the centre of
-    each region, away from edges that resizing blurs)."""
-    h, w = image.shape[:2]
-    top = image[h // 8: 3 * h // 8, w // 4: 3 * w // 4]
-    left = image[5 * h // 8: 7 * h // 8, w // 8: 3 * w // 8]
-    right = image[5 * h // 8: 7 * h // 8, 5 * w // 8: 7 * w // 8]
-    return _code_at(top), _code_at(left) * CODES + _code_at(right)
-
-
-@dataclass
-class Item:
-    """One sample as the source holds it: its number, the label value written (any type), and the
-    class name it must arrive with (None: it must be rejected, or the run refused)."""
-
-    sample: int
-    label: Any
-    expect: str | None
-
-
-@dataclass
-class Source:
-    """An adversarial source ready to `preprocess` or `index`, and what must come of it."""
-
-    kind: str
-    damage: str
-    spec: str  # what is passed to preprocess / index: a path, a brace list
-    items: list[Item]
-    names: list[str]  # label code -> the class name it stands for
-    options: dict[str, Any] = field(default_factory=dict)  # preprocess keywords (labels=, label_column=)
-    shards: list[Path] = field(default_factory=list)  # WebDataset shards written
-    refusal: str | None = None  # a regex: the run (or the loader) must fail with a one-line error matching it
-    lenient: set[int] = field(default_factory=set)  # samples a damage may cost, if rejected by name or shard
-    after: Callable[[Path], str] | None = None  # damage done after the run; returns the loader's expected error
-
-    @property
-    def written(self) -> int:
-        return len(self.items)
-
-    def kept(self) -> dict[int, str]:
-        """{sample: class name} of the samples that must arrive."""
-        return {i.sample: i.expect for i in self.items if i.expect is not None and i.sample not in self.lenient}
-
-
-def _code_of(names: list[str], expect: str | None) -> int:
-    if expect is None:
-        return CODES - 1
-    if expect not in names:
-        names.append(expect)
-    return names.index(expect)
-
-
-def _jpeg_of(names: list[str], item: Item) -> bytes:
-    return coded_jpeg(_code_of(names, item.expect), item.sample)
-
-
-def int_items(count: int, classes: int = 3, first: int = 0) -> list[Item]:
-    """`count` samples with integer labels 0..classes-1 (class names "0", "1", ...)."""
-    return [Item(first + i, i % classes, str(i % classes)) for i in range(count)]
-
+from helpers.pixelcode import Item, Source, code_of, coded_jpeg, coded_pixels, int_items, jpeg_of
 
 # ------------------------------------------------------------------ WebDataset tars
 
@@ -132,7 +33,7 @@ def write_tar(path: Path, members: list[tuple[str, bytes]]) -> None:
 
 
 def wds_members(items: list[Item], names: list[str]) -> list[tuple[str, bytes]]:
-    return [m for item in items for m in ((f"s{item.sample:04d}.jpg", _jpeg_of(names, item)),
+    return [m for item in items for m in ((f"s{item.sample:04d}.jpg", jpeg_of(names, item)),
                                           (f"s{item.sample:04d}.cls", str(item.label).encode()))]
 
 
@@ -162,11 +63,11 @@ def webdataset(root: Path, damage: str) -> Source:
         shard = folder / f"shard-{s:06d}.tar"
         members = wds_members(items[8 * s: 8 * s + 8], names)
         if s == 1 and damage == "duplicate_member":  # a second picture after s0009's label, and s0008 again at the end
-            members.insert(4, ("s0009.jpg", coded_jpeg(_code_of(names, "0"), 9)))
-            members.append(("s0008.jpg", coded_jpeg(_code_of(names, "1"), 8)))
+            members.insert(4, ("s0009.jpg", coded_jpeg(code_of(names, "0"), 9)))
+            members.append(("s0008.jpg", coded_jpeg(code_of(names, "1"), 8)))
             items[9].expect = items[8].expect = None
         if s == 1 and damage == "two_images":  # a mask-like png before s0010's jpg
-            members.insert(4, ("s0010.png", _png(coded_pixels(_code_of(names, "2"), 10))))
+            members.insert(4, ("s0010.png", _png(coded_pixels(code_of(names, "2"), 10))))
             items[10].expect = None
         write_tar(shard, members)
         source.shards.append(shard)
@@ -240,7 +141,7 @@ def folder(root: Path, damage: str, count: int = 24) -> Source:
         item.expect = f"c{item.label}"
         path = src / item.expect / f"{item.sample:04d}.jpg"
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(_jpeg_of(names, item))
+        path.write_bytes(jpeg_of(names, item))
     source = Source("folder", damage, str(src), items, names)
     if damage == "truncated":
         data = coded_jpeg(0, count)
@@ -265,7 +166,7 @@ def labels_file(root: Path, damage: str, form: str = "csv") -> Source:
     if damage == "odd_labels":
         items = [Item(i, i % 11, str(i % 11)) for i in range(23)] + [Item(23, -1, None)]
     for item in items:
-        (src / f"{item.sample:04d}.jpg").write_bytes(_jpeg_of(names, item))
+        (src / f"{item.sample:04d}.jpg").write_bytes(jpeg_of(names, item))
     if damage == "truncated":
         data = coded_jpeg(0, 24)
         (src / "0024.jpg").write_bytes(data[: len(data) // 2])
@@ -301,7 +202,7 @@ def parquet(root: Path, damage: str) -> Source:
     import pyarrow.parquet as pq
 
     items, names = int_items(24), []
-    images = [_jpeg_of(names, item) for item in items]
+    images = [jpeg_of(names, item) for item in items]
     labels: list[Any] = [item.label for item in items]
     if damage == "truncated":
         images.append(coded_jpeg(0, 24)[:300])
@@ -328,7 +229,7 @@ def hf(root: Path, damage: str) -> Source:
     items, names = int_items(24), []
     for item in items:
         item.expect = class_names[item.label]
-    images = [{"bytes": _jpeg_of(names, item), "path": None} for item in items]
+    images = [{"bytes": jpeg_of(names, item), "path": None} for item in items]
     if damage == "truncated":
         images.append({"bytes": coded_jpeg(0, 24)[:300], "path": None})
         items.append(Item(24, 0, None))
