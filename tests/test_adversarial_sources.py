@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import resource
 import subprocess
 import sys
 from collections import Counter
@@ -69,16 +68,17 @@ def s3():
     env.undo()
 
 
-def _limits() -> None:
-    resource.setrlimit(resource.RLIMIT_AS, (MEMORY, MEMORY))
+# The memory bound is set by the child itself: a preexec_fn is unsafe beside the servers' threads.
+BOUNDED_CLI = (f"import resource, runpy, sys\nresource.setrlimit(resource.RLIMIT_AS, ({MEMORY}, {MEMORY}))\n"
+               "sys.argv[0] = 'iofeed'\nrunpy.run_module('iofeed.cli', run_name='__main__')")
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess:
     """`iofeed ARGS` as a user runs it, bounded in memory and time."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
     try:
-        return subprocess.run([sys.executable, "-m", "iofeed.cli", *args], capture_output=True, text=True, env=env,
-                              timeout=RUN_SECONDS, preexec_fn=_limits)
+        return subprocess.run([sys.executable, "-c", BOUNDED_CLI, *args], capture_output=True, text=True, env=env,
+                              timeout=RUN_SECONDS)
     except subprocess.TimeoutExpired:
         pytest.fail(f"`iofeed {' '.join(args)}` hung for {RUN_SECONDS} s (a FIFO waited on?)")
 
