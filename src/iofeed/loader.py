@@ -17,8 +17,8 @@ from .adapters.registry import ADAPTERS
 from .backends.base import Backend, Batch, BatchKey
 from .backends.select import choice_notes, engine_name, make_engine
 from .backends.skips import DEFAULT_MAX_SKIPPED, EpochSkips, check_scanned
-from .device import usable_device
 from .errors import LoaderStateError
+from .gpu.device import usable_device
 from .options import LoaderOptions, distributed_rank_world
 from .order import OrderSpec
 from .prepare.scan import reason_kind
@@ -429,5 +429,5 @@ def loader(
         data.remote.fit_order(order, readers=options.workers or 1)
     targets = open_targets(source, split, data) if target != "class" or extras else None
     loaded = Loader(data, order, make_engine(options, data), adapter, options, targets)
-    loaded.stats.fixed["decisions"] = choice_notes(options, engine_name(options, data))  # what "auto" decided
+    loaded.stats.fixed["decisions"] = choice_notes(options, engine_name(options, data), data)  # what "auto" decided
     return adapter.wrap(loaded)

@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from ..adapters.normalize import IMAGENET_MEAN, IMAGENET_STD
-from ..backends.dali import consumer_stream
+from ..gpu.streams import consumer_stream
 from ..system import usable_cores
 from .feeds import FeedSpec
 
