@@ -116,9 +116,12 @@ def _send(conn: Connection, message: tuple[str, Any]) -> None:
 
 
 class FeedHost:
-    """The parent's handle on a host process."""
+    """The parent's handle on a host process: started at construction, usable once `ready()` returned.
 
-    def __init__(self, spec: FeedSpec, start_timeout: float = 900.0) -> None:
+    Hosts are started side by side and then waited for, so that their start-ups (PyTorch, the
+    model, the feed's workers) overlap instead of adding up."""
+
+    def __init__(self, spec: FeedSpec) -> None:
         ctx = safe_context()
         self.spec = spec
         self._conn, theirs = ctx.Pipe(duplex=True)
@@ -126,13 +129,17 @@ class FeedHost:
         self.process = ctx.Process(target=host_main, args=(spec, theirs), name=f"iofeed-bench:{spec.name}")
         self.process.start()
         theirs.close()
+        self.capacity: int = 0
+        self.settings: dict[str, Any] = {}
+
+    def ready(self, timeout: float = 900.0) -> None:
+        """Wait for the feed to be built; HostFailed or FeedUnavailable (and the host closed) otherwise."""
         try:
-            info = self._reply(start_timeout)
+            info = self._reply(timeout)
         except BaseException:
             self.close()
             raise
-        self.capacity: int = info["capacity"]
-        self.settings: dict[str, Any] = info["settings"]
+        self.capacity, self.settings = info["capacity"], info["settings"]
 
     def consume(self, timeout: float, **kwargs: Any) -> Tally:
         """Have the host consume (see `consume`) and return its tally; `release=True` then hands

@@ -186,9 +186,12 @@ def measure(runs: list[FeedRun], rounds: int, window_seconds: float, warmup_seco
     hosts: dict[str, FeedHost] = {}
     watch = MemoryWatch(MEMORY_INTERVAL)
     try:
+        for run in runs:  # all started first: their start-ups overlap
+            hosts[run.spec.name] = FeedHost(run.spec)
         for run in tqdm(runs, desc="starting feeds", unit="feed", disable=not progress):
+            host = hosts[run.spec.name]
             try:
-                hosts[run.spec.name] = host = FeedHost(run.spec)
+                host.ready()
                 run.capacity, run.settings = host.capacity, host.settings
                 with watch.watching(run, host):  # the first batch (start-up), then `warmup_seconds` more
                     first = host.consume(timeout=CALL_SLACK, batches=1)
