@@ -175,10 +175,11 @@ class _CpuMeter:
 
 def measure(runs: list[FeedRun], rounds: int, window_seconds: float, warmup_seconds: float,
             gpu: Any = None, progress: bool = True,
-            after_round: Callable[[int], None] | None = None) -> None:
+            after_window: Callable[[], None] | None = None) -> None:
     """Start every feed of `runs`, warm each up, then run `rounds` rounds of one window per feed,
-    the order rotating each round; `after_round(rounds done)` after each. Results go into `runs`
-    as they come: windows finished before an exception (Ctrl-C included) are kept there.
+    the order rotating each round; `after_window()` after each window (a run cut off by a timeout
+    keeps every window it finished). Results go into `runs` as they come: windows finished before
+    an exception (Ctrl-C included) are kept there.
 
     Only one feed uses the GPU at a time: each host hands back its unused GPU cache after its
     warm-up and after each timed window (`release=True`), and regrows it in the next drain.
@@ -217,8 +218,8 @@ def measure(runs: list[FeedRun], rounds: int, window_seconds: float, warmup_seco
                     run.stop("failed", str(exc))
                     hosts.pop(run.spec.name).close()
                 bar.update(1)
-            if after_round is not None:
-                after_round(number + 1)
+                if after_window is not None:
+                    after_window()
         bar.close()
     finally:
         watch.close()
