@@ -140,6 +140,26 @@ def test_framework_feeds_share_the_table_and_plot(tmp_path, capsys, colour_datas
     assert set(names.split(",")) - {"iofeed-dataset"} == set(CATALOGUE) - set(DEFAULT_FEEDS)
 
 
+@pytest.mark.jax
+@pytest.mark.torch
+def test_jax_batches_reach_the_torch_model_as_channels_last_views_without_a_copy():
+    """On a GPU the iofeed-jax feed drives the PyTorch model: NHWC JAX arrays through DLPack are NCHW
+    tensors in channels_last memory, sharing the array's buffer (checked here on JAX's CPU device)."""
+    import jax.numpy as jnp
+    import numpy as np
+    import torch
+
+    from iofeed.benchmark.framework_feeds import _torch_view
+
+    pixels = np.arange(2 * 5 * 7 * 3, dtype=np.float32).reshape(2, 5, 7, 3)
+    array = jnp.asarray(pixels)
+    images, labels = _torch_view(array, jnp.asarray([3, 1], dtype=jnp.int32))
+    assert images.data_ptr() == array.unsafe_buffer_pointer()
+    assert images.shape == (2, 3, 5, 7) and images.is_contiguous(memory_format=torch.channels_last)
+    assert torch.equal(images, torch.from_numpy(pixels).permute(0, 3, 1, 2))
+    assert labels.dtype == torch.int64 and labels.tolist() == [3, 1]
+
+
 def test_framework_feeds_refuse_a_model(colour_dataset):
     spec = FeedSpec("iofeed-jax", str(colour_dataset), 1, BATCH, SIZE, "cpu", model="resnet18")
     with pytest.raises(FeedUnavailable, match="without a model"):
