@@ -34,7 +34,8 @@ esac
 
 # Seconds per step on the GPU host (the dry run keeps them as its timeouts). Bench steps: hosts start
 # side by side (~40 s with PyTorch, the model and 15 workers each), 2 s warm-up, then one timed window
-# of 12 s per feed (>= 10 s after warm-up, as the targets ask) and its untimed drain.
+# of 12 s per feed (>= 10 s after warm-up, as the targets ask) and its untimed drain, the ceiling
+# first; a feed 30 s late (STALL) is killed and marked failed while the others go on.
 declare -A BUDGET=([setup]=20 [data]=60 [resnet18]=150 [resnet50]=100 [loader]=40 [doctor]=70 [tests]=80
                    [summary]=10)
 STEPS="setup data resnet18 resnet50 loader doctor tests summary"
@@ -43,11 +44,11 @@ total=0; for s in $STEPS; do total=$((total + BUDGET[$s])); done
 if [ $DRY = 1 ]; then
   WORK=$(mktemp -d "${TMPDIR:-/tmp}/iofeed-gpu-dry.XXXXXX")
   RESULTS=${OUT:-$WORK/results}; DATA=$WORK/data; PLOTS=$WORK/plots
-  DEVICE=cpu; MODEL=none; PER_CLASS=2; BATCH=8; SIZE=32; WINDOW=0.3; WORKERS=2; TRAIN=2
+  DEVICE=cpu; MODEL=none; PER_CLASS=2; BATCH=8; SIZE=32; WINDOW=0.3; WORKERS=2; TRAIN=2; STALL=120
 else
   RESULTS=${OUT:-bench/results/gpu-$(date -u +%Y-%m-%d-%H%M)}; DATA=${IOFEED_DATA:-/tmp/iofeed-gpu}
   PLOTS=/tmp/iofeed-gpu-plots
-  DEVICE=cuda; MODEL=; PER_CLASS=40; BATCH=256; SIZE=224; WINDOW=12; WORKERS=15; TRAIN=30
+  DEVICE=cuda; MODEL=; PER_CLASS=40; BATCH=256; SIZE=224; WINDOW=12; WORKERS=15; TRAIN=30; STALL=30
 fi
 mkdir -p "$RESULTS" "$DATA" "$PLOTS"
 LOG=$RESULTS/session.log
@@ -64,7 +65,7 @@ iofeed() { "$PY" -m iofeed.cli "$@"; }
 bench() {  # bench NAME MODEL FEEDS [options]: one bench run, its JSON named after the GPU
   local name=$1 model=$2 feeds=$3; shift 3
   iofeed bench "$DATA/c256" --model "$model" --device "$DEVICE" --batch-size "$BATCH" --image-size "$SIZE" \
-    --seconds "$WINDOW" --rounds 1 --warmup 2 --feeds "$feeds" --no-warm-cache \
+    --seconds "$WINDOW" --rounds 1 --warmup 2 --feeds "$feeds" --no-warm-cache --stall-seconds "$STALL" \
     --json "$RESULTS/$GPU-$name.json" --plot "$PLOTS/$GPU-$name.png" "$@"
 }
 
@@ -118,7 +119,7 @@ for s in $STEPS; do
   t0=$SECONDS
   # each step in its own process group under its own timeout: a hung feed ends with its step
   timeout --kill-after=5 "${BUDGET[$s]}" bash -c "set -o pipefail; $(declare -f); $(declare -p BUDGET DRY RESULTS DATA PLOTS DEVICE \
-    MODEL PER_CLASS BATCH SIZE WINDOW WORKERS TRAIN GPU PY); step_$s"
+    MODEL PER_CLASS BATCH SIZE WINDOW WORKERS TRAIN STALL GPU PY); step_$s"
   rc=$?
   [ $rc = 0 ] || failed="$failed $s(rc=$rc)"
   echo "=== $s: rc $rc in $((SECONDS - t0)) s"

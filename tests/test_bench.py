@@ -12,7 +12,7 @@ import pytest
 
 from helpers.images import make_colour_tree
 from iofeed.benchmark.feeds import FEEDS, FeedSpec, open_feed
-from iofeed.benchmark.host import consume
+from iofeed.benchmark.host import FeedHost, HostFailed, consume
 from iofeed.benchmark.schema import validate
 from iofeed.cli import main
 from iofeed.errors import FeedUnavailable
@@ -158,6 +158,21 @@ def test_jax_batches_reach_the_torch_model_as_channels_last_views_without_a_copy
     assert images.shape == (2, 3, 5, 7) and images.is_contiguous(memory_format=torch.channels_last)
     assert torch.equal(images, torch.from_numpy(pixels).permute(0, 3, 1, 2))
     assert labels.dtype == torch.int64 and labels.tolist() == [3, 1]
+
+
+@pytest.mark.torch
+def test_a_hung_feed_is_killed_at_its_stall_time_not_after_the_grace_a_live_one_gets():
+    """The GPU check gives each bench a few minutes: a feed that stops answering must cost its own
+    window (then `failed`), not the 30 s a host that still answers gets to close."""
+    host = FeedHost(FeedSpec("synthetic", "", 1, BATCH, SIZE, "cpu"))
+    try:
+        host.ready()
+        os.kill(host.process.pid, signal.SIGSTOP)  # hung: alive, never answering
+        with pytest.raises(HostFailed, match=r"^feed synthetic did not answer within 0\.5 s \(killed\)$"):
+            host.consume(timeout=0.5, batches=1)
+        assert host.process.exitcode == -signal.SIGKILL
+    finally:
+        host.close()
 
 
 def test_framework_feeds_refuse_a_model(colour_dataset):

@@ -161,8 +161,8 @@ class FeedHost:
 
     def _reply(self, timeout: float) -> Any:
         if not self._conn.poll(timeout):
-            self.close()
-            raise HostFailed(f"feed {self.spec.name} did not answer within {timeout:.0f} s")
+            self.close(grace=0.0)  # hung: it would not read a request to stop either
+            raise HostFailed(f"feed {self.spec.name} did not answer within {timeout:g} s (killed)")
         try:
             kind, payload = self._conn.recv()
         except (EOFError, OSError):
@@ -174,15 +174,15 @@ class FeedHost:
             raise HostFailed(f"feed {self.spec.name} failed: {payload}")
         return payload
 
-    def close(self) -> None:
-        """Ask the host to stop; kill it and its children if it does not within 30 s (idempotent)."""
+    def close(self, grace: float = 30.0) -> None:
+        """Ask the host to stop; kill it and its children if it does not within `grace` s (idempotent)."""
         if self.process.pid is not None and self.process.exitcode is None:
             children = self.pids()[1:]
             try:
                 self._conn.send(("close", {}))
             except OSError:
                 pass
-            self.process.join(30.0)
+            self.process.join(grace)
             if self.process.exitcode is None:
                 _kill([self.process.pid, *children])
                 self.process.join(5.0)

@@ -86,7 +86,8 @@ def run_benchmark(options: BenchOptions, command: str) -> tuple[dict[str, Any], 
             gpu = GpuSampler()
         except IofeedError as exc:  # nvidia-ml-py missing, or NVML unable to read the GPU
             inputs.notes.append(f"no GPU utilisation: {exc}")
-    runs = [FeedRun(spec) for spec in specs]
+    # the ceiling first: a later feed that hangs, or a run cut off, still leaves every % of the ceiling
+    runs = sorted((FeedRun(spec) for spec in specs), key=lambda run: run.spec.name != CEILING)
     order = {name: i for i, name in enumerate(names + (CEILING,))}
 
     def record(complete: bool) -> dict[str, Any]:
@@ -112,7 +113,7 @@ def run_benchmark(options: BenchOptions, command: str) -> tuple[dict[str, Any], 
 
     try:
         measure(runs, options.rounds, options.window_seconds, options.warmup, gpu, options.progress,
-                after_window=lambda: write_json(record(False), json_path))
+                slack=options.stall_seconds, after_window=lambda: write_json(record(False), json_path))
     except KeyboardInterrupt:
         for run in runs:
             if run.status == "ok" and not run.windows:
