@@ -160,12 +160,13 @@ def test_cuda_copies_stay_exact_when_the_copy_stream_is_late_and_never_wait_for_
         """`torch.cuda.stream(s)` that queues COPY_DELAY cycles on `s` first (the loader's copy stream)."""
 
         def __init__(self, stream):
-            self._inner = real_stream(stream)
+            self._inner, self._late = real_stream(stream), stream is not None
 
         def __enter__(self):
             out = self._inner.__enter__()
-            torch.cuda._sleep(COPY_DELAY)
-            entered["n"] += 1
+            if self._late:  # torch.cuda.stream(None) is the current stream: left alone
+                torch.cuda._sleep(COPY_DELAY)
+                entered["n"] += 1
             return out
 
         def __exit__(self, *exc):
