@@ -16,7 +16,8 @@
 # log, three bench JSONs, the doctor JSON, the test log and the summary (plots stay in /tmp).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-PY=${PYTHON:-python3}
+# the project's environment where there is one (here, after scripts/setup-env.sh), else the machine's python3
+PY=${PYTHON:-$([ -x .venv/bin/python ] && echo .venv/bin/python || echo python3)}
 export PYTHONUNBUFFERED=1
 
 WHEELS="simplejpeg==1.9.0"  # the rest (torch, torchvision, JAX, OpenCV, psutil, nvidia-ml-py, pytest) is there
@@ -32,7 +33,7 @@ case "${1:-}" in
   *) echo "usage: bash scripts/gpu-session.sh [--dry-run | wheels]  (see the head of this file)" >&2; exit 2 ;;
 esac
 
-# Seconds per step on the GPU host (the dry run keeps them as its timeouts). Bench steps: hosts start
+# Seconds per step on the GPU host (the dry run allows four times as much). Bench steps: hosts start
 # side by side (~40 s with PyTorch, the model and 15 workers each), 2 s warm-up, then one timed window
 # of 12 s per feed (>= 10 s after warm-up, as the targets ask) and its untimed drain, the ceiling
 # first; a feed 30 s late (STALL) is killed and marked failed while the others go on.
@@ -110,15 +111,21 @@ step_tests() {  # what a GPU host can run (no DALI there: its tests skip); the d
 step_summary() { "$PY" scripts/gpu_summary.py "$RESULTS" "$GPU" | tee "$RESULTS/$GPU-summary.txt"; }
 
 export PYTHONPATH=/tmp/site:$PWD/src${PYTHONPATH:+:$PYTHONPATH}
+# what every step needs, before any step: one line naming what is missing (simplejpeg comes in setup)
+"$PY" -c "import numpy, PIL, torch, torchvision, psutil, matplotlib, pytest" 2>/dev/null || {
+  echo "$PY cannot import numpy, Pillow, torch, torchvision, psutil, matplotlib and pytest: set PYTHON=... to one" \
+       "that can (here: bash scripts/setup-env.sh makes .venv)" >&2; exit 2; }
 echo "iofeed GPU check on $GPU: results to $RESULTS$([ $DRY = 1 ] && echo ' (dry run: tiny sizes, CPU)')"
 echo "plan:$(for s in $STEPS; do printf ' %s %s s,' "$s" "${BUDGET[$s]}"; done | sed 's/,$//'); total $total s"
 started=$SECONDS
 failed=""
 for s in $STEPS; do
+  # the dry run checks the steps, not their speed: on a loaded laptop it gets four times the budget
+  limit=$(( BUDGET[$s] * (DRY ? 4 : 1) ))
   echo "=== $s (budget ${BUDGET[$s]} s) $(date -u +%H:%M:%S)"
   t0=$SECONDS
   # each step in its own process group under its own timeout: a hung feed ends with its step
-  timeout --kill-after=5 "${BUDGET[$s]}" bash -c "set -o pipefail; $(declare -f); $(declare -p BUDGET DRY RESULTS DATA PLOTS DEVICE \
+  timeout --kill-after=5 "$limit" bash -c "set -o pipefail; $(declare -f); $(declare -p BUDGET DRY RESULTS DATA PLOTS DEVICE \
     MODEL PER_CLASS BATCH SIZE WINDOW WORKERS TRAIN STALL GPU PY); step_$s"
   rc=$?
   [ $rc = 0 ] || failed="$failed $s(rc=$rc)"
