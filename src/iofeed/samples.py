@@ -259,6 +259,7 @@ class SampleReader:
         self._maps: dict[int, mmap.mmap] = {}
         self._failed: dict[int, tuple[str, float]] = {}  # streamed shards that failed: (reason, when)
         self._touched: set[int] = set()  # shards read in the current batch
+        self._epoch: int | None = None  # the epoch of the current batch: failures are remembered within it
 
     def _fd(self, file_id: int) -> int:
         """An open descriptor of shard `file_id` (a leased cached copy for a streamed dataset)."""
@@ -332,6 +333,12 @@ class SampleReader:
         if len(data) != size:
             raise SampleError("shard is truncated (run `iofeed preprocess` again)")
         return data
+
+    def begin_batch(self, epoch: int) -> None:
+        """A batch of `epoch` starts: the fetch failures remembered in another epoch are forgotten, so
+        a later epoch tries those shards again and never skips samples for an earlier failure."""
+        if epoch != self._epoch:
+            self._epoch, self._failed = epoch, {}
 
     def _release_stale(self) -> None:
         """End the leases on shards the current batch has not read."""

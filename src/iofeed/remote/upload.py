@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import OptionError, SourceError
 from ..format.manifest import MANIFEST_NAME
-from .cache import usable_cache_dir
+from .cache_dir import usable_cache_dir
 from .retry import RetryPolicy, describe, is_transient, policy_from_env, with_retries
 from .urls import filesystem, join, scheme
 
