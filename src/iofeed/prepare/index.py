@@ -15,6 +15,7 @@ from ..format.manifest import IMAGES_AS_IS, Manifest, SplitInfo, plain_name
 from ..format.shards import INDEX_VERSION
 from ..format.table import new_table, save_table
 from ..format.targets import save_targets
+from ..remote.spool import named_as
 from ..remote.urls import is_url
 from .output import check_output, spool_dir, written_aside
 from .run import REJECTED_NAME, write_rejected
@@ -68,7 +69,8 @@ def index_shards(spec: str, out: Path, *, split: str = "train", label_column: st
     with spool_dir(out) as spool:
         for shard in shards:
             local = fetch(shard, Path(spool)) if is_url(shard) else Path(shard)
-            scanned.append(_index_one(shard, local, label_column, targets, rejected))
+            with named_as(shard, local):
+                scanned.append(_index_one(shard, local, label_column, targets, rejected))
             if is_url(shard):
                 local.unlink()
     resolved = targets.resolve()

@@ -5,12 +5,11 @@ from __future__ import annotations
 import glob
 import os
 import re
-import shutil
 from pathlib import Path
 
 from ...errors import SourceError
-from ...remote.retry import with_retries
-from ...remote.urls import filesystem, is_url, scheme
+from ...remote.spool import download
+from ...remote.urls import is_url
 
 _BRACE = re.compile(r"\{([^{}]*)\}")
 _RANGE = re.compile(r"^(\d+)\.\.(\d+)$")
@@ -67,20 +66,9 @@ def list_shards(spec: str) -> list[str]:
 
 
 def fetch(url: str, spool: Path) -> Path:
-    """A local copy of the shard at `url` in `spool` (streamed to disk, retried when transient)."""
-    entry = scheme(url)
-    fs = filesystem(url)
+    """A local copy of the shard at `url` in `spool` (`remote.spool.download`: retried, errors
+    naming the URL and the cause)."""
     spool.mkdir(parents=True, exist_ok=True)
     target = spool / f"{len(list(spool.iterdir())):06d}.tar"
-
-    def copy() -> None:
-        with fs.open(url, "rb", **entry.stream) as src, open(target, "wb") as out:
-            shutil.copyfileobj(src, out, 8 << 20)
-
-    try:
-        with_retries(copy)
-    except FileNotFoundError:
-        raise SourceError(f"shard not found: {url}") from None
-    except Exception as exc:  # noqa: BLE001 - storage errors of any library, named by URL
-        raise SourceError(f"cannot read {url}: {type(exc).__name__}: {exc}") from None
+    download(url, target)
     return target

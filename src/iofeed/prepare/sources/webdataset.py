@@ -10,6 +10,7 @@ from typing import Any
 
 from ...errors import SourceError
 from ...image.sniff import SNIFF_BYTES, sniff_bytes
+from ...remote.spool import named_as
 from ...remote.urls import is_url
 from ..scan import Rejection
 from .base import SourceOptions, SourceScan
@@ -49,7 +50,7 @@ def scan(src: str, options: SourceOptions) -> SourceScan:
     result = SourceScan(root=str(src), kind="webdataset", targets=Targets())
     for shard in list_shards(src):
         local = str(fetch(shard, options.spool)) if is_url(shard) else shard
-        with open(local, "rb") as f:
+        with named_as(shard, local), open(local, "rb") as f:
             for key, members in read_samples(local).items():
                 name = f"{shard}#{key}"
                 try:
