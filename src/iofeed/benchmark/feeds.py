@@ -18,6 +18,7 @@ from ..errors import FeedUnavailable
 from ..registry import Entry, Registry
 
 BASELINE = "torchvision-Nw"
+RECIPE_BASELINE = "torchvision-recipe"  # what the recipe feeds are compared with: the same recipe, torchvision's way
 CEILING = "synthetic"
 
 
@@ -86,6 +87,12 @@ FEEDS: Registry[FeedCaps] = Registry("feed", {
     CEILING: Entry(f"{_HERE}:SyntheticFeed",
                    FeedCaps("synthetic", "", "synthetic tensors already on the device (the ceiling)")),
 })
+def baseline_of(name: str) -> str:
+    """The feed a feed's ratio is against: the recipe feeds against each other (torchvision's recipe
+    feed), every other feed against the plain DataLoader."""
+    return RECIPE_BASELINE if name in FEEDS and FEEDS.caps(name).recipe else BASELINE
+
+
 CATALOGUE = tuple(name for name in FEEDS.names() if name != CEILING)  # the feeds `--feeds` may name
 DEFAULT_FEEDS = tuple(name for name in CATALOGUE if FEEDS.caps(name).framework == "torch")  # without `--feeds`
 
