@@ -26,7 +26,7 @@ from .recipe import Recipe
 from .remote.prefetch import NoPrefetch, Prefetcher, prefetcher_for
 from .resume import Progress, fingerprint, parse
 from .resume import state as resume_state
-from .samples import SampleSource, open_source
+from .samples import SampleSource, open_source, read_from
 from .statsfile import StatsWriter
 from .targets import SampleTargets, open_targets
 
@@ -430,4 +430,5 @@ def loader(
     targets = open_targets(source, split, data) if target != "class" or extras else None
     loaded = Loader(data, order, make_engine(options, data), adapter, options, targets)
     loaded.stats.fixed["decisions"] = choice_notes(options, engine_name(options, data))  # what "auto" decided
+    loaded.stats.fixed["source"] = read_from(source)  # what `iofeed doctor` checks: the data really read
     return adapter.wrap(loaded)

@@ -68,6 +68,12 @@ def is_iofeed_dataset(path: Path) -> bool:
     return os.path.lexists(Path(path) / MANIFEST_NAME)  # anything there: Manifest.read says what is wrong
 
 
+def read_from(source: Path | str) -> str:
+    """`source` as a loader's stats name it: a URL as given, a path made absolute (the folder the
+    process ran in may not be the reader's)."""
+    return str(source) if is_url(str(source)) else str(Path(source).resolve())
+
+
 def open_source(source: Path | str, split: str = "train", *, cache_dir: Path | str | None = None,
                 cache_limit: int | None = None) -> SampleSource:
     """Open an iofeed dataset's split — a path, or an s3://, gs:// or http(s):// URL whose shards are

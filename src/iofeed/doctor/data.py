@@ -61,6 +61,7 @@ class DataCheck:
     megapixels_mean: float = 0.0
     decode: dict[str, float] = field(default_factory=dict)  # images, original/resized/preprocess per sec
     findings: list[Finding] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # e.g. which data the traced command really read
 
 
 def check_data(source: Path | str, sample: int = 2000, decode_sample: int = 100,
