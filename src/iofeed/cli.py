@@ -168,7 +168,7 @@ def _cmd_inspect(args: argparse.Namespace) -> None:
     if args.verify:
         from .format.verify import verify_dataset
 
-        checked = verify_dataset(dataset)
+        checked = verify_dataset(dataset, progress=True)
         for problem in checked.problems:
             print(f"  problem       {problem}")
         if checked.problems:

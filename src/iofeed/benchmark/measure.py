@@ -9,9 +9,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import psutil
-from tqdm import tqdm
 
 from ..errors import FeedUnavailable
+from ..progress import progress as progress_bar
 from .feeds import FeedSpec
 from .host import FeedHost, HostFailed, Tally
 
@@ -208,7 +208,7 @@ def measure(runs: list[FeedRun], rounds: int, window_seconds: float, warmup_seco
     hosts: dict[str, FeedHost] = {}
     watch = MemoryWatch(MEMORY_INTERVAL)
     try:
-        for run in tqdm(runs, desc="starting feeds", unit="feed", disable=not progress):
+        for run in progress_bar(runs, desc="starting feeds", unit="feed", disable=not progress):
             try:
                 hosts[run.spec.name] = host = FeedHost(run.spec)
                 run.capacity, run.settings = host.capacity, host.settings
@@ -223,7 +223,7 @@ def measure(runs: list[FeedRun], rounds: int, window_seconds: float, warmup_seco
             except HostFailed as exc:
                 run.stop("failed", str(exc))
         live = [run for run in runs if run.status == "ok"]
-        bar = tqdm(total=rounds * len(live), desc="measuring", unit="window", disable=not progress)
+        bar = progress_bar(total=rounds * len(live), desc="measuring", unit="window", disable=not progress)
         for number in range(rounds):
             shift = number % max(len(live), 1)
             for run in live[shift:] + live[:shift]:
