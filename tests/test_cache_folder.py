@@ -72,15 +72,19 @@ def test_eviction_never_touches_the_users_files_in_the_cache_folder(served, tmp_
         next(iter(loader))  # the cache folder is made, marked and used
     folders = [cache_dir, *(p for p in cache_dir.iterdir() if p.is_dir())]
     assert len(folders) == 2 and len(folders[1].name) == 16, folders
+    for shard in folders[1].glob("*.tar~*[0-9a-f]"):  # fetched again below, under a limit: evictions
+        shard.unlink()
     for name, data in USER_FILES.items():  # the user then keeps notes there, some in a dataset folder
         for folder in folders:
             (folder / name).parent.mkdir(parents=True, exist_ok=True)
             (folder / name).write_bytes(data)
+            os.utime(folder / name, (1, 1))  # older than any shard: first in line for an LRU eviction
     largest = max(s["bytes"] for s in Manifest.read(served[1]).splits["train"].shards)
     with iofeed.loader(_url(served), cache_dir=cache_dir, cache_limit=3 * largest, shuffle="none",
                        batch_size=4, image_size=32, workers=1) as loader:  # evicts all epoch long
         delivered, seen = _labels_from_pixels(loader)
     assert delivered == seen and len(delivered) == len(loader.source)
+    assert loader.stats.fetched["shards"] >= len(loader.source.files) >= 4, "every shard fetched, 3 fit"
     for name, data in USER_FILES.items():
         for folder in folders:
             assert (folder / name).read_bytes() == data, f"{folder / name} was changed or removed"
