@@ -442,3 +442,24 @@ def test_the_data_check_is_of_what_the_command_reads_not_of_the_source_given(tmp
     assert doc["data"]["source"] == str(tmp_path / "big.iof") and doc["data"]["kind"] == "dataset"
     assert "preprocess-pays" not in {f["code"] for f in doc["findings"]}, doc["findings"]
     assert f"read {tmp_path / 'big.iof'}, not {root}" in printed, printed
+
+
+def test_images_over_pillows_bomb_limit_are_counted_not_warned_one_by_one(tmp_path, monkeypatch):
+    """`doctor` printed Pillow's DecompressionBombWarning for every such image."""
+    import warnings
+
+    from PIL import Image
+
+    root = tmp_path / "huge"
+    for c in range(2):
+        (root / f"class{c}").mkdir(parents=True)
+        for i in range(2):
+            (root / f"class{c}" / f"{i}.jpg").write_bytes(jpeg_bytes(smooth_rgb(1600, 1200, seed=10 * c + i)))
+    (root / "class0" / "small.jpg").write_bytes(jpeg_bytes(smooth_rgb(64, 48, seed=1)))
+    monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", 1_000_000)  # 1600x1200 is over it, under twice it
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        check = check_data(root)
+    (note,) = [n for n in check.notes if "decompression-bomb" in n]
+    assert note.startswith("4 of 5 sampled images are over Pillow's decompression-bomb limit of 1 MP"), note
+    assert "(1600x1200)" in note and check.bad == []
