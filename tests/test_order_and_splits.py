@@ -21,7 +21,19 @@ def test_validation_mask_per_class_and_deterministic():
     assert [int(fixed[labels == c].sum()) for c in range(5)] == [0, 1, 5, 5, 5]
 
 
-@pytest.mark.parametrize("kwargs", [{"val_fraction": 1.0}, {"val_per_class": -1},
+def test_val_fraction_one_makes_all_of_it_the_val_split(tmp_path, colour_tree):
+    """`--val-fraction 1` was refused, so ImageNet's val folder could only be split into train and val."""
+    from iofeed.cli import main
+    from iofeed.format.manifest import Manifest
+
+    labels = np.repeat(np.arange(3), [1, 2, 5])
+    assert validation_mask(labels, seed=0, val_fraction=1.0).all()
+    assert main(["preprocess", str(colour_tree), "-o", str(tmp_path / "val.iof"), "--val-fraction", "1",
+                 "--workers", "1"]) == 0
+    assert {name: info.samples for name, info in Manifest.read(tmp_path / "val.iof").splits.items()} == {"val": 40}
+
+
+@pytest.mark.parametrize("kwargs", [{"val_fraction": 1.5}, {"val_fraction": -0.1}, {"val_per_class": -1},
                                     {"val_per_class": 1, "val_fraction": 0.1}])
 def test_validation_mask_rejects_bad_options(kwargs):
     with pytest.raises(OptionError):
