@@ -112,6 +112,10 @@ def test_an_empty_folder_is_marked_and_an_old_iofeed_cache_is_adopted(tmp_path: 
     (old / "0123456789abcdef" / "fetches.jsonl").write_bytes(b"")
     assert claim_cache_dir(old) == old and (old / MARKER).is_file()
     assert cache_usage(old) == 10
+    racing = tmp_path / "racing"  # another rank of the node is marking it at this moment
+    racing.mkdir()
+    (racing / f"{MARKER}.4242-1").write_text("Signature: 8a4")
+    assert claim_cache_dir(racing) == racing and "iofeed" in (racing / MARKER).read_text()
 
 
 def test_an_empty_cache_dir_is_refused_not_the_working_directory(served, tmp_path: Path, monkeypatch) -> None:

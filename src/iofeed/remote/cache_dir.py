@@ -32,8 +32,10 @@ DATASET_FOLDER = re.compile(r"[0-9a-f]{16}")
 # a file iofeed writes in a dataset folder: a shard's cached name, alone or with a suffix
 CACHE_FILE = re.compile(r"(?P<shard>.+~(?:[0-9a-f]{16}|size\d+))"
                         r"(?P<suffix>|\.lock|\.failed(?:-\d+-\d+)?|\.part-\d+-\d+)")
-# what older iofeed versions left in a cache root (before the marker): adopted, not refused
-_OLD_ROOT_ENTRY = re.compile(r"\.evict\.lock|\.probe-\d+-\d+|[0-9a-f]{16}|(?:upload|bench-cold|bench-warm)-.+")
+# what older iofeed versions left in a cache root (before the marker), or another process of this node
+# is writing into a new one (its probe, its marker written aside): adopted, not refused
+_OLD_ROOT_ENTRY = re.compile(r"\.evict\.lock|\.probe-\d+-\d+|[0-9a-f]{16}|(?:upload|bench-cold|bench-warm)-.+"
+                             r"|CACHEDIR\.TAG(?:\.\d+-\d+)?")
 RESERVE_BYTES = 2 << 30  # the default limit leaves at least this much of the disk free...
 RESERVE_SHARE = 0.05  # ...or this share of its free space, whichever is larger
 
