@@ -406,6 +406,11 @@ def test_bench_streams_beside_local_disk(dataset: Path, tmp_path: Path, capsys, 
     from test_bench import _bench
 
     monkeypatch.setenv("IOFEED_CACHE", str(tmp_path / "user-cache"))
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    killed = tmp_path / "res" / f".iofeed-bench-cache-{dead.pid}-x1" / "warm-y"  # a bench SIGKILLed mid-run
+    killed.mkdir(parents=True)
+    (killed / "shard.tar~0123456789abcdef").write_bytes(b"x" * 100)
     feeds = "iofeed-dataset,iofeed-s3-cold,iofeed-s3-warm"
     record = _bench(tmp_path, capsys, str(dataset), "--feeds", feeds, "--seconds", "1", "--workers", "1")
     assert [f["name"] for f in record["feeds"]] == feeds.split(",")

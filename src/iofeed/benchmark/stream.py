@@ -19,6 +19,7 @@ CREDENTIALS = {"AWS_ACCESS_KEY_ID": "iofeed-bench", "AWS_SECRET_ACCESS_KEY": "io
                "AWS_DEFAULT_REGION": "us-east-1"}
 COLD_SHARE = 0.1  # the cold feed's cache holds a tenth of the dataset: every shard is fetched every epoch
 COLD_BLOCK = 2  # the cold feed's block_shards, so that small datasets still stream
+CACHE_PREFIX = ".iofeed-bench-cache-"  # + the bench's PID: the streaming feeds' own cache folder, beside the results
 
 
 class LocalEndpoint:
@@ -45,10 +46,14 @@ class LocalEndpoint:
         self.url = f"s3://{BUCKET}/{Path(dataset).name}"
         from ..remote.urls import filesystem
 
-        self.cache_root = Path(tempfile.mkdtemp(prefix=".iofeed-bench-cache-", dir=beside))
+        remove_left_behind(beside)
+        self.cache_root = Path(tempfile.mkdtemp(prefix=f"{CACHE_PREFIX}{os.getpid()}-", dir=beside))
         try:
-            filesystem(self.url).mkdir(BUCKET)
-            upload_dataset(Path(dataset), self.url)
+            try:
+                filesystem(self.url).mkdir(BUCKET)
+            except FileExistsError:
+                pass  # moto's store is per process: an earlier bench of this process made the bucket
+            upload_dataset(Path(dataset), self.url, overwrite=True)  # the bench's own store, nobody else's
         except BaseException:
             self.close()
             raise
@@ -63,6 +68,22 @@ class LocalEndpoint:
                 os.environ.pop(name, None)
             else:
                 os.environ[name] = value
+
+
+def remove_left_behind(folder: Path) -> list[Path]:
+    """Remove the feeds' cache folders that benches killed outright (SIGKILL, power loss) left in
+    `folder`: those whose process is gone. Which were removed."""
+    removed = []
+    for path in folder.glob(f"{CACHE_PREFIX}*"):
+        pid = path.name[len(CACHE_PREFIX):].split("-")[0]
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(path)
+        except (ValueError, PermissionError):
+            continue  # not of this form, or another user's live process
+    return removed
 
 
 def use_endpoint(endpoint: str) -> None:
