@@ -57,13 +57,13 @@ def test_brace_lists_expand_like_shell_ranges():
         expand_braces("x{3..1}")
 
 
-def test_integer_and_named_labels_together_keep_each_integer_its_own_class():
-    # cls 0..11 in some shards, json names in others: int 2 is the class "2", not the third name sorted
+def test_integer_and_named_labels_together_are_refused_naming_both():
+    # cls 0..11 in some shards, json names in others: sorted as text, cls 2 would become label 4
     targets = Targets()
     for value in [*range(12), "cat"]:
         targets.add(value)
-    resolved = targets.resolve()
-    assert [resolved.names[c[0]] for c in resolved.classes] == [*map(str, range(12)), "cat"]
+    with pytest.raises(SourceError, match=r"mix class indices \(0, 1, 2, \.\.\.\) and class names \('cat'\)"):
+        targets.resolve()
 
 
 def test_a_multi_label_sample_with_no_class_has_no_extra():
@@ -82,7 +82,7 @@ def test_webdataset_written_by_webdataset_is_read_with_every_image_kind_and_labe
                          progress=False, workers=1)
     manifest = Manifest.read(summary.out)
     assert manifest.source["kind"] == "webdataset"
-    assert manifest.classes == ["0", "1", "2", "name1", "name3"]
+    assert manifest.classes == [str(c) for c in range(7)]
     stored = _check_equal(summary.out, expected, manifest.classes)
     captions = {name: extra for name, (_, _, extra) in stored.items() if extra is not None}
     assert len(captions) == 6 and all(extra["caption"].startswith("picture") for extra in captions.values())

@@ -21,7 +21,7 @@ from .run import REJECTED_NAME, write_rejected
 from .scan import Rejection, none_accepted, reason_kind
 from .sources.shardlist import fetch, list_shards
 from .sources.targets import Targets
-from .sources.webdataset import Members, read_samples, sample_of
+from .sources.webdataset import Members, read_samples, sample_of, shard_targets
 
 INDEXED = "webdataset-index"  # `source.kind` of an indexed dataset: shards elsewhere, images as they are
 
@@ -64,13 +64,14 @@ def index_shards(spec: str, out: Path, *, split: str = "train", label_column: st
     if any(remote) and not all(remote):
         raise SourceError(f"{spec} names local shards ({shards[remote.index(False)]}) and URLs "
                           f"({shards[remote.index(True)]}): the loader reads one or the other, index them separately")
-    targets, scanned, rejected = Targets(), [], []
+    targets, scanned, rejected = shard_targets(label_column), [], []
     with spool_dir(out) as spool:
         for shard in shards:
             local = fetch(shard, Path(spool)) if is_url(shard) else Path(shard)
             scanned.append(_index_one(shard, local, label_column, targets, rejected))
             if is_url(shard):
                 local.unlink()
+    _settle(targets, scanned, rejected)
     resolved = targets.resolve()
     count = sum(len(s.accepted) for s in scanned)
     if not count:
@@ -140,6 +141,22 @@ def _index_one(shard: str, local: Path, label_column: str | None, targets: Targe
                 digest.update(block)
     location = shard if is_url(shard) else os.path.abspath(shard)
     return _Shard(location, local.stat().st_size, digest.hexdigest() if is_url(shard) else "", lines, accepted)
+
+
+def _settle(targets: Targets, scanned: list[_Shard], rejected: list[Rejection]) -> None:
+    """Reject the accepted samples whose label cannot be stored (`Targets.check`), by name."""
+    bad = targets.check([name for shard in scanned for _, _, name in shard.accepted])
+    number = 0
+    for shard in scanned:
+        kept = []
+        for sample in shard.accepted:
+            if number in bad:
+                rejected.append(Rejection(sample[2], bad[number]))
+            else:
+                kept.append(sample)
+            number += 1
+        shard.accepted = kept
+    targets.keep([i for i in range(number) if i not in bad])
 
 
 def _index_line(key: str, members: Members) -> str:

@@ -74,6 +74,7 @@ def scan_source(src: str | Path, options: SourceOptions, kind: str = "auto") -> 
     if options.labels is not None and not entry.caps.labels_file:
         raise SourceError(f"--labels is for a folder of images, not a {kind} source")
     scanned = entry.load()(src, options)
+    scanned.settle()
     if not len(scanned):
         raise none_accepted(f"no images found in {src}", scanned.rejected)
     return scanned

@@ -193,7 +193,8 @@ def _spool_rows(setup: _Setup, file: str, number: int, batches: Iterator[Any], o
                 name = f"{file}#{row}"
                 row += 1
                 if missing(label):
-                    setup.scan.rejected.append(Rejection(name, f"no label (column {setup.label!r} is null)"))
+                    blank = "null" if label is None else repr(label)  # NaN: pandas' missing value
+                    setup.scan.rejected.append(Rejection(name, f"no label (column {setup.label!r} is {blank})"))
                 elif data:
                     setup.scan.add(str(spool), name, label, extra, (out.tell(), len(data)))
                     out.write(data)

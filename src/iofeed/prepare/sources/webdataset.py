@@ -14,7 +14,7 @@ from ...remote.urls import is_url
 from ..scan import Rejection
 from .base import SourceOptions, SourceScan
 from .shardlist import fetch, list_shards
-from .targets import Targets, missing, parse_cell
+from .targets import Targets, member_label, missing, parse_cell
 
 LABEL_EXTENSIONS = ("cls", "txt", "json")
 DEFAULT_JSON_LABEL = "label"
@@ -46,7 +46,7 @@ def read_samples(path: str) -> dict[str, Members]:
 
 def scan(src: str, options: SourceOptions) -> SourceScan:
     """Every sample of the shards `src` names; remote shards are copied into the spool first."""
-    result = SourceScan(root=str(src), kind="webdataset", targets=Targets())
+    result = SourceScan(root=str(src), kind="webdataset", targets=shard_targets(options.label_column))
     for shard in list_shards(src):
         local = str(fetch(shard, options.spool)) if is_url(shard) else shard
         with open(local, "rb") as f:
@@ -59,6 +59,12 @@ def scan(src: str, options: SourceOptions) -> SourceScan:
                     continue
                 result.add(local, name, target, extra, members[image])
     return result
+
+
+def shard_targets(label_column: str | None) -> Targets:
+    """The targets of shards read with `label_column`: `json` takes each whole json member as the
+    target (captions, boxes: a dataset without classes)."""
+    return Targets(json_targets=label_column == "json")
 
 
 def sample_of(f, members: Members, label_key: str | None) -> tuple[str, Any, Any]:
@@ -87,8 +93,7 @@ def _target(f, members: Members, extra: Any, label_key: str | None) -> Any:
     if label_key is None:
         for ext in ("cls", "txt"):
             if ext in members:
-                text = _read(f, members[ext]).decode("utf-8", "replace").strip()
-                return int(text) if ext == "cls" and text.isdigit() else (text or None)
+                return member_label(_read(f, members[ext]), ext)
     if label_key == "json":  # the whole json member is the target (captions, boxes: no class)
         return extra
     return extra.get(key) if isinstance(extra, dict) else None

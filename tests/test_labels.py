@@ -1,0 +1,223 @@
+"""Labels as every source writes them (Parquet and CSV floats, booleans, structs, WebDataset `cls`
+written oddly, huge integers, one bad value among good ones) keep their meaning or are rejected by
+name: each image's pixels encode its label, so a renumbering or a lost label shows end to end."""
+from __future__ import annotations
+
+import io
+import json
+import tarfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+import iofeed
+from helpers.images import jpeg_bytes
+from helpers.sources import read_dataset
+from iofeed.errors import SourceError
+from iofeed.format.manifest import Manifest
+from iofeed.prepare.index import index_shards
+from iofeed.prepare.run import preprocess
+from iofeed.prepare.sources.targets import Targets
+
+
+def coded(label: int, i: int = 0) -> bytes:
+    """A small JPEG whose flat colour encodes `label` (0..11): red = 20 + 20 * label."""
+    pixels = np.full((24 + i % 5, 32, 3), (20 + 20 * label, 128, 60), np.uint8)
+    return jpeg_bytes(Image.fromarray(pixels))
+
+
+def decoded(image: np.ndarray) -> int:
+    """The label an image's pixels encode (`coded`)."""
+    return round((float(np.asarray(image)[..., 0].mean()) - 20) / 20)
+
+
+def rejected(out: Path) -> dict[str, str]:
+    return {r["path"]: r["reason"] for r in map(json.loads, (out / "rejected.jsonl").read_text().splitlines())}
+
+
+def assert_labels_match_pixels(out: Path) -> int:
+    """Every stored sample's class name is the integer its pixels encode, in the tables and from the
+    loader; returns the number of samples."""
+    manifest = Manifest.read(out)
+    stored = read_dataset(out)
+    for name, (image, classes, _) in stored.items():
+        assert [int(manifest.classes[c]) for c in classes] == [decoded(image)], name
+    with iofeed.loader(str(out), batch_size=2, image_size=16, workers=1, drop_last=False) as ld:
+        for images, labels in ld:
+            assert [int(manifest.classes[label]) for label in labels] == [decoded(img) for img in images]
+    return len(stored)
+
+
+def write_shard(path: Path, samples: list[tuple[str, bytes, dict[str, bytes]]]) -> Path:
+    """A tar shard of (key, jpg bytes, {label member extension: bytes})."""
+    with tarfile.open(path, "w") as tar:
+        for key, image, members in samples:
+            for ext, data in (("jpg", image), *members.items()):
+                info = tarfile.TarInfo(f"{key}.{ext}")
+                info.size = len(data)
+                tar.addfile(info, io.BytesIO(data))
+    return path
+
+
+def parquet(path: Path, labels: list, kind=None) -> Path:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    images = [coded(int(v) if isinstance(v, (int, float)) and v == v else 0, i) for i, v in enumerate(labels)]
+    pq.write_table(pa.table({"image": pa.array(images, pa.binary()), "label": pa.array(labels, kind)}), path)
+    return path
+
+
+@pytest.mark.pyarrow
+@pytest.mark.parametrize("with_nan", [True, False])
+def test_a_float_parquet_label_column_keeps_its_integer_classes(tmp_path, with_nan):
+    # pandas makes float64 of an int column with a NaN: 0.0 is class 0, never a lost label
+    labels = [float(i % 4) for i in range(12)] + ([float("nan")] if with_nan else [])
+    src = parquet(tmp_path / "t.parquet", labels)
+    out = preprocess(src, tmp_path / "out.iof", progress=False, workers=1, val_fraction=0).out
+    assert Manifest.read(out).classes == ["0", "1", "2", "3"]
+    assert assert_labels_match_pixels(out) == 12
+    assert rejected(out) == ({f"{src}#12": "no label (column 'label' is nan)"} if with_nan else {})
+
+
+@pytest.mark.pyarrow
+def test_a_pandas_frame_with_a_missing_label_keeps_the_others(tmp_path):
+    pd = pytest.importorskip("pandas")
+    frame = pd.DataFrame({"image": [coded(i % 3, i) for i in range(7)], "label": [0, 1, 2, 0, 1, 2, None]})
+    assert frame["label"].dtype == np.float64
+    frame.to_parquet(tmp_path / "t.parquet")
+    out = preprocess(tmp_path / "t.parquet", tmp_path / "out.iof", progress=False, workers=1, val_fraction=0).out
+    assert assert_labels_match_pixels(out) == 6 and len(rejected(out)) == 1
+
+
+@pytest.mark.pyarrow
+@pytest.mark.parametrize("labels, message", [
+    ([True, False, True], r"label not a class 3; e\.g\. .*t\.parquet#0: label not a class \(true is a boolean"),
+    ([{"a": 1}, {"a": 2}], r"label not a class \(\{\"a\": 1\}: the label must be a class index or name\)"),
+    ([0.5, 1.5], r"label not a class \(0\.5 is not an integer class index\)"),
+])
+def test_bool_struct_and_fractional_label_columns_are_refused_in_one_line(tmp_path, labels, message):
+    src = parquet(tmp_path / "t.parquet", labels)
+    with pytest.raises(SourceError, match=message) as caught:
+        preprocess(src, tmp_path / "out.iof", progress=False, workers=1)
+    assert "\n" not in str(caught.value) and not (tmp_path / "out.iof").exists()
+
+
+def labelled_folder(root: Path, labels: list[str]) -> Path:
+    """A folder of coded images `i.jpg` (its pixels: the integer `labels[i]` names, else 0) and
+    `labels.csv` listing them with those label cells."""
+    (root / "img").mkdir(parents=True)
+    for i, cell in enumerate(labels):
+        try:
+            value = int(float(cell))
+        except ValueError:
+            value = 0
+        (root / "img" / f"{i}.jpg").write_bytes(coded(value, i))
+    rows = [f'{i}.jpg,"{cell.replace(chr(34), chr(34) * 2)}"' for i, cell in enumerate(labels)]
+    (root / "labels.csv").write_text("path,label\n" + "\n".join(rows) + "\n")
+    return root
+
+
+def test_csv_float_labels_are_their_integer_classes(tmp_path):
+    root = labelled_folder(tmp_path, ["0.0", "1.0", "2.0", "1.0", "0.0", "2.0"])
+    out = preprocess(root / "img", tmp_path / "out.iof", labels=root / "labels.csv", progress=False, workers=1,
+                     val_fraction=0).out
+    assert Manifest.read(out).classes == ["0", "1", "2"] and assert_labels_match_pixels(out) == 6
+
+
+def test_csv_true_false_labels_are_refused_naming_a_row(tmp_path):
+    root = labelled_folder(tmp_path, ["true", "false", "true"])
+    with pytest.raises(SourceError, match=r"0\.jpg: label not a class \(true is a boolean.*labels\.csv line 2\)"):
+        preprocess(root / "img", tmp_path / "out.iof", labels=root / "labels.csv", progress=False, workers=1)
+
+
+def test_one_non_class_label_among_integers_rejects_that_row_by_name(tmp_path):
+    # each of these once wrote a dataset the loader then refused whole
+    cells = ["0", "1", "2", "3", "1.5", "true", '{"a": 1}', "NaN", "2.0", "1", "0"]
+    root = labelled_folder(tmp_path, cells)
+    (root / "labels.csv").write_text((root / "labels.csv").read_text().replace('"NaN"', ""))  # an empty cell
+    out = preprocess(root / "img", tmp_path / "out.iof", labels=root / "labels.csv", progress=False, workers=1,
+                     val_fraction=0).out
+    assert Manifest.read(out).classes == ["0", "1", "2", "3"]
+    assert assert_labels_match_pixels(out) == 7
+    assert rejected(out) == {
+        "4.jpg": "label not a class (1.5 is not an integer class index; labels.csv line 6)",
+        "5.jpg": "label not a class (true is a boolean: write the classes as 0/1 or as names; labels.csv line 7)",
+        "6.jpg": 'label not a class ({"a": 1}: other samples have classes; labels.csv line 8)',
+        "7.jpg": "no label (empty in labels.csv)",
+    }
+
+
+@pytest.mark.parametrize("odd, label", [(b"1.0", 1), (b"+1", 1), (b"1e0", 1), (b" 7\n", 7), (b"-1", None),
+                                        (b"\xff\xfe", None)])
+def test_one_odd_cls_value_never_renumbers_the_others(tmp_path, odd, label):
+    samples = [(f"s{c:02d}", coded(c, c), {"cls": str(c).encode()}) for c in range(11)]
+    samples.append(("odd", coded(label if label is not None else 0, 3), {"cls": odd}))
+    shard = write_shard(tmp_path / "shard.tar", samples)
+    out = preprocess(str(shard), tmp_path / "out.iof", progress=False, workers=1, val_fraction=0).out
+    assert Manifest.read(out).classes == [str(c) for c in range(11)]
+    assert assert_labels_match_pixels(out) == (12 if label is not None else 11)
+    reasons = rejected(out)
+    if label is None:
+        assert list(reasons) == [f"{shard}#odd"] and reasons[f"{shard}#odd"].startswith("label not a class (")
+    indexed = index_shards(str(shard), tmp_path / "ix.iof")
+    assert indexed.samples == (12 if label is not None else 11)
+    assert Manifest.read(tmp_path / "ix.iof").classes == [str(c) for c in range(11)]
+
+
+def test_cls_indices_beside_txt_names_are_refused_naming_both(tmp_path):
+    samples = [(f"s{c}", coded(c, c), {"cls": str(c).encode()}) for c in range(3)]
+    samples.append(("named", coded(0), {"txt": b"cat"}))
+    shard = write_shard(tmp_path / "shard.tar", samples)
+    with pytest.raises(SourceError, match=r"mix class indices \(0, 1, 2\) and class names \('cat'\), e\.g\. "
+                                          r".*shard\.tar#s0: 0 and .*shard\.tar#named: 'cat'"):
+        preprocess(str(shard), tmp_path / "out.iof", progress=False, workers=1)
+
+
+@pytest.mark.parametrize("members, value", [({"cls": b"5000000"}, 5000000), ({"cls": b"1" + b"0" * 23}, 10**23),
+                                            ({"json": b'{"label": [1, 99999999999]}'}, 99999999999)])
+def test_huge_integer_labels_are_refused_naming_the_value_not_made_classes(tmp_path, members, value):
+    samples = [(f"s{c}", coded(c, c), {"cls": str(c).encode()}) for c in range(6)]
+    samples.append(("huge", coded(0), members))
+    shard = write_shard(tmp_path / "shard.tar", samples)
+    message = rf"label {value} \(.*shard\.tar#huge\) would make {value + 1:,} classes for 7 distinct labels"
+    with pytest.raises(SourceError, match=message):
+        preprocess(str(shard), tmp_path / "out.iof", progress=False, workers=1)
+    with pytest.raises(SourceError, match=message):
+        index_shards(str(shard), tmp_path / "ix.iof")
+
+
+def test_the_dense_class_bound_scales_with_the_labels_used():
+    targets = Targets()
+    for value in (0, 1, 65535):  # up to 2**16 classes whatever the count
+        targets.add(value)
+    assert len(targets.resolve().names) == 65536
+    many = Targets()
+    for value in [*range(10000), 79999]:  # 8x the 10,001 labels used
+        many.add(value)
+    assert len(many.resolve().names) == 80000
+    many.add(80017)
+    with pytest.raises(SourceError, match="label 80017 .* 80,018 classes .* at most 80,016 classes"):
+        many.resolve()
+
+
+@pytest.mark.pyarrow
+def test_a_class_label_outside_its_names_rejects_that_row_by_name(tmp_path):
+    # Hugging Face writes -1 for "no label" in a ClassLabel column
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    features = {"image": {"_type": "Image"}, "label": {"_type": "ClassLabel", "names": ["zero", "one", "two"]}}
+    table = pa.table({"image": pa.array([coded(i % 3, i) for i in range(6)] + [coded(0)], pa.binary()),
+                      "label": [0, 1, 2, 0, 1, 2, -1]})
+    table = table.replace_schema_metadata({"huggingface": json.dumps({"info": {"features": features}})})
+    pq.write_table(table, tmp_path / "t.parquet")
+    out = preprocess(tmp_path / "t.parquet", tmp_path / "out.iof", progress=False, workers=1, val_fraction=0).out
+    manifest = Manifest.read(out)
+    assert manifest.classes == ["zero", "one", "two"]
+    for name, (image, classes, _) in read_dataset(out).items():
+        assert classes == [decoded(image)], name
+    assert rejected(out) == {f"{tmp_path / 't.parquet'}#6": "label not one of the classes (-1; the 3 classes: "
+                                                            "zero, one, two)"}
