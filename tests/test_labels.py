@@ -221,3 +221,42 @@ def test_a_class_label_outside_its_names_rejects_that_row_by_name(tmp_path):
         assert classes == [decoded(image)], name
     assert rejected(out) == {f"{tmp_path / 't.parquet'}#6": "label not one of the classes (-1; the 3 classes: "
                                                             "zero, one, two)"}
+
+
+def coded_folder(root: Path, names: list[str]) -> Path:
+    """Images `names[i]` under `root` whose pixels encode `i % 4`."""
+    for i, rel in enumerate(names):
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_bytes(coded(i % 4, i))
+    return root
+
+
+@pytest.mark.parametrize("listed, on_disk", [
+    (["./img/000.jpg", "img/../img/001.jpg", "img\\002.jpg", "img//003"], ["img/000.jpg", "img/001.jpg",
+                                                                         "img/002.jpg", "img/003.jpg"]),
+    (["img/cafe\u0301.jpg", "img/na\u00efve.jpg"], ["img/caf\u00e9.jpg", "img/nai\u0308ve.jpg"]),  # NFD / NFC
+])
+def test_labels_file_paths_match_however_they_are_written(tmp_path, listed, on_disk):
+    src = coded_folder(tmp_path / "src", on_disk)
+    labels = tmp_path / "labels.csv"
+    labels.write_text("path,label\n" + "".join(f'"{path}",{i % 4}\n' for i, path in enumerate(listed)))
+    out = preprocess(src, tmp_path / "out.iof", labels=labels, progress=False, workers=1, val_fraction=0).out
+    assert assert_labels_match_pixels(out) == len(listed) and rejected(out) == {}
+
+
+def test_a_csv_without_a_header_keeps_its_first_row(tmp_path):
+    src = coded_folder(tmp_path / "src", [f"{i}.jpg" for i in range(4)])
+    labels = tmp_path / "labels.csv"
+    labels.write_text("".join(f"{i}.jpg,{i % 4},note{i}\n" for i in range(4)))
+    out = preprocess(src, tmp_path / "out.iof", labels=labels, progress=False, workers=1, val_fraction=0).out
+    assert assert_labels_match_pixels(out) == 4 and rejected(out) == {}
+    assert {extra["column3"] for _, _, extra in read_dataset(out).values()} == {f"note{i}" for i in range(4)}
+
+
+def test_a_labels_file_matching_no_image_shows_a_listed_path_beside_a_file(tmp_path):
+    src = coded_folder(tmp_path / "src", [f"img/{i}.jpg" for i in range(3)])
+    labels = tmp_path / "labels.csv"
+    labels.write_text("path,label\n" + "".join(f"photos/{i}.jpg,{i}\n" for i in range(3)))
+    with pytest.raises(SourceError, match=r"no path listed in .*labels\.csv names a file under .*src: e\.g\. line 2 "
+                                          r"lists 'photos/0\.jpg', and the files are like 'img/0\.jpg'"):
+        preprocess(src, tmp_path / "out.iof", labels=labels, progress=False, workers=1)
