@@ -255,6 +255,59 @@ def test_a_damaged_saved_dataset_is_a_one_line_error_naming_its_file(tmp_path, s
         preprocess(tmp_path / "saved", tmp_path / "out.iof", progress=False, workers=1)
 
 
+def _saved_by_hand(root: Path) -> Path:
+    """A `save_to_disk` folder written with pyarrow alone: one Arrow stream file and its state.json."""
+    import pyarrow as pa
+
+    from helpers.sources import encode, picture
+
+    root.mkdir()
+    images = pa.array([encode(picture(i), "png") for i in range(3)], pa.binary())
+    table = pa.table({"image": images, "label": [0, 1, 0]})
+    with pa.OSFile(str(root / "data.arrow"), "wb") as sink, pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
+    (root / "state.json").write_text(json.dumps({"_data_files": [{"filename": "data.arrow"}]}))
+    return root
+
+
+def _halve(path: Path) -> None:
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+
+
+@pytest.mark.pyarrow
+@pytest.mark.parametrize(("info", "damage", "message"), [
+    ('{"features": []}', None, r"dataset_info\.json: its features are a list, not an object"),
+    ('{"features": {"label": "x"}}', None, r"dataset_info\.json: the feature of column 'label' is \"x\""),
+    ('{"features": {"label": {"_type": "ClassLabel", "names": 3}}}', None, r"has names 3, not a list of strings"),
+    ('{"features": {"label": {"_type": "Sequence", "feature": [1]}}}', None, r"the feature of column 'label' is \[1\]"),
+    (None, _halve, r"cannot read .*data\.arrow: .*\(save the dataset again"),
+    (None, lambda p: p.write_bytes(b"garbage" * 100), r"cannot read .*data\.arrow: "),
+])
+def test_damaged_saved_dataset_metadata_and_arrow_files_are_one_line_errors(tmp_path, info, damage, message):
+    saved = _saved_by_hand(tmp_path / "saved")
+    if info is not None:
+        (saved / "dataset_info.json").write_text(info)
+    if damage is not None:
+        damage(saved / "data.arrow")
+    with pytest.raises(SourceError, match=message) as caught:
+        preprocess(saved, tmp_path / "out.iof", progress=False, workers=1)
+    assert "\n" not in str(caught.value)
+
+
+@pytest.mark.pyarrow
+@pytest.mark.parametrize("metadata", [b"[1]", b'{"info": []}', b'{"info": {"features": []}}'])
+def test_damaged_hugging_face_parquet_metadata_is_a_one_line_error_naming_the_file(tmp_path, metadata):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from helpers.sources import encode, picture
+
+    table = pa.table({"image": pa.array([encode(picture(0), "png")], pa.binary()), "label": [0]})
+    pq.write_table(table.replace_schema_metadata({"huggingface": metadata}), tmp_path / "t.parquet")
+    with pytest.raises(SourceError, match=r"t\.parquet: its"):
+        preprocess(tmp_path / "t.parquet", tmp_path / "out.iof", progress=False, workers=1)
+
+
 def test_labels_csv_with_multi_label_rows(tmp_path):
     from helpers.sources import encode, picture
 
