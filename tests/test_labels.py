@@ -13,10 +13,10 @@ import pytest
 from PIL import Image
 
 import iofeed
-from helpers.images import jpeg_bytes
+from helpers.images import jpeg_bytes, make_colour_tree
 from helpers.sources import read_dataset
-from iofeed.errors import SourceError
-from iofeed.format.manifest import Manifest
+from iofeed.errors import DatasetError, OptionError, SourceError
+from iofeed.format.manifest import MANIFEST_NAME, Manifest
 from iofeed.prepare.index import index_shards
 from iofeed.prepare.run import preprocess
 from iofeed.prepare.sources.targets import Targets
@@ -260,3 +260,25 @@ def test_a_labels_file_matching_no_image_shows_a_listed_path_beside_a_file(tmp_p
     with pytest.raises(SourceError, match=r"no path listed in .*labels\.csv names a file under .*src: e\.g\. line 2 "
                                           r"lists 'photos/0\.jpg', and the files are like 'img/0\.jpg'"):
         preprocess(src, tmp_path / "out.iof", labels=labels, progress=False, workers=1)
+
+
+@pytest.mark.parametrize("option", [{"label_column": "label"}, {"image_column": "image"}])
+def test_a_column_option_for_a_class_folder_is_refused_not_ignored(tmp_path, option):
+    make_colour_tree(tmp_path / "photos", per_class=2)
+    flag = "--" + next(iter(option)).replace("_", "-")
+    with pytest.raises(OptionError, match=rf"{flag} {next(iter(option.values()))}: .*photos is a folder source"):
+        preprocess(tmp_path / "photos", tmp_path / "out.iof", progress=False, workers=1, **option)
+    assert not (tmp_path / "out.iof").exists()
+
+
+@pytest.mark.parametrize("targets, field", [({"kind": "banana", "extras": False, "files": {}}, "targets.kind"),
+                                            ({"kind": "class", "extras": "no", "files": {}}, "targets.extras"),
+                                            ("class", "targets")])
+def test_a_manifest_targets_entry_iofeed_does_not_write_is_refused(tmp_path, targets, field):
+    make_colour_tree(tmp_path / "photos", per_class=2)
+    out = preprocess(tmp_path / "photos", tmp_path / "out.iof", progress=False, workers=1).out
+    raw = json.loads((out / MANIFEST_NAME).read_text())
+    raw["targets"] = targets
+    (out / MANIFEST_NAME).write_text(json.dumps(raw))
+    with pytest.raises(DatasetError, match=rf'malformed manifest .*"{field}" must be'):
+        iofeed.loader(str(out), batch_size=2, workers=1)
