@@ -15,6 +15,7 @@ from PIL import Image
 import iofeed
 from helpers.images import jpeg_bytes, make_colour_tree
 from helpers.sources import read_dataset
+from iofeed.cli import main
 from iofeed.errors import DatasetError, OptionError, SourceError
 from iofeed.format.manifest import MANIFEST_NAME, Manifest
 from iofeed.prepare.index import index_shards
@@ -282,3 +283,18 @@ def test_a_manifest_targets_entry_iofeed_does_not_write_is_refused(tmp_path, tar
     (out / MANIFEST_NAME).write_text(json.dumps(raw))
     with pytest.raises(DatasetError, match=rf'malformed manifest .*"{field}" must be'):
         iofeed.loader(str(out), batch_size=2, workers=1)
+
+
+def test_val_fraction_one_puts_every_image_in_the_val_split(tmp_path):
+    # ImageNet's validation images: a labels file over one split, which must not be split again
+    src = coded_folder(tmp_path / "val", [f"ILSVRC2012_val_{i:08d}.JPEG" for i in range(8)])
+    listing = tmp_path / "val_labels.txt"
+    listing.write_text("".join(f"ILSVRC2012_val_{i:08d}.JPEG {i % 4}\n" for i in range(8)))
+    assert main(["preprocess", str(src), "--labels", str(listing), "-o", str(tmp_path / "val.iof"),
+                 "--val-fraction", "1"]) == 0
+    manifest = Manifest.read(tmp_path / "val.iof")
+    assert {name: info.samples for name, info in manifest.splits.items()} == {"val": 8}
+    with iofeed.loader(str(tmp_path / "val.iof"), split="val", batch_size=4, image_size=16, workers=1) as ld:
+        seen = [(int(manifest.classes[label]), decoded(image)) for images, labels in ld
+                for image, label in zip(images, labels, strict=True)]
+    assert len(seen) == 8 and all(label == coded_as for label, coded_as in seen)

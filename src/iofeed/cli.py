@@ -269,7 +269,8 @@ def build_parser() -> argparse.ArgumentParser:
     prep.add_argument("--seed", type=int, default=0, help="seed of the train/val split and shard order")
     split = prep.add_mutually_exclusive_group()
     split.add_argument("--val-per-class", type=int, default=None, help="validation images per class")
-    split.add_argument("--val-fraction", type=float, default=None, help="validation share of each class (default 0.1)")
+    split.add_argument("--val-fraction", type=float, default=None,
+                       help="validation share of each class (default 0.1; 0: all train, 1: all val)")
     prep.add_argument("--shard-mb", type=float, default=128.0, help="maximum shard size in MiB (default 128)")
     prep.add_argument("--workers", type=_positive_int, default=None, help="processes (default: the usable cores)")
     prep.add_argument("--overwrite", action="store_true", help="replace an existing output")
