@@ -298,3 +298,13 @@ def test_val_fraction_one_puts_every_image_in_the_val_split(tmp_path):
         seen = [(int(manifest.classes[label]), decoded(image)) for images, labels in ld
                 for image, label in zip(images, labels, strict=True)]
     assert len(seen) == 8 and all(label == coded_as for label, coded_as in seen)
+
+
+def test_a_label_member_that_is_not_utf8_is_rejected_not_made_a_class(tmp_path):
+    samples = [(f"s{c}", coded(c, c), {"label": str(c).encode()}) for c in range(3)]
+    samples.append(("bad", coded(0), {"label": b"\xff1"}))
+    shard = write_shard(tmp_path / "shard.tar", samples)
+    out = preprocess(str(shard), tmp_path / "out.iof", label_column="label", progress=False, workers=1,
+                     val_fraction=0).out
+    assert Manifest.read(out).classes == ["0", "1", "2"] and assert_labels_match_pixels(out) == 3
+    assert rejected(out) == {f"{shard}#bad": "label not a class (its label member is not UTF-8 text)"}

@@ -53,9 +53,10 @@ def parse_cell(text: str) -> Any:
 
 
 def member_label(data: bytes, ext: str) -> Any:
-    """The label of a WebDataset `cls` or `txt` member. A `cls` number is the integer it equals
-    however written (`+1`, `1.0`, `1e0`); other text is a class name. ValueError (the rejection
-    reason) when the bytes are not UTF-8: a replacement character would make a new class."""
+    """The label of a WebDataset member: a `cls` number is the integer it equals however written
+    (`+1`, `1.0`, `1e0`), `txt` is a class name, another member (`--label-column`) a cell
+    (`parse_cell`). ValueError (the rejection reason) when the bytes are not UTF-8: a replacement
+    character would make a new class."""
     try:
         text = data.decode("utf-8").strip()
     except UnicodeDecodeError:
@@ -64,7 +65,7 @@ def member_label(data: bytes, ext: str) -> Any:
         return int(text)
     if ext == "cls" and _NUMBER.fullmatch(text):
         return float(text)
-    return text or None
+    return (text or None) if ext in ("cls", "txt") else parse_cell(text)
 
 
 def dense_limit(distinct: int) -> int:

@@ -14,7 +14,7 @@ from ...remote.urls import is_url
 from ..scan import Rejection
 from .base import SourceOptions, SourceScan
 from .shardlist import fetch, list_shards
-from .targets import Targets, member_label, missing, parse_cell
+from .targets import Targets, member_label, missing
 
 LABEL_EXTENSIONS = ("cls", "txt", "json")
 DEFAULT_JSON_LABEL = "label"
@@ -88,7 +88,7 @@ def sample_of(f, members: Members, label_key: str | None) -> tuple[str, Any, Any
 def _target(f, members: Members, extra: Any, label_key: str | None) -> Any:
     """The sample's label: the member or json key `label_key`, else cls, txt, json 'label'."""
     if label_key is not None and label_key in members and label_key != "json":
-        return parse_cell(_read(f, members[label_key]).decode("utf-8", "replace"))
+        return member_label(_read(f, members[label_key]), label_key)
     key = label_key or DEFAULT_JSON_LABEL
     if label_key is None:
         for ext in ("cls", "txt"):
