@@ -145,7 +145,8 @@ def test_one_non_class_label_among_integers_rejects_that_row_by_name(tmp_path):
     assert assert_labels_match_pixels(out) == 7
     assert rejected(out) == {
         "4.jpg": "label not a class (1.5 is not an integer class index; labels.csv line 6)",
-        "5.jpg": "label not a class (true is a boolean: write the classes as 0/1 or as names; labels.csv line 7)",
+        "5.jpg": "label not a class (true is a boolean: write the classes as 0/1 or as names, or pass --label-names; "
+                 "labels.csv line 7)",
         "6.jpg": 'label not a class ({"a": 1}: other samples have classes; labels.csv line 8)',
         "7.jpg": "no label (empty in labels.csv)",
     }
@@ -308,3 +309,41 @@ def test_a_label_member_that_is_not_utf8_is_rejected_not_made_a_class(tmp_path):
                      val_fraction=0).out
     assert Manifest.read(out).classes == ["0", "1", "2"] and assert_labels_match_pixels(out) == 3
     assert rejected(out) == {f"{shard}#bad": "label not a class (its label member is not UTF-8 text)"}
+
+
+@pytest.mark.pyarrow
+def test_label_names_makes_booleans_classes_when_the_user_asks(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    flags = [i % 3 == 0 for i in range(9)]
+    pq.write_table(pa.table({"image": pa.array([coded(int(f), i) for i, f in enumerate(flags)], pa.binary()),
+                             "label": flags}), tmp_path / "t.parquet")
+    assert main(["preprocess", str(tmp_path / "t.parquet"), "-o", str(tmp_path / "out.iof"), "--label-names",
+                 "--val-fraction", "0"]) == 0
+    manifest = Manifest.read(tmp_path / "out.iof")
+    assert manifest.classes == ["false", "true"]
+    for name, (image, classes, _) in read_dataset(tmp_path / "out.iof").items():
+        assert classes == [decoded(image)], name
+
+
+def test_label_names_takes_sparse_integer_ids_as_names_in_index(tmp_path):
+    ids = {0: 7, 1: 5000000, 2: 10**23}  # the label each coded picture carries
+    samples = [(f"s{i}", coded(i % 3, i), {"cls": str(ids[i % 3]).encode()}) for i in range(6)]
+    shard = write_shard(tmp_path / "shard.tar", samples)
+    assert main(["index", str(shard), "-o", str(tmp_path / "ix.iof"), "--label-names"]) == 0
+    manifest = Manifest.read(tmp_path / "ix.iof")
+    assert sorted(manifest.classes) == sorted(str(v) for v in ids.values())
+    with iofeed.loader(str(tmp_path / "ix.iof"), batch_size=3, image_size=16, workers=1) as ld:
+        for images, labels in ld:
+            assert [manifest.classes[label] for label in labels] == [str(ids[decoded(img)]) for img in images]
+
+
+def test_label_names_is_refused_where_it_cannot_apply(tmp_path):
+    make_colour_tree(tmp_path / "photos", per_class=2)
+    with pytest.raises(OptionError, match=r"--label-names: .*photos is a folder source"):
+        preprocess(tmp_path / "photos", tmp_path / "out.iof", progress=False, workers=1, label_names=True)
+    targets = Targets(names=["a", "b"])
+    targets.add(0)
+    with pytest.raises(OptionError, match="--label-names: the labels have class names already"):
+        targets.as_names()

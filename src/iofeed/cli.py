@@ -14,6 +14,9 @@ from .format.manifest import IMAGES_AS_IS, Manifest
 if TYPE_CHECKING:
     from .prepare.run import PreprocessSummary
 
+LABEL_NAMES_HELP = ("take every label as a class name as written: booleans (false, true), numbers (1.5), "
+                    "sparse integer ids (5000000); classes sorted as text (docs/formats.md, Labels)")
+
 
 def _positive_int(text: str) -> int:
     value = int(text)
@@ -129,6 +132,7 @@ def _cmd_preprocess(args: argparse.Namespace) -> None:
             labels=args.labels,
             label_column=args.label_column,
             image_column=args.image_column,
+            label_names=args.label_names,
         )
     print_preprocess_summary(summary)
 
@@ -139,7 +143,7 @@ def _cmd_index(args: argparse.Namespace) -> None:
 
     with terminate_as_interrupt():
         summary = index_shards(args.shards, Path(args.out), split=args.split, label_column=args.label_column,
-                               overwrite=args.overwrite)
+                               overwrite=args.overwrite, label_names=args.label_names)
     rejected = sum(summary.rejected.values())
     print(f"iofeed index written to {summary.out}: {_count(summary.samples, 'sample')} in "
           f"{_count(summary.shards, 'shard')} (read in place), {rejected:,} rejected"
@@ -254,6 +258,7 @@ def build_parser() -> argparse.ArgumentParser:
     prep.add_argument("--label-column", default=None,
                       help="the label's column (labels file, Parquet), JSON key or WebDataset member (default label, "
                            "or cls/txt/json for WebDataset)")
+    prep.add_argument("--label-names", action="store_true", help=LABEL_NAMES_HELP)
     prep.add_argument("--image-column", default=None,
                       help="Parquet / Hugging Face: the image column (default: the first binary or {bytes, path} one)")
     prep.add_argument("-o", "--out", default=None,
@@ -289,6 +294,7 @@ def build_parser() -> argparse.ArgumentParser:
     index.add_argument("--split", default="train", help="the split's name (default train)")
     index.add_argument("--label-column", default=None,
                        help="the label's member or json key (default: cls, txt, or json 'label')")
+    index.add_argument("--label-names", action="store_true", help=LABEL_NAMES_HELP)
     index.add_argument("--overwrite", action="store_true", help="replace an existing output")
     index.set_defaults(func=_cmd_index)
 

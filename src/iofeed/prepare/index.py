@@ -47,11 +47,11 @@ class _Shard:
 
 
 def index_shards(spec: str, out: Path, *, split: str = "train", label_column: str | None = None,
-                 overwrite: bool = False) -> IndexSummary:
+                 overwrite: bool = False, label_names: bool = False) -> IndexSummary:
     """Index the WebDataset shards `spec` names (paths, globs, brace lists, URLs) into the dataset
     folder `out`: every sample with an image and a label, in shard order, labels as preprocess
     reads them (cls, txt, json). Remote shards are read once to index them (and hashed, so the
-    loader's node cache verifies its copies)."""
+    loader's node cache verifies its copies). `label_names`: every label is a class name as written."""
     start = time.perf_counter()
     out = Path(out)
     try:
@@ -71,6 +71,8 @@ def index_shards(spec: str, out: Path, *, split: str = "train", label_column: st
             scanned.append(_index_one(shard, local, label_column, targets, rejected))
             if is_url(shard):
                 local.unlink()
+    if label_names:
+        targets.as_names()
     _settle(targets, scanned, rejected)
     resolved = targets.resolve()
     count = sum(len(s.accepted) for s in scanned)

@@ -81,6 +81,7 @@ def preprocess(
     labels: Path | None = None,
     label_column: str | None = None,
     image_column: str | None = None,
+    label_names: bool = False,
 ) -> PreprocessSummary:
     """Prepare `src` once into an iofeed dataset at `out` (written aside, then renamed).
 
@@ -89,8 +90,9 @@ def preprocess(
     CPUs when None). Both give the same dataset: shard assignment and write order are fixed
     before the work is spread. `source` is the kind of input (`sources.registry.SOURCES`; "auto"
     recognises it by content); `labels`, `label_column` and `image_column` tell it where the
-    targets and images are. Bytes a source must copy out (Parquet cells, remote shards) go to a
-    spool folder beside OUT, removed at the end.
+    targets and images are; `label_names` takes every label as a class name as written. Bytes a
+    source must copy out (Parquet cells, remote shards) go to a spool folder beside OUT, removed at
+    the end.
     """
     policy.check()
     run_engine = select_engine(engine, address)
@@ -103,7 +105,7 @@ def preprocess(
     start = time.perf_counter()
     with spool_dir(out) as spool:
         options = SourceOptions(labels=None if labels is None else Path(labels), label_column=label_column,
-                                image_column=image_column, spool=Path(spool))
+                                image_column=image_column, spool=Path(spool), label_names=label_names)
         scan = scan_source(src, options, source)
         return _preprocess(scan, src, out, start, policy=policy, seed=seed, val_per_class=val_per_class,
                            val_fraction=val_fraction, shard_bytes=shard_bytes, overwrite=overwrite, strict=strict,

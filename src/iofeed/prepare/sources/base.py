@@ -19,6 +19,7 @@ class SourceOptions:
     label_column: str | None = None  # the column / JSON key / Parquet column holding the label
     image_column: str | None = None  # Parquet / Arrow: the column holding the image
     spool: Path | None = None  # a private folder for bytes the source must copy out (cells, downloads)
+    label_names: bool = False  # every label is a class name as written (`true`, `1.5`, `5000000`)
 
 
 @dataclass
@@ -45,9 +46,12 @@ class SourceScan:
         self.names.append(name)
         self.targets.add(target, extra, where)
 
-    def settle(self) -> None:
+    def settle(self, label_names: bool = False) -> None:
         """Move the samples whose target cannot be stored (`Targets.check`) to the rejections, each
-        with its reason; SourceError when the targets together make no class list."""
+        with its reason; SourceError when the targets together make no class list. `label_names`:
+        every label is a class name first (`Targets.as_names`)."""
+        if label_names:
+            self.targets.as_names()
         bad = self.targets.check(self.names)
         if not bad:
             return

@@ -78,12 +78,14 @@ def scan_source(src: str | Path, options: SourceOptions, kind: str = "auto") -> 
     if options.labels is not None and not entry.caps.labels_file:
         raise SourceError(f"--labels is for a folder of images, not a {kind} source")
     for option, value, cap in (("--label-column", options.label_column, "label_column"),
+                               ("--label-names", "" if options.label_names else None, "label_column"),
                                ("--image-column", options.image_column, "image_column")):
         if value is not None and not getattr(entry.caps, cap):
-            raise OptionError(f"{option} {value}: {src} is a {kind} source, which has no columns to choose "
-                              f"({option} is for {', '.join(SOURCES.having(cap))} sources)")
+            given = f"{option} {value}" if value else option
+            raise OptionError(f"{given}: {src} is a {kind} source, where it does not apply ({option} is for "
+                              f"{', '.join(SOURCES.having(cap))} sources)")
     scanned = entry.load()(src, options)
-    scanned.settle()
+    scanned.settle(options.label_names)
     if not len(scanned):
         raise none_accepted(f"no images found in {src}", scanned.rejected)
     return scanned

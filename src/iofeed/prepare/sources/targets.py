@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ...errors import SourceError
+from ...errors import OptionError, SourceError
 from ...format.targets import TARGET_KINDS
 
 Value = int | str
@@ -98,6 +98,13 @@ class Targets:
         self.extras.append(extra)
         self.where.append(where)
 
+    def as_names(self) -> None:
+        """Every label as a class name, written as text (`true`, `1.5`, `5000000`), as
+        `--label-names` asks; OptionError beside known class names (a ClassLabel's)."""
+        if self.names is not None:
+            raise OptionError("--label-names: the labels have class names already (a ClassLabel): leave it out")
+        self.raw = [_as_name(t) for t in self.raw]
+
     def keep(self, indices: list[int]) -> None:
         """Keep only the samples at `indices` (in that order)."""
         self.raw, self.extras, self.where = ([values[i] for i in indices]
@@ -161,7 +168,8 @@ class Targets:
         an integer, a negative index; None when it can (or is another JSON value)."""
         for v in target if isinstance(target, list) else [target]:
             if isinstance(v, bool):
-                return f"{NOT_A_CLASS} ({json.dumps(v)} is a boolean: write the classes as 0/1 or as names)"
+                return (f"{NOT_A_CLASS} ({json.dumps(v)} is a boolean: write the classes as 0/1 or as names, or "
+                        "pass --label-names)")
             if isinstance(v, float):
                 return f"{NOT_A_CLASS} ({v!r} is not an integer class index)"
             if isinstance(v, int) and v < 0 and self.names is None:
@@ -207,12 +215,21 @@ def _check_values(first: dict[Value, int], name: Callable[[int], str]) -> None:
     if ints and texts:
         raise SourceError(f"labels mix class indices ({_few(ints)}) and class names ({_few(texts)}), e.g. "
                           f"{name(first[ints[0]])}: {ints[0]} and {name(first[texts[0]])}: {texts[0]!r}: give "
-                          "every sample an index or every sample a name")
+                          "every sample an index or every sample a name (--label-names: every label a name)")
     if ints and ints[-1] + 1 > dense_limit(len(ints)):
         raise SourceError(f"label {ints[-1]} ({name(first[ints[-1]])}) would make {ints[-1] + 1:,} classes for "
                           f"{len(ints)} distinct labels: integer labels are class indices 0..max, at most "
-                          f"{dense_limit(len(ints)):,} classes here; renumber the labels 0..N-1, or write them "
-                          "as names")
+                          f"{dense_limit(len(ints)):,} classes here; renumber the labels 0..N-1, or pass "
+                          "--label-names to take them as names")
+
+
+def _as_name(target: Any) -> Any:
+    """A label (or a list of them) as class-name text; an object or a list of them as it is."""
+    if isinstance(target, list):
+        return [_as_name(v) for v in target] if all(not isinstance(v, (dict, list)) for v in target) else target
+    if isinstance(target, (bool, float)):
+        return json.dumps(target) if isinstance(target, bool) else repr(target)
+    return str(target) if isinstance(target, int) else target
 
 
 def _few(values: list[Value]) -> str:
