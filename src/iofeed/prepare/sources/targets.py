@@ -22,9 +22,9 @@ Value = int | str
 DENSE_FLOOR = 1 << 16  # integer labels may make up to this many classes, however few are used
 DENSE_FACTOR = 8  # ... or up to this multiple of the distinct integers used (sparse ids are refused)
 NOT_A_CLASS = "label not a class"
-_INTEGER = re.compile(r"[+-]?[0-9]+")
+_INTEGER = re.compile(r"[+-]?[0-9]{1,4000}")  # int() refuses more than 4300 digits
 _NUMBER = re.compile(r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?")
-_INDEX_TEXT = re.compile(r"-?(0|[1-9][0-9]*)")  # text that is an integer as written ("3", not "03" or "+3")
+_INDEX_TEXT = re.compile(r"-?(0|[1-9][0-9]{0,3999})")  # an integer as written ("3", not "03" or "+3")
 
 
 def is_class(value: Any) -> bool:
