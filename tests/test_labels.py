@@ -347,3 +347,17 @@ def test_label_names_is_refused_where_it_cannot_apply(tmp_path):
     targets.add(0)
     with pytest.raises(OptionError, match="--label-names: the labels have class names already"):
         targets.as_names()
+
+
+def test_labels_past_ints_digit_limit_are_rejected_or_names_never_a_crash(tmp_path):
+    digits = "9" * 5000  # int() refuses more than 4300 digits
+    samples = [(f"s{c}", coded(c, c), {"cls": str(c).encode()}) for c in range(3)]
+    samples.append(("long", coded(0), {"cls": digits.encode()}))
+    shard = write_shard(tmp_path / "shard.tar", samples)
+    out = preprocess(str(shard), tmp_path / "out.iof", progress=False, workers=1, val_fraction=0).out
+    assert assert_labels_match_pixels(out) == 3
+    assert rejected(out) == {f"{shard}#long": "label not a class (inf is not an integer class index)"}
+    names = Targets()
+    for value in ("cat", digits):
+        names.add(value)
+    assert names.resolve().names == sorted(["cat", digits])
