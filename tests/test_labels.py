@@ -361,3 +361,25 @@ def test_labels_past_ints_digit_limit_are_rejected_or_names_never_a_crash(tmp_pa
     for value in ("cat", digits):
         names.add(value)
     assert names.resolve().names == sorted(["cat", digits])
+
+
+@pytest.mark.parametrize("command", ["preprocess", "index"])
+def test_one_odd_json_label_among_indices_is_rejected_by_name_and_the_rest_load(tmp_path, command):
+    samples = [(f"s{c}", coded(c % 4, c), {"json": json.dumps({"label": c % 4}).encode()}) for c in range(8)]
+    odd = {"true": b'{"label": true}', "float": b'{"label": 2.0}', "nan": b'{"label": NaN}',
+           "object": b'{"label": {"a": 1}}'}
+    samples += [(key, coded(2 if key == "float" else 0, 9), {"json": data}) for key, data in odd.items()]
+    shard = write_shard(tmp_path / "shard.tar", samples)
+    out = tmp_path / "out.iof"
+    split = ["--val-fraction", "0"] if command == "preprocess" else []
+    assert main([command, str(shard), "-o", str(out), *split]) == 0
+    assert Manifest.read(out).classes == ["0", "1", "2", "3"]
+    with iofeed.loader(str(out), batch_size=3, image_size=16, workers=1, drop_last=False) as ld:
+        seen = [(int(Manifest.read(out).classes[label]), decoded(image)) for images, labels in ld
+                for image, label in zip(images, labels, strict=True)]
+    assert len(seen) == 9 and all(label == coded_as for label, coded_as in seen)  # 2.0 is class 2
+    reasons = {path.rsplit("#", 1)[1]: reason for path, reason in rejected(out).items()}
+    assert reasons == {"true": "label not a class (true is a boolean: write the classes as 0/1 or as names, or pass "
+                               "--label-names)",
+                       "nan": "no label (cls, txt or json 'label'; members: jpg, json)",
+                       "object": 'label not a class ({"a": 1}: other samples have classes)'}
