@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import json
 import tarfile
+from decimal import Decimal
 from pathlib import Path
 
 import numpy as np
@@ -66,7 +67,7 @@ def parquet(path: Path, labels: list, kind=None) -> Path:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    images = [coded(int(v) if isinstance(v, (int, float)) and v == v else 0, i) for i, v in enumerate(labels)]
+    images = [coded(int(v) if isinstance(v, (int, float, Decimal)) and v == v else 0, i) for i, v in enumerate(labels)]
     pq.write_table(pa.table({"image": pa.array(images, pa.binary()), "label": pa.array(labels, kind)}), path)
     return path
 
@@ -383,3 +384,15 @@ def test_one_odd_json_label_among_indices_is_rejected_by_name_and_the_rest_load(
                                "--label-names)",
                        "nan": "no label (cls, txt or json 'label'; members: jpg, json)",
                        "object": 'label not a class ({"a": 1}: other samples have classes)'}
+
+
+@pytest.mark.pyarrow
+def test_a_decimal_label_column_keeps_its_integer_classes_and_a_date_one_is_refused_by_type(tmp_path):
+    import pyarrow as pa
+
+    src = parquet(tmp_path / "t.parquet", [Decimal(i % 3) for i in range(6)], pa.decimal128(5, 0))
+    out = preprocess(src, tmp_path / "out.iof", progress=False, workers=1, val_fraction=0).out
+    assert Manifest.read(out).classes == ["0", "1", "2"] and assert_labels_match_pixels(out) == 6
+    dates = parquet(tmp_path / "d.parquet", [0, 1, 2], pa.date32())
+    with pytest.raises(SourceError, match=r"label not a class \(date 1970-01-01: the label must be a class index"):
+        preprocess(dates, tmp_path / "d.iof", progress=False, workers=1)

@@ -13,6 +13,7 @@ import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from decimal import Decimal
 from typing import Any
 
 from ...errors import OptionError, SourceError
@@ -157,6 +158,8 @@ class Targets:
         if isinstance(target, list):
             normal = [self._normal(v) for v in target]
             return normal if all(is_class(v) for v in normal) else target
+        if isinstance(target, Decimal):  # a Parquet decimal column
+            target = int(target) if target.is_finite() and target == target.to_integral_value() else float(target)
         if isinstance(target, float) and math.isfinite(target) and target.is_integer():
             return int(target)
         if self.names is None and isinstance(target, str) and _INDEX_TEXT.fullmatch(target.strip()):
@@ -237,6 +240,9 @@ def _few(values: list[Value]) -> str:
 
 
 def _show(target: Any) -> str:
+    """A label as a reason shows it: JSON, or a value JSON has no type for with its type (`date 1970-01-01`)."""
+    if not isinstance(target, (dict, list, str, int, float, type(None))):
+        return f"{type(target).__name__} {str(target)[:30]}"
     text = json.dumps(target, default=str)
     return text if len(text) <= 40 else text[:37] + "..."
 
