@@ -396,3 +396,12 @@ def test_a_decimal_label_column_keeps_its_integer_classes_and_a_date_one_is_refu
     dates = parquet(tmp_path / "d.parquet", [0, 1, 2], pa.date32())
     with pytest.raises(SourceError, match=r"label not a class \(date 1970-01-01: the label must be a class index"):
         preprocess(dates, tmp_path / "d.iof", progress=False, workers=1)
+
+
+def test_a_repeated_labels_row_keeps_a_one_class_dataset_one_class(tmp_path):
+    root = labelled_folder(tmp_path, ["0", "1", "2", "3"])
+    (root / "labels.csv").write_text((root / "labels.csv").read_text() + '3.jpg,"3"\n')
+    out = preprocess(root / "img", tmp_path / "out.iof", labels=root / "labels.csv", progress=False, workers=1,
+                     val_fraction=0).out
+    assert Manifest.read(out).targets["kind"] == "class"  # its shards keep `cls` members (not classes.json)
+    assert assert_labels_match_pixels(out) == 4 and rejected(out) == {}

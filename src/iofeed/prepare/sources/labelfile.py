@@ -5,9 +5,10 @@ The file's kind is read from its content: JSON lines (`{"path": ..., "label": ..
 become the sample's extra), CSV with a header (`path,label,...`: the `path` column or the first,
 the `--label-column` or `label` column or the second, other columns the extra), or plain lines
 `PATH LABEL [LABEL ...]` split on whitespace (ImageNet's validation lists). A path listed on
-several rows, a JSON list in a cell, or several labels on a plain line make a multi-label
-sample; a path without its extension matches the one image with that stem
-(`ILSVRC2012_val_00000001` → `ILSVRC2012_val_00000001.JPEG`, as in `LOC_val_solution.csv`).
+several rows with different labels (the same row repeated is one label), a JSON list in a cell,
+or several labels on a plain line make a multi-label sample; a path without its extension
+matches the one image with that stem (`ILSVRC2012_val_00000001` → `ILSVRC2012_val_00000001.JPEG`,
+as in `LOC_val_solution.csv`).
 Listed paths and file names are compared normalised (`normal_path`: NFC, `\\` as `/`, `./` and
 `..` resolved). A CSV whose first row names a file under SRC has no header (path, label, then
 the other columns as `column3`, ...).
@@ -163,8 +164,9 @@ def _csv(path: Path, text: str, delimiter: str, label_column: str | None, listed
 
 
 def _combine(targets: list[Any]) -> Any:
-    """One target from a path's rows: the one, or the classes of every row (multi-label)."""
-    if len(targets) == 1:
+    """One target from a path's rows: the one (a row repeated as it was is still one label, not
+    a multi-label sample), or the classes of every row (multi-label)."""
+    if all(target == targets[0] for target in targets):
         return targets[0]
     merged = []
     for target in targets:
