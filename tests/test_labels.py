@@ -405,3 +405,15 @@ def test_a_repeated_labels_row_keeps_a_one_class_dataset_one_class(tmp_path):
                      val_fraction=0).out
     assert Manifest.read(out).targets["kind"] == "class"  # its shards keep `cls` members (not classes.json)
     assert assert_labels_match_pixels(out) == 4 and rejected(out) == {}
+
+
+def test_two_files_whose_names_differ_only_in_unicode_form_are_never_confused(tmp_path):
+    nfc, nfd = "caf\u00e9.jpg", "cafe\u0301.jpg"
+    src = coded_folder(tmp_path / "src", [nfc, nfd, "ok.jpg"])  # pixels: 0, 1, 2
+    labels = tmp_path / "labels.csv"
+    labels.write_text(f"path,label\n{nfd},1\n./{nfc},0\nok.jpg,2\n")  # NFD as on disk; ./NFC fits both
+    out = preprocess(src, tmp_path / "out.iof", labels=labels, progress=False, workers=1, val_fraction=0).out
+    assert sorted(read_dataset(out)) == sorted([nfd, "ok.jpg"]) and assert_labels_match_pixels(out) == 2
+    lines = sorted((r["path"], r["reason"]) for r in map(json.loads, (out / "rejected.jsonl").read_text().splitlines()))
+    assert lines == sorted([(f"./{nfc}", f"listed in {labels}, which fits {', '.join(sorted([nfc, nfd]))} alike: "
+                                         "rename one of them"), (nfc, "not in the labels file labels.csv")])

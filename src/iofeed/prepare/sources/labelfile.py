@@ -41,29 +41,17 @@ def scan(src: str, options: SourceOptions) -> SourceScan:
     root = Path(src)
     if not root.is_dir():
         raise SourceError(f"source is not a folder: {src} (with --labels, SRC is the folder the paths start from)")
-    files = {normal_path(rel): rel for rel in _files_under(root, Path(options.labels))}
-    by_stem: dict[str, list[str]] = {}
-    for key in files:
-        by_stem.setdefault(os.path.splitext(key)[0], []).append(key)
-
-    def find(listed: str) -> str | None:
-        key = normal_path(listed)
-        found = key if key in files else _by_stem(by_stem, key)
-        return None if found is None else files[found]
-
-    rows = read_labels(Path(options.labels), options.label_column, lambda listed: find(listed) is not None)
+    files = _Files(_files_under(root, Path(options.labels)))
+    rows = read_labels(Path(options.labels), options.label_column, lambda listed: files.find(listed)[0] is not None)
     merged: dict[str, tuple[list[Any], Any, int]] = {}
     result = SourceScan(root=str(root), kind="labels", targets=Targets(json_targets=True))
     for listed, target, extra, line in rows:
-        rel = find(listed)
+        rel, fits = files.find(listed)
         if rel is None:
-            several = sorted(files[k] for k in by_stem.get(normal_path(listed), []))
-            reason = (f"listed in {options.labels} without an extension, which fits {', '.join(several)}: list "
-                      "the file's full name" if several else f"listed in {options.labels} but not found under {src}")
-            result.rejected.append(Rejection(listed, reason))
+            result.rejected.append(Rejection(listed, files.why_not(listed, fits, options.labels, src)))
             continue
         merged.setdefault(rel, ([], extra, line))[0].append(target)
-    for rel in sorted(set(files.values()) - set(merged)):
+    for rel in sorted(files.all - set(merged)):
         result.rejected.append(Rejection(rel, f"not in the labels file {Path(options.labels).name}"))
     for rel, (targets, extra, line) in sorted(merged.items()):
         targets = [t for t in targets if not missing(t)]
@@ -73,8 +61,38 @@ def scan(src: str, options: SourceOptions) -> SourceScan:
             continue
         result.add(str(root / rel), rel, _combine(targets), extra, where=f"{Path(options.labels).name} line {line}")
     if not len(result):
-        raise SourceError(_none_match(src, Path(options.labels), rows, sorted(files.values())))
+        raise SourceError(_none_match(src, Path(options.labels), rows, sorted(files.all)))
     return result
+
+
+class _Files:
+    """The files under SRC by normalised path and by stem, for finding the one a row lists."""
+
+    def __init__(self, rels: set[str]) -> None:
+        self.all = rels
+        self.by_key: dict[str, list[str]] = {}
+        for rel in sorted(rels):
+            self.by_key.setdefault(normal_path(rel), []).append(rel)
+        self.by_stem: dict[str, list[str]] = {}
+        for key, found in self.by_key.items():
+            self.by_stem.setdefault(os.path.splitext(key)[0], []).extend(found)
+
+    def find(self, listed: str) -> tuple[str | None, list[str]]:
+        """(the file `listed` names, []), or (None, the files it fits: none, or several). A name
+        written as it is on disk is that file, even beside one differing in Unicode form."""
+        if listed in self.all:
+            return listed, []
+        key = normal_path(listed)
+        found = self.by_key.get(key) or self.by_stem.get(key, [])
+        return (found[0], []) if len(found) == 1 else (None, sorted(found))
+
+    def why_not(self, listed: str, fits: list[str], labels: Path, src: str) -> str:
+        """The rejection reason of a row whose path names no one file."""
+        if not fits:
+            return f"listed in {labels} but not found under {src}"
+        if normal_path(listed) in self.by_key:  # two names that differ only in Unicode form (NFC / NFD)
+            return f"listed in {labels}, which fits {', '.join(fits)} alike: rename one of them"
+        return f"listed in {labels} without an extension, which fits {', '.join(fits)}: list the file's full name"
 
 
 def normal_path(path: str) -> str:
@@ -172,11 +190,6 @@ def _combine(targets: list[Any]) -> Any:
     for target in targets:
         merged += target if isinstance(target, list) else [target]
     return merged
-
-
-def _by_stem(by_stem: dict[str, list[str]], listed: str) -> str | None:
-    found = by_stem.get(listed, [])
-    return found[0] if len(found) == 1 else None
 
 
 def _files_under(root: Path, labels: Path) -> set[str]:
