@@ -280,3 +280,26 @@ def test_a_damaged_remote_shard_is_a_rejection_named_by_its_url(tmp_path, comman
         assert keys(load_sources(ds / Manifest.read(ds).splits["train"].table)) == ["s0000", "s0001", "s0002", "s0003"]
     assert [path for path, _ in rejected(ds)] == [f"{server.url}/shard-000001.tar#s{i:04d}" for i in range(4, 7)]
     assert all(reason.startswith("damaged tar (truncated") for _, reason in rejected(ds))
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_tars_joined_by_cat_and_link_members_are_named_not_half_read(tmp_path, command):
+    first, second = write_tar(tmp_path / "a.tar", samples(0, 2)), write_tar(tmp_path / "b.tar", samples(2, 2))
+    joined = tmp_path / "wds" / "joined.tar"
+    joined.parent.mkdir()
+    joined.write_bytes(first.read_bytes() + second.read_bytes())  # tarfile, GNU tar and webdataset stop at the first
+    linked = write_tar(tmp_path / "wds" / "linked.tar", samples(4, 2))
+    with tarfile.open(linked, "a") as tar:
+        info = tarfile.TarInfo("s0006.jpg")
+        info.type, info.linkname = tarfile.SYMTYPE, "s0004.jpg"
+        tar.addfile(info)
+        cls = tarfile.TarInfo("s0006.cls")
+        cls.size = 1
+        tar.addfile(cls, io.BytesIO(b"2"))
+    ds = run(command, str(tmp_path / "wds"), tmp_path / "ds.iof")
+    assert keys(kept(ds)) == ["s0004", "s0005"]
+    gone = {path.split("/")[-1]: reason for path, reason in rejected(ds)}
+    assert sorted(gone) == ["joined.tar#s0000", "joined.tar#s0001", "joined.tar#s0002", "joined.tar#s0003",
+                            "linked.tar#s0006"], "all 4 of the joined tars, the second's too"
+    assert all("data after its end-of-archive marker" in gone[f"joined.tar#s{i:04d}"] for i in range(4))
+    assert gone["linked.tar#s0006"].startswith("link or special member (s0006.jpg")

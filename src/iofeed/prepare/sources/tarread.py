@@ -88,7 +88,7 @@ def read_shard(path: str, name: str, spool: Path | None = None) -> ShardRead:
     if kind is not None:
         if spool is None:
             return _rejected_whole(path, name, f"compressed tar ({kind}: shards are read in place by offset; "
-                                   f"decompress it and index the .tar")
+                                   f"decompress it and index the .tar)")
         path = _decompressed(path, kind, spool)
     result = ShardRead(path)
     try:
