@@ -303,3 +303,25 @@ def test_tars_joined_by_cat_and_link_members_are_named_not_half_read(tmp_path, c
                             "linked.tar#s0006"], "all 4 of the joined tars, the second's too"
     assert all("data after its end-of-archive marker" in gone[f"joined.tar#s{i:04d}"] for i in range(4))
     assert gone["linked.tar#s0006"].startswith("link or special member (s0006.jpg")
+
+
+@pytest.mark.storage
+@pytest.mark.parametrize("command", COMMANDS)
+def test_a_remote_shard_denied_is_a_named_rejection_and_a_missing_one_says_not_found(tmp_path, command):
+    from helpers.storage import CountingServer
+
+    for s in range(3):
+        write_tar(tmp_path / "wds" / f"shard-{s:06d}.tar", samples(4 * s, 4))
+    server = CountingServer(tmp_path / "wds")
+    server.fail_status, server.failing["/shard-000001.tar"] = 403, 100
+    try:
+        ds = run(command, f"{server.url}/shard-{{000000..000002}}.tar", tmp_path / "ds.iof")
+        (tmp_path / "wds" / "shard-000002.tar").unlink()
+        with pytest.raises(SourceError, match=r"shard not found: .*/shard-000002.tar \(not found \(HTTP 404\)\)"):
+            run(command, f"{server.url}/shard-{{000000..000002}}.tar", tmp_path / "gone.iof")
+    finally:
+        server.close()
+    names = load_sources(ds / Manifest.read(ds).splits["train"].table)
+    assert keys(names) == [f"s{i:04d}" for i in (0, 1, 2, 3, 8, 9, 10, 11)]
+    assert rejected(ds) == [(f"{server.url}/shard-000001.tar", "unreadable shard (access denied (HTTP 403); its "
+                                                               "samples could not be counted)")]

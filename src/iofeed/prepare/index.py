@@ -19,7 +19,7 @@ from ..remote.urls import is_url
 from .output import check_output, spool_dir, written_aside
 from .run import REJECTED_NAME, write_rejected
 from .scan import Rejection, none_accepted, reason_kind
-from .sources.shardlist import fetch, list_shards
+from .sources.shardlist import fetch_or_reject, list_shards
 from .sources.targets import Targets
 from .sources.tarread import Members, read_shard
 from .sources.webdataset import image_keys, sample_of
@@ -71,7 +71,9 @@ def index_shards(spec: str, out: Path, *, split: str = "train", label_column: st
     targets, scanned, rejected = Targets(), [], []
     with spool_dir(out) as spool:
         for shard in shards:
-            local = fetch(shard, Path(spool)) if is_url(shard) else Path(shard)
+            local = fetch_or_reject(shard, Path(spool), rejected) if is_url(shard) else Path(shard)
+            if local is None:
+                continue
             indexed = _index_one(shard, local, label_column, image_key, targets, rejected)
             if indexed is not None:
                 scanned.append(indexed)

@@ -10,8 +10,9 @@ import shutil
 from pathlib import Path
 
 from ...errors import SourceError
-from ...remote.retry import with_retries
+from ...remote.retry import describe, policy_from_env, with_retries
 from ...remote.urls import filesystem, is_url, scheme
+from ..scan import Rejection
 
 _GROUP = re.compile(r"\{([^{}]*)\}")
 _RANGE = re.compile(r"^(\d+)\.\.(\d+)$")
@@ -96,8 +97,14 @@ def _check_once(spec: str, shards: list[str]) -> None:
         seen[identity] = shard
 
 
+class Unfetchable(SourceError):
+    """A remote shard that is there but could not be read (denied, failing after the retries):
+    a rejection of that shard, named by its URL, not the end of the run."""
+
+
 def fetch(url: str, spool: Path) -> Path:
-    """A local copy of the shard at `url` in `spool` (streamed to disk, retried when transient)."""
+    """A local copy of the shard at `url` in `spool` (streamed to disk, retried when transient).
+    SourceError when it is not there (a wrong name in the list), Unfetchable when it cannot be read."""
     entry = scheme(url)
     fs = filesystem(url)
     spool.mkdir(parents=True, exist_ok=True)
@@ -108,9 +115,21 @@ def fetch(url: str, spool: Path) -> Path:
             shutil.copyfileobj(src, out, 8 << 20)
 
     try:
-        with_retries(copy)
-    except FileNotFoundError:
-        raise SourceError(f"shard not found: {url}") from None
-    except Exception as exc:  # noqa: BLE001 - storage errors of any library, named by URL
-        raise SourceError(f"cannot read {url}: {type(exc).__name__}: {exc}") from None
+        with_retries(copy, policy_from_env())
+    except Exception as exc:  # noqa: BLE001 - storage errors of any library, judged by their cause
+        target.unlink(missing_ok=True)
+        what = describe(exc)  # fsspec calls every failed HTTP open "not found": only a real 404 is
+        if what.startswith("not found"):
+            raise SourceError(f"shard not found: {url} ({what})") from None
+        raise Unfetchable(f"{url}: {what}") from None
     return target
+
+
+def fetch_or_reject(url: str, spool: Path, rejected: list[Rejection]) -> Path | None:
+    """`fetch`, or None with the shard's rejection added to `rejected` when it cannot be read."""
+    try:
+        return fetch(url, spool)
+    except Unfetchable as exc:
+        rejected.append(Rejection(url, f"unreadable shard ({str(exc).removeprefix(url + ': ')}; its samples "
+                                       "could not be counted)"))
+        return None

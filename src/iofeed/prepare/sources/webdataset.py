@@ -13,7 +13,7 @@ from ...image.sniff import SNIFF_BYTES, sniff_bytes
 from ...remote.urls import is_url
 from ..scan import Rejection
 from .base import SourceOptions, SourceScan
-from .shardlist import fetch, list_shards
+from .shardlist import fetch_or_reject, list_shards
 from .targets import Targets, missing, parse_cell
 from .tarread import Members, read_shard
 
@@ -26,8 +26,10 @@ def scan(src: str, options: SourceOptions) -> SourceScan:
     a shard that cannot be read whole is rejected with the samples it held (see `tarread`)."""
     result = SourceScan(root=str(src), kind="webdataset", targets=Targets())
     for shard in list_shards(src):
-        local = str(fetch(shard, options.spool)) if is_url(shard) else shard
-        read = read_shard(local, shard, options.spool)
+        local = fetch_or_reject(shard, options.spool, result.rejected) if is_url(shard) else shard
+        if local is None:
+            continue
+        read = read_shard(str(local), shard, options.spool)
         result.rejected += read.rejected
         if not read.samples:
             continue
