@@ -325,3 +325,15 @@ def test_a_remote_shard_denied_is_a_named_rejection_and_a_missing_one_says_not_f
     assert keys(names) == [f"s{i:04d}" for i in (0, 1, 2, 3, 8, 9, 10, 11)]
     assert rejected(ds) == [(f"{server.url}/shard-000001.tar", "unreadable shard (access denied (HTTP 403); its "
                                                                "samples could not be counted)")]
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_a_broken_link_in_a_shard_folder_is_named_and_a_glob_matching_nothing_refused(tmp_path, command):
+    write_tar(tmp_path / "wds" / "a.tar", samples(0, 2))
+    os.symlink("gone.tar", tmp_path / "wds" / "b.tar")
+    ds = run(command, str(tmp_path / "wds"), tmp_path / "ds.iof")
+    assert keys(kept(ds)) == ["s0000", "s0001"]
+    assert rejected(ds) == [(str(tmp_path / "wds" / "b.tar"), "unreadable shard (No such file or directory); "
+                                                             "no sample could be read from it")]
+    with pytest.raises(SourceError, match=r"no file matches .*/other/\*.tar"):
+        run(command, str(tmp_path / "{wds/a.tar,other/*.tar}"), tmp_path / "none.iof")

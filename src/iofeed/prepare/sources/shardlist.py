@@ -64,16 +64,20 @@ def _check_braces(text: str) -> None:
 
 
 def list_shards(spec: str) -> list[str]:
-    """The shards `spec` names (URLs stay URLs): every file of a folder, tar or not (reading
-    names what is not); SourceError when it names none, or one shard twice."""
+    """The shards `spec` names (URLs stay URLs): every file of a folder, tar or not, and its broken
+    links (reading names what is not a tar); SourceError when a path or glob names nothing, or
+    one shard is named twice."""
     found: list[str] = []
     for item in expand_braces(str(spec)):
         if is_url(item):
             found.append(item)
         elif os.path.isdir(item):
-            found += [str(p) for p in sorted(Path(item).iterdir()) if p.is_file()]
+            found += [str(p) for p in sorted(Path(item).iterdir()) if p.is_file() or p.is_symlink()]
         elif glob.has_magic(item):
-            found += sorted(glob.glob(item))
+            matches = sorted(glob.glob(item))
+            if not matches:
+                raise SourceError(f"no file matches {item} (check the pattern; each glob of a list must match)")
+            found += matches
         else:
             if not os.path.exists(item):
                 raise SourceError(f"shard not found: {item} (give tar shards as paths, globs, "

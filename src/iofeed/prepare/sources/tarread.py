@@ -88,13 +88,15 @@ def read_shard(path: str, name: str, spool: Path | None = None) -> ShardRead:
     if kind is not None:
         if spool is None:
             return _rejected_whole(path, name, f"compressed tar ({kind}: shards are read in place by offset; "
-                                   f"decompress it and index the .tar)")
+                                   "decompress it and index the .tar)")
         path = _decompressed(path, kind, spool)
     result = ShardRead(path)
     try:
         entries, damage = _members(path)
-    except (tarfile.TarError, OSError) as exc:
+    except tarfile.TarError as exc:
         return _rejected_whole(path, name, f"not a tar shard ({exc}; pass WebDataset .tar shards)")
+    except OSError as exc:  # a broken link, a folder, no permission
+        return _rejected_whole(path, name, f"unreadable shard ({exc.strerror or exc})")
     if damage is not None:
         return _rejected_whole(path, name, f"damaged tar ({damage})")
     _group(entries, name, result)
