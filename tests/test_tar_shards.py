@@ -337,3 +337,16 @@ def test_a_broken_link_in_a_shard_folder_is_named_and_a_glob_matching_nothing_re
                                                              "no sample could be read from it")]
     with pytest.raises(SourceError, match=r"no file matches .*/other/\*.tar"):
         run(command, str(tmp_path / "{wds/a.tar,other/*.tar}"), tmp_path / "none.iof")
+
+
+def test_a_cut_compressed_tar_is_a_damaged_tar_with_the_samples_it_held(tmp_path):
+    write_tar(tmp_path / "wds" / "a.tar", samples(0, 2))
+    plain = write_tar(tmp_path / "b.tar", samples(2, 6))
+    packed = gzip.compress(plain.read_bytes())
+    (tmp_path / "wds" / "b.tar.gz").write_bytes(packed[:len(packed) // 2])
+    ds = run("preprocess", str(tmp_path / "wds"), tmp_path / "ds.iof")
+    assert keys(kept(ds)) == ["s0000", "s0001"]
+    gone = rejected(ds)
+    assert gone and all(path.startswith(f"{tmp_path / 'wds' / 'b.tar.gz'}#") for path, _ in gone)
+    assert all(reason.startswith("damaged tar (truncated") and f"its {len(gone)} samples" in reason
+               for _, reason in gone)

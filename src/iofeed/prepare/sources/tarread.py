@@ -9,7 +9,6 @@ import bz2
 import gzip
 import lzma
 import os
-import shutil
 import tarfile
 import tempfile
 import zlib
@@ -199,7 +198,8 @@ def _decompressed(path: str, kind: str, spool: Path) -> str:
     opener = next(opener for name, opener in COMPRESSED.values() if name == kind)
     with os.fdopen(fd, "wb") as out, opener(path, "rb") as src:
         try:
-            shutil.copyfileobj(src, out, 8 << 20)
+            for piece in iter(lambda: src.read1(1 << 16), b""):  # read1: a cut stream keeps what came before
+                out.write(piece)
         except DECOMPRESS_ERRORS:
             pass  # a damaged stream: what came out is read, and ends without its marker
     return target
