@@ -245,6 +245,9 @@ def test_nested_or_unbalanced_braces_are_refused_and_plain_groups_multiply():
         expand_braces("s{a,{b,c}}.tar")
     with pytest.raises(SourceError, match="unbalanced braces"):
         expand_braces("s{000..003.tar")
+    for pattern in ("s{a..e}.tar", "s{0..10..2}.tar", "s{-1..3}.tar"):
+        with pytest.raises(SourceError, match=r"unsupported range .*: ranges are \{LOW..HIGH\} of whole numbers"):
+            expand_braces(pattern)
     assert expand_braces("s{007..010}-{a,b}") == ["s007-a", "s007-b", "s008-a", "s008-b", "s009-a", "s009-b",
                                                   "s010-a", "s010-b"]
 

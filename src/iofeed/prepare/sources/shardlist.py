@@ -43,6 +43,9 @@ def _bounds(body: str, text: str) -> range | None:
     """The numbers a `{low..high}` group names (None for a list)."""
     numbers = _RANGE.match(body)
     if not numbers:
+        if ".." in body and "," not in body:  # {a..e}, {0..10..2}, {-1..3}: a range it would take literally
+            raise SourceError(f"unsupported range {{{body}}} in {text!r}: ranges are {{LOW..HIGH}} of whole numbers "
+                              "(or list the names: {a,b,c})")
         return None
     low, high = (int(n) for n in numbers.groups())
     if high < low:
