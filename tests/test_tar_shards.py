@@ -206,6 +206,10 @@ def test_one_shard_named_twice_is_refused(tmp_path, command):
     os.symlink("shard-000000.tar", tmp_path / "wds" / "shard-000001.tar")
     with pytest.raises(SourceError, match=r"twice \(as .*shard-000000.tar and .*shard-000001.tar\)"):
         run(command, str(tmp_path / "wds"), tmp_path / "ds.iof")
+    (tmp_path / "wds" / "shard-000001.tar").unlink()
+    os.link(tmp_path / "wds" / "shard-000000.tar", tmp_path / "wds" / "shard-000002.tar")
+    with pytest.raises(SourceError, match=r"twice \(as .*shard-000000.tar and .*shard-000002.tar\)"):
+        run(command, str(tmp_path / "wds" / "shard-*.tar"), tmp_path / "ds.iof")
 
 
 def sparse(path: Path, member: str) -> None:

@@ -93,15 +93,24 @@ def list_shards(spec: str) -> list[str]:
 
 
 def _check_once(spec: str, shards: list[str]) -> None:
-    """SourceError when two names in `shards` are one shard (the same URL, or paths to one file):
-    reading it twice would put each of its samples in the dataset twice, in train and val alike."""
-    seen: dict[str, str] = {}
+    """SourceError when two names in `shards` are one shard (the same URL, or paths to one file:
+    a symlink or a hard link): reading it twice would put each of its samples in the dataset
+    twice, in train and val alike."""
+    seen: dict[object, str] = {}
     for shard in shards:
-        identity = shard if is_url(shard) else os.path.realpath(shard)
+        identity = shard if is_url(shard) else _file_identity(shard)
         if identity in seen:
             same = "" if seen[identity] == shard else f" (as {seen[identity]} and {shard})"
             raise SourceError(f"{spec} names the shard {shard} twice{same}: name each shard once")
         seen[identity] = shard
+
+
+def _file_identity(path: str) -> object:
+    try:
+        info = os.stat(path)
+    except OSError:  # a broken link: reading it names it
+        return os.path.realpath(path)
+    return info.st_dev, info.st_ino
 
 
 class Unfetchable(SourceError):
