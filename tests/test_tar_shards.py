@@ -357,3 +357,19 @@ def test_a_cut_compressed_tar_is_a_damaged_tar_with_the_samples_it_held(tmp_path
     assert gone and all(path.startswith(f"{tmp_path / 'wds' / 'b.tar.gz'}#") for path, _ in gone)
     assert all(reason.startswith("damaged tar (truncated") and f"its {len(gone)} samples" in reason
                for _, reason in gone)
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_a_member_name_that_is_not_utf8_is_named_not_a_traceback(tmp_path, command):
+    shard = tmp_path / "a.tar"
+    with tarfile.open(shard, "w", format=tarfile.GNU_FORMAT, encoding="utf-8", errors="surrogateescape") as tar:
+        for name, data in samples(0, 2) + [(n.replace("s0002", "s\udcff02"), d) for n, d in sample_members(2)]:
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    ds = run(command, str(shard), tmp_path / "ds.iof")
+    if command == "index":  # a wds2idx line is UTF-8 text: the loader could not be told where it is
+        assert keys(kept(ds)) == ["s0000", "s0001"]
+        assert rejected(ds) == [(f"{shard}#s\\xff02", "member name not UTF-8 (a DALI index cannot hold it)")]
+    else:  # preprocess writes its own shards and names: the sample is kept, its source name escaped
+        assert len(kept(ds)) == 3 and not rejected(ds)

@@ -134,8 +134,9 @@ def _index_one(shard: str, local: Path, label_column: str | None, image_key: tup
     with open(local, "rb") as f:
         for key, members in read.samples.items():
             name = f"{shard}#{key}"
-            if any(c.isspace() for c in key) or any(c.isspace() for c in "".join(members)):
-                rejected.append(Rejection(name, "whitespace in a member name (a DALI index cannot hold it)"))
+            unindexable = _unindexable(key, members)
+            if unindexable:
+                rejected.append(Rejection(name, f"{unindexable} (a DALI index cannot hold it)"))
                 continue
             lines.append(_index_line(key, members))
             try:
@@ -152,6 +153,18 @@ def _index_one(shard: str, local: Path, label_column: str | None, image_key: tup
                 digest.update(block)
     location = shard if is_url(shard) else os.path.abspath(shard)
     return _Shard(location, local.stat().st_size, digest.hexdigest() if is_url(shard) else "", lines, accepted)
+
+
+def _unindexable(key: str, members: Members) -> str | None:
+    """Why a sample's member names cannot go into a wds2idx line (space-separated UTF-8), or None."""
+    names = "".join([key, *members])
+    if any(c.isspace() for c in names):
+        return "whitespace in a member name"
+    try:
+        names.encode("utf-8")
+    except UnicodeEncodeError:  # bytes tarfile kept as surrogates
+        return "member name not UTF-8"
+    return None
 
 
 def _index_line(key: str, members: Members) -> str:
