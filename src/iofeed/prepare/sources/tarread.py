@@ -92,10 +92,10 @@ def read_shard(path: str, name: str, spool: Path | None = None) -> ShardRead:
     result = ShardRead(path)
     try:
         entries, damage = _members(path)
-    except tarfile.TarError as exc:
-        return _rejected_whole(path, name, f"not a tar shard ({exc}; pass WebDataset .tar shards)")
+    except tarfile.TarError as exc:  # its first block is no tar header: nothing to count in it
+        return _rejected_whole(path, name, f"not a tar shard ({exc}; pass WebDataset .tar shards)", count=False)
     except OSError as exc:  # a broken link, a folder, no permission
-        return _rejected_whole(path, name, f"unreadable shard ({exc.strerror or exc})")
+        return _rejected_whole(path, name, f"unreadable shard ({exc.strerror or exc})", count=False)
     if damage is not None:
         return _rejected_whole(path, name, f"damaged tar ({damage})")
     _group(entries, name, result)
@@ -168,10 +168,10 @@ def _group(entries: Iterable[tarfile.TarInfo], name: str, result: ShardRead) -> 
         del result.samples[key]
 
 
-def _rejected_whole(path: str, name: str, reason: str) -> ShardRead:
-    """The shard rejected with every sample it held (as far as its headers can still be found),
-    or by its own name when none can be."""
-    keys = _keys_anyway(path)
+def _rejected_whole(path: str, name: str, reason: str, count: bool = True) -> ShardRead:
+    """The shard rejected with every sample it held (as far as its headers can still be found,
+    when `count`), or by its own name when none can be."""
+    keys = _keys_anyway(path) if count else []
     if not keys:
         return ShardRead(path, rejected=[Rejection(name, f"{reason}; no sample could be read from it")], usable=False)
     reason = f"{reason}; its {len(keys)} samples are rejected with it"
