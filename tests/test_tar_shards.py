@@ -373,3 +373,18 @@ def test_a_member_name_that_is_not_utf8_is_named_not_a_traceback(tmp_path, comma
         assert rejected(ds) == [(f"{shard}#s\\xff02", "member name not UTF-8 (a DALI index cannot hold it)")]
     else:  # preprocess writes its own shards and names: the sample is kept, its source name escaped
         assert len(kept(ds)) == 3 and not rejected(ds)
+
+
+@pytest.mark.slow  # importing webdataset takes most of it
+@pytest.mark.parametrize("command", COMMANDS)
+def test_a_key_tar_writer_wrote_twice_rejects_both_samples_not_the_first(tmp_path, command):
+    import webdataset as wds
+
+    shard = tmp_path / "shard-000000.tar"
+    with wds.TarWriter(str(shard)) as sink:
+        for i in (0, 1, 2, 3):
+            sink.write({"__key__": f"s{i:04d}", "jpg": colour_jpeg(i % 4, i), "cls": i % 4})
+        sink.write({"__key__": "s0001", "jpg": colour_jpeg(2, 50), "cls": 2})  # the same key again, at the end
+    ds = run(command, str(shard), tmp_path / "ds.iof")
+    assert keys(kept(ds)) == ["s0000", "s0002", "s0003"]
+    assert [(p, r.split(" (")[0]) for p, r in rejected(ds)] == [(f"{shard}#s0001", "key repeated apart")] * 2
