@@ -4,11 +4,13 @@ sparse members, one shard named twice, brace patterns. Every image's pixels enco
 each kept sample is checked end to end, and every sample written is kept or rejected by name."""
 from __future__ import annotations
 
+import contextlib
 import gzip
 import io
 import json
 import os
 import tarfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -270,24 +272,49 @@ def test_a_folder_lists_every_file_for_the_reader_to_name(tmp_path):
     assert list_shards(str(tmp_path / "wds")) == [str(tmp_path / "wds" / "a.idx"), str(tmp_path / "wds" / "a.tar")]
 
 
+@contextlib.contextmanager
+def served(folder: Path, store: str, monkeypatch) -> Iterator[str]:
+    """The files of `folder` at a URL: an http server, or a bucket of moto's S3, on 127.0.0.1."""
+    if store == "http":
+        from helpers.storage import CountingServer
+
+        server = CountingServer(folder)
+        try:
+            yield server.url
+        finally:
+            server.close()
+        return
+    import fsspec
+
+    from helpers.storage import free_port, moto_s3
+
+    port = free_port()
+    for name, value in (("AWS_ACCESS_KEY_ID", "testing"), ("AWS_SECRET_ACCESS_KEY", "testing"),
+                        ("AWS_DEFAULT_REGION", "us-east-1"), ("AWS_ENDPOINT_URL", f"http://127.0.0.1:{port}")):
+        monkeypatch.setenv(name, value)
+    with moto_s3(port):
+        fs = fsspec.filesystem("s3", endpoint_url=f"http://127.0.0.1:{port}", skip_instance_cache=True)
+        bucket = f"shards-{os.urandom(4).hex()}"  # moto keeps its buckets for the life of the process
+        fs.mkdir(bucket)
+        for path in folder.iterdir():
+            fs.put_file(str(path), f"s3://{bucket}/{path.name}")
+        yield f"s3://{bucket}"
+
+
 @pytest.mark.storage
 @pytest.mark.parametrize("command", COMMANDS)
-def test_a_damaged_remote_shard_is_a_rejection_named_by_its_url(tmp_path, command):
-    from helpers.storage import CountingServer
-
+@pytest.mark.parametrize("store", ["http", pytest.param("s3", marks=pytest.mark.slow)])
+def test_a_damaged_remote_shard_is_a_rejection_named_by_its_url(tmp_path, monkeypatch, command, store):
     write_tar(tmp_path / "wds" / "shard-000000.tar", samples(0, 4))
     damaged = write_tar(tmp_path / "wds" / "shard-000001.tar", samples(4, 4))
     damaged.write_bytes(damaged.read_bytes()[:headers(damaged)["s0006.jpg"] + 600])
-    server = CountingServer(tmp_path / "wds")
-    try:
-        ds = run(command, f"{server.url}/shard-{{000000..000001}}.tar", tmp_path / "ds.iof")
-    finally:
-        server.close()
+    with served(tmp_path / "wds", store, monkeypatch) as url:
+        ds = run(command, f"{url}/shard-{{000000..000001}}.tar", tmp_path / "ds.iof")
     if command == "preprocess":
         assert keys(kept(ds)) == ["s0000", "s0001", "s0002", "s0003"]
     else:
         assert keys(load_sources(ds / Manifest.read(ds).splits["train"].table)) == ["s0000", "s0001", "s0002", "s0003"]
-    assert [path for path, _ in rejected(ds)] == [f"{server.url}/shard-000001.tar#s{i:04d}" for i in range(4, 7)]
+    assert [path for path, _ in rejected(ds)] == [f"{url}/shard-000001.tar#s{i:04d}" for i in range(4, 7)]
     assert all(reason.startswith("damaged tar (truncated") for _, reason in rejected(ds))
 
 
