@@ -284,21 +284,12 @@ def served(folder: Path, store: str, monkeypatch) -> Iterator[str]:
         finally:
             server.close()
         return
-    import fsspec
+    from helpers.storage import moto_bucket
 
-    from helpers.storage import free_port, moto_s3
-
-    port = free_port()
-    for name, value in (("AWS_ACCESS_KEY_ID", "testing"), ("AWS_SECRET_ACCESS_KEY", "testing"),
-                        ("AWS_DEFAULT_REGION", "us-east-1"), ("AWS_ENDPOINT_URL", f"http://127.0.0.1:{port}")):
-        monkeypatch.setenv(name, value)
-    with moto_s3(port):
-        fs = fsspec.filesystem("s3", endpoint_url=f"http://127.0.0.1:{port}", skip_instance_cache=True)
-        bucket = f"shards-{os.urandom(4).hex()}"  # moto keeps its buckets for the life of the process
-        fs.mkdir(bucket)
+    with moto_bucket(monkeypatch) as (fs, url):
         for path in folder.iterdir():
-            fs.put_file(str(path), f"s3://{bucket}/{path.name}")
-        yield f"s3://{bucket}"
+            fs.put_file(str(path), f"{url}/{path.name}")
+        yield url
 
 
 @pytest.mark.storage
