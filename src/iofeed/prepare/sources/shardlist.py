@@ -1,5 +1,6 @@
 """Shard lists as users write them: a path, a glob, a brace list (`shards-{000000..000127}.tar`),
-a folder of shards, or s3/gs/http(s) URLs; remote shards copied into the spool folder."""
+a folder of shards, or s3/gs/http(s) URLs, each shard once and braces bounded; remote shards
+copied into the spool folder (one that cannot be read is a rejection, one not there an error)."""
 from __future__ import annotations
 
 import glob
