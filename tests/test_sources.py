@@ -504,25 +504,17 @@ def test_parquet_larger_than_the_memory_budget_is_read_in_bounded_memory(tmp_pat
 @pytest.mark.slow
 @pytest.mark.storage
 def test_webdataset_from_s3_by_a_brace_list_of_urls(tmp_path, monkeypatch):
-    import fsspec
-
-    from helpers.storage import free_port, moto_s3
+    from helpers.storage import moto_bucket
 
     expected = write_webdataset(tmp_path / "wds")
-    port = free_port()
-    for name, value in (("AWS_ACCESS_KEY_ID", "testing"), ("AWS_SECRET_ACCESS_KEY", "testing"),
-                        ("AWS_DEFAULT_REGION", "us-east-1"), ("AWS_ENDPOINT_URL", f"http://127.0.0.1:{port}")):
-        monkeypatch.setenv(name, value)
-    with moto_s3(port):
-        fs = fsspec.filesystem("s3", endpoint_url=f"http://127.0.0.1:{port}", skip_instance_cache=True)
-        fs.mkdir("shards")
+    with moto_bucket(monkeypatch) as (fs, bucket):
         for n in range(2):
-            fs.put_file(str(tmp_path / "wds" / f"shard-{n:06d}.tar"), f"s3://shards/wds/shard-{n:06d}.tar")
-        summary = preprocess("s3://shards/wds/shard-{000000..000001}.tar", tmp_path / "out.iof", progress=False,
+            fs.put_file(str(tmp_path / "wds" / f"shard-{n:06d}.tar"), f"{bucket}/wds/shard-{n:06d}.tar")
+        summary = preprocess(f"{bucket}/wds/shard-{{000000..000001}}.tar", tmp_path / "out.iof", progress=False,
                              workers=1)
     stored = read_dataset(summary.out)
     assert {name.split("#")[1] for name in stored} == {name.split("#")[1] for name in expected}
-    assert all(name.startswith("s3://shards/wds/shard-") for name in stored)
+    assert all(name.startswith(f"{bucket}/wds/shard-") for name in stored)
     assert len(_rejected(summary.out)) == 3
 
 

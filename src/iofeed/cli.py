@@ -25,6 +25,13 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _add_image_key(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--image-key", default=None,
+                        help="WebDataset: the image member's extension, or several by preference (jpg,png): the "
+                             "first present is the image (default: the one image member; a sample with several, "
+                             "such as a mask beside a photo, is rejected naming them)")
+
+
 def _shard_bytes(mib: float) -> int:
     """`--shard-mb` in bytes; OptionError for NaN, infinite or non-positive sizes."""
     if not math.isfinite(mib) or mib <= 0:
@@ -133,6 +140,7 @@ def _cmd_preprocess(args: argparse.Namespace) -> None:
             label_column=args.label_column,
             image_column=args.image_column,
             label_names=args.label_names,
+            image_key=args.image_key,
         )
     print_preprocess_summary(summary)
 
@@ -143,7 +151,7 @@ def _cmd_index(args: argparse.Namespace) -> None:
 
     with terminate_as_interrupt():
         summary = index_shards(args.shards, Path(args.out), split=args.split, label_column=args.label_column,
-                               overwrite=args.overwrite, label_names=args.label_names)
+                               image_key=args.image_key, overwrite=args.overwrite, label_names=args.label_names)
     rejected = sum(summary.rejected.values())
     print(f"iofeed index written to {summary.out}: {_count(summary.samples, 'sample')} in "
           f"{_count(summary.shards, 'shard')} (read in place), {rejected:,} rejected"
@@ -261,6 +269,7 @@ def build_parser() -> argparse.ArgumentParser:
     prep.add_argument("--label-names", action="store_true", help=LABEL_NAMES_HELP)
     prep.add_argument("--image-column", default=None,
                       help="Parquet / Hugging Face: the image column (default: the first binary or {bytes, path} one)")
+    _add_image_key(prep)
     prep.add_argument("-o", "--out", default=None,
                       help="output dataset: a folder (default: SRC.iof beside SRC), or an s3:// or gs:// URL "
                            "to upload to (prepared in a temporary folder, iofeed.json uploaded last)")
@@ -294,6 +303,7 @@ def build_parser() -> argparse.ArgumentParser:
     index.add_argument("--split", default="train", help="the split's name (default train)")
     index.add_argument("--label-column", default=None,
                        help="the label's member or json key (default: cls, txt, or json 'label')")
+    _add_image_key(index)
     index.add_argument("--label-names", action="store_true", help=LABEL_NAMES_HELP)
     index.add_argument("--overwrite", action="store_true", help="replace an existing output")
     index.set_defaults(func=_cmd_index)

@@ -18,6 +18,7 @@ class SourceOptions:
     labels: Path | None = None  # a labels file (CSV or JSON lines) mapping paths under SRC to targets
     label_column: str | None = None  # the column / JSON key / Parquet column holding the label
     image_column: str | None = None  # Parquet / Arrow: the column holding the image
+    image_key: tuple[str, ...] | None = None  # WebDataset: the image member's extension(s), first present wins
     spool: Path | None = None  # a private folder for bytes the source must copy out (cells, downloads)
     label_names: bool = False  # every label is a class name as written (`true`, `1.5`, `5000000`)
 

@@ -11,8 +11,8 @@ from ...registry import Entry, Registry
 from ...remote.urls import is_url
 from ..scan import none_accepted
 from .base import SourceOptions, SourceScan
-from .shardlist import is_tar
 from .tables import is_hf_dataset, is_parquet
+from .tarread import is_tar
 
 
 @dataclass(frozen=True)
@@ -77,6 +77,8 @@ def scan_source(src: str | Path, options: SourceOptions, kind: str = "auto") -> 
                           f"(URLs: {', '.join(SOURCES.having('urls'))})")
     if options.labels is not None and not entry.caps.labels_file:
         raise SourceError(f"--labels is for a folder of images, not a {kind} source")
+    if options.image_key and kind != "webdataset":
+        raise SourceError(f"--image-key is for WebDataset shards, not a {kind} source (Parquet: --image-column)")
     for option, value, cap in (("--label-column", options.label_column, "label_column"),
                                ("--label-names", "" if options.label_names else None, "label_column"),
                                ("--image-column", options.image_column, "image_column")):
