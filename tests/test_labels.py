@@ -417,3 +417,28 @@ def test_two_files_whose_names_differ_only_in_unicode_form_are_never_confused(tm
     lines = sorted((r["path"], r["reason"]) for r in map(json.loads, (out / "rejected.jsonl").read_text().splitlines()))
     assert lines == sorted([(f"./{nfc}", f"listed in {labels}, which fits {', '.join(sorted([nfc, nfd]))} alike: "
                                          "rename one of them"), (nfc, "not in the labels file labels.csv")])
+
+
+@pytest.mark.storage
+@pytest.mark.parametrize("command", ["preprocess", "index"])
+def test_odd_labels_in_shards_over_http_are_rejected_by_url(tmp_path, command):
+    from helpers.storage import CountingServer
+
+    samples = [(f"s{c}", coded(c % 4, c), {"cls": str(c % 4).encode()}) for c in range(8)]
+    samples += [("neg", coded(0), {"cls": b"-1"}), ("flag", coded(0), {"json": b'{"label": true}'})]
+    write_shard(tmp_path / "shard.tar", samples)
+    server = CountingServer(tmp_path)
+    out = tmp_path / "out.iof"
+    try:
+        url = f"{server.url}/shard.tar"
+        split = ["--val-fraction", "0"] if command == "preprocess" else []
+        assert main([command, url, "-o", str(out), *split]) == 0
+        classes = Manifest.read(out).classes
+        with iofeed.loader(str(out), batch_size=4, image_size=16, workers=1, cache_dir=tmp_path / "cache") as ld:
+            seen = [(int(classes[label]), decoded(image)) for images, labels in ld
+                    for image, label in zip(images, labels, strict=True)]
+    finally:
+        server.close()
+    assert classes == ["0", "1", "2", "3"] and len(seen) == 8 and all(a == b for a, b in seen)
+    assert {path: reason.split(" (")[0] for path, reason in rejected(out).items()} == {
+        f"{url}#neg": "label not a class", f"{url}#flag": "label not a class"}
