@@ -184,6 +184,12 @@ def test_a_damaged_or_foreign_parquet_file_is_a_one_line_error_naming_it(tmp_pat
     (tmp_path / "cut.parquet").write_bytes((tmp_path / "a.parquet").read_bytes()[:200])
     with pytest.raises(SourceError, match=r"cannot read Parquet file .*cut\.parquet: .*write it again"):
         preprocess(tmp_path / "cut.parquet", tmp_path / "out.iof", progress=False, workers=1)
+    damaged = bytearray((tmp_path / "a.parquet").read_bytes())
+    damaged[8:300] = b"\xff" * 292  # the first page header: the footer still reads
+    (tmp_path / "page.parquet").write_bytes(bytes(damaged))
+    with pytest.raises(SourceError, match=r"cannot read Parquet file .*page\.parquet: .*write it again") as caught:
+        preprocess(tmp_path / "page.parquet", tmp_path / "out.iof", progress=False, workers=1)
+    assert "\n" not in str(caught.value)
     (tmp_path / "both").mkdir()
     (tmp_path / "a.parquet").rename(tmp_path / "both" / "a.parquet")
     pq.write_table(pa.table({"picture": pa.array(images, pa.binary())}), tmp_path / "both" / "b.parquet")

@@ -59,8 +59,10 @@ def scan_parquet(src: str, options: SourceOptions) -> SourceScan:
         try:
             for group in range(table.num_row_groups):
                 yield from table.iter_batches(ROWS_PER_BATCH, row_groups=[group], columns=result.columns)
-        except ValueError as exc:  # pyarrow's ArrowInvalid: a damaged row group
-            raise SourceError(f"cannot read Parquet file {file}: {exc}") from None
+        except (OSError, ValueError) as exc:  # ArrowInvalid, or a page header that does not deserialize
+            reason = " ".join(str(exc).split())  # pyarrow's thrift errors span lines
+            raise SourceError(f"cannot read Parquet file {file}: {reason} (write it again, or leave it out of "
+                              "SRC)") from None
 
     for number, file in enumerate(files):
         _spool_rows(result, str(file), number, batches(file), options)
