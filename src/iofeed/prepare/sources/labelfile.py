@@ -118,7 +118,8 @@ def read_labels(path: Path, label_column: str | None, listed: Callable[[str], bo
     try:
         text = path.read_text(encoding="utf-8-sig")
     except (OSError, ValueError) as exc:
-        raise SourceError(f"cannot read labels file {path}: {exc}") from None
+        raise SourceError(f"cannot read labels file {path}: {exc} (pass a UTF-8 text file: CSV, JSON lines or "
+                          "`PATH LABEL` lines)") from None
     first = next((line for line in text.splitlines() if line.strip()), "")
     if first.lstrip().startswith("{"):
         return _jsonl(path, text, label_column)
