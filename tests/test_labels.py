@@ -442,3 +442,10 @@ def test_odd_labels_in_shards_over_http_are_rejected_by_url(tmp_path, command):
     assert classes == ["0", "1", "2", "3"] and len(seen) == 8 and all(a == b for a, b in seen)
     assert {path: reason.split(" (")[0] for path, reason in rejected(out).items()} == {
         f"{url}#neg": "label not a class", f"{url}#flag": "label not a class"}
+
+
+def test_a_labels_file_that_is_not_utf8_says_what_to_pass(tmp_path):
+    src = coded_folder(tmp_path / "src", ["0.jpg"])
+    (tmp_path / "labels.csv").write_bytes(b"\xff\xfe0.jpg,0\n")
+    with pytest.raises(SourceError, match=r"cannot read labels file .*labels\.csv: .*\(pass a UTF-8 text file"):
+        preprocess(src, tmp_path / "out.iof", labels=tmp_path / "labels.csv", progress=False, workers=1)
