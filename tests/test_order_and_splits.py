@@ -21,7 +21,7 @@ def test_validation_mask_per_class_and_deterministic():
     assert [int(fixed[labels == c].sum()) for c in range(5)] == [0, 1, 5, 5, 5]
 
 
-@pytest.mark.parametrize("kwargs", [{"val_fraction": 1.0}, {"val_per_class": -1},
+@pytest.mark.parametrize("kwargs", [{"val_fraction": 1.5}, {"val_fraction": float("nan")}, {"val_per_class": -1},
                                     {"val_per_class": 1, "val_fraction": 0.1}])
 def test_validation_mask_rejects_bad_options(kwargs):
     with pytest.raises(OptionError):
