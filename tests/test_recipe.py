@@ -2,18 +2,19 @@
 the same box, every engine honouring it or refusing it with the engine that can."""
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 import iofeed
-from helpers.images import png_bytes, smooth_rgb
+from helpers.images import label_from_pixels, png_bytes, smooth_rgb
 from helpers.runs import slot_memory
 from iofeed.backends.base import BatchKey
 from iofeed.errors import OptionError
 from iofeed.options import LoaderOptions
-from iofeed.recipe import PRESETS, Recipe, recipe_of
+from iofeed.recipe import MAX_RATIO, MIN_CROP_FRACTION, MIN_SCALE, PRESETS, Recipe, recipe_of
 
 WIDTH, HEIGHT = 320, 256  # centre crop of 0.875: an integer box (48, 16, 272, 240)
 
@@ -87,9 +88,9 @@ def test_scale_and_ratio_shape_the_crop_as_torchvision_does(one_png, scale, rati
     box, flip = _box(recipe, 128)
     width, height = box[2] - box[0], box[3] - box[1]
     assert not flip
-    if scale[0] == scale[1] and ratio[0] == ratio[1]:  # fixed: the box is determined up to rounding
-        assert width * height / (WIDTH * HEIGHT) == pytest.approx(scale[0], rel=0.02)
-        assert width / height == pytest.approx(ratio[0], rel=0.02)
+    if scale[0] == scale[1] and ratio[0] == ratio[1]:  # fixed: the box's sides are the rounded exact ones
+        area = WIDTH * HEIGHT * scale[0]
+        assert (width, height) == (round(math.sqrt(area * ratio[0])), round(math.sqrt(area / ratio[0])))
     _close(_first(root, 128, recipe), _torchvision(pixels, box, False, 128, "bilinear"))
 
 
@@ -167,16 +168,58 @@ BAD_RECIPES = [
     ({"scale": (0.5, 0.2)}, "scale"), ({"scale": (0.0, 1.0)}, "scale"), ({"scale": 0.5}, "scale"),
     ({"ratio": (2.0, 1.0)}, "ratio"), ({"ratio": (0, 1)}, "ratio"), ({"flip": 1}, "flip"),
     ({"crop_fraction": 0}, "crop_fraction"), ({"crop_fraction": 1.2}, "crop_fraction"),
-    ({"interpolation": "lanczos"}, "lanczos"), ({"mean": (0.5, 0.5)}, "mean"), ({"std": (0.2, 0, 0.2)}, "std"),
+    ({"interpolation": "lanczos"}, "interpolation='lanczos'"),
+    ({"mean": (0.5, 0.5)}, "mean"), ({"std": (0.2, 0, 0.2)}, "std"),
     ({"normalize": "no"}, "normalize"), ({"train": "yes"}, "train"),
 ]
 
 
-@pytest.mark.parametrize("fields, named", BAD_RECIPES, ids=lambda v: repr(v) if isinstance(v, dict) else None)
+INF, NAN = float("inf"), float("nan")
+# Each made every image NaN/inf, or failed on every sample (an overflow in the crop draw or the
+# decode), or silently gave the whole image instead of the crop asked for.
+EXTREME_RECIPES = [
+    ({"mean": (INF, 0.4, 0.4)}, "mean"), ({"mean": (NAN, 0.4, 0.4)}, "mean"), ({"mean": (-INF, 0.4, 0.4)}, "mean"),
+    ({"std": (1e-300, 0.2, 0.2)}, "std"), ({"std": (INF, 0.2, 0.2)}, "std"), ({"std": (NAN, 0.2, 0.2)}, "std"),
+    ({"mean": (1.5, 0.4, 0.4)}, "mean"), ({"std": (0.2, 0.2, 1.5)}, "std"),
+    ({"ratio": (1, INF)}, "ratio"), ({"ratio": (NAN, 1)}, "ratio"), ({"ratio": (1e-300, 1e-300)}, "ratio"),
+    ({"ratio": (1, 1e9)}, "ratio"), ({"scale": (1e-9, 1e-9)}, "scale"), ({"scale": (NAN, 1.0)}, "scale"),
+    ({"crop_fraction": 1e-9}, "crop_fraction"), ({"crop_fraction": NAN}, "crop_fraction"),
+]
+
+
+@pytest.mark.parametrize("fields, named", BAD_RECIPES + EXTREME_RECIPES,
+                         ids=lambda v: repr(v) if isinstance(v, dict) else None)
 def test_bad_recipe_values_are_one_line_errors(fields, named):
     with pytest.raises(OptionError) as info:
         Recipe(**fields)
-    assert named in str(info.value) and "\n" not in str(info.value)
+    assert f"Recipe {named}" in str(info.value) and "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize("field, given, expected", [
+    ("mean", (123.675, 116.28, 103.53), "mean=(0.485, 0.456, 0.406)"),
+    ("std", (58.395, 57.12, 57.375), "std=(0.229, 0.224, 0.225)"),
+])
+def test_a_mean_or_std_on_the_0_255_scale_is_refused_with_the_0_1_values(field, given, expected):
+    """Recipe takes the 0-1 scale only: ImageNet's 0-255 numbers would normalise every pixel to about -2."""
+    with pytest.raises(OptionError) as info:
+        Recipe(**{field: given})
+    assert "0-255 scale" in str(info.value) and expected in str(info.value) and "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize("recipe, split", [
+    (Recipe(scale=(MIN_SCALE, MIN_SCALE), ratio=(1 / MAX_RATIO, 1 / MAX_RATIO)), "train"),
+    (Recipe(scale=(MIN_SCALE, MIN_SCALE), ratio=(MAX_RATIO, MAX_RATIO)), "train"),
+    (Recipe(scale=(1.0, 1.0), ratio=(1 / MAX_RATIO, 1 / MAX_RATIO)), "train"),  # the fallback: a 1-2 px wide box
+    (Recipe(crop_fraction=MIN_CROP_FRACTION), "val"),
+])
+def test_recipes_at_the_bounds_deliver_every_sample_with_its_label(colour_dataset, recipe, split):
+    """What is accepted works: each extreme still crops every sample, and its pixels keep its label."""
+    with iofeed.loader(colour_dataset, batch_size=4, image_size=32, workers=1, augment=recipe, split=split,
+                       drop_last=False, max_skipped=0) as ld:
+        seen = [(label_from_pixels(image), int(label)) for images, labels in ld
+                for image, label in zip(np.array(images), np.array(labels), strict=True)]
+        assert ld.stats.images == len(seen) == {"train": 32, "val": 8}[split]
+    assert all(found == label for found, label in seen), seen
 
 
 BAD_LOADER = [
@@ -245,3 +288,32 @@ def test_gpu_augment_honours_scale_ratio_flip_and_mean_std(colour_tree, tmp_path
         assert len(runs[0]) == 32 and runs[0].dtype == runs[1].dtype
         assert (runs[1].dtype == np.uint8) == (not recipe.normalize)
         assert np.abs(_block_means(runs[0]) - _block_means(runs[1])).mean() < tolerance
+
+
+@pytest.fixture(scope="module")
+def same_picture(tmp_path_factory) -> Path:
+    """A folder of 8 copies of one PNG: whatever a batch holds, its pixels differ only by crop and flip."""
+    root = tmp_path_factory.mktemp("same") / "tree"
+    (root / "a").mkdir(parents=True)
+    data = png_bytes(smooth_rgb(WIDTH, HEIGHT, seed=3))
+    for i in range(8):
+        (root / "a" / f"{i}.png").write_bytes(data)
+    return root
+
+
+def test_each_rank_draws_its_own_crops_and_flips_reproducibly(same_picture):
+    """Ranks must not augment in lockstep (every rank's batch b would be cropped and flipped alike),
+    and each rank's draws are a function of (seed, epoch, rank, batch): the same on a second run."""
+    def crops(rank: int) -> list[np.ndarray]:
+        with iofeed.loader(same_picture, batch_size=2, image_size=32, workers=1, augment=True, seed=4, rank=rank,
+                           world_size=2) as ld:
+            return [np.array(images) for images, _ in ld]
+
+    ranks = [crops(0), crops(1)]
+    assert len(ranks[0]) == len(ranks[1]) == 2
+    assert all(not np.array_equal(a, b) for batch0, batch1 in zip(*ranks, strict=True)
+               for a, b in zip(batch0, batch1, strict=True))
+    assert all(np.array_equal(a, b) for a, b in zip(crops(1), ranks[1], strict=True))
+    augmentation = LoaderOptions(batch_size=2, augment=True).augmentation
+    draws = [augmentation.box(WIDTH, HEIGHT, BatchKey(4, 0, rank, 0).rng()) for rank in (0, 1, 0)]
+    assert draws[0] != draws[1] and draws[0] == draws[2]
