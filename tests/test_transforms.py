@@ -107,6 +107,11 @@ BAD = [
     ({"transform": functools.partial(T.shape_changing)}, None),  # a partial of an importable function is fine
     ({"batch_transform": "mixup"}, "batch_transform='mixup' is not callable"),
     ({"transform": np.sum}, "returned () uint64"),
+    ({"transform": T.rgba}, "returned (32, 32, 4): 4 channels (RGBA?) for a 32x32x3 uint8 image: return 3 channels"),
+    ({"transform": T.chw}, "returned CHW (3, 32, 32) for a 32x32x3 uint8 image: return HWC (32, 32, 3)"),
+    ({"transform": T.grey}, "returned (32, 32): one channel (greyscale) for a 32x32x3 uint8 image"),
+    pytest.param({"transform": T.torch_hwc}, "a torch tensor shaped (32, 32, 3), which is HWC",
+                 marks=pytest.mark.torch),
 ]
 
 
@@ -142,6 +147,22 @@ def test_batch_transform_is_seeded_per_batch(colour_dataset):
     with iofeed.loader(colour_dataset, workers=1, **SMALL) as ld:
         plain = _epoch(ld)
     assert runs[0] == runs[1] and runs[0] != plain
+
+
+@pytest.mark.parametrize("framework", ["numpy", pytest.param("torch", marks=pytest.mark.torch)])
+@pytest.mark.parametrize("transform, named", [
+    (T.images_only, "of shape (2, "),  # was delivered as (images[0], images[1])
+    (T.half_images, "1 images and 2 labels for a batch of 2: return (images, labels), one label (row) per image"),
+    (T.returns_none, "None for a batch of 2, not a pair: return (images, labels)"),
+])
+def test_a_batch_transform_result_of_another_form_is_an_error_naming_it(colour_dataset, framework, transform, named):
+    with iofeed.loader(colour_dataset, workers=1, batch_size=2, image_size=32, framework=framework,
+                       batch_transform=transform) as ld:
+        with pytest.raises(OptionError) as info:
+            next(iter(ld))
+    message = str(info.value)
+    assert message.startswith(f"batch_transform=helpers.transforms.{transform.__name__} returned ")
+    assert named in message and "\n" not in message
 
 
 @pytest.mark.torch

@@ -109,6 +109,12 @@ def preserved_globals(cuda: Any = None) -> Iterator[None]:
         np.random.set_state(legacy)
 
 
+def torch_shape(value: Any) -> tuple[int, ...] | None:
+    """A torch tensor's own shape (CHW for an image), None for anything else."""
+    torch = sys.modules.get("torch")
+    return tuple(value.shape) if torch is not None and isinstance(value, torch.Tensor) else None
+
+
 def as_hwc(value: Any) -> np.ndarray:
     """A transform's output as an HWC numpy array: a torch tensor (torchvision's `Image` included)
     is CHW, torchvision's convention."""
@@ -135,6 +141,7 @@ class SampleTransform:
         self._rng = takes_rng(fn)
         self._call = CALL_STYLES.get(type(fn).__module__.split(".")[0])
         self.cpu_seconds = 0.0
+        self.raw_shape: tuple[int, ...] | None = None  # the last output's torch shape (CHW), if a tensor
 
     def __call__(self, image: np.ndarray, key: BatchKey, position: int, path: str) -> np.ndarray:
         """`image` (HWC uint8) transformed with the seeds of (key, position). SampleError when the
@@ -157,6 +164,7 @@ class SampleTransform:
                 out = self.fn(image, rng=np.random.default_rng(sequence))
             else:
                 out = self.fn(image)
+            self.raw_shape = torch_shape(out)
             return as_hwc(out)
         except Exception as exc:  # noqa: BLE001 - the user's code: skipped or raised per on_error
             detail = str(exc).splitlines()[0] if str(exc) else "no message"
@@ -182,10 +190,31 @@ def probe_output(fn: Any, image_size: int) -> Output:
                 failure = exc
         else:
             raise OptionError(f"transform={runner.name} failed on {what}: {failure}") from None
-    if out.dtype not in OUTPUT_DTYPES or out.ndim != 3:
+    if out.dtype not in OUTPUT_DTYPES:
         raise OptionError(f"transform={runner.name} returned {out.shape} {out.dtype} for {what}: return HWC uint8 "
                           "or float32 (a torch tensor: CHW)")
+    problem = _layout_problem(runner.raw_shape, out.shape)
+    if problem is not None:
+        shown, fix = problem
+        raise OptionError(f"transform={runner.name} returned {shown} for {what}: {fix}")
     return Output(tuple(out.shape), out.dtype)
+
+
+def _layout_problem(raw: tuple[int, ...] | None, shape: tuple[int, ...]) -> tuple[str, str] | None:
+    """What is wrong with an output of HWC `shape` (`raw`: a torch tensor's own CHW shape), and the
+    fix: three channels, last, is the one layout every adapter and normalisation takes."""
+    if len(shape) == 3 and shape[2] == 3:
+        return None
+    if raw is not None and len(raw) == 3 and raw[-1] == 3:
+        return (f"a torch tensor shaped {raw}, which is HWC", "torch tensors are taken as CHW (torchvision's "
+                "convention): return CHW (3, H, W), or a numpy array HWC")
+    if len(shape) == 3 and shape[0] == 3:
+        return f"CHW {shape}", f"return HWC ({shape[1]}, {shape[2]}, 3), e.g. image.transpose(1, 2, 0)"
+    if len(shape) not in (2, 3):
+        return f"{shape}, not an image", "return one HWC image (H, W, 3)"
+    channels = shape[2] if len(shape) == 3 else 1
+    kind = {1: "one channel (greyscale)", 4: "4 channels (RGBA?)"}.get(channels, f"{channels} channels")
+    return f"{shape}: {kind}", "return 3 channels (RGB), HWC (H, W, 3)"
 
 
 def batch_seed(key: BatchKey | None) -> np.ndarray:
@@ -229,11 +258,55 @@ class BatchTransform:
         self._rng = takes_rng(fn)
 
     def __call__(self, images: Any, labels: Any, key: BatchKey | None) -> tuple[Any, Any]:
+        """`fn(images, labels)` seeded from `key`; OptionError naming it unless it returns
+        (images, labels) of the batch's length."""
         sequence, seed = _seeds(key or BatchKey(0, 0, 0, 0), BATCH_STREAM)
         with preserved_globals(self.cuda), (one_torch_thread() if self.cuda is None else contextlib.nullcontext()):
             seed_globals(seed)
             if self.cuda is not None:
                 sys.modules["torch"].cuda.default_generators[self.cuda.index or 0].manual_seed(seed)
             if self._rng:
-                return self.fn(images, labels, rng=np.random.default_rng(sequence))
-            return self.fn(images, labels)
+                out = self.fn(images, labels, rng=np.random.default_rng(sequence))
+            else:
+                out = self.fn(images, labels)
+        problem = batch_result_problem(out, len(images))
+        if problem:
+            raise OptionError(f"batch_transform={self.name} returned {problem}")
+        return out[0], out[1]
+
+
+def batch_result_problem(out: Any, size: int) -> str:
+    """What is wrong with a batch transform's result for a batch of `size` samples ('' if nothing):
+    it must be (images, labels), both of `size` rows (one label or label row per image, in order;
+    the loader's counts, resume and multi-rank batch counts are per sample)."""
+    fix = "return (images, labels), one label (row) per image"
+    if not isinstance(out, (tuple, list)) or len(out) != 2:
+        shown = _described(out) if not isinstance(out, (tuple, list)) else f"{len(out)} values"
+        return f"{shown} for a batch of {size}, not a pair: {fix}"
+    rows = [_rows(part) for part in out]
+    if rows[0] is None or len(getattr(out[0], "shape", ())) != 4:
+        return f"images {_described(out[0])} for a batch of {size}: return a batch of images (N, H, W, C) or " \
+               "(N, C, H, W) first"
+    if rows != [size, size]:
+        labels = "labels without a length" if rows[1] is None else f"{rows[1]} labels"
+        return f"{rows[0]} images and {labels} for a batch of {size}: {fix}, for every image of the batch"
+    return ""
+
+
+def _rows(value: Any) -> int | None:
+    """Length along the first axis (None without one)."""
+    shape = getattr(value, "shape", None)
+    if shape is not None:
+        return int(shape[0]) if len(shape) else None
+    try:
+        return len(value)
+    except TypeError:
+        return None
+
+
+def _described(value: Any) -> str:
+    """A value as its type and shape, for messages (a batch could be megabytes of repr)."""
+    if value is None:
+        return "None"
+    shape = getattr(value, "shape", None)
+    return f"{type(value).__name__} of shape {tuple(shape)}" if shape is not None else type(value).__name__

@@ -56,3 +56,40 @@ def heavy(image: np.ndarray) -> np.ndarray:
     while time.process_time() - started < 0.015:
         pass
     return jitter(image)
+
+
+def rgba(image: np.ndarray) -> np.ndarray:
+    """An alpha channel added: 4 channels."""
+    return np.concatenate([image, np.full_like(image[..., :1], 255)], axis=2)
+
+
+def chw(image: np.ndarray) -> np.ndarray:
+    """CHW numpy: torchvision's layout where iofeed takes HWC."""
+    return np.ascontiguousarray(image.transpose(2, 0, 1))
+
+
+def grey(image: np.ndarray) -> np.ndarray:
+    """One channel, HW."""
+    return image.mean(axis=2).astype(np.uint8)
+
+
+def torch_hwc(image: np.ndarray):
+    """A torch tensor left HWC, where torch's convention (and iofeed's reading of a tensor) is CHW."""
+    import torch
+
+    return torch.from_numpy(image.copy())
+
+
+def images_only(images, labels):
+    """Forgets the labels: the images alone."""
+    return images
+
+
+def half_images(images, labels):
+    """Half the images with all the labels."""
+    return images[: len(images) // 2], labels
+
+
+def returns_none(images, labels):
+    """Transforms in place and returns nothing."""
+    return None
