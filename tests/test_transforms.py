@@ -13,8 +13,10 @@ import iofeed
 from helpers import transforms as T
 from helpers.runs import slot_memory
 from iofeed.backends import select
+from iofeed.backends.base import BatchKey
 from iofeed.errors import OptionError, SampleError, WorkerError
 from iofeed.options import LoaderOptions
+from iofeed.transforms import Output, SampleTransform
 
 SMALL = {"batch_size": 4, "image_size": 32, "seed": 5}
 
@@ -83,15 +85,56 @@ def test_an_output_of_another_shape_is_an_error_naming_the_transform(colour_data
             _epoch(ld)
 
 
-def test_cpu_time_per_image_is_in_the_stats(colour_dataset):
+def test_wall_and_cpu_time_per_image_are_in_the_stats(colour_dataset):
     with iofeed.loader(colour_dataset, workers=1, transform=T.noise_with_rng, **SMALL) as ld:
         _epoch(ld)
         stats = ld.stats
     assert stats.settings["transform"] == "helpers.transforms.noise_with_rng"
-    assert stats.transform_seconds > 0 and 0 < stats.transform_ms_per_image < 1000
-    assert stats.as_dict()["transform_ms_per_image"] == stats.transform_ms_per_image
+    assert stats.transform_seconds > 0 and stats.transform_wall_seconds > 0
+    assert stats.transform_ms_per_image == 1000 * stats.transform_wall_seconds / 32
+    assert stats.transform_cpu_ms_per_image == 1000 * stats.transform_seconds / 32
+    written = stats.as_dict()
+    assert written["transform_ms_per_image"] == stats.transform_ms_per_image
+    assert written["transform_cpu_ms_per_image"] == stats.transform_cpu_ms_per_image
     with iofeed.loader(colour_dataset, workers=1, **SMALL) as ld:
-        assert ld.stats.transform_ms_per_image is None
+        assert ld.stats.transform_ms_per_image is None and ld.stats.transform_cpu_ms_per_image is None
+
+
+class _Clock:
+    """A clock that moves only when told."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_transform_time_is_wall_time_with_cpu_time_beside_it():
+    """A transform blocked 3 s (on I/O, a lock) holds its worker 3 s while using no CPU: counted as
+    CPU time only, it showed ~1 ms per image."""
+    wall, cpu = _Clock(), _Clock()
+
+    def blocked(image):
+        wall.now += 3.0
+        cpu.now += 0.001
+        return image
+
+    runner = SampleTransform(blocked, Output((8, 8, 3), np.dtype(np.uint8)), clock=wall, cpu_clock=cpu)
+    for position in range(4):
+        runner(np.zeros((8, 8, 3), np.uint8), BatchKey(0, 0, 0, 0), position, "x.jpg")
+    assert runner.wall_seconds == 12.0 and runner.cpu_seconds == pytest.approx(0.004, abs=1e-12)
+
+
+def test_a_waiting_transform_shows_its_wait_per_image_in_the_stats(colour_dataset):
+    """End to end: every call sleeps WAIT_SECONDS (time.sleep waits at least that long, however busy
+    the machine), so wall time per image is at least that; CPU time, a sliver of it."""
+    with iofeed.loader(colour_dataset, workers=1, transform=T.waits, split="val", **SMALL) as ld:
+        _epoch(ld)
+        stats = ld.stats
+    floor = 1000 * T.WAIT_SECONDS
+    assert stats.images == 8 and stats.transform_ms_per_image >= floor
+    assert stats.transform_cpu_ms_per_image < floor
 
 
 def _local(image):

@@ -45,6 +45,7 @@ class LoaderStats:
     fetched: dict[str, float] = field(default_factory=dict)  # streamed datasets: shards, bytes, seconds downloaded
     live: Callable[[], dict[str, Any]] | None = field(default=None, repr=False)  # the engine's settings now
     transform_seconds: float = 0.0  # CPU time of the per-sample `transform=`, over `images` delivered
+    transform_wall_seconds: float = 0.0  # wall time of the same calls (waits included)
     worker_cpu_seconds: float = 0.0  # CPU time of the workers engine's processes for the batches delivered
 
     @property
@@ -59,10 +60,19 @@ class LoaderStats:
 
     @property
     def transform_ms_per_image(self) -> float | None:
-        """CPU milliseconds the per-sample transform took per delivered image (None without one)."""
+        """Wall milliseconds the per-sample transform took per delivered image, its waits (I/O, locks,
+        sleeps) included: what it holds a worker up (None without one)."""
+        return self._per_image(self.transform_wall_seconds)
+
+    @property
+    def transform_cpu_ms_per_image(self) -> float | None:
+        """CPU milliseconds of the same calls per delivered image (a busy machine does not inflate it)."""
+        return self._per_image(self.transform_seconds)
+
+    def _per_image(self, seconds: float) -> float | None:
         if not self.settings.get("transform") or not self.images:
             return None
-        return 1000.0 * self.transform_seconds / self.images
+        return 1000.0 * seconds / self.images
 
     def as_dict(self) -> dict[str, Any]:
         """Plain-JSON form."""
@@ -77,7 +87,9 @@ class LoaderStats:
             "fetched": dict(self.fetched),
             "transform_seconds": self.transform_seconds,
             "worker_cpu_seconds": self.worker_cpu_seconds,
+            "transform_wall_seconds": self.transform_wall_seconds,
             "transform_ms_per_image": self.transform_ms_per_image,
+            "transform_cpu_ms_per_image": self.transform_cpu_ms_per_image,
         }
 
 
@@ -195,6 +207,7 @@ class Loader:
             self.stats.images += len(batch.indices)
             self.stats.batches += 1
             self.stats.transform_seconds += batch.transform_seconds
+            self.stats.transform_wall_seconds += batch.transform_wall_seconds
             self.stats.worker_cpu_seconds += batch.cpu_seconds
         else:
             self.stats.skipped_batches += 1

@@ -93,3 +93,12 @@ def half_images(images, labels):
 def returns_none(images, labels):
     """Transforms in place and returns nothing."""
     return None
+
+
+WAIT_SECONDS = 0.02
+
+
+def waits(image: np.ndarray) -> np.ndarray:
+    """Blocked WAIT_SECONDS (as on a read or a lock), using no CPU: the image unchanged."""
+    time.sleep(WAIT_SECONDS)
+    return image

@@ -57,6 +57,7 @@ class _Done:
     busy_seconds: float = 0.0
     stale: bool = False  # left undone: its pass was abandoned
     transform_seconds: float = 0.0  # CPU time in the user's transform
+    transform_wall_seconds: float = 0.0  # wall time in the user's transform
     cpu_seconds: float = 0.0  # CPU time of the whole task
 
 
@@ -81,14 +82,16 @@ def _worker_main(
             if task is None:
                 return
             started, cpu = time.perf_counter(), time.process_time()
-            transformed = transform.cpu_seconds if transform else 0.0
+            transformed = (transform.cpu_seconds, transform.wall_seconds) if transform else (0.0, 0.0)
             done = _run_task(task, layout, reader, source, augment, on_error, layout.slot(payload, task.slot),
                              labels[task.slot], stale_below, transform)
             reader.end_batch()
             try:
                 conn.send(replace(done, busy_seconds=time.perf_counter() - started,
                                   cpu_seconds=time.process_time() - cpu,
-                                  transform_seconds=(transform.cpu_seconds - transformed) if transform else 0.0))
+                                  transform_seconds=(transform.cpu_seconds - transformed[0]) if transform else 0.0,
+                                  transform_wall_seconds=(transform.wall_seconds - transformed[1]) if transform
+                                  else 0.0))
             except OSError:  # BrokenPipeError: the consumer is gone (killed, SIGTERM): nothing to report to
                 return
     finally:
@@ -319,7 +322,7 @@ class WorkerEngine:
             if needed == len(batches) - 1:  # before the last yield: a consumer that stops after
                 self._ahead = coming  # len() batches (Lightning) never resumes this generator
             yield Batch(images, self._labels[done.slot, :n], done.delivered, done.skipped, done.transform_seconds,
-                        done.cpu_seconds)
+                        done.cpu_seconds, transform_wall_seconds=done.transform_wall_seconds)
             free.append(done.slot)
             needed += 1
             if self.autotune and self._window.elapsed() >= TUNE_SECONDS:
