@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from .backends.base import BatchKey
-from .errors import OptionError, SampleError, WorkerError
+from .errors import OptionError, SampleError, WorkerError, is_out_of_memory, out_of_memory
 
 SAMPLE_STREAM, BATCH_STREAM = 1, 2  # seed streams, apart from the crop draws of `BatchKey.rng()`
 OUTPUT_DTYPES = (np.dtype(np.uint8), np.dtype(np.float32))
@@ -150,14 +150,16 @@ class SampleTransform:
     def __call__(self, image: np.ndarray, key: BatchKey, position: int, path: str) -> np.ndarray:
         """`image` (HWC uint8) transformed with the seeds of (key, position). SampleError when the
         transform raises (skipped or raised per on_error); WorkerError for an output of another shape."""
-        out = self.apply(image, key, position)
+        out = self.apply(image, key, position, path)
         if out.shape != self.output.shape or out.dtype != self.output.dtype:
             raise WorkerError(f"{path}: transform {self.name} returned {out.shape} {out.dtype}, the first image gave "
                               f"{self.output.shape} {self.output.dtype}: return one fixed shape and dtype")
         return out
 
-    def apply(self, image: np.ndarray, key: BatchKey, position: int) -> np.ndarray:
-        """The output as an HWC array, unchecked; SampleError naming the transform when it raises."""
+    def apply(self, image: np.ndarray, key: BatchKey, position: int, path: str = "") -> np.ndarray:
+        """The output as an HWC array, unchecked; SampleError naming the transform when it raises.
+        WorkerError when it runs out of memory (the limit, not the sample: skipping would lose
+        healthy samples) or calls sys.exit (which would end the worker without a word)."""
         started, cpu = self._clock(), self._cpu_clock()
         try:
             sequence, seed = _seeds(key, position, SAMPLE_STREAM)
@@ -170,7 +172,14 @@ class SampleTransform:
                 out = self.fn(image)
             self.raw_shape = torch_shape(out)
             return as_hwc(out)
+        except SystemExit as exc:
+            where = f"{path}: " if path else ""
+            raise WorkerError(f"{where}transform {self.name} called sys.exit({exc.code!r}): a transform must return "
+                              "the image or raise an exception") from None
         except Exception as exc:  # noqa: BLE001 - the user's code: skipped or raised per on_error
+            if is_out_of_memory(exc):
+                on = f" on sample {path}" if path else ""
+                raise WorkerError(out_of_memory(f"in transform {self.name}{on}")) from None
             detail = str(exc).splitlines()[0] if str(exc) else "no message"
             raise SampleError(f"transform {self.name} raised {type(exc).__name__} ({detail})") from None
         finally:
@@ -191,7 +200,7 @@ def probe_output(fn: Any, image_size: int) -> Output:
             try:
                 out = runner.apply(image, BatchKey(0, 0, 0, 0), position)
                 break
-            except SampleError as exc:
+            except (SampleError, WorkerError) as exc:
                 failure = exc
         else:
             raise OptionError(f"transform={runner.name} failed on {what}: {failure}") from None

@@ -2,7 +2,10 @@
 through each RNG iofeed seeds, and one that fails on some samples."""
 from __future__ import annotations
 
+import os
 import random
+import signal
+import sys
 import time
 
 import numpy as np
@@ -101,4 +104,49 @@ WAIT_SECONDS = 0.02
 def waits(image: np.ndarray) -> np.ndarray:
     """Blocked WAIT_SECONDS (as on a read or a lock), using no CPU: the image unchanged."""
     time.sleep(WAIT_SECONDS)
+    return image
+
+
+def _red(image: np.ndarray) -> bool:
+    """Whether `image` is of class 0 (red) in `make_colour_tree`'s colours: the probe's gradient is not."""
+    from helpers.images import label_from_pixels
+
+    return label_from_pixels(image) == 0 and float(np.asarray(image, np.float32).reshape(-1, 3).std(axis=0).max()) < 30
+
+
+def exits_on_red(image: np.ndarray) -> np.ndarray:
+    """sys.exit(3) on a red sample (a script's habit in a transform)."""
+    if _red(image):
+        sys.exit(3)
+    return image
+
+
+def os_exit_on_red(image: np.ndarray) -> np.ndarray:
+    """os._exit(7) on a red sample: the worker ends at once, printing nothing."""
+    if _red(image):
+        os._exit(7)
+    return image
+
+
+def signal_on_red(image: np.ndarray) -> np.ndarray:
+    """The worker killed by SIGTERM on a red sample, as a crash in a library would end it."""
+    if _red(image):
+        os.kill(os.getpid(), signal.SIGTERM)
+    return image
+
+
+def over_a_limit_on_red(image: np.ndarray) -> np.ndarray:
+    """In a worker process: put it under `ulimit -v` (its size + 512 MiB) at the first call, then
+    ask for 16 GiB on a red sample (a MemoryError). In the caller (the probe) it does nothing."""
+    import multiprocessing
+    import resource
+
+    if multiprocessing.parent_process() is None:
+        return image
+    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+    if soft == resource.RLIM_INFINITY:
+        size = int(open("/proc/self/statm").read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+        resource.setrlimit(resource.RLIMIT_AS, (size + (512 << 20), hard))
+    if _red(image):
+        np.empty(16 << 30, np.uint8)
     return image
