@@ -208,6 +208,28 @@ def test_a_batch_transform_result_of_another_form_is_an_error_naming_it(colour_d
     assert named in message and "\n" not in message
 
 
+@pytest.mark.tf
+def test_a_tf_batch_transform_result_of_another_form_is_an_error_naming_it(colour_dataset):
+    """In the tf dataset the form is checked when the dataset is made (the function is traced
+    then), the lengths on every batch."""
+    import tensorflow as tf
+
+    options = {"workers": 1, "batch_size": 2, "image_size": 32, "framework": "tf"}
+    for transform, named in ((T.images_only, "SymbolicTensor of shape (None, 32, 32, 3), not a pair"),
+                             (T.returns_none, "None, not a pair")):
+        with pytest.raises(OptionError) as info:
+            iofeed.loader(colour_dataset, batch_transform=transform, **options)
+        assert str(info.value) == (f"batch_transform=helpers.transforms.{transform.__name__} returned {named}: "
+                                   "return (images, labels), one label (row) per image")
+    ds = iofeed.loader(colour_dataset, batch_transform=T.half_images, **options)
+    try:
+        with pytest.raises(tf.errors.InvalidArgumentError, match="batch_transform=helpers.transforms.half_images "
+                           "returned images or labels of another length than the batch"):
+            next(iter(ds))
+    finally:
+        ds.iofeed_loader.close()
+
+
 @pytest.mark.torch
 @pytest.mark.torchvision
 def test_torchvision_mixup_cutmix_on_the_batch_where_it_ends_up(colour_dataset):

@@ -289,21 +289,24 @@ class BatchTransform:
         return out[0], out[1]
 
 
-def batch_result_problem(out: Any, size: int) -> str:
+BATCH_RESULT_FIX = "return (images, labels), one label (row) per image"
+
+
+def batch_result_problem(out: Any, size: int | None) -> str:
     """What is wrong with a batch transform's result for a batch of `size` samples ('' if nothing):
     it must be (images, labels), both of `size` rows (one label or label row per image, in order;
-    the loader's counts, resume and multi-rank batch counts are per sample)."""
-    fix = "return (images, labels), one label (row) per image"
+    the loader's counts, resume and multi-rank batch counts are per sample). `size` None (a traced
+    tf function): the form only."""
+    batch = f" for a batch of {size}" if size is not None else ""
     if not isinstance(out, (tuple, list)) or len(out) != 2:
         shown = _described(out) if not isinstance(out, (tuple, list)) else f"{len(out)} values"
-        return f"{shown} for a batch of {size}, not a pair: {fix}"
-    rows = [_rows(part) for part in out]
-    if rows[0] is None or len(getattr(out[0], "shape", ())) != 4:
-        return f"images {_described(out[0])} for a batch of {size}: return a batch of images (N, H, W, C) or " \
-               "(N, C, H, W) first"
-    if rows != [size, size]:
+        return f"{shown}{batch}, not a pair: {BATCH_RESULT_FIX}"
+    if len(getattr(out[0], "shape", ())) != 4:
+        return f"images {_described(out[0])}{batch}: return a batch of images (N, H, W, C) or (N, C, H, W) first"
+    rows = [_rows(part) for part in out] if size is not None else []
+    if size is not None and rows != [size, size]:
         labels = "labels without a length" if rows[1] is None else f"{rows[1]} labels"
-        return f"{rows[0]} images and {labels} for a batch of {size}: {fix}, for every image of the batch"
+        return f"{rows[0]} images and {labels}{batch}: {BATCH_RESULT_FIX}, for every image of the batch"
     return ""
 
 
@@ -323,4 +326,6 @@ def _described(value: Any) -> str:
     if value is None:
         return "None"
     shape = getattr(value, "shape", None)
-    return f"{type(value).__name__} of shape {tuple(shape)}" if shape is not None else type(value).__name__
+    if shape is None:
+        return type(value).__name__
+    return f"{type(value).__name__} of shape {tuple(None if d is None else int(d) for d in shape)}"
