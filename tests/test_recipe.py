@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import iofeed
-from helpers.images import label_from_pixels, png_bytes, smooth_rgb
+from helpers.images import label_from_pixels, make_same_picture_tree, png_bytes, smooth_rgb
 from helpers.runs import slot_memory
 from iofeed.backends.base import BatchKey
 from iofeed.errors import OptionError
@@ -292,27 +292,22 @@ def test_gpu_augment_honours_scale_ratio_flip_and_mean_std(colour_tree, tmp_path
 
 @pytest.fixture(scope="module")
 def same_picture(tmp_path_factory) -> Path:
-    """A folder of 8 copies of one PNG: whatever a batch holds, its pixels differ only by crop and flip."""
-    root = tmp_path_factory.mktemp("same") / "tree"
-    (root / "a").mkdir(parents=True)
-    data = png_bytes(smooth_rgb(WIDTH, HEIGHT, seed=3))
-    for i in range(8):
-        (root / "a" / f"{i}.png").write_bytes(data)
-    return root
+    return make_same_picture_tree(tmp_path_factory.mktemp("same") / "tree")
 
 
-def test_each_rank_draws_its_own_crops_and_flips_reproducibly(same_picture):
+def test_each_rank_epoch_and_batch_draws_its_own_crops_and_flips_reproducibly(same_picture):
     """Ranks must not augment in lockstep (every rank's batch b would be cropped and flipped alike),
-    and each rank's draws are a function of (seed, epoch, rank, batch): the same on a second run."""
+    nor epochs or batches repeat each other's draws; each is a function of (seed, epoch, rank,
+    batch): the same on a second run. Every image is the same picture, so only the draws differ."""
     def crops(rank: int) -> list[np.ndarray]:
         with iofeed.loader(same_picture, batch_size=2, image_size=32, workers=1, augment=True, seed=4, rank=rank,
                            world_size=2) as ld:
-            return [np.array(images) for images, _ in ld]
+            return [image for _ in range(2) for images, _ in ld for image in np.array(images)]  # 2 epochs
 
     ranks = [crops(0), crops(1)]
-    assert len(ranks[0]) == len(ranks[1]) == 2
-    assert all(not np.array_equal(a, b) for batch0, batch1 in zip(*ranks, strict=True)
-               for a, b in zip(batch0, batch1, strict=True))
+    assert len(ranks[0]) == len(ranks[1]) == 8  # 2 epochs of 2 batches of 2
+    every = [image.tobytes() for images in ranks for image in images]
+    assert len(set(every)) == 16, "two ranks, two epochs, two batches: 16 different crops"
     assert all(np.array_equal(a, b) for a, b in zip(crops(1), ranks[1], strict=True))
     augmentation = LoaderOptions(batch_size=2, augment=True).augmentation
     draws = [augmentation.box(WIDTH, HEIGHT, BatchKey(4, 0, rank, 0).rng()) for rank in (0, 1, 0)]

@@ -11,12 +11,13 @@ import pytest
 
 import iofeed
 from helpers import transforms as T
+from helpers.images import make_same_picture_tree
 from helpers.runs import slot_memory
 from iofeed.backends import select
 from iofeed.backends.base import BatchKey
 from iofeed.errors import OptionError, SampleError, WorkerError
 from iofeed.options import LoaderOptions
-from iofeed.transforms import Output, SampleTransform
+from iofeed.transforms import SAMPLE_STREAM, Output, SampleTransform, _seeds, preserved_globals, seed_globals
 
 SMALL = {"batch_size": 4, "image_size": 32, "seed": 5}
 
@@ -65,8 +66,42 @@ def test_failures_are_skipped_and_counted_with_the_transform_named(colour_datase
         delivered = [i for indices, _ in _epoch(ld) for i in indices]
         stats = ld.stats
     kind = "transform helpers.transforms.flaky raised ValueError"
-    assert 0 < stats.skipped[kind] < 32 and len(delivered) + stats.skipped[kind] == 32
-    assert all(kind in example for example in stats.skipped_examples)
+    assert sorted(delivered) == _flaky_survivors(), "exactly the samples whose seeded draw failed are skipped"
+    assert stats.skipped[kind] == 32 - len(delivered) and all(kind in e for e in stats.skipped_examples)
+
+
+def _flaky_survivors() -> list[int]:
+    """The train samples `T.flaky` lets through in epoch 0 (seed 5, batches of 4, one rank): its
+    draw replayed from the seeds iofeed gives each (batch, position)."""
+    spec = LoaderOptions(batch_size=4, seed=5, drop_last=False).order(32)
+    survivors = []
+    for batch_no, indices in enumerate(spec.batches(0)):
+        for position, index in enumerate(indices.tolist()):
+            with preserved_globals():
+                seed_globals(_seeds(BatchKey(5, 0, 0, batch_no), position, SAMPLE_STREAM)[1])
+                if random.random() >= 0.25:
+                    survivors.append(index)
+    assert 0 < len(survivors) < 32
+    return sorted(survivors)
+
+
+@pytest.fixture(scope="module")
+def same_picture(tmp_path_factory):
+    return make_same_picture_tree(tmp_path_factory.mktemp("same") / "tree")
+
+
+def test_each_rank_seeds_its_own_transforms(same_picture):
+    """The centre crop of one picture is the same everywhere, so the pixels differ only by what the
+    transforms drew: ranks must not draw alike (nor batches), and a rerun draws the same."""
+    def run(rank: int, **transforms) -> list[bytes]:
+        with iofeed.loader(same_picture, batch_size=2, image_size=32, workers=1, augment=False, seed=4, rank=rank,
+                           world_size=2, **transforms) as ld:
+            return [image.tobytes() for images, _ in ld for image in np.array(images)]
+
+    for transforms in ({"transform": T.noise_with_rng}, {"batch_transform": T.noisy_batch}):
+        ranks = [run(0, **transforms), run(1, **transforms)]
+        assert len(set(ranks[0] + ranks[1])) == 8, transforms
+        assert run(1, **transforms) == ranks[1]
 
 
 def test_failures_raise_naming_the_file_and_the_transform(colour_dataset):
