@@ -185,6 +185,8 @@ BAD = [
     ({"transform": functools.partial(T.shape_changing)}, None),  # a partial of an importable function is fine
     ({"batch_transform": "mixup"}, "batch_transform='mixup' is not callable"),
     ({"transform": np.sum}, "returned () uint64"),
+    ({"transform": T.exits}, "transform=helpers.transforms.exits failed on a 32x32x3 uint8 image: transform "
+                             "helpers.transforms.exits called sys.exit(3): a transform must return the image"),
     ({"transform": T.rgba}, "returned (32, 32, 4): 4 channels (RGBA?) for a 32x32x3 uint8 image: return 3 channels"),
     ({"transform": T.chw}, "returned CHW (3, 32, 32) for a 32x32x3 uint8 image: return HWC (32, 32, 3)"),
     ({"transform": T.grey}, "returned (32, 32): one channel (greyscale) for a 32x32x3 uint8 image"),
