@@ -504,6 +504,7 @@ def _shutdown(workers: list[_Worker], blocks: tuple[SharedBlock, ...]) -> None:
             worker.proc.kill()
             worker.proc.join(timeout=1.0)
         worker.conn.close()
+        worker.progress.close()
     for block in blocks:
         block.release()
 

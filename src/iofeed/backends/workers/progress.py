@@ -25,6 +25,11 @@ class Progress:
         """The worker has its own descriptor: give up ours (the mapping stays)."""
         self.block.release()
 
+    def close(self) -> None:
+        """Unmap the record (with the engine's shutdown: a stopped worker is described no more)."""
+        self.block.release()
+        self._now = np.zeros(2, np.int64)
+
     def stage(self) -> int:
         """IDLE, READING or TRANSFORMING."""
         return int(self._now[1])
