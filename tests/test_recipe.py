@@ -269,25 +269,30 @@ def test_dali_honours_the_recipe_as_the_workers_engine_does(image_tree, recipe):
 
 
 @pytest.mark.torch
-def test_gpu_augment_honours_scale_ratio_flip_and_mean_std(colour_tree, tmp_path):
-    """gpu_augment (run on the CPU device here) against the workers' CPU path with one recipe."""
+def test_gpu_augment_honours_scale_ratio_flip_and_mean_std(image_tree, tmp_path):
+    """gpu_augment (run on the CPU device here) against the workers' CPU path with one recipe, on
+    photo-like pictures (on near-flat colour ones, another box or a missed flip moved the block
+    means by about one level, within the old tolerance). The two resize kernels differ (bilinear
+    against antialiased): 0.0015 normalised and 0.15 levels apart on average here, 1.4 at most."""
     import torch
 
     from iofeed.format.policy import ImagePolicy
     from iofeed.prepare.run import preprocess
 
     raw = tmp_path / "raw.iof"
-    preprocess(colour_tree, raw, policy=ImagePolicy(format="raw"), val_per_class=2, progress=False, workers=1)
+    preprocess(image_tree[0], raw, policy=ImagePolicy(format="raw"), val_per_class=2, progress=False, workers=1)
     normalised = Recipe(scale=(0.6, 0.9), ratio=(0.9, 1.1), flip=False, mean=(0.2, 0.3, 0.4), std=(0.5, 0.4, 0.3))
-    for recipe, tolerance in ((normalised, 0.05), (Recipe(scale=(0.6, 0.9), normalize=False), 2.0)):  # 0-255 levels
+    uint8 = Recipe(scale=(0.6, 0.9), normalize=False)
+    for recipe, mean, most in ((normalised, 0.01, 0.1), (uint8, 1.0, 4.0)):  # normalised units; 0-255 levels
         runs = []
         for gpu_augment in (False, True):
-            with iofeed.loader(raw, batch_size=8, image_size=64, framework="torch", workers=1, augment=recipe,
+            with iofeed.loader(raw, batch_size=4, image_size=64, framework="torch", workers=1, augment=recipe,
                                gpu_augment=gpu_augment, seed=3) as ld:
                 runs.append(torch.cat([images for images, _ in ld]).permute(0, 2, 3, 1).numpy())
-        assert len(runs[0]) == 32 and runs[0].dtype == runs[1].dtype
+        assert len(runs[0]) == 12 and runs[0].dtype == runs[1].dtype
         assert (runs[1].dtype == np.uint8) == (not recipe.normalize)
-        assert np.abs(_block_means(runs[0]) - _block_means(runs[1])).mean() < tolerance
+        difference = np.abs(_block_means(runs[0]) - _block_means(runs[1]))
+        assert difference.mean() < mean and difference.max() < most, (difference.mean(), difference.max())
 
 
 @pytest.fixture(scope="module")
