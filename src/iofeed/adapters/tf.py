@@ -12,7 +12,8 @@ import tensorflow as tf
 from ..backends.base import Batch
 from ..errors import LoaderStateError, OptionError
 from ..options import LoaderOptions
-from ..transforms import BATCH_RESULT_FIX, batch_result_problem, batch_seed, takes, transform_name
+from ..transform_checks import BATCH_RESULT_FIX, batch_result_problem
+from ..transforms import batch_seed, takes, transform_name
 from .base import EpochLoader
 from .host_float import HostNormaliser
 from .normalize import Affine, options_affine
