@@ -35,13 +35,17 @@ class Progress:
         return int(self._now[1])
 
     def describe(self, source: SampleSource, transform: str | None) -> str:
-        """' while reading sample PATH', ' while running transform NAME on sample PATH', or ''."""
-        stage, index = self.stage(), int(self._now[0])
-        if stage == IDLE or not 0 <= index < len(source.label):
-            return ""
-        path = source.path_of(index)
-        return (f" while running transform {transform} on sample {path}" if stage == TRANSFORMING and transform
-                else f" while reading sample {path}")
+        """What the worker was doing, for its death's message (see `doing`)."""
+        return doing(source, int(self._now[0]), self.stage(), transform)
+
+
+def doing(source: SampleSource, index: int, stage: int, transform: str | None) -> str:
+    """' while reading sample PATH', ' while running transform NAME on sample PATH', or '' (idle)."""
+    if stage == IDLE or not 0 <= index < len(source.label):
+        return ""
+    path = source.path_of(index)
+    return (f" while running transform {transform} on sample {path}" if stage == TRANSFORMING and transform
+            else f" while reading sample {path}")
 
 
 def worker_view(mapped: mmap.mmap | None) -> np.ndarray:
