@@ -390,8 +390,8 @@ def loader(
             (`json` members: WebDataset json, labels-file columns). Not with framework="tf".
         transform: your own per-sample augmentation, run in the worker processes on each
             image after iofeed's crop and resize: `transform(image)` with `image` uint8 HWC
-            (numpy), returning uint8 or float32 HWC (a torch tensor: CHW, as torchvision
-            returns it) of one fixed shape, probed on a first image. A torchvision v2
+            (numpy), returning uint8 or float32 HWC with 3 channels (a torch tensor: CHW, as
+            torchvision returns it) of one fixed shape, probed on a first image. A torchvision v2
             transform (start it with `v2.ToImage()`), an albumentations `Compose` (called as
             `t(image=...)`, seeded through `set_random_seed`) or a function. It must be
             picklable and importable: a lambda, or a function defined in `__main__`, is refused.
@@ -401,7 +401,8 @@ def loader(
             and exact resume. A transform that raises follows `on_error` (skipped and counted
             under "transform NAME raised ...", or a `SampleError` naming the file). uint8
             output is normalised by the adapter; float32 output is handed over as it is. Its
-            CPU time is `stats.transform_ms_per_image`. Workers engine only (`backend="auto"`
+            wall time per image is `stats.transform_ms_per_image` (CPU time:
+            `stats.transform_cpu_ms_per_image`). Workers engine only (`backend="auto"`
             picks it; "dali" and `gpu_augment` refuse it).
         batch_transform: your own per-batch step `(images, labels) -> (images, labels)`, run in
             this process on each batch where it ends up (on `device`, after normalisation):
@@ -409,7 +410,8 @@ def loader(
             `framework="tf"` a function of tf tensors, run inside the dataset's `.map` (it may
             take `seed=`, a stateless-RNG seed tensor). Seeded per batch from (seed, epoch, rank,
             batch) — torch's, numpy's and Python's RNGs, restored after the call — and given
-            `rng=` when it takes one. Any engine.
+            `rng=` when it takes one. It returns `(images, labels)` of the batch's length (else
+            an OptionError naming it). Any engine.
         sharding: with `framework="jax"`, the `jax.sharding.Sharding` of each batch (default: a
             `NamedSharding` splitting the batch axis over every device, `PartitionSpec("batch")`).
             Under `jax.distributed` each process loads `batch_size` samples of its own share and
