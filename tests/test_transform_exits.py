@@ -86,3 +86,11 @@ except iofeed.errors.WorkerError as exc:
     assert run.returncode == 0 and "died with signal SIGTERM while running transform" in message, run.stderr[-2000:]
     assert re.search(r"it ran under an address-space limit RLIMIT_AS \(`ulimit -v`\) of \d+\.\d\d GiB", message)
     assert _named_sample(colour_dataset, message) == 0
+
+
+def test_a_library_that_cannot_be_mapped_is_out_of_memory_not_the_samples_fault(colour_dataset):
+    """Under a tight `ulimit -v` the first import of a C extension fails with an ImportError
+    ("failed to map segment from shared object"): it was blamed on the sample being read."""
+    message = _first_error(colour_dataset, T.maps_a_library_on_red)
+    assert message.startswith("out of memory in transform helpers.transforms.maps_a_library_on_red on sample ")
+    assert "(the sample is likely healthy)" in message and _named_sample(colour_dataset, message) == 0

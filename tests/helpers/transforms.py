@@ -162,3 +162,26 @@ def noisy_batch(images, labels, rng: np.random.Generator):
 def exits(image: np.ndarray) -> np.ndarray:
     """sys.exit(3) on every image: in the probe, it would end the caller's program."""
     sys.exit(3)
+
+
+def maps_a_library_on_red(image: np.ndarray) -> np.ndarray:
+    """On a red sample, in a worker: import a C extension not loaded yet (sqlite's) under an
+    address-space limit 1 MiB above the worker's size, as a worker started under a tight `ulimit -v`
+    meets its first OpenCV call: "failed to map segment from shared object". The limit is lifted
+    again after, so that only the import fails."""
+    import importlib
+    import multiprocessing
+    import resource
+
+    if multiprocessing.parent_process() is None or not _red(image):
+        return image
+    if "_sqlite3" in sys.modules:  # then its import maps nothing: this test would prove nothing
+        raise RuntimeError("_sqlite3 is loaded in the worker already: pick an extension it has not loaded")
+    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+    size = int(open("/proc/self/statm").read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+    resource.setrlimit(resource.RLIMIT_AS, (size + (1 << 20), hard))
+    try:
+        importlib.import_module("_sqlite3")
+    finally:
+        resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
+    return image
