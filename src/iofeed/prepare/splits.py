@@ -18,8 +18,8 @@ def validation_mask(
 
     `val_per_class` takes N images of every class (at most all but one); otherwise
     `val_fraction` of each class (default 0.1), rounded, at least one from classes of two or more
-    and at most all but one; `val_fraction=1` puts every image in validation (a split that is
-    validation data as a whole, such as ImageNet's val folder).
+    and at most all but one, except that 1 takes every image (a source that is all one split, as
+    ImageNet's validation images) and 0 none.
     """
     if val_per_class is not None and val_fraction is not None:
         raise OptionError("give either --val-per-class or --val-fraction, not both")
@@ -27,7 +27,7 @@ def validation_mask(
         raise OptionError(f"--val-per-class must be >= 0, got {val_per_class}")
     fraction = DEFAULT_VAL_FRACTION if val_fraction is None else val_fraction
     if not 0.0 <= fraction <= 1.0:
-        raise OptionError(f"--val-fraction must be in [0, 1] (1: all of it is the val split), got {fraction}")
+        raise OptionError(f"--val-fraction must be in [0, 1] (1: every image is validation), got {fraction}")
     labels = np.asarray(labels)
     mask = np.zeros(len(labels), dtype=bool)
     for label in np.unique(labels):
