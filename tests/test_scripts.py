@@ -126,6 +126,7 @@ def test_numpy_batches_outlive_their_loader(tree, tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.torchvision
+@pytest.mark.matplotlib
 def test_the_gpu_check_dry_run_runs_every_step_here_within_nine_minutes(tmp_path):
     """`bash scripts/gpu-session.sh --dry-run`: every step's CPU part at tiny sizes, so that a typo
     cannot waste the one device call; the plan fits `timeout 540` and what comes back fits the
