@@ -10,10 +10,8 @@ from ..samples import SampleSource
 from .base import Backend
 from .registry import AUTO, ENGINES, EngineCaps
 
-# Why "auto" never takes DALI, even with a GPU and DALI installed: measured on an H100 with 16 cores
-# (2026-11-24, docs/benchmarks.md), the workers engine fed ResNet-50 at 98-99% of the ceiling and
-# DALI at 94%; and the workers engine's pixels are libjpeg-turbo's on every machine, where nvJPEG's
-# differ by a few levels, so a model's inputs do not change with the machine it runs on.
+# Why "auto" never takes DALI, even with a GPU and DALI installed (the measurements and what was
+# weighed: docs/architecture.md, Decisions); recorded in `stats.settings["decisions"]` as:
 AUTO_RULE = ("on an H100 with 16 cores the workers engine fed ResNet-50 at 98-99% of the ceiling and DALI at "
              "94% (2026-11-24), with the same pixels on every machine (nvJPEG's differ from libjpeg-turbo's by a "
              "few levels); pass backend='dali' to decode on the GPU (worth measuring with few cores per GPU)")
