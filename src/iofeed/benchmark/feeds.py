@@ -174,8 +174,8 @@ class TorchvisionFeed:
         torch.manual_seed(spec.seed)
         self._device = torch.device(spec.device)
         dataset = datasets.ImageFolder(str(find_class_root(spec.source)), transform=transform)
-        # a fork server that has imported torch and torchvision once: 15 workers each importing them
-        # while this process pickled the dataset to them took 140-148 s to warm up on an H100 host
+        # a fork server that imports torch and torchvision once, rather than each worker at start-up
+        # (the baseline's warm-up: docs/benchmarks.md, "The GPU check")
         context = multiprocessing.get_context("forkserver")
         context.set_forkserver_preload(["torch", "torchvision.datasets", "torchvision.transforms", "PIL.Image"])
         self._loader = torch.utils.data.DataLoader(
