@@ -1,0 +1,297 @@
+"""`iofeed.Mix`: weighted mixtures of sources — exact shares per epoch, small sources repeating a
+fresh pass at a time, large ones continuing where they stopped, one order whatever the workers,
+elastic resume, merged classes, per-source stats and skip bounds (issue 33). Pixels encode labels,
+so a mislabel, loss, duplicate or reorder shows end to end."""
+from __future__ import annotations
+
+import math
+import shutil
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import iofeed
+from helpers.images import label_from_pixels, make_colour_tree
+from iofeed.errors import OptionError, SampleError
+from iofeed.mix import MixPlan, shares
+
+OPTIONS = dict(image_size=16, workers=1, seed=5, drop_last=False, augment=False)
+
+
+@pytest.fixture(scope="module")
+def small_dataset(tmp_path_factory) -> Path:
+    """A second dataset of the same 4 classes: 8 train, 4 val samples."""
+    from iofeed.prepare.run import preprocess
+
+    root = tmp_path_factory.mktemp("mix-small")
+    out = root / "small.iof"
+    preprocess(make_colour_tree(root / "tree", per_class=3), out, val_per_class=1, shard_bytes=1 << 16,
+               progress=False, workers=1)
+    return out
+
+
+@pytest.fixture(scope="module")
+def broken_folder(tmp_path_factory) -> Path:
+    """An image folder of 8 good pictures and 2 truncated JPEGs (found only when decoded)."""
+    return make_colour_tree(tmp_path_factory.mktemp("mix-broken") / "tree", per_class=2, corrupt=2)
+
+
+def _epoch(ld) -> tuple[list[int], list[int]]:
+    """One epoch's sample indices and labels, each label checked against the pixels."""
+    indices, labels = [], []
+    for images, batch_labels in ld:
+        got = np.asarray(batch_labels).tolist()
+        assert got == ld.source.label[ld.last_indices].tolist()
+        assert [label_from_pixels(np.asarray(im)) for im in images] == got, "pixels say the label"
+        indices += ld.last_indices.tolist()
+        labels += got
+    return indices, labels
+
+
+# ---- the Mix object
+
+
+BAD_MIXES = [
+    (dict(weights={}), "a dict of source -> weight"),
+    (dict(weights={"a.iof": 0}), "weight of 'a.iof' must be a positive finite number, got 0"),
+    (dict(weights={"a.iof": -1.0}), "got -1.0"),
+    (dict(weights={"a.iof": float("nan")}), "got nan"),
+    (dict(weights={"a.iof": float("inf")}), "got inf"),
+    (dict(weights={"a.iof": True}), "got True"),
+    (dict(weights={"a.iof": "0.5"}), "got '0.5'"),
+    (dict(weights={"a.iof": 1, "a.iof/": 2}), "lists 'a.iof/' twice"),
+    (dict(weights={"a.iof": 1}, epoch_samples=0), "epoch_samples must be an int >= 1"),
+    (dict(weights={"a.iof": 1}, epoch_samples=2.5), "epoch_samples must be an int >= 1"),
+    (dict(weights={"a.iof": 1}, classes="merge"), "classes='merge' is not one of name, offset"),
+    (dict(weights={3: 1}), "paths or URLs"),
+]
+
+
+@pytest.mark.parametrize("kwargs, message", BAD_MIXES, ids=[m[:30] for _, m in BAD_MIXES])
+def test_a_bad_mix_is_refused_in_one_line_when_made(kwargs, message):
+    with pytest.raises(OptionError, match=message) as info:
+        iofeed.Mix(**kwargs)
+    assert "\n" not in str(info.value)
+
+
+def test_a_mix_is_frozen_and_printable():
+    mix = iofeed.Mix({"a.iof": 0.7, Path("b.iof"): 0.2, "photos/": 0.1}, epoch_samples=100)
+    assert str(mix) == "Mix({'a.iof': 0.7, 'b.iof': 0.2, 'photos/': 0.1}, epoch_samples=100, classes='name')"
+    assert mix == iofeed.Mix({"a.iof": 0.7, "b.iof": 0.2, "photos/": 0.1}, epoch_samples=100)
+    assert hash(mix) == hash(iofeed.Mix({"a.iof": 0.7, "b.iof": 0.2, "photos/": 0.1}, epoch_samples=100))
+    with pytest.raises(AttributeError):
+        mix.epoch_samples = 3
+
+
+# ---- epoch semantics (pure functions of seed and epoch)
+
+
+def test_shares_are_within_one_sample_of_the_weights_and_add_up():
+    rng = np.random.default_rng(0)
+    for _ in range(300):
+        weights = list(rng.random(int(rng.integers(1, 6))) + 1e-3)
+        total = int(rng.integers(1, 10_000))
+        counts = shares(weights, total)
+        assert sum(counts) == total
+        assert all(abs(c - w / sum(weights) * total) < 1 for c, w in zip(counts, weights))
+
+
+def test_every_sample_of_a_source_comes_once_before_any_comes_twice_over_epochs():
+    plan = MixPlan(sizes=(13, 5, 40), counts=(7, 12, 9))  # down, up, down (40 in 9s: 4.4 epochs a pass)
+    orders = [plan.order(seed=2, epoch=e) for e in range(12)]
+    assert all(len(o) == 28 for o in orders)
+    whole = np.concatenate(orders)
+    for s, (size, base) in enumerate(zip(plan.sizes, plan.bases)):
+        stream = whole[(whole >= base) & (whole < base + size)] - base
+        assert len(stream) == 12 * plan.counts[s]
+        for p in range(len(stream) // size):  # each pass is a permutation: all once, none twice
+            assert sorted(stream[p * size:(p + 1) * size].tolist()) == list(range(size))
+        assert len(set(stream[len(stream) // size * size:].tolist())) == len(stream) % size
+    assert not np.array_equal(orders[0][:10], orders[1][:10]), "epochs are interleaved afresh"
+    assert np.array_equal(plan.order(2, 7), orders[7]), "a function of (seed, epoch) alone"
+
+
+# ---- the loader over a mixture
+
+
+def test_up_and_down_sampling_over_5_epochs_with_exact_shares(colour_dataset, small_dataset):
+    mix = iofeed.Mix({str(colour_dataset): 1, str(small_dataset): 3}, epoch_samples=40)  # 10 of 32, 30 of 8
+    with iofeed.loader(mix, batch_size=5, **OPTIONS) as ld:
+        assert len(ld) == 8 and ld.mixture.sizes == [32, 8]
+        epochs = [_epoch(ld) for _ in range(5)]
+        per_source = ld.stats.sources
+    big, small = [], []
+    for indices, _ in epochs:
+        source = ld.mixture.source_of(np.array(indices))
+        assert Counter(source.tolist()) == {0: 10, 1: 30}, "each source's exact share"
+        big += [i for i, s in zip(indices, source) if s == 0]
+        small += [i - 32 for i, s in zip(indices, source) if s == 1]
+    assert sorted(big[:32]) == list(range(32)), "all 32 of the down-sampled source before any repeat"
+    assert len(set(big[32:])) == 18
+    for p in range(150 // 8):
+        assert sorted(small[p * 8:(p + 1) * 8]) == list(range(8)), "the up-sampled source: a fresh pass each time"
+    assert per_source == {str(colour_dataset): {"delivered": 50, "skipped": Counter()},
+                          str(small_dataset): {"delivered": 150, "skipped": Counter()}}
+
+
+def test_one_and_two_workers_give_the_same_mixture_order(colour_dataset, small_dataset, colour_tree):
+    mix = iofeed.Mix({str(colour_dataset): 2, str(small_dataset): 1, str(colour_tree): 1})
+    runs = []
+    for workers in (1, 2):
+        with iofeed.loader(mix, batch_size=4, **dict(OPTIONS, workers=workers)) as ld:
+            runs.append([_epoch(ld) for _ in range(2)])
+    assert runs[0] == runs[1]
+    assert len(runs[0][0][0]) == 32 + 8 + 40
+
+
+def _ranks(mix, world: int, batch: int, state: dict | None, batches: int | None) -> tuple[list[int], list[dict]]:
+    """The samples each of `world` ranks delivers (`batches` each, or the rest of the epoch)."""
+    seen, states = [], []
+    for rank in range(world):
+        with iofeed.loader(mix, batch_size=batch, rank=rank, world_size=world, **OPTIONS) as ld:
+            if state is not None:
+                ld.load_state_dict(state)
+            for k, _ in enumerate(_epoch_batches(ld), start=1):
+                seen += ld.last_indices.tolist()
+                if k == batches:
+                    break
+            states.append(ld.state_dict())
+    return seen, states
+
+
+def _epoch_batches(ld):
+    for images, labels in ld:
+        assert [label_from_pixels(np.asarray(im)) for im in images] == np.asarray(labels).tolist()
+        yield labels
+
+
+@pytest.mark.filterwarnings("ignore:the resumed epoch holds")  # more batches than a whole epoch: expected
+@pytest.mark.parametrize("world, batch", [(3, 2), (8, 2), (4, 3)])
+def test_a_mixture_stopped_on_4_ranks_resumes_on_another_layout_each_sample_once(
+        colour_dataset, small_dataset, colour_tree, world, batch):
+    mix = iofeed.Mix({str(colour_dataset): 1, str(small_dataset): 2, str(colour_tree): 1}, epoch_samples=60)
+    before, states = _ranks(mix, 4, 2, None, 3)  # 24 of the epoch's 60
+    assert all(s == states[0] for s in states) and states[0]["samples_done"] == 24
+    after, ends = _ranks(mix, world, batch, states[0], None)
+    with iofeed.loader(mix, batch_size=1, **OPTIONS) as ld:
+        epoch = ld.order.plan.order(ld.order.seed, 0).tolist()
+    assert sorted(before) == sorted(epoch[:24]), "the batches done are a prefix of the global order"
+    extra = Counter(before + after) - Counter(epoch)
+    assert Counter(epoch) - Counter(before + after) == Counter(), "every remaining sample"
+    assert sum(extra.values()) == -(60 - 24) % world, "only the padding repeats"
+    assert all(e["epoch"] == 1 and e["samples_done"] == 0 for e in ends)
+
+
+def test_a_state_of_another_mixture_is_refused_naming_the_difference(colour_dataset, small_dataset, colour_tree):
+    a, b = str(colour_dataset), str(small_dataset)
+    with iofeed.loader(iofeed.Mix({a: 1, b: 1}), batch_size=4, **OPTIONS) as ld:
+        next(iter(ld))
+        state = ld.state_dict()
+    cases = [
+        (iofeed.Mix({a: 1, b: 2}), f"the state weighs {b} 1, this loader 2"),
+        (iofeed.Mix({b: 1, a: 1}), "the state mixes"),
+        (iofeed.Mix({a: 1, b: 1, str(colour_tree): 1}), "the state mixes"),
+        (iofeed.Mix({a: 1, b: 1}, epoch_samples=10), "the state's mixture has epoch_samples=40, this loader 10"),
+        (iofeed.Mix({a: 1, b: 1}, classes="offset"), "the state's mixture has classes='name', this loader 'offset'"),
+        (a, "the state is of an iofeed.Mix, this loader reads one source"),
+    ]
+    for source, message in cases:
+        with iofeed.loader(source, batch_size=4, **OPTIONS) as other:
+            with pytest.raises(OptionError, match=f"^cannot resume: {message}"):
+                other.load_state_dict(state)
+    with iofeed.loader(a, batch_size=4, **OPTIONS) as single:
+        with iofeed.loader(iofeed.Mix({a: 1, b: 1}), batch_size=4, **OPTIONS) as mixed:
+            with pytest.raises(OptionError, match="the state is of one source"):
+                mixed.load_state_dict(single.state_dict())
+            mixed.load_state_dict(state)
+            assert mixed.state_dict()["samples_done"] == 4
+
+
+def test_a_source_replaced_by_another_with_its_name_is_refused(colour_dataset, small_dataset, tmp_path):
+    copy = tmp_path / "b.iof"
+    shutil.copytree(small_dataset, copy)
+    mix = iofeed.Mix({str(colour_dataset): 1, str(copy): 1})
+    with iofeed.loader(mix, batch_size=4, **OPTIONS) as ld:
+        state = ld.state_dict()
+    shutil.rmtree(copy)
+    shutil.copytree(colour_dataset, copy)
+    with iofeed.loader(mix, batch_size=4, **OPTIONS) as ld:
+        with pytest.raises(OptionError, match=f"{copy} holds other samples than when the state was saved"):
+            ld.load_state_dict(state)
+
+
+# ---- classes, targets and extras
+
+
+def test_classes_merge_by_name_or_stay_apart_with_offsets(colour_dataset, colour_tree):
+    a, t = str(colour_dataset), str(colour_tree)
+    with iofeed.loader(iofeed.Mix({a: 1, t: 1}), batch_size=4, **OPTIONS) as ld:
+        assert ld.source.classes == ["colour0", "colour1", "colour2", "colour3"]
+        _epoch(ld)  # pixels agree with the merged labels
+    with iofeed.loader(iofeed.Mix({a: 1, t: 1}, classes="offset"), batch_size=4, **OPTIONS) as ld:
+        assert ld.source.classes[:2] == [f"{a}:colour0", f"{a}:colour1"] and len(ld.source.classes) == 8
+        for _, labels in ld:
+            source = ld.mixture.source_of(ld.last_indices)
+            pixels = ld.source.label[ld.last_indices] - 4 * source
+            assert np.asarray(labels).tolist() == ld.source.label[ld.last_indices].tolist()
+            assert set(pixels.tolist()) <= set(range(4))
+
+
+def test_a_class_spelled_two_ways_is_refused_in_one_line(colour_dataset, colour_tree, tmp_path):
+    other = tmp_path / "shouting"
+    shutil.copytree(colour_tree, other)
+    (other / "001.colour0").rename(other / "001.COLOUR0")
+    with pytest.raises(OptionError, match=r"class 'COLOUR0' of .*shouting and 'colour0' of .*colour.iof "
+                                          r"differ only in case or spaces: .*classes='offset'") as info:
+        iofeed.loader(iofeed.Mix({str(colour_dataset): 1, str(other): 1}), batch_size=4, **OPTIONS)
+    assert "\n" not in str(info.value)
+
+
+def test_extras_tell_each_samples_source_and_multi_hot_spans_the_mixture(colour_dataset, colour_tree):
+    a, t = str(colour_dataset), str(colour_tree)
+    with iofeed.loader(iofeed.Mix({a: 1, t: 1}, classes="offset"), batch_size=4, target="multi_hot", extras=True,
+                       **OPTIONS) as ld:
+        for images, hot, extras in ld:
+            names = [[a, t][s] for s in ld.mixture.source_of(ld.last_indices)]
+            assert [e["source"] for e in extras] == names and all(e["extra"] is None for e in extras)
+            assert hot.shape == (len(images), 8) and (hot.sum(axis=1) == 1).all()
+            assert hot.argmax(axis=1).tolist() == ld.source.label[ld.last_indices].tolist()
+            assert [label_from_pixels(np.asarray(im)) for im in images] == (hot.argmax(axis=1) % 4).tolist()
+
+
+def test_the_val_split_reads_each_sources_val_in_order(colour_dataset, small_dataset):
+    a, b = str(colour_dataset), str(small_dataset)
+    with iofeed.loader(iofeed.Mix({a: 9, b: 1}), split="val", batch_size=3, extras=True, **OPTIONS) as ld:
+        indices, names = [], []
+        for images, labels, extras in ld:
+            assert [label_from_pixels(np.asarray(im)) for im in images] == np.asarray(labels).tolist()
+            indices += ld.last_indices.tolist()
+            names += [e["source"] for e in extras]
+    assert indices == list(range(8 + 4)), "every val sample once, source by source, no weights"
+    assert names == [a] * 8 + [b] * 4
+
+
+# ---- accounting
+
+
+def test_stats_count_per_source_and_a_broken_small_source_cannot_hide(colour_dataset, broken_folder):
+    mix = iofeed.Mix({str(colour_dataset): 0.8, str(broken_folder): 0.2}, epoch_samples=50)  # 40 + 10
+    with iofeed.loader(mix, batch_size=5, max_skipped=None, **OPTIONS) as ld:
+        _epoch(ld)
+        stats = ld.stats.as_dict()["sources"]
+    assert stats[str(colour_dataset)] == {"delivered": 40, "skipped": {}}
+    assert stats[str(broken_folder)]["delivered"] == 8 and sum(stats[str(broken_folder)]["skipped"].values()) == 2
+    assert math.isclose(2 / 50, 0.04), "4% of the epoch: under the 10% bound as a whole"
+    with iofeed.loader(mix, batch_size=5, max_skipped=0.1, **OPTIONS) as ld:
+        with pytest.raises(SampleError, match=f"^Mix source {broken_folder}: epoch 0 skipped 2 of its 10 samples"):
+            _epoch(ld)
+
+
+def test_a_mixture_refuses_another_shuffle_and_an_empty_source(colour_dataset, colour_tree, tmp_path):
+    mix = iofeed.Mix({str(colour_dataset): 1, str(colour_tree): 1})
+    with pytest.raises(OptionError, match="shuffle='block' does not apply to a Mix's train split"):
+        iofeed.loader(mix, batch_size=4, shuffle="block", **OPTIONS)
+    with pytest.raises(OptionError, match="shuffle='mix' is the order of an iofeed.Mix"):
+        iofeed.loader(colour_dataset, batch_size=4, shuffle="mix", **OPTIONS)
