@@ -5,15 +5,20 @@ so a mislabel, loss, duplicate or reorder shows end to end."""
 from __future__ import annotations
 
 import math
+import os
+import re
 import shutil
+import subprocess
+import sys
 from collections import Counter
 from pathlib import Path
 
 import numpy as np
 import pytest
+from PIL import Image
 
 import iofeed
-from helpers.images import label_from_pixels, make_colour_tree
+from helpers.images import CLASS_COLOURS, jpeg_bytes, label_from_pixels, make_colour_tree
 from iofeed.errors import OptionError, SampleError
 from iofeed.mix import MixPlan, shares
 
@@ -36,6 +41,27 @@ def small_dataset(tmp_path_factory) -> Path:
 def broken_folder(tmp_path_factory) -> Path:
     """An image folder of 8 good pictures and 2 truncated JPEGs (found only when decoded)."""
     return make_colour_tree(tmp_path_factory.mktemp("mix-broken") / "tree", per_class=2, corrupt=2)
+
+
+@pytest.fixture(scope="module")
+def indexed_shards(tmp_path_factory) -> Path:
+    """WebDataset shards of colour pictures (`txt` labels naming the colour classes) indexed in
+    place by `iofeed index`: 2 shards of 6."""
+    import webdataset as wds
+
+    from iofeed.prepare.index import index_shards
+
+    root = tmp_path_factory.mktemp("mix-wds")
+    rng = np.random.default_rng(7)
+    for s in range(2):
+        with wds.TarWriter(str(root / f"shard-{s:06d}.tar")) as sink:
+            for k in range(6):
+                c = (s * 6 + k) % 4
+                pixels = np.clip(np.array(CLASS_COLOURS[c]) + rng.integers(-12, 13, (60 + k, 70, 3)), 0, 255)
+                sink.write({"__key__": f"s{s}k{k}", "jpg": jpeg_bytes(Image.fromarray(pixels.astype(np.uint8))),
+                            "txt": f"colour{c}"})
+    index_shards(str(root / "shard-{000000..000001}.tar"), root / "wds.iof")
+    return root / "wds.iof"
 
 
 def _epoch(ld) -> tuple[list[int], list[int]]:
@@ -170,8 +196,10 @@ def _epoch_batches(ld):
 @pytest.mark.filterwarnings("ignore:the resumed epoch holds")  # more batches than a whole epoch: expected
 @pytest.mark.parametrize("world, batch", [(3, 2), (8, 2), (4, 3)])
 def test_a_mixture_stopped_on_4_ranks_resumes_on_another_layout_each_sample_once(
-        colour_dataset, small_dataset, colour_tree, world, batch):
-    mix = iofeed.Mix({str(colour_dataset): 1, str(small_dataset): 2, str(colour_tree): 1}, epoch_samples=60)
+        colour_dataset, small_dataset, colour_tree, indexed_shards, world, batch):
+    """A dataset, a smaller one (up-sampled), an image folder and WebDataset shards indexed in place."""
+    mix = iofeed.Mix({str(colour_dataset): 1, str(small_dataset): 2, str(colour_tree): 1, str(indexed_shards): 1},
+                     epoch_samples=60)
     before, states = _ranks(mix, 4, 2, None, 3)  # 24 of the epoch's 60
     assert all(s == states[0] for s in states) and states[0]["samples_done"] == 24
     after, ends = _ranks(mix, world, batch, states[0], None)
@@ -295,3 +323,29 @@ def test_a_mixture_refuses_another_shuffle_and_an_empty_source(colour_dataset, c
         iofeed.loader(mix, batch_size=4, shuffle="block", **OPTIONS)
     with pytest.raises(OptionError, match="shuffle='mix' is the order of an iofeed.Mix"):
         iofeed.loader(colour_dataset, batch_size=4, shuffle="mix", **OPTIONS)
+
+
+def test_a_folder_in_a_val_mixture_is_refused(colour_dataset, colour_tree):
+    with pytest.raises(OptionError, match=f"Mix: {colour_tree} is an image folder, which has no 'val' split"):
+        iofeed.loader(iofeed.Mix({str(colour_dataset): 1, str(colour_tree): 1}), split="val", batch_size=4, **OPTIONS)
+
+
+# ---- the README's snippet, as written
+
+
+def test_the_readme_mix_snippet_runs(colour_dataset, small_dataset, colour_tree, tmp_path):
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    (code,) = re.findall(r"```python\n(# train_mix\.py\n.*?)```", readme, re.S)
+    for old, new in [('"data/c256.iof"', repr(str(colour_dataset))), ('"data/extra.iof"', repr(str(small_dataset))),
+                     ('"data/photos"', repr(str(colour_tree))), ("epoch_samples=20_000", "epoch_samples=40"),
+                     ("batch_size=256", "batch_size=8")]:
+        assert old in code
+        code = code.replace(old, new)
+    (tmp_path / "train_mix.py").write_text(code + "print(sum(len(x) for _, _, x in val))\n")
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1] / "src")}
+    run = subprocess.run([sys.executable, "train_mix.py"], cwd=tmp_path, env=env, capture_output=True, text=True,
+                         timeout=600)
+    assert run.returncode == 0, run.stderr[-3000:]
+    lines = run.stdout.split("\n")
+    assert lines[1].startswith("{" + repr(str(colour_dataset)) + ": {'delivered': 56, "), "0.7 of 80 over 2 epochs"
+    assert lines[2] == "12", "the val mixture: 8 + 4 samples"

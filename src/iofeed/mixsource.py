@@ -99,6 +99,10 @@ class Mixture:
         self.mix, self.split, self.names = mix, split, mix.names
         parts = [open_source(name, split, cache_dir=options.cache_dir, cache_limit=options.cache_limit)
                  for name in self.names]
+        folders = [name for name, part in zip(self.names, parts) if part.kind == "folder"]
+        if split != "train" and folders:  # a folder has no splits: its training images would pass for val
+            raise OptionError(f"Mix: {folders[0]} is an image folder, which has no {split!r} split: leave it out of "
+                              f"the {split} mixture")
         empty = [name for name, part in zip(self.names, parts) if not len(part)]
         if empty:
             raise DatasetError(f"Mix: {empty[0]} has no samples in split {split!r}: leave it out of the mixture")
