@@ -349,3 +349,25 @@ def test_the_readme_mix_snippet_runs(colour_dataset, small_dataset, colour_tree,
     lines = run.stdout.split("\n")
     assert lines[1].startswith("{" + repr(str(colour_dataset)) + ": {'delivered': 56, "), "0.7 of 80 over 2 epochs"
     assert lines[2] == "12", "the val mixture: 8 + 4 samples"
+
+
+# ---- the bench's iofeed-mix feed (built and read here; measured only by `iofeed bench`)
+
+
+@pytest.mark.torch
+def test_the_bench_mix_feed_reads_the_dataset_as_three_sources(colour_dataset):
+    from iofeed.benchmark.feeds import DEFAULT_FEEDS, FeedSpec, open_feed
+
+    feed = open_feed(FeedSpec("iofeed-mix", str(colour_dataset), 1, 4, 32, "cpu"))
+    views = Path(feed._views)
+    try:
+        mixture = feed._loader.mixture
+        assert mixture.sizes == [32, 32, 32] and list(mixture.plan.counts) == [16, 10, 6], "one epoch of 32"
+        stream = feed.batches()
+        batches = [next(stream) for _ in range(9)]  # past the end of an epoch (8 batches)
+        stream.close()
+    finally:
+        feed.close()
+    assert all(images.shape == (4, 3, 32, 32) for images, _ in batches)
+    assert not views.exists(), "its symlinks are removed on close"
+    assert "iofeed-mix" not in DEFAULT_FEEDS, "measured when asked for: --feeds iofeed-dataset,iofeed-mix"
