@@ -371,3 +371,36 @@ def test_the_bench_mix_feed_reads_the_dataset_as_three_sources(colour_dataset):
     assert all(images.shape == (4, 3, 32, 32) for images, _ in batches)
     assert not views.exists(), "its symlinks are removed on close"
     assert "iofeed-mix" not in DEFAULT_FEEDS, "measured when asked for: --feeds iofeed-dataset,iofeed-mix"
+
+
+def test_a_source_overwritten_under_a_mixture_loader_is_named(colour_dataset, tmp_path):
+    """Each shard is checked against its own dataset's id: the replaced one is named, never read
+    with the old table."""
+    from iofeed.errors import DatasetError, WorkerError
+    from iofeed.prepare.run import preprocess
+
+    out = tmp_path / "d.iof"
+    preprocess(make_colour_tree(tmp_path / "a", per_class=3), out, progress=False, workers=1)
+    with iofeed.loader(iofeed.Mix({str(colour_dataset): 1, str(out): 1}), batch_size=4, **OPTIONS) as ld:
+        preprocess(make_colour_tree(tmp_path / "b", per_class=4), out, progress=False, workers=1, overwrite=True)
+        with pytest.raises((DatasetError, WorkerError), match=f"{out} was replaced after it was opened"):
+            _epoch(ld)
+
+
+def test_a_source_given_no_sample_of_the_epoch_is_refused(colour_dataset, small_dataset):
+    mix = iofeed.Mix({str(colour_dataset): 1000, str(small_dataset): 1}, epoch_samples=100)
+    with pytest.raises(OptionError, match=f"weight of {small_dataset} gives it none of an epoch's 100 samples"):
+        iofeed.loader(mix, batch_size=4, **OPTIONS)
+
+
+def test_a_folder_whose_scan_rejected_too_much_is_named_inside_a_mixture(colour_dataset, tmp_path):
+    tree = make_colour_tree(tmp_path / "tree", per_class=2)
+    for k in range(2):
+        (tree / "001.colour0" / f"empty{k}.jpg").write_bytes(b"")  # rejected by the scan: 2 of 10 files
+    mix = iofeed.Mix({str(colour_dataset): 1, str(tree): 1})
+    with pytest.raises(SampleError, match=f"^{tree}: 2 of 10 files in its class folders were rejected"):
+        iofeed.loader(mix, batch_size=4, max_skipped=0.1, **OPTIONS)
+    with iofeed.loader(mix, batch_size=4, max_skipped=None, **OPTIONS) as ld:
+        next(iter(ld))
+        assert sum(ld.stats.sources[str(tree)]["skipped"].values()) == 2
+        assert sum(ld.stats.sources[str(colour_dataset)]["skipped"].values()) == 0

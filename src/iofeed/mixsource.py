@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from .backends.base import Batch
-from .backends.skips import EpochSkips
+from .backends.skips import EpochSkips, check_scanned
 from .errors import DatasetError, OptionError, SampleError
 from .mix import Mix, MixPlan, shares
 from .options import LoaderOptions
@@ -113,6 +113,12 @@ class Mixture:
         self.bases = np.cumsum([0, *self.sizes])
         total = mix.epoch_samples or sum(self.sizes)
         self.plan = MixPlan(tuple(self.sizes), tuple(shares(list(mix.weights.values()), total)))
+        unread = [name for name, count in zip(self.names, self.plan.counts) if not count]
+        if split == "train" and unread:  # a source listed but never read is a mistake, not a choice
+            raise OptionError(f"Mix: the weight of {unread[0]} gives it none of an epoch's {total} samples: raise "
+                              "its weight or epoch_samples, or leave it out")
+        for name, part in zip(self.names, parts):  # a folder's scan rejections, held to the bound per source
+            check_scanned(part.rejected, len(part), options.max_skipped, name)
         self.skips: list[EpochSkips] = []
 
     def source_of(self, indices: np.ndarray) -> np.ndarray:
@@ -155,9 +161,10 @@ class Mixture:
         return hashlib.blake2b(json.dumps(self.describe()).encode(), digest_size=10).hexdigest()
 
     def record(self, batch: Batch, stats: dict[str, dict[str, Any]]) -> None:
-        """Count a batch per source in `stats` (name -> delivered, skipped by reason)."""
-        for name in self.names:
-            stats.setdefault(name, {"delivered": 0, "skipped": Counter()})
+        """Count a batch per source in `stats` (name -> delivered, skipped by reason; a folder's skips
+        start with what its scan rejected, as `LoaderStats.skipped` does)."""
+        for name, part in zip(self.names, self.parts):
+            stats.setdefault(name, {"delivered": 0, "skipped": Counter(part.rejected)})
         for s, count in zip(*np.unique(self.source_of(batch.indices), return_counts=True)):
             stats[self.names[s]]["delivered"] += int(count)
         for index, reason in batch.skipped:
