@@ -88,6 +88,7 @@ BAD_MIXES = [
     (dict(weights={"a.iof": True}), "got True"),
     (dict(weights={"a.iof": "0.5"}), "got '0.5'"),
     (dict(weights={"a.iof": 1, "a.iof/": 2}), "lists 'a.iof/' twice"),
+    (dict(weights={"data/a.iof": 1, "./data/x/../a.iof": 2}), "lists './data/x/../a.iof' twice"),
     (dict(weights={"a.iof": 1}, epoch_samples=0), "epoch_samples must be an int >= 1"),
     (dict(weights={"a.iof": 1}, epoch_samples=2.5), "epoch_samples must be an int >= 1"),
     (dict(weights={"a.iof": 1}, classes="merge"), "classes='merge' is not one of name, offset"),
@@ -235,6 +236,29 @@ def test_a_state_of_another_mixture_is_refused_naming_the_difference(colour_data
                 mixed.load_state_dict(single.state_dict())
             mixed.load_state_dict(state)
             assert mixed.state_dict()["samples_done"] == 4
+
+
+def test_the_state_records_each_sources_position_and_checks_it(colour_dataset, small_dataset):
+    """Each source's position in its stream: epochs done times its share, plus its samples among
+    those done of this epoch's order. A state whose positions this order would not reach (saved by
+    another mixture order) is refused rather than resumed into repeats or gaps."""
+    mix = iofeed.Mix({str(colour_dataset): 1, str(small_dataset): 3}, epoch_samples=40)  # 10 and 30 per epoch
+    with iofeed.loader(mix, batch_size=5, **OPTIONS) as ld:
+        _epoch(ld)
+        seen = []
+        for k, _ in enumerate(ld, start=1):
+            seen += ld.mixture.source_of(ld.last_indices).tolist()
+            if k == 3:
+                break
+        state = ld.state_dict()
+    assert state["epoch"] == 1 and state["samples_done"] == 15
+    assert state["mixture"]["positions"] == [10 + seen.count(0), 30 + seen.count(1)]
+    with iofeed.loader(mix, batch_size=5, **OPTIONS) as ld:
+        ld.load_state_dict(state)
+        moved = dict(state, mixture=dict(state["mixture"], positions=[11, 34]))
+        with pytest.raises(OptionError, match=r"positions \[11, 34\], this loader's order at \[\d+, \d+\] after "
+                                              r"epoch 1's first 15 samples"):
+            ld.load_state_dict(moved)
 
 
 def test_a_source_replaced_by_another_with_its_name_is_refused(colour_dataset, small_dataset, tmp_path):

@@ -223,7 +223,7 @@ class Loader:
         o = self.order
         done = min(self._done + (self._position - self._first) * o.batch_size * o.world_size, o.samples)
         out = resume_state(self._fingerprint(), o, Progress(self.epoch, done, self._position))
-        return out if self.mixture is None else {**out, "mixture": self.mixture.describe()}
+        return out if self.mixture is None else {**out, "mixture": self.mixture.state(o, self.epoch, done)}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Continue from `state_dict()` of a loader over the same data, seed and shuffle: the rest of
@@ -233,6 +233,8 @@ class Loader:
         check_state(state, self.mixture)  # names what differs between two mixtures
         progress = parse({k: v for k, v in state.items() if k != "mixture"} if isinstance(state, dict) else state,
                          self._fingerprint(), self.order)
+        if self.mixture is not None:
+            self.mixture.check_positions(state["mixture"], self.order, progress.epoch, progress.samples_done)
         self.epoch, self._done = progress.epoch, progress.samples_done
         self._position = self._first = progress.batches_done
         self._join_group()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -11,6 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from .errors import OptionError
+from .remote.urls import is_url
 
 CLASSES = ("name", "offset")  # how sources' class lists combine: merged by name, or one after another
 _TAG = 0x6D6978  # "mix": keeps a mixture's seeds apart from the other orders' [seed, epoch]
@@ -32,8 +34,8 @@ class Mix:
             raise OptionError(f"Mix takes a dict of source -> weight, got {self.weights!r}")
         names = [_name(source) for source in self.weights]
         seen: dict[str, str] = {}
-        for name in names:
-            key = name.rstrip("/")
+        for name in names:  # spelled twice ("a.iof", "./a.iof/"); a symlink is a deliberate second name
+            key = name.rstrip("/") if is_url(name) else os.path.normpath(name)
             if key in seen:
                 raise OptionError(f"Mix lists {name!r} twice: give each source once, with its total weight")
             seen[key] = name

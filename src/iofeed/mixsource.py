@@ -16,7 +16,7 @@ from .backends.skips import EpochSkips, check_scanned
 from .errors import DatasetError, OptionError, SampleError
 from .mix import Mix, MixPlan, shares
 from .options import LoaderOptions
-from .order import OrderSpec
+from .order import SHUFFLES, OrderSpec
 from .prepare.scan import reason_kind
 from .resume import fingerprint
 from .samples import SampleSource, check_unchanged, open_source
@@ -156,6 +156,29 @@ class Mixture:
                                "epoch_samples": self.plan.epoch_samples, "classes": self.mix.classes}
         return self._described
 
+    def state(self, order: OrderSpec, epoch: int, done: int) -> dict[str, Any]:
+        """The `mixture` entry of a loader state: `describe()` and each source's position, the samples
+        of its stream delivered (train: its passes one after another) once `done` samples of
+        `epoch`'s global order are."""
+        return {**self.describe(), "positions": self.positions(order, epoch, done)}
+
+    def positions(self, order: OrderSpec, epoch: int, done: int) -> list[int]:
+        """Each source's position after `done` samples of `epoch` (see `state`)."""
+        first = np.bincount(self.source_of(SHUFFLES[order.shuffle].order(order, epoch)[:done]),
+                            minlength=len(self.names))
+        passed = [epoch * n for n in self.plan.counts] if order.shuffle == "mix" else [0] * len(self.names)
+        return [int(a + b) for a, b in zip(passed, first)]
+
+    def check_positions(self, given: dict[str, Any], order: OrderSpec, epoch: int, done: int) -> None:
+        """OptionError when a state's source positions are not where this iofeed's order puts them
+        after (epoch, done): the state was saved with another mixture order, and resuming from it
+        would repeat or miss samples."""
+        mine = self.positions(order, epoch, done)
+        if given.get("positions") != mine:
+            raise OptionError(f"cannot resume: the state puts the sources at positions {given.get('positions')!r}, "
+                              f"this loader's order at {mine} after epoch {epoch}'s first {done} samples (saved "
+                              "by an iofeed whose mixture order differs: resume with that version)")
+
     def identity(self) -> str:
         """The "dataset" of a loader state: a hash of `describe()`."""
         return hashlib.blake2b(json.dumps(self.describe()).encode(), digest_size=10).hexdigest()
@@ -203,7 +226,7 @@ def check_state(given: Any, mixture: Mixture | None) -> None:
     if theirs is None:
         raise OptionError(f"cannot resume: the state is of one source, this loader reads {mixture.mix}")
     mine = mixture.describe()
-    if not isinstance(theirs, dict) or set(theirs) != set(mine):
+    if not isinstance(theirs, dict) or set(theirs) != {*mine, "positions"}:
         raise OptionError(f"cannot resume: the state's mixture is malformed: {theirs!r}")
     ours, their_sources = mine["sources"], [list(s) for s in theirs["sources"]]
     if [s[0] for s in their_sources] != [s[0] for s in ours]:
