@@ -173,11 +173,12 @@ def test_one_and_two_workers_give_the_same_mixture_order(colour_dataset, small_d
     assert len(runs[0][0][0]) == 32 + 8 + 40
 
 
-def _ranks(mix, world: int, batch: int, state: dict | None, batches: int | None) -> tuple[list[int], list[dict]]:
+def _ranks(mix, world: int, batch: int, state: dict | None, batches: int | None,
+           **more) -> tuple[list[int], list[dict]]:
     """The samples each of `world` ranks delivers (`batches` each, or the rest of the epoch)."""
     seen, states = [], []
     for rank in range(world):
-        with iofeed.loader(mix, batch_size=batch, rank=rank, world_size=world, **OPTIONS) as ld:
+        with iofeed.loader(mix, batch_size=batch, rank=rank, world_size=world, **OPTIONS, **more) as ld:
             if state is not None:
                 ld.load_state_dict(state)
             for k, _ in enumerate(_epoch_batches(ld), start=1):
@@ -211,6 +212,44 @@ def test_a_mixture_stopped_on_4_ranks_resumes_on_another_layout_each_sample_once
     assert Counter(epoch) - Counter(before + after) == Counter(), "every remaining sample"
     assert sum(extra.values()) == -(60 - 24) % world, "only the padding repeats"
     assert all(e["epoch"] == 1 and e["samples_done"] == 0 for e in ends)
+
+
+@pytest.mark.filterwarnings("ignore:the resumed epoch holds")
+def test_a_mixture_of_a_dataset_indexed_shards_and_a_streamed_url_resumes_elastically(
+        colour_dataset, small_dataset, indexed_shards, tmp_path):
+    """A local dataset, WebDataset shards indexed in place and a dataset streamed over http through
+    the node cache: stopped on 4 ranks, resumed on 3, each sample of the epoch once."""
+    from helpers.storage import CountingServer
+
+    server = CountingServer(small_dataset.parent)
+    try:
+        url = f"{server.url}/{small_dataset.name}"
+        mix = iofeed.Mix({str(colour_dataset): 1, str(indexed_shards): 1, url: 2}, epoch_samples=48)
+        more = dict(cache_dir=tmp_path / "cache")
+        before, states = _ranks(mix, 4, 2, None, 2, **more)
+        after, _ = _ranks(mix, 3, 2, states[0], None, **more)
+        with iofeed.loader(mix, batch_size=1, **OPTIONS, **more) as ld:
+            epoch = ld.order.plan.order(ld.order.seed, 0).tolist()
+            assert ld.mixture.sizes == [32, 12, 8] and list(ld.mixture.plan.counts) == [12, 12, 24]
+    finally:
+        server.close()
+    assert Counter(epoch) - Counter(before + after) == Counter(), "every sample of the epoch"
+    assert sum((Counter(before + after) - Counter(epoch)).values()) == -(48 - 16) % 3, "only the padding repeats"
+    assert [p for p in server.gets if p.endswith(".tar")], "the streamed source was read through the cache"
+
+
+def test_a_cache_too_small_for_a_mixtures_streamed_source_is_refused(colour_dataset, small_dataset, tmp_path):
+    from helpers.storage import CountingServer
+
+    server = CountingServer(small_dataset.parent)
+    try:
+        mix = iofeed.Mix({str(colour_dataset): 1, f"{server.url}/{small_dataset.name}": 1})
+        with pytest.raises(OptionError, match=r"a Mix reads its streamed sources' shards all epoch long, and "
+                                              r"cache_limit=1,000 bytes is below their [\d,]+: raise cache_limit"):
+            iofeed.loader(mix, batch_size=4, cache_dir=tmp_path / "cache", cache_limit=1000, **OPTIONS)
+    finally:
+        server.close()
+    assert not [p for p in server.gets if p.endswith(".tar")], "refused before any shard was fetched"
 
 
 def test_a_state_of_another_mixture_is_refused_naming_the_difference(colour_dataset, small_dataset, colour_tree):

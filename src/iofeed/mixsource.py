@@ -15,6 +15,7 @@ from .backends.base import Batch
 from .backends.skips import EpochSkips, check_scanned
 from .errors import DatasetError, OptionError, SampleError
 from .mix import Mix, MixPlan, shares
+from .mixremote import MixedRemote
 from .options import LoaderOptions
 from .order import SHUFFLES, OrderSpec
 from .prepare.scan import reason_kind
@@ -62,10 +63,6 @@ def merge_classes(names: list[str], lists: list[list[str]], how: str) -> tuple[l
 
 def concatenate(names: list[str], parts: list[SampleSource], how: str) -> MixedSource:
     """The parts as one table: file ids offset, labels through the merged class list (-1 stays)."""
-    streamed = [name for name, part in zip(names, parts) if part.remote is not None]
-    if streamed:
-        raise OptionError(f"Mix: {streamed[0]} is streamed from object storage, which a mixture cannot read yet: "
-                          "download it and mix the local copy")
     classes, remaps = merge_classes(names, [p.classes for p in parts], how)
     files = np.cumsum([0, *(len(p.files) for p in parts)])
     labels = [np.where(p.label >= 0, remap[np.maximum(p.label, 0)] if len(remap) else -1, p.label)
@@ -74,7 +71,7 @@ def concatenate(names: list[str], parts: list[SampleSource], how: str) -> MixedS
     def cat(column: str, dtype: Any) -> np.ndarray:
         return np.concatenate([getattr(p, column) for p in parts]).astype(dtype)
 
-    return MixedSource(
+    mixed = MixedSource(
         files=np.concatenate([p.files for p in parts]),
         file_id=np.concatenate([p.file_id + files[k] for k, p in enumerate(parts)]).astype(np.int32),
         offset=cat("offset", np.int64), size=cat("size", np.int64), label=np.concatenate(labels).astype(np.int64),
@@ -83,6 +80,9 @@ def concatenate(names: list[str], parts: list[SampleSource], how: str) -> MixedS
         rejected=sum((p.rejected for p in parts), Counter()), validated=all(p.validated for p in parts),
         parts=[_shell(p) for p in parts],
         file_part=np.repeat(np.arange(len(parts)), [len(p.files) for p in parts]).astype(np.int32))
+    if any(p.remote is not None for p in parts):  # read through the node cache, local files in place
+        mixed.remote = MixedRemote([p.remote for p in parts], mixed.parts, mixed.files, mixed.file_part, files[:-1])
+    return mixed
 
 
 def _shell(part: SampleSource) -> SampleSource:
