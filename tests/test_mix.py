@@ -20,6 +20,7 @@ from PIL import Image
 import iofeed
 from helpers.images import CLASS_COLOURS, jpeg_bytes, label_from_pixels, make_colour_tree
 from iofeed.errors import OptionError, SampleError
+from iofeed.format.manifest import Manifest
 from iofeed.mix import MixPlan, shares
 
 OPTIONS = dict(image_size=16, workers=1, seed=5, drop_last=False, augment=False)
@@ -228,6 +229,12 @@ def test_a_mixture_of_a_dataset_indexed_shards_and_a_streamed_url_resumes_elasti
         more = dict(cache_dir=tmp_path / "cache")
         before, states = _ranks(mix, 4, 2, None, 2, **more)
         after, _ = _ranks(mix, 3, 2, states[0], None, **more)
+        with iofeed.loader(mix, batch_size=4, **OPTIONS, cache_dir=tmp_path / "fresh") as ld:
+            _epoch(ld)
+            sources = ld.stats.as_dict()["sources"]
+        shards = Manifest.read(small_dataset).split("train", str(small_dataset)).shards
+        assert sources[url]["fetched"]["bytes"] == sum(s["bytes"] for s in shards), "each shard fetched once"
+        assert "fetched" not in sources[str(colour_dataset)] and sources[url]["delivered"] == 24
         with iofeed.loader(mix, batch_size=1, **OPTIONS, **more) as ld:
             epoch = ld.order.plan.order(ld.order.seed, 0).tolist()
             assert ld.mixture.sizes == [32, 12, 8] and list(ld.mixture.plan.counts) == [12, 12, 24]

@@ -81,8 +81,7 @@ class LoaderStats:
             "transform_seconds": self.transform_seconds,
             "worker_cpu_seconds": self.worker_cpu_seconds,
             "transform_ms_per_image": self.transform_ms_per_image,
-            "sources": {name: {"delivered": s["delivered"], "skipped": dict(s["skipped"])}
-                        for name, s in self.sources.items()},
+            "sources": {name: {**s, "skipped": dict(s["skipped"])} for name, s in self.sources.items()},
         }
 
 
@@ -256,6 +255,8 @@ class Loader:
         """Update `stats.fetched` from the node's fetch log (streamed datasets)."""
         if self.source.remote is not None:
             self.stats.fetched = self.source.remote.fetched()
+        if self.mixture is not None:
+            self.mixture.count_fetched(self.stats.sources)
 
     def _check_open(self) -> None:
         if self._closed:

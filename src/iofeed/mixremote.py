@@ -66,6 +66,10 @@ class MixedRemote:
             raise
         return fd
 
+    def fetched_by_source(self) -> list[dict[str, float] | None]:
+        """Each source's downloads on this node since it was opened (None: a local source)."""
+        return [p.fetched() if p is not None else None for p in self.parts]
+
     def fetched(self) -> dict[str, float]:
         """Downloads of the streamed sources on this node since they were opened, summed."""
         each = [p.fetched() for p in self.streamed]

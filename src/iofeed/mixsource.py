@@ -193,6 +193,13 @@ class Mixture:
         for index, reason in batch.skipped:
             stats[self.names[int(self.source_of(np.array([index]))[0])]]["skipped"][reason_kind(reason)] += 1
 
+    def count_fetched(self, stats: dict[str, dict[str, Any]]) -> None:
+        """Each streamed source's downloads (shards, bytes, seconds) into its `stats` entry as "fetched"."""
+        if isinstance(self.data.remote, MixedRemote):
+            for name, fetched in zip(self.names, self.data.remote.fetched_by_source()):
+                if fetched is not None and name in stats:
+                    stats[name]["fetched"] = fetched
+
     def start_epoch(self, epoch: int, batches: list[np.ndarray], max_skipped: float | None, whole: bool) -> None:
         """Hold each source to `max_skipped` of its own samples in this epoch's batches, so that a broken
         small source cannot hide inside a large healthy one."""
