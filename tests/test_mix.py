@@ -4,8 +4,10 @@ elastic resume, merged classes, per-source stats and skip bounds (issue 33). Pix
 so a mislabel, loss, duplicate or reorder shows end to end."""
 from __future__ import annotations
 
+import copy
 import math
 import os
+import pickle
 import re
 import shutil
 import subprocess
@@ -111,6 +113,9 @@ def test_a_mix_is_frozen_and_printable():
     assert hash(mix) == hash(iofeed.Mix({"a.iof": 0.7, "b.iof": 0.2, "photos/": 0.1}, epoch_samples=100))
     with pytest.raises(AttributeError):
         mix.epoch_samples = 3
+    with pytest.raises(TypeError, match="a Mix is frozen"):
+        mix.weights["a.iof"] = 0.1
+    assert pickle.loads(pickle.dumps(mix)) == mix and copy.deepcopy(mix).weights == mix.weights
 
 
 # ---- epoch semantics (pure functions of seed and epoch)

@@ -45,7 +45,7 @@ class Mix:
                     or weight <= 0:
                 raise OptionError(f"Mix weight of {name!r} must be a positive finite number, got {weight!r}")
             weights[name] = float(weight)
-        object.__setattr__(self, "weights", weights)
+        object.__setattr__(self, "weights", _Weights(weights))
         if self.epoch_samples is not None and (isinstance(self.epoch_samples, bool) or not isinstance(
                 self.epoch_samples, numbers.Integral) or self.epoch_samples < 1):
             raise OptionError(f"Mix epoch_samples must be an int >= 1 (or None: every source once), "
@@ -66,6 +66,18 @@ class Mix:
 
     def __hash__(self) -> int:
         return hash((tuple(self.weights.items()), self.epoch_samples, self.classes))
+
+
+class _Weights(dict):
+    """A Mix's weights: a dict that refuses changes (the Mix is frozen), and pickles as one."""
+
+    def _frozen(self, *args: object, **kwargs: object) -> None:
+        raise TypeError("a Mix is frozen: make a new iofeed.Mix with the weights you want")
+
+    __setitem__ = __delitem__ = __ior__ = clear = pop = popitem = setdefault = update = _frozen  # type: ignore
+
+    def __reduce__(self) -> tuple:
+        return _Weights, (dict(self),)
 
 
 def _name(source: object) -> str:

@@ -129,7 +129,7 @@ class Mixture:
         """The train split's mixture order (the weighted epoch); other splits read each source's
         split whole, one source after another (weights do not apply), in the loader's order."""
         if self.split != "train":
-            return options.order(len(self.data))
+            return options.order(len(self.data), shard_of=self.data.file_id)
         if options.shuffle not in (None, "global"):
             raise OptionError(f"shuffle={options.shuffle!r} does not apply to a Mix's train split (its sources are "
                               "interleaved by a seeded shuffle): leave shuffle out")
