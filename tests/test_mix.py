@@ -479,3 +479,40 @@ def test_a_folder_whose_scan_rejected_too_much_is_named_inside_a_mixture(colour_
         next(iter(ld))
         assert sum(ld.stats.sources[str(tree)]["skipped"].values()) == 2
         assert sum(ld.stats.sources[str(colour_dataset)]["skipped"].values()) == 0
+
+
+# ---- iofeed inspect --mix
+
+
+def test_inspect_says_what_an_epoch_takes_from_each_source(colour_dataset, small_dataset, capsys):
+    from iofeed.cli import main
+
+    a, b = str(colour_dataset), str(small_dataset)
+    assert main(["inspect", "--mix", f"{a}=1", "--mix", f"{b}=3", "--epoch-samples", "40"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == f"Mix({{{a!r}: 1, {b!r}: 3}}, epoch_samples=40, classes='name')"
+    assert lines[1].split() == ["split", "train:", "40", "samples,", "4", "classes", "merged", "by", "name"]
+    assert lines[3].endswith(f"{a}: 32 samples, weight 1, 10 per epoch: one pass every 3.20 epochs (continues "
+                             "where it stopped)")
+    assert lines[4].endswith(f"{b}: 8 samples, weight 3, 30 per epoch: 3.75 passes an epoch (repeats, a fresh "
+                             "permutation each pass)")
+    assert main(["inspect", "--mix", f"{a}=1", "--mix", f"{b}=1", "--split", "val"]) == 0
+    assert f"{b}: 4 samples, read whole in this order" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--mix", "a.iof"], "--mix 'a.iof': write SOURCE=WEIGHT, such as data/c256.iof=0.7"),
+    (["--mix", "a.iof=x"], "--mix 'a.iof=x': write SOURCE=WEIGHT"),
+    (["--mix", "a.iof=1", "--mix", "a.iof=2"], "--mix lists 'a.iof' twice"),
+    (["--mix", "a.iof=-1"], "weight of 'a.iof' must be a positive finite number, got -1.0"),
+    (["some.iof", "--mix", "a.iof=1"], "--mix inspects a mixture: leave out the dataset"),
+    ([], "inspect needs a dataset, or a mixture's sources"),
+    (["some.iof", "--epoch-samples", "5"], "--epoch-samples, --classes and --split describe a mixture: use them "
+                                           "with --mix"),
+])
+def test_inspect_refuses_a_malformed_mix_in_one_line(argv, message, capsys):
+    from iofeed.cli import main
+
+    assert main(["inspect", *argv]) != 0
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1, err
