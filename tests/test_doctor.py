@@ -244,10 +244,12 @@ def test_record_splits_training_and_loader_cpu():
     alive = np.flatnonzero(~np.isnan(trace.loader_cpu[0]))
     assert np.isnan(trace.loader_cpu[0, :alive[0]]).all() and np.isnan(trace.loader_cpu[0, alive[-1] + 1:]).all()
     spinning = trace.loader_cpu[0, alive]
-    assert len(spinning) >= 10 and spinning.mean() > 60
-    assert trace.trainer_cpu[alive].mean() < 20
+    # The spinner's share of a core depends on what else the machine runs (a third of one under
+    # four CPU hogs on two cores): what must hold is that its CPU is the loader's, not the trainer's.
+    trainer = trace.trainer_cpu[alive].mean()
+    assert len(spinning) >= 10 and spinning.mean() > 10 and spinning.mean() > 4 * trainer, (spinning.mean(), trainer)
     summary = summarize(trace)
-    assert summary["loaders_at_once"] == 1 and summary["loader_cpu_per_process"] > 60
+    assert summary["loaders_at_once"] == 1 and summary["loader_cpu_per_process"] > 4 * trainer
     strict = json.loads(json.dumps(trace.to_dict(), allow_nan=False))
     assert Trace.from_dict(strict).loader_cpu.shape == (1, len(trace.t))
 

@@ -14,6 +14,9 @@ from .format.manifest import IMAGES_AS_IS, Manifest
 if TYPE_CHECKING:
     from .prepare.run import PreprocessSummary
 
+LABEL_NAMES_HELP = ("take every label as a class name as written: booleans (false, true), numbers (1.5), "
+                    "sparse integer ids (5000000); classes sorted as text (docs/formats.md, Labels)")
+
 
 def _positive_int(text: str) -> int:
     value = int(text)
@@ -136,6 +139,7 @@ def _cmd_preprocess(args: argparse.Namespace) -> None:
             labels=args.labels,
             label_column=args.label_column,
             image_column=args.image_column,
+            label_names=args.label_names,
             image_key=args.image_key,
         )
     print_preprocess_summary(summary)
@@ -147,7 +151,7 @@ def _cmd_index(args: argparse.Namespace) -> None:
 
     with terminate_as_interrupt():
         summary = index_shards(args.shards, Path(args.out), split=args.split, label_column=args.label_column,
-                               image_key=args.image_key, overwrite=args.overwrite)
+                               image_key=args.image_key, overwrite=args.overwrite, label_names=args.label_names)
     rejected = sum(summary.rejected.values())
     print(f"iofeed index written to {summary.out}: {_count(summary.samples, 'sample')} in "
           f"{_count(summary.shards, 'shard')} (read in place), {rejected:,} rejected"
@@ -268,6 +272,7 @@ def build_parser() -> argparse.ArgumentParser:
     prep.add_argument("--label-column", default=None,
                       help="the label's column (labels file, Parquet), JSON key or WebDataset member (default label, "
                            "or cls/txt/json for WebDataset)")
+    prep.add_argument("--label-names", action="store_true", help=LABEL_NAMES_HELP)
     prep.add_argument("--image-column", default=None,
                       help="Parquet / Hugging Face: the image column (default: the first binary or {bytes, path} one)")
     _add_image_key(prep)
@@ -284,7 +289,8 @@ def build_parser() -> argparse.ArgumentParser:
     prep.add_argument("--seed", type=int, default=0, help="seed of the train/val split and shard order")
     split = prep.add_mutually_exclusive_group()
     split.add_argument("--val-per-class", type=int, default=None, help="validation images per class")
-    split.add_argument("--val-fraction", type=float, default=None, help="validation share of each class (default 0.1)")
+    split.add_argument("--val-fraction", type=float, default=None,
+                       help="validation share of each class (default 0.1; 0: all train, 1: all val)")
     prep.add_argument("--shard-mb", type=float, default=128.0, help="maximum shard size in MiB (default 128)")
     prep.add_argument("--workers", type=_positive_int, default=None, help="processes (default: the usable cores)")
     prep.add_argument("--overwrite", action="store_true", help="replace an existing output")
@@ -304,6 +310,7 @@ def build_parser() -> argparse.ArgumentParser:
     index.add_argument("--label-column", default=None,
                        help="the label's member or json key (default: cls, txt, or json 'label')")
     _add_image_key(index)
+    index.add_argument("--label-names", action="store_true", help=LABEL_NAMES_HELP)
     index.add_argument("--overwrite", action="store_true", help="replace an existing output")
     index.set_defaults(func=_cmd_index)
 

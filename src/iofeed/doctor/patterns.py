@@ -213,7 +213,7 @@ def transform_finding(loaders: list[dict]) -> Finding | None:
             continue
         return Finding(
             "transform-bottleneck", f"your transform is the bottleneck: {name} holds the loader back",
-            [f"transform {name}: {stats.get('transform_ms_per_image') or 0.0:.1f} CPU ms per image, {share:.0%} of "
+            [f"transform {name}: {1000 * spent / stats['images']:.1f} CPU ms per image, {share:.0%} of "
              f"the CPU time of {workers} loader worker(s) (>= {TRANSFORM_SHARE:.0%})",
              f"the training loop waited for batches {waited:.0%} of {elapsed:.0f} s (>= {TRANSFORM_WAIT:.0%})"],
             ["move the heavy steps to where the batch ends up: batch_transform= (torchvision v2 or kornia on "

@@ -22,7 +22,7 @@ from .scan import Rejection, none_accepted, reason_kind
 from .sources.shardlist import fetch_or_reject, list_shards
 from .sources.targets import Targets
 from .sources.tarread import Members, read_shard
-from .sources.webdataset import image_keys, sample_of
+from .sources.webdataset import image_keys, sample_of, shard_targets
 
 INDEXED = "webdataset-index"  # `source.kind` of an indexed dataset: shards elsewhere, images as they are
 
@@ -48,13 +48,15 @@ class _Shard:
 
 
 def index_shards(spec: str, out: Path, *, split: str = "train", label_column: str | None = None,
-                 image_key: str | tuple[str, ...] | None = None, overwrite: bool = False) -> IndexSummary:
+                 image_key: str | tuple[str, ...] | None = None, overwrite: bool = False,
+                 label_names: bool = False) -> IndexSummary:
     """Index the WebDataset shards `spec` names (paths, globs, brace lists, URLs) into the dataset
     folder `out`: every sample with an image and a label, in shard order, labels as preprocess
-    reads them (cls, txt, json; the image by `image_key` as preprocess's --image-key). A shard that
-    cannot be read whole in place (damaged, compressed, not a tar) is rejected with its samples and
-    left out of the manifest. Remote shards are read once to index them (and hashed, so the
-    loader's node cache verifies its copies)."""
+    reads them (cls, txt, json; the image by `image_key` as preprocess's --image-key; every label
+    a class name as written with `label_names`). A shard that cannot be read whole in place
+    (damaged, compressed, not a tar) is rejected with its samples and left out of the manifest.
+    Remote shards are read once to index them (and hashed, so the loader's node cache verifies its
+    copies)."""
     start = time.perf_counter()
     out = Path(out)
     try:
@@ -68,7 +70,7 @@ def index_shards(spec: str, out: Path, *, split: str = "train", label_column: st
     if any(remote) and not all(remote):
         raise SourceError(f"{spec} names local shards ({shards[remote.index(False)]}) and URLs "
                           f"({shards[remote.index(True)]}): the loader reads one or the other, index them separately")
-    targets, scanned, rejected = Targets(), [], []
+    targets, scanned, rejected = shard_targets(label_column), [], []
     with spool_dir(out) as spool:
         for shard in shards:
             local = fetch_or_reject(shard, Path(spool), rejected) if is_url(shard) else Path(shard)
@@ -79,6 +81,9 @@ def index_shards(spec: str, out: Path, *, split: str = "train", label_column: st
                 scanned.append(indexed)
             if is_url(shard):
                 local.unlink()
+    if label_names:
+        targets.as_names()
+    _settle(targets, scanned, rejected)
     resolved = targets.resolve()
     count = sum(len(s.accepted) for s in scanned)
     if not count:
@@ -165,6 +170,22 @@ def _unindexable(key: str, members: Members) -> str | None:
     except UnicodeEncodeError:  # bytes tarfile kept as surrogates
         return "member name not UTF-8"
     return None
+
+
+def _settle(targets: Targets, scanned: list[_Shard], rejected: list[Rejection]) -> None:
+    """Reject the accepted samples whose label cannot be stored (`Targets.check`), by name."""
+    bad = targets.check([name for shard in scanned for _, _, name in shard.accepted])
+    number = 0
+    for shard in scanned:
+        kept = []
+        for sample in shard.accepted:
+            if number in bad:
+                rejected.append(Rejection(sample[2], bad[number]))
+            else:
+                kept.append(sample)
+            number += 1
+        shard.accepted = kept
+    targets.keep([i for i in range(number) if i not in bad])
 
 
 def _index_line(key: str, members: Members) -> str:

@@ -83,6 +83,7 @@ def preprocess(
     label_column: str | None = None,
     image_column: str | None = None,
     image_key: str | tuple[str, ...] | None = None,
+    label_names: bool = False,
 ) -> PreprocessSummary:
     """Prepare `src` once into an iofeed dataset at `out` (written aside, then renamed).
 
@@ -91,9 +92,10 @@ def preprocess(
     CPUs when None). Both give the same dataset: shard assignment and write order are fixed
     before the work is spread. `source` is the kind of input (`sources.registry.SOURCES`; "auto"
     recognises it by content); `labels`, `label_column`, `image_column` and `image_key` (WebDataset
-    image member extensions, the first present wins) tell it where the targets and images are.
-    Bytes a source must copy out (Parquet cells, remote shards, decompressed tars) go to a spool
-    folder beside OUT, removed at the end.
+    image member extensions, the first present wins) tell it where the targets and images are;
+    `label_names` takes every label as a class name as written. Bytes a source must copy out
+    (Parquet cells, remote shards, decompressed tars) go to a spool folder beside OUT, removed at
+    the end.
     """
     policy.check()
     run_engine = select_engine(engine, address)
@@ -106,7 +108,8 @@ def preprocess(
     start = time.perf_counter()
     with spool_dir(out) as spool:
         options = SourceOptions(labels=None if labels is None else Path(labels), label_column=label_column,
-                                image_column=image_column, image_key=image_keys(image_key), spool=Path(spool))
+                                image_column=image_column, image_key=image_keys(image_key), spool=Path(spool),
+                                label_names=label_names)
         scan = scan_source(src, options, source)
         return _preprocess(scan, src, out, start, policy=policy, seed=seed, val_per_class=val_per_class,
                            val_fraction=val_fraction, shard_bytes=shard_bytes, overwrite=overwrite, strict=strict,

@@ -14,7 +14,7 @@ from ...remote.urls import is_url
 from ..scan import Rejection
 from .base import SourceOptions, SourceScan
 from .shardlist import fetch_or_reject, list_shards
-from .targets import Targets, missing, parse_cell
+from .targets import Targets, member_label, missing
 from .tarread import Members, read_shard
 
 LABEL_EXTENSIONS = ("cls", "txt", "json")
@@ -24,7 +24,7 @@ DEFAULT_JSON_LABEL = "label"
 def scan(src: str, options: SourceOptions) -> SourceScan:
     """Every sample of the shards `src` names; remote shards are copied into the spool first, and
     a shard that cannot be read whole is rejected with the samples it held (see `tarread`)."""
-    result = SourceScan(root=str(src), kind="webdataset", targets=Targets())
+    result = SourceScan(root=str(src), kind="webdataset", targets=shard_targets(options.label_column))
     for shard in list_shards(src):
         local = fetch_or_reject(shard, options.spool, result.rejected) if is_url(shard) else shard
         if local is None:
@@ -43,6 +43,12 @@ def scan(src: str, options: SourceOptions) -> SourceScan:
                     continue
                 result.add(read.path, name, target, extra, members[image])
     return result
+
+
+def shard_targets(label_column: str | None) -> Targets:
+    """The targets of shards read with `label_column`: `json` takes each whole json member as the
+    target (captions, boxes: a dataset without classes)."""
+    return Targets(json_targets=label_column == "json")
 
 
 def image_keys(value: str | tuple[str, ...] | list[str] | None) -> tuple[str, ...] | None:
@@ -76,13 +82,12 @@ def sample_of(f, members: Members, label_key: str | None,
 def _target(f, members: Members, extra: Any, label_key: str | None) -> Any:
     """The sample's label: the member or json key `label_key`, else cls, txt, json 'label'."""
     if label_key is not None and label_key in members and label_key != "json":
-        return parse_cell(_read(f, members[label_key]).decode("utf-8", "replace"))
+        return member_label(_read(f, members[label_key]), label_key)
     key = label_key or DEFAULT_JSON_LABEL
     if label_key is None:
         for ext in ("cls", "txt"):
             if ext in members:
-                text = _read(f, members[ext]).decode("utf-8", "replace").strip()
-                return int(text) if ext == "cls" and text.isdigit() else (text or None)
+                return member_label(_read(f, members[ext]), ext)
     if label_key == "json":  # the whole json member is the target (captions, boxes: no class)
         return extra
     return extra.get(key) if isinstance(extra, dict) else None
