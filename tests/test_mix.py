@@ -202,7 +202,7 @@ def _epoch_batches(ld):
 
 
 @pytest.mark.filterwarnings("ignore:the resumed epoch holds")  # more batches than a whole epoch: expected
-@pytest.mark.parametrize("world, batch", [(3, 2), (8, 2), (4, 3)])
+@pytest.mark.parametrize("world, batch", [(3, 2), pytest.param(8, 2, marks=pytest.mark.slow), (4, 3)])
 def test_a_mixture_stopped_on_4_ranks_resumes_on_another_layout_each_sample_once(
         colour_dataset, small_dataset, colour_tree, indexed_shards, world, batch):
     """A dataset, a smaller one (up-sampled), an image folder and WebDataset shards indexed in place."""
@@ -220,6 +220,7 @@ def test_a_mixture_stopped_on_4_ranks_resumes_on_another_layout_each_sample_once
     assert all(e["epoch"] == 1 and e["samples_done"] == 0 for e in ends)
 
 
+@pytest.mark.slow
 @pytest.mark.filterwarnings("ignore:the resumed epoch holds")
 def test_a_mixture_of_a_dataset_indexed_shards_and_a_streamed_url_resumes_elastically(
         colour_dataset, small_dataset, indexed_shards, tmp_path):
@@ -408,6 +409,7 @@ def test_a_folder_in_a_val_mixture_is_refused(colour_dataset, colour_tree):
 # ---- the README's snippet, as written
 
 
+@pytest.mark.slow
 def test_the_readme_mix_snippet_runs(colour_dataset, small_dataset, colour_tree, tmp_path):
     readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
     (code,) = re.findall(r"```python\n(# train_mix\.py\n.*?)```", readme, re.S)
