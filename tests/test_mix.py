@@ -50,21 +50,27 @@ def broken_folder(tmp_path_factory) -> Path:
 def indexed_shards(tmp_path_factory) -> Path:
     """WebDataset shards of colour pictures (`txt` labels naming the colour classes) indexed in
     place by `iofeed index`: 2 shards of 6."""
-    import webdataset as wds
-
     from iofeed.prepare.index import index_shards
 
     root = tmp_path_factory.mktemp("mix-wds")
+    _colour_shards(root, shards=2, per_shard=6)
+    index_shards(str(root / "shard-{000000..000001}.tar"), root / "wds.iof")
+    return root / "wds.iof"
+
+
+def _colour_shards(root: Path, shards: int, per_shard: int) -> None:
+    """WebDataset shards of colour pictures, `txt` labels naming the colour classes."""
+    import webdataset as wds
+
+    root.mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng(7)
-    for s in range(2):
+    for s in range(shards):
         with wds.TarWriter(str(root / f"shard-{s:06d}.tar")) as sink:
-            for k in range(6):
-                c = (s * 6 + k) % 4
+            for k in range(per_shard):
+                c = (s * per_shard + k) % 4
                 pixels = np.clip(np.array(CLASS_COLOURS[c]) + rng.integers(-12, 13, (60 + k, 70, 3)), 0, 255)
                 sink.write({"__key__": f"s{s}k{k}", "jpg": jpeg_bytes(Image.fromarray(pixels.astype(np.uint8))),
                             "txt": f"colour{c}"})
-    index_shards(str(root / "shard-{000000..000001}.tar"), root / "wds.iof")
-    return root / "wds.iof"
 
 
 def _epoch(ld) -> tuple[list[int], list[int]]:
@@ -144,6 +150,20 @@ def test_every_sample_of_a_source_comes_once_before_any_comes_twice_over_epochs(
         assert len(set(stream[len(stream) // size * size:].tolist())) == len(stream) % size
     assert not np.array_equal(orders[0][:10], orders[1][:10]), "epochs are interleaved afresh"
     assert np.array_equal(plan.order(2, 7), orders[7]), "a function of (seed, epoch) alone"
+
+
+def test_a_block_wise_source_passes_two_shards_at_a_time_and_still_whole():
+    shard_of = np.arange(40) // 4  # 10 shards of 4
+    plan = MixPlan(sizes=(40, 6), counts=(16, 10), shards=(shard_of, None), block_shards=2)
+    assert plan.kinds == ["block", "global"]
+    stream = np.concatenate([plan.picks(seed=1, epoch=e, s=0) for e in range(5)])  # 80: two passes
+    for p in range(2):
+        one = stream[p * 40:(p + 1) * 40]
+        assert sorted(one.tolist()) == list(range(40)), "a pass is every sample once"
+        assert all(len(set(shard_of[one[b:b + 8]].tolist())) == 2 for b in range(0, 40, 8)), "a block at a time"
+    assert not np.array_equal(stream[:40], stream[40:]), "a fresh order each pass"
+    order = plan.order(seed=1, epoch=0)
+    assert order[order < 40].tolist() == plan.picks(1, 0, 0).tolist(), "the global order keeps the stream's order"
 
 
 # ---- the loader over a mixture
@@ -257,12 +277,43 @@ def test_a_cache_too_small_for_a_mixtures_streamed_source_is_refused(colour_data
     server = CountingServer(small_dataset.parent)
     try:
         mix = iofeed.Mix({str(colour_dataset): 1, f"{server.url}/{small_dataset.name}": 1})
-        with pytest.raises(OptionError, match=r"a Mix reads its streamed sources' shards all epoch long, and "
-                                              r"cache_limit=1,000 bytes is below their [\d,]+: raise cache_limit"):
+        with pytest.raises(OptionError, match=r"cache_limit=1,000 bytes cannot hold the [\d,]+ bytes this Mix keeps "
+                                              r"live of its streamed sources .*: raise cache_limit"):
             iofeed.loader(mix, batch_size=4, cache_dir=tmp_path / "cache", cache_limit=1000, **OPTIONS)
     finally:
         server.close()
     assert not [p for p in server.gets if p.endswith(".tar")], "refused before any shard was fetched"
+
+
+@pytest.mark.slow
+def test_a_streamed_source_is_read_block_wise_within_a_cache_smaller_than_it(colour_dataset, tmp_path):
+    """By default a mixture reads a streamed source block-wise: a cache holding two blocks of it is
+    enough, and every sample of the epoch comes; shuffle='global' would need it whole and is refused."""
+    from helpers.storage import CountingServer
+
+    from iofeed.prepare.index import index_shards
+
+    served = tmp_path / "served"
+    _colour_shards(served, shards=8, per_shard=1)
+    server = CountingServer(served)
+    try:
+        url = str(tmp_path / "indexed.iof")  # shards indexed at their URLs: read through the node cache
+        index_shards(f"{server.url}/shard-{{000000..000007}}.tar", Path(url))
+        shards = Manifest.read(Path(url)).split("train", url).shards
+        largest, total = max(s["bytes"] for s in shards), sum(s["bytes"] for s in shards)
+        assert len(shards) == 8 and 2 * 2 * largest < total
+        mix = iofeed.Mix({str(colour_dataset): 1, url: 1}, epoch_samples=16)  # 8 of each: one pass of the URL
+        small = dict(cache_dir=tmp_path / "cache", cache_limit=2 * 2 * largest + 1, block_shards=2)
+        with iofeed.loader(mix, batch_size=4, **OPTIONS, **small) as ld:
+            indices, _ = _epoch(ld)
+            assert ld.mixture.plan.kinds == ["global", "block"] and ld.state_dict()["mixture"]["orders"] == \
+                ["global", "block"]
+        from_url = sorted(i - 32 for i in indices if i >= 32)
+        assert from_url == list(range(8)), "every sample of the streamed source, within the small cache"
+        with pytest.raises(OptionError, match="cannot hold the .* bytes this Mix keeps live"):
+            iofeed.loader(mix, batch_size=4, shuffle="global", **OPTIONS, **small)
+    finally:
+        server.close()
 
 
 def test_a_state_of_another_mixture_is_refused_naming_the_difference(colour_dataset, small_dataset, colour_tree):
@@ -395,8 +446,8 @@ def test_stats_count_per_source_and_a_broken_small_source_cannot_hide(colour_dat
 
 def test_a_mixture_refuses_another_shuffle_and_an_empty_source(colour_dataset, colour_tree, tmp_path):
     mix = iofeed.Mix({str(colour_dataset): 1, str(colour_tree): 1})
-    with pytest.raises(OptionError, match="shuffle='block' does not apply to a Mix's train split"):
-        iofeed.loader(mix, batch_size=4, shuffle="block", **OPTIONS)
+    with pytest.raises(OptionError, match="shuffle='none' does not apply to a Mix's train split"):
+        iofeed.loader(mix, batch_size=4, shuffle="none", **OPTIONS)
     with pytest.raises(OptionError, match="shuffle='mix' is the order of an iofeed.Mix"):
         iofeed.loader(colour_dataset, batch_size=4, shuffle="mix", **OPTIONS)
 

@@ -100,13 +100,25 @@ def shares(weights: list[float], total: int) -> list[int]:
     return counts
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class MixPlan:
     """The train order of a mixture: source s (its samples at `bases[s]` of the concatenated table,
-    `sizes[s]` of them) gives `counts[s]` samples per epoch."""
+    `sizes[s]` of them) gives `counts[s]` samples per epoch. A source with `shards[s]` (each of its
+    samples' shard) passes through its samples block-wise (a streamed source: `block_shards`
+    shards live at a time, as `shuffle="block"`), the others by a permutation of all of them."""
 
     sizes: tuple[int, ...]
     counts: tuple[int, ...]
+    shards: tuple[np.ndarray | None, ...] = ()  # per source: block-wise passes over these shards (None: global)
+    block_shards: int = 8
+
+    @property
+    def kinds(self) -> list[str]:
+        """Each source's pass order: "block" or "global"."""
+        return ["block" if self._shards(s) is not None else "global" for s in range(len(self.sizes))]
+
+    def _shards(self, s: int) -> np.ndarray | None:
+        return self.shards[s] if s < len(self.shards) else None
 
     @property
     def bases(self) -> np.ndarray:
@@ -125,10 +137,20 @@ class MixPlan:
         start, stop = epoch * count, (epoch + 1) * count
         out = []
         for p in range(start // size, -(-stop // size)):
-            permutation = np.random.default_rng([seed, _TAG, s, p]).permutation(size)
+            permutation = self._pass(np.random.default_rng([seed, _TAG, s, p]), s)
             lo, hi = max(start - p * size, 0), min(stop - p * size, size)
             out.append(permutation[lo:hi])
         return np.concatenate(out).astype(np.int64) if out else np.empty(0, np.int64)
+
+    def _pass(self, rng: np.random.Generator, s: int) -> np.ndarray:
+        """One pass over source s: a permutation of all its samples, or for a block-wise source its
+        shards in a random order cut into blocks of `block_shards`, samples shuffled within each."""
+        shard_of = self._shards(s)
+        if shard_of is None:
+            return rng.permutation(self.sizes[s])
+        position = np.empty(int(shard_of.max()) + 1, np.int64)
+        position[rng.permutation(len(position))] = np.arange(len(position))
+        return np.lexsort((rng.random(self.sizes[s]), position[shard_of] // self.block_shards))
 
     def order(self, seed: int, epoch: int) -> np.ndarray:
         """The epoch's global order (indices into the concatenated table): the sources' slots in a

@@ -76,10 +76,18 @@ class MixedRemote:
         return {key: round(sum(f[key] for f in each), 3) for key in ("shards", "bytes", "seconds")}
 
     def fit_order(self, order: OrderSpec, readers: int = 1) -> None:
-        """A mixture reads every streamed shard all epoch long, as a global shuffle does: the shared
-        cache must hold every streamed source whole."""
-        total = sum(ref.bytes for p in self.streamed for ref in p.refs)
-        if self.cache.limit < total:
-            raise OptionError(f"a Mix reads its streamed sources' shards all epoch long, and cache_limit="
-                              f"{self.cache.limit:,} bytes is below their {total:,}: raise cache_limit")
+        """Check that the shared cache holds what the mixture keeps live of its streamed sources: each
+        whole where it is read by a global permutation, two blocks of `block_shards` shards where it
+        is read block-wise, two shards where it is read in order."""
+        kinds = order.plan.kinds if order.plan is not None else [order.shuffle] * len(self.parts)
+        need = 0
+        for part, kind in zip(self.parts, kinds):
+            if part is not None:
+                live = {"block": 2 * order.block_shards, "none": 2}.get(kind)
+                need += sum(ref.bytes for ref in part.refs) if live is None else live * part.largest
+        if self.cache.limit < need:
+            raise OptionError(f"cache_limit={self.cache.limit:,} bytes cannot hold the {need:,} bytes this Mix keeps "
+                              f"live of its streamed sources (each whole under shuffle='global', two blocks of "
+                              f"block_shards={order.block_shards} shards under 'block'): raise cache_limit, or "
+                              "leave shuffle out (streamed sources block-wise)")
         self.open_limit = GLOBAL_OPEN_SHARDS

@@ -112,7 +112,9 @@ class Mixture:
         self.sizes = [len(p) for p in parts]
         self.bases = np.cumsum([0, *self.sizes])
         total = mix.epoch_samples or sum(self.sizes)
-        self.plan = MixPlan(tuple(self.sizes), tuple(shares(list(mix.weights.values()), total)))
+        block = [options.shuffle == "block" or (options.shuffle is None and p.remote is not None) for p in parts]
+        self.plan = MixPlan(tuple(self.sizes), tuple(shares(list(mix.weights.values()), total)),
+                            tuple(p.file_id if b else None for p, b in zip(parts, block)), options.block_shards)
         unread = [name for name, count in zip(self.names, self.plan.counts) if not count]
         if split == "train" and unread:  # a source listed but never read is a mistake, not a choice
             raise OptionError(f"Mix: the weight of {unread[0]} gives it none of an epoch's {total} samples: raise "
@@ -130,9 +132,9 @@ class Mixture:
         split whole, one source after another (weights do not apply), in the loader's order."""
         if self.split != "train":
             return options.order(len(self.data), shard_of=self.data.file_id)
-        if options.shuffle not in (None, "global"):
-            raise OptionError(f"shuffle={options.shuffle!r} does not apply to a Mix's train split (its sources are "
-                              "interleaved by a seeded shuffle): leave shuffle out")
+        if options.shuffle == "none":
+            raise OptionError("shuffle='none' does not apply to a Mix's train split (its sources are interleaved by a "
+                              "seeded shuffle): leave shuffle out, or pass 'global' or 'block'")
         base = options.order(self.plan.epoch_samples)
         return dataclasses.replace(base, shuffle="mix", plan=self.plan)
 
@@ -153,7 +155,8 @@ class Mixture:
         if not self._described:  # fingerprints hash every table: once
             self._described = {"sources": [[name, weight, fingerprint(part)] for (name, weight), part in
                                            zip(self.mix.weights.items(), self.parts)],
-                               "epoch_samples": self.plan.epoch_samples, "classes": self.mix.classes}
+                               "epoch_samples": self.plan.epoch_samples, "classes": self.mix.classes,
+                               "orders": self.plan.kinds}
         return self._described
 
     def state(self, order: OrderSpec, epoch: int, done: int) -> dict[str, Any]:
@@ -245,7 +248,7 @@ def check_state(given: Any, mixture: Mixture | None) -> None:
         if print_ != their_print:
             raise OptionError(f"cannot resume: {name} holds other samples than when the state was saved "
                               "(another dataset or split)")
-    for key in ("epoch_samples", "classes"):
+    for key in ("epoch_samples", "classes", "orders"):
         if theirs[key] != mine[key]:
             raise OptionError(f"cannot resume: the state's mixture has {key}={theirs[key]!r}, this loader "
                               f"{mine[key]!r}")
