@@ -290,7 +290,6 @@ def test_a_streamed_source_is_read_block_wise_within_a_cache_smaller_than_it(col
     """By default a mixture reads a streamed source block-wise: a cache holding two blocks of it is
     enough, and every sample of the epoch comes; shuffle='global' would need it whole and is refused."""
     from helpers.storage import CountingServer
-
     from iofeed.prepare.index import index_shards
 
     served = tmp_path / "served"
