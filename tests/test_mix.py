@@ -199,6 +199,19 @@ def test_one_and_two_workers_give_the_same_mixture_order(colour_dataset, small_d
     assert len(runs[0][0][0]) == 32 + 8 + 40
 
 
+@pytest.mark.dali
+@pytest.mark.slow
+def test_the_dali_engine_reads_a_mixture_in_the_same_order(colour_dataset, small_dataset, colour_tree):
+    pytest.importorskip("nvidia.dali")
+    mix = iofeed.Mix({str(colour_dataset): 2, str(small_dataset): 1, str(colour_tree): 1}, epoch_samples=40)
+    runs = []
+    for backend in ("workers", "dali"):
+        with iofeed.loader(mix, batch_size=4, backend=backend, **dict(OPTIONS, workers=2)) as ld:
+            assert ld.stats.settings["backend"] == backend
+            runs.append(_epoch(ld))
+    assert runs[0] == runs[1] and len(runs[0][0]) == 40
+
+
 def _ranks(mix, world: int, batch: int, state: dict | None, batches: int | None,
            **more) -> tuple[list[int], list[dict]]:
     """The samples each of `world` ranks delivers (`batches` each, or the rest of the epoch)."""
