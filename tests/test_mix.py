@@ -370,6 +370,9 @@ def test_the_state_records_each_sources_position_and_checks_it(colour_dataset, s
     assert state["mixture"]["positions"] == [10 + seen.count(0), 30 + seen.count(1)]
     with iofeed.loader(mix, batch_size=5, **OPTIONS) as ld:
         ld.load_state_dict(state)
+        as_tuples = dict(state, mixture={k: tuple(map(tuple, v)) if k == "sources" else tuple(v) if
+                                         isinstance(v, list) else v for k, v in state["mixture"].items()})
+        ld.load_state_dict(as_tuples)  # as a checkpoint format may give it back
         moved = dict(state, mixture=dict(state["mixture"], positions=[11, 34]))
         with pytest.raises(OptionError, match=r"positions \[11, 34\], this loader's order at \[\d+, \d+\] after "
                                               r"epoch 1's first 15 samples"):

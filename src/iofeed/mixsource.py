@@ -177,8 +177,9 @@ class Mixture:
         after (epoch, done): the state was saved with another mixture order, and resuming from it
         would repeat or miss samples."""
         mine = self.positions(order, epoch, done)
-        if given.get("positions") != mine:
-            raise OptionError(f"cannot resume: the state puts the sources at positions {given.get('positions')!r}, "
+        theirs = _plain(given.get("positions"))
+        if theirs != mine:
+            raise OptionError(f"cannot resume: the state puts the sources at positions {theirs!r}, "
                               f"this loader's order at {mine} after epoch {epoch}'s first {done} samples (saved "
                               "by an iofeed whose mixture order differs: resume with that version)")
 
@@ -223,12 +224,21 @@ class Mixture:
                 raise SampleError(f"Mix source {self.names[s]}: {exc}") from None
 
 
+def _plain(value: Any) -> Any:
+    """`value` as JSON would give it back (tuples as lists), so a state that went through a checkpoint
+    format compares equal to a fresh one; unchanged when it is not JSON."""
+    try:
+        return json.loads(json.dumps(value))
+    except (TypeError, ValueError):
+        return value
+
+
 def check_state(given: Any, mixture: Mixture | None) -> None:
     """OptionError naming how a state's mixture differs from this loader's (sources, weights, epoch
     length, classes), or that one of them is not a mixture."""
     if not isinstance(given, dict):
         return  # resume.parse says what is wrong with it
-    theirs = given.get("mixture")
+    theirs = _plain(given.get("mixture"))
     if mixture is None:
         if theirs is not None:
             raise OptionError("cannot resume: the state is of an iofeed.Mix, this loader reads one source")
