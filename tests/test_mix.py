@@ -373,6 +373,9 @@ def test_the_state_records_each_sources_position_and_checks_it(colour_dataset, s
         as_tuples = dict(state, mixture={k: tuple(map(tuple, v)) if k == "sources" else tuple(v) if
                                          isinstance(v, list) else v for k, v in state["mixture"].items()})
         ld.load_state_dict(as_tuples)  # as a checkpoint format may give it back
+        for bad in ({"sources": "x"}, {"sources": [[1, 2]] * 2}, {"surprise": 1}):
+            with pytest.raises(OptionError, match="^cannot resume: the state's mixture is malformed .* pass the dict"):
+                ld.load_state_dict(dict(state, mixture={**state["mixture"], **bad}))
         moved = dict(state, mixture=dict(state["mixture"], positions=[11, 34]))
         with pytest.raises(OptionError, match=r"positions \[11, 34\], this loader's order at \[\d+, \d+\] after "
                                               r"epoch 1's first 15 samples"):

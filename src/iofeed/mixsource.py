@@ -246,9 +246,12 @@ def check_state(given: Any, mixture: Mixture | None) -> None:
     if theirs is None:
         raise OptionError(f"cannot resume: the state is of one source, this loader reads {mixture.mix}")
     mine = mixture.describe()
-    if not isinstance(theirs, dict) or set(theirs) != {*mine, "positions"}:
-        raise OptionError(f"cannot resume: the state's mixture is malformed: {theirs!r}")
-    ours, their_sources = mine["sources"], [list(s) for s in theirs["sources"]]
+    keys = {*mine, "positions"}
+    if not isinstance(theirs, dict) or set(theirs) != keys or not isinstance(theirs["sources"], list) or \
+            not all(isinstance(s, list) and len(s) == 3 for s in theirs["sources"]):
+        raise OptionError(f"cannot resume: the state's mixture is malformed (a dict of {', '.join(sorted(keys))}, "
+                          "each source [name, weight, fingerprint], expected): pass the dict state_dict() returned")
+    ours, their_sources = mine["sources"], theirs["sources"]
     if [s[0] for s in their_sources] != [s[0] for s in ours]:
         raise OptionError(f"cannot resume: the state mixes {[s[0] for s in their_sources]}, this loader "
                           f"{[s[0] for s in ours]}")
