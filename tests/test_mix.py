@@ -587,3 +587,13 @@ def test_inspect_refuses_a_malformed_mix_in_one_line(argv, message, capsys):
     assert main(["inspect", *argv]) != 0
     err = capsys.readouterr().err
     assert message in err and err.count("\n") == 1, err
+
+
+def test_doctor_learns_every_source_a_mixture_read(colour_dataset, colour_tree):
+    from iofeed.doctor.run import sources_read
+
+    with iofeed.loader(iofeed.Mix({str(colour_dataset): 1, str(colour_tree): 1}), batch_size=4, **OPTIONS) as ld:
+        settings = ld.stats.as_dict()["settings"]
+    assert settings["source"] == [str(colour_dataset.resolve()), str(colour_tree.resolve())]
+    assert sources_read([{"settings": settings}, {"settings": {"source": str(colour_dataset.resolve())}}]) == \
+        [str(colour_dataset.resolve()), str(colour_tree.resolve())]

@@ -186,7 +186,7 @@ def _cmd_inspect(args: argparse.Namespace) -> None:
     if args.verify:
         from .format.verify import verify_dataset
 
-        checked = verify_dataset(dataset)
+        checked = verify_dataset(dataset, progress=True)
         for problem in checked.problems:
             print(f"  problem       {problem}")
         if checked.problems:
@@ -394,7 +394,7 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except OSError as exc:  # one the command did not expect: still one line, with the file
         where = f": {exc.filename}" if exc.filename else ""
-        print(f"iofeed: error: {exc.strerror or exc}{where}", file=sys.stderr)
+        print(f"iofeed: error: {exc.strerror or str(exc) or type(exc).__name__}{where}", file=sys.stderr)
         return 1
     return status or 0  # a command's own status (doctor: the traced command's)
 

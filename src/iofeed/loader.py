@@ -28,7 +28,7 @@ from .recipe import Recipe
 from .remote.prefetch import NoPrefetch, Prefetcher, prefetcher_for
 from .resume import Progress, fingerprint, parse
 from .resume import state as resume_state
-from .samples import SampleSource, open_source
+from .samples import SampleSource, open_source, read_from
 from .statsfile import StatsWriter
 from .targets import SampleTargets, open_targets
 
@@ -398,9 +398,10 @@ def loader(
             other splits). Every order is a function of (seed, epoch, rank, world_size).
         block_shards: shards per block of `shuffle="block"` (an int >= 1).
         cache_dir: the node-local cache of a streamed dataset, shared by every rank of the node
-            (default `IOFEED_CACHE`, else ~/.cache/iofeed); ignored for local paths.
+            (default `IOFEED_CACHE`, else ~/.cache/iofeed): a new or empty folder, or one iofeed
+            marked as its cache (a non-empty folder without the mark is refused); ignored for local paths.
         cache_limit: bytes the cache may hold (an int >= 1; default: what it holds plus the free
-            disk above a 10% reserve); it must hold the shards the order keeps live.
+            disk less max(2 GiB, 5% of the free disk)); it must hold the shards the order keeps live.
         target: "class" (int64 class indices) or "multi_hot" (float32 (batch, classes) vectors, 1
             for each class of a multi-label sample; a single-label dataset gives one-hot rows).
         extras: with True each batch is (images, labels, extras), `extras` the list of the
@@ -468,4 +469,6 @@ def loader(
         targets = mixture.targets() if mixture else open_targets(source, split, data)
     loaded = Loader(data, order, make_engine(options, data), adapter, options, targets, mixture)
     loaded.stats.fixed["decisions"] = choice_notes(options, engine_name(options, data))  # what "auto" decided
+    read = read_from(source) if mixture is None else [read_from(name) for name in mixture.names]
+    loaded.stats.fixed["source"] = read  # what `iofeed doctor` checks: the data really read
     return adapter.wrap(loaded)

@@ -19,6 +19,7 @@ from ..errors import FeedUnavailable
 from ..registry import Entry, Registry
 
 BASELINE = "torchvision-Nw"
+RECIPE_BASELINE = "torchvision-recipe"  # what the recipe feeds are compared with: the same recipe, torchvision's way
 CEILING = "synthetic"
 
 
@@ -93,6 +94,12 @@ FEEDS: Registry[FeedCaps] = Registry("feed", {
     CEILING: Entry(f"{_HERE}:SyntheticFeed",
                    FeedCaps("synthetic", "", "synthetic tensors already on the device (the ceiling)")),
 })
+def baseline_of(name: str) -> str:
+    """The feed a feed's ratio is against: the recipe feeds against each other (torchvision's recipe
+    feed), every other feed against the plain DataLoader."""
+    return RECIPE_BASELINE if name in FEEDS and FEEDS.caps(name).recipe else BASELINE
+
+
 CATALOGUE = tuple(name for name in FEEDS.names() if name != CEILING)  # the feeds `--feeds` may name
 DEFAULT_FEEDS = tuple(name for name in CATALOGUE  # without `--feeds`
                       if FEEDS.caps(name).framework == "torch" and FEEDS.caps(name).default)
@@ -112,6 +119,7 @@ class FeedSpec:
     model: str = "none"
     classes: int = 1000
     endpoint: str = ""  # the local S3 endpoint of a streaming feed (`source` is then its URL)
+    cache_root: str = ""  # the bench's own cache folder, where a streaming feed makes its cache
 
     @property
     def entry(self) -> FeedCaps:
@@ -201,12 +209,13 @@ class IofeedFeed:
             from .stream import stream_options, use_endpoint
 
             use_endpoint(spec.endpoint)
-            streaming = stream_options(spec.source, spec.entry.stream)
+            streaming = stream_options(spec.source, spec.entry.stream, Path(spec.cache_root))
         recipe: dict[str, Any] = {}
         if spec.entry.recipe:
             from .recipe import iofeed_transform, mix
 
             recipe = {"transform": iofeed_transform(), "batch_transform": mix(spec.classes)}
+        self._cache_dir = streaming.get("cache_dir")
         self._views = tempfile.mkdtemp(prefix="iofeed-mix-") if spec.entry.mixture else None
         try:
             source = mixed_views(spec.source, self._views) if self._views else spec.source
@@ -216,13 +225,11 @@ class IofeedFeed:
                 gpu_augment=spec.entry.gpu_augment, **streaming, **recipe,
             )
         except BaseException:
-            if self._views:
-                shutil.rmtree(self._views, ignore_errors=True)
+            self._remove_cache()
             raise
-        self._cache_dir = streaming.get("cache_dir")
         self.settings = dict(self._loader.stats.settings)
         if self.settings.get("backend") != backend:
-            self._loader.close()
+            self.close()
             raise FeedUnavailable(f"iofeed.loader(backend={backend!r}) built the "
                                   f"{self.settings.get('backend')!r} backend: the {backend} backend is not available")
         self.capacity = int(self.settings.get("prefetch_batches", 2))
@@ -233,6 +240,10 @@ class IofeedFeed:
 
     def close(self) -> None:
         self._loader.close()
+        self._remove_cache()
+
+    def _remove_cache(self) -> None:
+        """The feed's own folders: a streamed feed's cache, the mixture feed's symlinks."""
         for folder in (self._cache_dir, self._views):
             if folder is not None:
                 shutil.rmtree(folder, ignore_errors=True)

@@ -10,7 +10,6 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
-from tqdm import tqdm
 
 from .. import __version__
 from ..errors import IofeedError, OptionError
@@ -19,6 +18,7 @@ from ..format.policy import ImagePolicy
 from ..format.shards import ShardWriter
 from ..format.table import ENCODINGS, MEMBER_EXTENSIONS, new_table, save_table
 from ..format.targets import save_targets
+from ..progress import progress as progress_bar
 from ..remote.urls import is_url
 from .engines import select_engine
 from .file import Prepared, Task
@@ -197,7 +197,7 @@ def _pack(
     rejected: list[Rejection] = []
     facts: list[dict] = []
     with run_engine(tasks) as results:
-        for prepared in tqdm(results, total=len(tasks), unit="img", desc="preprocess", disable=not progress):
+        for prepared in progress_bar(results, total=len(tasks), unit="img", desc="preprocess", disable=not progress):
             rel = scan.names[prepared.index]
             if prepared.data is None:
                 rejected.append(Rejection(rel, prepared.reason or "unknown"))

@@ -95,6 +95,7 @@ def _worker_main(
             if task is None:
                 return
             started, cpu = time.perf_counter(), time.process_time()
+            reader.begin_batch(task.key.epoch)
             transformed = (transform.cpu_seconds, transform.wall_seconds) if transform else (0.0, 0.0)
             done = _run_task(task, layout, reader, source, augment, on_error, layout.slot(payload, task.slot),
                              labels[task.slot], stale_below, transform, now)

@@ -122,8 +122,8 @@ class Unfetchable(SourceError):
 def fetch(url: str, spool: Path) -> Path:
     """A local copy of the shard at `url` in `spool` (streamed to disk, retried when transient).
     SourceError when it is not there (a wrong name in the list), Unfetchable when it cannot be read."""
-    entry = scheme(url)
-    fs = filesystem(url)
+    entry, policy = scheme(url), policy_from_env()
+    fs = filesystem(url, None, policy)  # its per-attempt deadlines follow IOFEED_RETRY_SECONDS too
     spool.mkdir(parents=True, exist_ok=True)
     target = spool / f"{len(list(spool.iterdir())):06d}.tar"
 
@@ -132,7 +132,7 @@ def fetch(url: str, spool: Path) -> Path:
             shutil.copyfileobj(src, out, 8 << 20)
 
     try:
-        with_retries(copy, policy_from_env())
+        with_retries(copy, policy)
     except Exception as exc:  # noqa: BLE001 - storage errors of any library, judged by their cause
         target.unlink(missing_ok=True)
         what = describe(exc)  # fsspec calls every failed HTTP open "not found": only a real 404 is
