@@ -329,7 +329,8 @@ def loader(
 
     Args:
         source: an iofeed dataset (made by `iofeed preprocess`; a path, or a URL: see below) or a
-            folder with one subfolder per class (Caltech-256 layout accepted).
+            folder with one subfolder per class (Caltech-256 layout accepted), or an `iofeed.Mix` of
+            them, weighted (docs/formats.md, "Mixtures"; `stats.sources` counts per source).
         split: the dataset's split to read ("train", "val"); an image folder has one split, read
             whatever the name. `"train"` is shuffled each epoch (see `shuffle`); others are read in order.
         batch_size: samples per batch (an int >= 1). With `drop_last`, it may not exceed the
