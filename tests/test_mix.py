@@ -462,7 +462,7 @@ def test_stats_count_per_source_and_a_broken_small_source_cannot_hide(colour_dat
             _epoch(ld)
 
 
-def test_a_mixture_refuses_another_shuffle_and_an_empty_source(colour_dataset, colour_tree, tmp_path):
+def test_shuffle_none_is_refused_for_a_mixture_and_mix_for_one_source(colour_dataset, colour_tree):
     mix = iofeed.Mix({str(colour_dataset): 1, str(colour_tree): 1})
     with pytest.raises(OptionError, match="shuffle='none' does not apply to a Mix's train split"):
         iofeed.loader(mix, batch_size=4, shuffle="none", **OPTIONS)
