@@ -214,7 +214,7 @@ def _cmd_bench(args: argparse.Namespace) -> None:
         source=args.source, model=args.model, device=args.device, batch_size=args.batch_size,
         image_size=args.image_size,
         feeds=parse_feeds(args.feeds), seconds=args.seconds, rounds=args.rounds, warmup=args.warmup,
-        workers=args.workers, seed=args.seed, warm_cache=not args.no_warm_cache,
+        workers=args.workers, seed=args.seed, warm_cache=not args.no_warm_cache, stall_seconds=args.stall_seconds,
         json_path=args.json, plot_path=args.plot,
     )
     flags = {"--model": args.model, "--device": args.device, "--batch-size": args.batch_size,
@@ -353,6 +353,9 @@ def build_parser() -> argparse.ArgumentParser:
                        help="results file (default: SOURCE.bench/bench-<date>.json beside the data)")
     bench.add_argument("--plot", type=Path, default=None, help="PNG plot (default: beside the JSON)")
     bench.add_argument("--no-warm-cache", action="store_true", help="do not read the data once before measuring")
+    bench.add_argument("--stall-seconds", type=float, default=300.0,
+                       help="seconds a feed may take beyond what it was asked before it counts as hung: it is "
+                            "killed and marked failed, the other feeds go on (default 300)")
     bench.set_defaults(func=_cmd_bench)
 
     doctor = sub.add_parser("doctor", usage="iofeed doctor [SOURCE] [options] [-- COMMAND ...]",

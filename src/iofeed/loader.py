@@ -17,8 +17,8 @@ from .adapters.registry import ADAPTERS
 from .backends.base import Backend, Batch, BatchKey
 from .backends.select import choice_notes, engine_name, make_engine
 from .backends.skips import DEFAULT_MAX_SKIPPED, EpochSkips, check_scanned
-from .device import usable_device
 from .errors import LoaderStateError
+from .gpu.device import usable_device
 from .mix import Mix
 from .mixsource import Mixture, check_state
 from .options import LoaderOptions, distributed_rank_world
@@ -469,7 +469,7 @@ def loader(
     if target != "class" or extras:
         targets = mixture.targets() if mixture else open_targets(source, split, data)
     loaded = Loader(data, order, make_engine(options, data), adapter, options, targets, mixture)
-    loaded.stats.fixed["decisions"] = choice_notes(options, engine_name(options, data))  # what "auto" decided
+    loaded.stats.fixed["decisions"] = choice_notes(options, engine_name(options, data), data)  # what "auto" decided
     read = read_from(source) if mixture is None else [read_from(name) for name in mixture.names]
     loaded.stats.fixed["source"] = read  # what `iofeed doctor` checks: the data really read
     return adapter.wrap(loaded)

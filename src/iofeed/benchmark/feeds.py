@@ -7,6 +7,7 @@ recipe pair adds torchvision's reference recipe (`recipe.py`); its labels are so
 from __future__ import annotations
 
 import importlib.util
+import multiprocessing
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -151,9 +152,10 @@ def open_feed(spec: FeedSpec) -> Feed:
         raise FeedUnavailable("NVIDIA DALI is not installed")
     if spec.entry.needs and importlib.util.find_spec(spec.entry.needs) is None:
         raise FeedUnavailable(f"{spec.entry.needs} is not installed")
-    if spec.entry.framework != "torch" and (spec.device != "cpu" or spec.model != "none"):
+    reaches_torch = spec.entry.framework == "torch" or spec.entry.framework == "jax" and spec.device == "cuda"
+    if not reaches_torch and (spec.device != "cpu" or spec.model != "none"):
         raise FeedUnavailable(f"a {spec.entry.framework} feed is measured on the CPU without a model only "
-                              "(the model step is PyTorch's)")
+                              "(the model step is PyTorch's; JAX's GPU arrays reach it through DLPack)")
     return FEEDS[spec.name].load()(spec)
 
 
@@ -180,21 +182,27 @@ class TorchvisionFeed:
         torch.manual_seed(spec.seed)
         self._device = torch.device(spec.device)
         dataset = datasets.ImageFolder(str(find_class_root(spec.source)), transform=transform)
+        # a fork server that imports torch and torchvision once, rather than each worker at start-up
+        # (the baseline's warm-up: docs/benchmarks.md, "The GPU check")
+        context = multiprocessing.get_context("forkserver")
+        context.set_forkserver_preload(["torch", "torchvision.datasets", "torchvision.transforms", "PIL.Image"])
         self._loader = torch.utils.data.DataLoader(
             dataset, batch_size=spec.batch_size, shuffle=True, drop_last=True, num_workers=spec.workers,
-            multiprocessing_context="forkserver", persistent_workers=True, prefetch_factor=2,
+            multiprocessing_context=context, persistent_workers=True, prefetch_factor=2,
             pin_memory=self._device.type == "cuda", collate_fn=collate,
         )
+        self._epoch = iter(self._loader)  # starts the workers now, beside the other hosts' start-ups
         self.capacity = spec.workers * 2
         self.settings = {"workers": spec.workers, "prefetch_factor": 2, "samples": len(dataset)}
 
     def batches(self) -> Iterator[tuple[Any, Any]]:
         while True:
-            for images, labels in self._loader:
+            for images, labels in self._epoch:
                 yield images.to(self._device, non_blocking=True), labels.to(self._device, non_blocking=True)
+            self._epoch = iter(self._loader)  # persistent workers: the same processes
 
     def close(self) -> None:
-        self._loader = None  # persistent workers stop with their iterator
+        self._loader = self._epoch = None  # persistent workers stop with their iterator
 
 
 class IofeedFeed:
