@@ -15,12 +15,22 @@ if TYPE_CHECKING:
     from .format.verify import Verification
     from .prepare.run import PreprocessSummary
 
+LABEL_NAMES_HELP = ("take every label as a class name as written: booleans (false, true), numbers (1.5), "
+                    "sparse integer ids (5000000); classes sorted as text (docs/formats.md, Labels)")
+
 
 def _positive_int(text: str) -> int:
     value = int(text)
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
     return value
+
+
+def _add_image_key(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--image-key", default=None,
+                        help="WebDataset: the image member's extension, or several by preference (jpg,png): the "
+                             "first present is the image (default: the one image member; a sample with several, "
+                             "such as a mask beside a photo, is rejected naming them)")
 
 
 def _shard_bytes(mib: float) -> int:
@@ -130,6 +140,8 @@ def _cmd_preprocess(args: argparse.Namespace) -> None:
             labels=args.labels,
             label_column=args.label_column,
             image_column=args.image_column,
+            label_names=args.label_names,
+            image_key=args.image_key,
         )
     print_preprocess_summary(summary)
 
@@ -140,7 +152,7 @@ def _cmd_index(args: argparse.Namespace) -> None:
 
     with terminate_as_interrupt():
         summary = index_shards(args.shards, Path(args.out), split=args.split, label_column=args.label_column,
-                               overwrite=args.overwrite)
+                               image_key=args.image_key, overwrite=args.overwrite, label_names=args.label_names)
     rejected = sum(summary.rejected.values())
     print(f"iofeed index written to {summary.out}: {_count(summary.samples, 'sample')} in "
           f"{_count(summary.shards, 'shard')} (read in place), {rejected:,} rejected"
@@ -152,6 +164,12 @@ def _cmd_index(args: argparse.Namespace) -> None:
 def _cmd_inspect(args: argparse.Namespace) -> None:
     from .remote.dataset import read_manifest
     from .remote.urls import is_url
+
+    if args.mix or args.dataset is None or (args.epoch_samples, args.classes, args.split) != (None, "name", "train"):
+        from .mixinspect import inspect_mixture  # the options only a mixture takes: refused there without --mix
+
+        inspect_mixture(args)
+        return
 
     if is_url(args.dataset):
         if args.verify:
@@ -169,7 +187,7 @@ def _cmd_inspect(args: argparse.Namespace) -> None:
     if args.verify:
         from .format.verify import verify_dataset
 
-        checked = verify_dataset(dataset)
+        checked = verify_dataset(dataset, progress=True)
         for problem in checked.problems:
             print(f"  problem       {problem}")
         if checked.problems:
@@ -197,6 +215,7 @@ def _verified_line(checked: Verification) -> str:
                      "when it fetches it; verify a local copy to decode them)")
     return f"{checked.samples:,} samples in {_count(checked.shards, 'shard')}: " + "; ".join(parts)
 
+
 def _cmd_bench(args: argparse.Namespace) -> None:
     from .benchmark.options import BenchOptions, parse_feeds, require_bench
 
@@ -208,7 +227,7 @@ def _cmd_bench(args: argparse.Namespace) -> None:
         source=args.source, model=args.model, device=args.device, batch_size=args.batch_size,
         image_size=args.image_size,
         feeds=parse_feeds(args.feeds), seconds=args.seconds, rounds=args.rounds, warmup=args.warmup,
-        workers=args.workers, seed=args.seed, warm_cache=not args.no_warm_cache,
+        workers=args.workers, seed=args.seed, warm_cache=not args.no_warm_cache, stall_seconds=args.stall_seconds,
         json_path=args.json, plot_path=args.plot,
     )
     flags = {"--model": args.model, "--device": args.device, "--batch-size": args.batch_size,
@@ -266,8 +285,10 @@ def build_parser() -> argparse.ArgumentParser:
     prep.add_argument("--label-column", default=None,
                       help="the label's column (labels file, Parquet), JSON key or WebDataset member (default label, "
                            "or cls/txt/json for WebDataset)")
+    prep.add_argument("--label-names", action="store_true", help=LABEL_NAMES_HELP)
     prep.add_argument("--image-column", default=None,
                       help="Parquet / Hugging Face: the image column (default: the first binary or {bytes, path} one)")
+    _add_image_key(prep)
     prep.add_argument("-o", "--out", default=None,
                       help="output dataset: a folder (default: SRC.iof beside SRC), or an s3:// or gs:// URL "
                            "to upload to (prepared in a temporary folder, iofeed.json uploaded last)")
@@ -281,7 +302,8 @@ def build_parser() -> argparse.ArgumentParser:
     prep.add_argument("--seed", type=int, default=0, help="seed of the train/val split and shard order")
     split = prep.add_mutually_exclusive_group()
     split.add_argument("--val-per-class", type=int, default=None, help="validation images per class")
-    split.add_argument("--val-fraction", type=float, default=None, help="validation share of each class (default 0.1)")
+    split.add_argument("--val-fraction", type=float, default=None,
+                       help="validation share of each class (default 0.1; 0: all train, 1: all val)")
     prep.add_argument("--shard-mb", type=float, default=128.0, help="maximum shard size in MiB (default 128)")
     prep.add_argument("--workers", type=_positive_int, default=None, help="processes (default: the usable cores)")
     prep.add_argument("--overwrite", action="store_true", help="replace an existing output")
@@ -300,14 +322,22 @@ def build_parser() -> argparse.ArgumentParser:
     index.add_argument("--split", default="train", help="the split's name (default train)")
     index.add_argument("--label-column", default=None,
                        help="the label's member or json key (default: cls, txt, or json 'label')")
+    _add_image_key(index)
+    index.add_argument("--label-names", action="store_true", help=LABEL_NAMES_HELP)
     index.add_argument("--overwrite", action="store_true", help="replace an existing output")
     index.set_defaults(func=_cmd_index)
 
     inspect = sub.add_parser("inspect", help="print the summary of an iofeed dataset")
-    inspect.add_argument("dataset", help="an iofeed dataset folder, or its s3://, gs:// or http(s):// URL")
+    inspect.add_argument("dataset", nargs="?", help="an iofeed dataset folder, or its s3://, gs:// or http(s):// URL")
     inspect.add_argument("--verify", action="store_true",
                          help="also check every shard's size and sha256, index and sample table against the "
                               "manifest, and decode every JPEG sample (local datasets only)")
+    inspect.add_argument("--mix", action="append", metavar="SOURCE=WEIGHT",
+                         help="instead of a dataset: a mixture's sources with their weights (repeat it), and what "
+                              "an epoch takes from each (see iofeed.Mix)")
+    inspect.add_argument("--epoch-samples", type=int, default=None, help="with --mix: samples per epoch")
+    inspect.add_argument("--classes", choices=("name", "offset"), default="name", help="with --mix: class rule")
+    inspect.add_argument("--split", default="train", help="with --mix: the split (default train)")
     inspect.set_defaults(func=_cmd_inspect)
 
     from .benchmark.feeds import CATALOGUE
@@ -336,6 +366,9 @@ def build_parser() -> argparse.ArgumentParser:
                        help="results file (default: SOURCE.bench/bench-<date>.json beside the data)")
     bench.add_argument("--plot", type=Path, default=None, help="PNG plot (default: beside the JSON)")
     bench.add_argument("--no-warm-cache", action="store_true", help="do not read the data once before measuring")
+    bench.add_argument("--stall-seconds", type=float, default=300.0,
+                       help="seconds a feed may take beyond what it was asked before it counts as hung: it is "
+                            "killed and marked failed, the other feeds go on (default 300)")
     bench.set_defaults(func=_cmd_bench)
 
     doctor = sub.add_parser("doctor", usage="iofeed doctor [SOURCE] [options] [-- COMMAND ...]",
@@ -377,7 +410,7 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except OSError as exc:  # one the command did not expect: still one line, with the file
         where = f": {exc.filename}" if exc.filename else ""
-        print(f"iofeed: error: {exc.strerror or exc}{where}", file=sys.stderr)
+        print(f"iofeed: error: {exc.strerror or str(exc) or type(exc).__name__}{where}", file=sys.stderr)
         return 1
     return status or 0  # a command's own status (doctor: the traced command's)
 

@@ -17,8 +17,10 @@ from .adapters.registry import ADAPTERS
 from .backends.base import Backend, Batch, BatchKey
 from .backends.select import choice_notes, engine_name, make_engine
 from .backends.skips import DEFAULT_MAX_SKIPPED, EpochSkips, check_scanned
-from .device import usable_device
 from .errors import LoaderStateError
+from .gpu.device import usable_device
+from .mix import Mix
+from .mixsource import Mixture, check_state
 from .options import LoaderOptions, distributed_rank_world
 from .order import OrderSpec
 from .prepare.scan import reason_kind
@@ -26,7 +28,7 @@ from .recipe import Recipe
 from .remote.prefetch import NoPrefetch, Prefetcher, prefetcher_for
 from .resume import Progress, fingerprint, parse
 from .resume import state as resume_state
-from .samples import SampleSource, open_source
+from .samples import SampleSource, open_source, read_from
 from .statsfile import StatsWriter
 from .targets import SampleTargets, open_targets
 
@@ -45,7 +47,9 @@ class LoaderStats:
     fetched: dict[str, float] = field(default_factory=dict)  # streamed datasets: shards, bytes, seconds downloaded
     live: Callable[[], dict[str, Any]] | None = field(default=None, repr=False)  # the engine's settings now
     transform_seconds: float = 0.0  # CPU time of the per-sample `transform=`, over `images` delivered
+    transform_wall_seconds: float = 0.0  # wall time of the same calls (waits included)
     worker_cpu_seconds: float = 0.0  # CPU time of the workers engine's processes for the batches delivered
+    sources: dict[str, dict[str, Any]] = field(default_factory=dict)  # a Mix: name -> delivered, skipped by reason
 
     @property
     def settings(self) -> dict[str, Any]:
@@ -59,10 +63,19 @@ class LoaderStats:
 
     @property
     def transform_ms_per_image(self) -> float | None:
-        """CPU milliseconds the per-sample transform took per delivered image (None without one)."""
+        """Wall milliseconds the per-sample transform took per delivered image, its waits (I/O, locks,
+        sleeps) included: what it holds a worker up (None without one)."""
+        return self._per_image(self.transform_wall_seconds)
+
+    @property
+    def transform_cpu_ms_per_image(self) -> float | None:
+        """CPU milliseconds of the same calls per delivered image (a busy machine does not inflate it)."""
+        return self._per_image(self.transform_seconds)
+
+    def _per_image(self, seconds: float) -> float | None:
         if not self.settings.get("transform") or not self.images:
             return None
-        return 1000.0 * self.transform_seconds / self.images
+        return 1000.0 * seconds / self.images
 
     def as_dict(self) -> dict[str, Any]:
         """Plain-JSON form."""
@@ -77,7 +90,10 @@ class LoaderStats:
             "fetched": dict(self.fetched),
             "transform_seconds": self.transform_seconds,
             "worker_cpu_seconds": self.worker_cpu_seconds,
+            "transform_wall_seconds": self.transform_wall_seconds,
             "transform_ms_per_image": self.transform_ms_per_image,
+            "transform_cpu_ms_per_image": self.transform_cpu_ms_per_image,
+            "sources": {name: {**s, "skipped": dict(s["skipped"])} for name, s in self.sources.items()},
         }
 
 
@@ -87,9 +103,10 @@ class Loader:
     batches an epoch holds at most: a batch whose samples were all skipped is not delivered."""
 
     def __init__(self, source: SampleSource, order: OrderSpec, backend: Backend, adapter: Adapter,
-                 options: LoaderOptions, targets: SampleTargets | None = None) -> None:
+                 options: LoaderOptions, targets: SampleTargets | None = None, mixture: Mixture | None = None) -> None:
         self.source, self.order, self.backend, self._adapter = source, order, backend, adapter
         self._targets = targets  # multi-hot labels and extras by sample index (None: class indices only)
+        self.mixture = mixture  # an iofeed.Mix opened: its sources, per-source stats and skip bounds
         self.options = options
         self.image_size = options.image_size
         self._iteration: object | None = None  # token of the live iteration
@@ -145,6 +162,8 @@ class Loader:
         if skips is None or skips.epoch != epoch or start == 0:  # a pass that continues an epoch keeps its count
             skips = self._skips = EpochSkips(epoch, sum(len(b) for b in batches), self.options.max_skipped,
                                              whole=start == 0)
+            if self.mixture is not None:
+                self.mixture.start_epoch(epoch, batches, self.options.max_skipped, whole=start == 0)
         if self._stats_file is not None:
             self._stats_file.started()
         try:
@@ -163,6 +182,8 @@ class Loader:
                 self.stats.wait_seconds += time.perf_counter() - asked
                 self._record(batch)
                 skips.add(batch, self.source.path_of)
+                if self.mixture is not None:
+                    self.mixture.check_skips(batch, self.source.path_of)
                 if self._stats_file is not None:
                     self._stats_file.maybe_write(self._snapshot)
                 batch.key = BatchKey(self.order.seed, epoch, self.order.rank, position)
@@ -195,6 +216,7 @@ class Loader:
             self.stats.images += len(batch.indices)
             self.stats.batches += 1
             self.stats.transform_seconds += batch.transform_seconds
+            self.stats.transform_wall_seconds += batch.transform_wall_seconds
             self.stats.worker_cpu_seconds += batch.cpu_seconds
         else:
             self.stats.skipped_batches += 1
@@ -202,6 +224,8 @@ class Loader:
             self.stats.skipped[reason_kind(reason)] += 1
             if len(self.stats.skipped_examples) < 20:
                 self.stats.skipped_examples.append(f"{self.source.path_of(index)}: {reason}")
+        if self.mixture is not None:
+            self.mixture.record(batch, self.stats.sources)
 
     def state_dict(self) -> dict[str, Any]:
         """Where the run is, as a small plain dict (ints and strings): the dataset's identity, the
@@ -210,14 +234,19 @@ class Loader:
         from it on any world size, batch size, worker count or engine."""
         o = self.order
         done = min(self._done + (self._position - self._first) * o.batch_size * o.world_size, o.samples)
-        return resume_state(self._fingerprint(), o, Progress(self.epoch, done, self._position))
+        out = resume_state(self._fingerprint(), o, Progress(self.epoch, done, self._position))
+        return out if self.mixture is None else {**out, "mixture": self.mixture.state(o, self.epoch, done)}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Continue from `state_dict()` of a loader over the same data, seed and shuffle: the rest of
         the epoch's global order is shared out among this loader's ranks (each sample exactly once,
         apart from padding to equal batches). OptionError naming the key when the state is
         malformed or of other data or settings."""
-        progress = parse(state, self._fingerprint(), self.order)
+        check_state(state, self.mixture)  # names what differs between two mixtures
+        progress = parse({k: v for k, v in state.items() if k != "mixture"} if isinstance(state, dict) else state,
+                         self._fingerprint(), self.order)
+        if self.mixture is not None:
+            self.mixture.check_positions(state["mixture"], self.order, progress.epoch, progress.samples_done)
         self.epoch, self._done = progress.epoch, progress.samples_done
         self._position = self._first = progress.batches_done
         self._join_group()
@@ -228,7 +257,7 @@ class Loader:
 
     def _fingerprint(self) -> str:
         if not self._identity:
-            self._identity = fingerprint(self.source)
+            self._identity = fingerprint(self.source) if self.mixture is None else self.mixture.identity()
         return self._identity
 
     def _snapshot(self) -> dict[str, Any]:
@@ -239,6 +268,8 @@ class Loader:
         """Update `stats.fetched` from the node's fetch log (streamed datasets)."""
         if self.source.remote is not None:
             self.stats.fetched = self.source.remote.fetched()
+        if self.mixture is not None:
+            self.mixture.count_fetched(self.stats.sources)
 
     def _check_open(self) -> None:
         if self._closed:
@@ -262,7 +293,7 @@ class Loader:
 
 
 def loader(
-    source: str | Path,
+    source: str | Path | Mix,
     *,
     split: str = "train",
     batch_size: int,
@@ -298,7 +329,8 @@ def loader(
 
     Args:
         source: an iofeed dataset (made by `iofeed preprocess`; a path, or a URL: see below) or a
-            folder with one subfolder per class (Caltech-256 layout accepted).
+            folder with one subfolder per class (Caltech-256 layout accepted), or an `iofeed.Mix` of
+            them, weighted (docs/formats.md, "Mixtures"; `stats.sources` counts per source).
         split: the dataset's split to read ("train", "val"); an image folder has one split, read
             whatever the name. `"train"` is shuffled each epoch (see `shuffle`); others are read in order.
         batch_size: samples per batch (an int >= 1). With `drop_last`, it may not exceed the
@@ -367,9 +399,10 @@ def loader(
             other splits). Every order is a function of (seed, epoch, rank, world_size).
         block_shards: shards per block of `shuffle="block"` (an int >= 1).
         cache_dir: the node-local cache of a streamed dataset, shared by every rank of the node
-            (default `IOFEED_CACHE`, else ~/.cache/iofeed); ignored for local paths.
+            (default `IOFEED_CACHE`, else ~/.cache/iofeed): a new or empty folder, or one iofeed
+            marked as its cache (a non-empty folder without the mark is refused); ignored for local paths.
         cache_limit: bytes the cache may hold (an int >= 1; default: what it holds plus the free
-            disk above a 10% reserve); it must hold the shards the order keeps live.
+            disk less max(2 GiB, 5% of the free disk)); it must hold the shards the order keeps live.
         target: "class" (int64 class indices) or "multi_hot" (float32 (batch, classes) vectors, 1
             for each class of a multi-label sample; a single-label dataset gives one-hot rows).
         extras: with True each batch is (images, labels, extras), `extras` the list of the
@@ -377,8 +410,8 @@ def loader(
             (`json` members: WebDataset json, labels-file columns). Not with framework="tf".
         transform: your own per-sample augmentation, run in the worker processes on each
             image after iofeed's crop and resize: `transform(image)` with `image` uint8 HWC
-            (numpy), returning uint8 or float32 HWC (a torch tensor: CHW, as torchvision
-            returns it) of one fixed shape, probed on a first image. A torchvision v2
+            (numpy), returning uint8 or float32 HWC with 3 channels (a torch tensor: CHW, as
+            torchvision returns it) of one fixed shape, probed on a first image. A torchvision v2
             transform (start it with `v2.ToImage()`), an albumentations `Compose` (called as
             `t(image=...)`, seeded through `set_random_seed`) or a function. It must be
             picklable and importable: a lambda, or a function defined in `__main__`, is refused.
@@ -388,7 +421,8 @@ def loader(
             and exact resume. A transform that raises follows `on_error` (skipped and counted
             under "transform NAME raised ...", or a `SampleError` naming the file). uint8
             output is normalised by the adapter; float32 output is handed over as it is. Its
-            CPU time is `stats.transform_ms_per_image`. Workers engine only (`backend="auto"`
+            wall time per image is `stats.transform_ms_per_image` (CPU time:
+            `stats.transform_cpu_ms_per_image`). Workers engine only (`backend="auto"`
             picks it; "dali" and `gpu_augment` refuse it).
         batch_transform: your own per-batch step `(images, labels) -> (images, labels)`, run in
             this process on each batch where it ends up (on `device`, after normalisation):
@@ -396,7 +430,8 @@ def loader(
             `framework="tf"` a function of tf tensors, run inside the dataset's `.map` (it may
             take `seed=`, a stateless-RNG seed tensor). Seeded per batch from (seed, epoch, rank,
             batch) — torch's, numpy's and Python's RNGs, restored after the call — and given
-            `rng=` when it takes one. Any engine.
+            `rng=` when it takes one. It returns `(images, labels)` of the batch's length (else
+            an OptionError naming it). Any engine.
         sharding: with `framework="jax"`, the `jax.sharding.Sharding` of each batch (default: a
             `NamedSharding` splitting the batch axis over every device, `PartitionSpec("batch")`).
             Under `jax.distributed` each process loads `batch_size` samples of its own share and
@@ -422,12 +457,19 @@ def loader(
         batch_transform=batch_transform, sharding=sharding,
     )
     adapter = ADAPTERS[framework].load().from_options(options)  # imports the framework now, not before
-    data = open_source(source, split, cache_dir=options.cache_dir, cache_limit=options.cache_limit)
+    mixture = Mixture(source, split, options) if isinstance(source, Mix) else None
+    data = mixture.data if mixture else open_source(source, split, cache_dir=options.cache_dir,
+                                                    cache_limit=options.cache_limit)
     check_scanned(data.rejected, len(data), options.max_skipped, str(source))
-    order = options.order(len(data), shard_of=data.file_id, streamed=data.remote is not None)
+    order = mixture.order(options) if mixture else options.order(len(data), shard_of=data.file_id,
+                                                                 streamed=data.remote is not None)
     if data.remote is not None:
         data.remote.fit_order(order, readers=options.workers or 1)
-    targets = open_targets(source, split, data) if target != "class" or extras else None
-    loaded = Loader(data, order, make_engine(options, data), adapter, options, targets)
-    loaded.stats.fixed["decisions"] = choice_notes(options, engine_name(options, data))  # what "auto" decided
+    targets = None
+    if target != "class" or extras:
+        targets = mixture.targets() if mixture else open_targets(source, split, data)
+    loaded = Loader(data, order, make_engine(options, data), adapter, options, targets, mixture)
+    loaded.stats.fixed["decisions"] = choice_notes(options, engine_name(options, data), data)  # what "auto" decided
+    read = read_from(source) if mixture is None else [read_from(name) for name in mixture.names]
+    loaded.stats.fixed["source"] = read  # what `iofeed doctor` checks: the data really read
     return adapter.wrap(loaded)

@@ -59,6 +59,10 @@ class SampleSource:
         path = display_path(self.files[self.file_id[index]].decode("utf-8", "surrogateescape"))
         return path if self.size[index] < 0 else f"{path}@{int(self.offset[index])}"
 
+    def check_unchanged(self, file_id: int) -> None:
+        """DatasetError when the dataset holding file `file_id` was replaced since it was opened."""
+        check_unchanged(self)
+
     def has_raw(self) -> bool:
         """Whether any sample is stored as raw pixels."""
         return bool((self.encoding == RAW).any())
@@ -67,6 +71,12 @@ class SampleSource:
 def is_iofeed_dataset(path: Path) -> bool:
     """Whether `path` holds an iofeed dataset (a manifest)."""
     return os.path.lexists(Path(path) / MANIFEST_NAME)  # anything there: Manifest.read says what is wrong
+
+
+def read_from(source: Path | str) -> str:
+    """`source` as a loader's stats name it: a URL as given, a path made absolute (the folder the
+    process ran in may not be the reader's)."""
+    return str(source) if is_url(str(source)) else str(Path(source).resolve())
 
 
 def open_source(source: Path | str, split: str = "train", *, cache_dir: Path | str | None = None,
@@ -178,7 +188,7 @@ def _open_checked(source: SampleSource, file_id: int) -> int:
     """A descriptor of local shard `file_id`, opened before its dataset is checked unchanged."""
     fd = open_regular(source.files[file_id])
     try:
-        check_unchanged(source)
+        source.check_unchanged(file_id)
     except DatasetError:
         os.close(fd)
         raise
@@ -255,6 +265,7 @@ class SampleReader:
         self._maps: dict[int, mmap.mmap] = {}
         self._failed: dict[int, tuple[str, float]] = {}  # streamed shards that failed: (reason, when)
         self._touched: set[int] = set()  # shards read in the current batch
+        self._epoch: int | None = None  # the epoch of the current batch: failures are remembered within it
 
     def _fd(self, file_id: int) -> int:
         """An open descriptor of shard `file_id` (a leased cached copy for a streamed dataset)."""
@@ -328,6 +339,12 @@ class SampleReader:
         if len(data) != size:
             raise SampleError("shard is truncated (run `iofeed preprocess` again)")
         return data
+
+    def begin_batch(self, epoch: int) -> None:
+        """A batch of `epoch` starts: the fetch failures remembered in another epoch are forgotten, so
+        a later epoch tries those shards again and never skips samples for an earlier failure."""
+        if epoch != self._epoch:
+            self._epoch, self._failed = epoch, {}
 
     def _release_stale(self) -> None:
         """End the leases on shards the current batch has not read."""

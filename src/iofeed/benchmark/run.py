@@ -57,12 +57,12 @@ def plan_feeds(names: tuple[str, ...], inputs: Inputs, options: BenchOptions, de
 
 
 def run_benchmark(options: BenchOptions, command: str) -> tuple[dict[str, Any], Path, Path]:
-    """Measure, write the JSON (after every round, atomically) and the PNG; return (record, JSON
+    """Measure, write the JSON (after every window, atomically) and the PNG; return (record, JSON
     path, PNG path). After Ctrl-C the record holds the windows measured so far, `"complete": false`."""
     options.check(tuple(CATALOGUE))
     now = datetime.now(timezone.utc)
     json_path, png_path = options.outputs(now)
-    check_writable(json_path, png_path)  # before any work: the JSON is written after every round
+    check_writable(json_path, png_path)  # before any work: the JSON is written after every window
     print(f"iofeed bench: results will go to {json_path} and {png_path}")
     names = options.feeds or DEFAULT_FEEDS
     device = pick_device(options.device)
@@ -70,7 +70,20 @@ def run_benchmark(options: BenchOptions, command: str) -> tuple[dict[str, Any], 
     needed = {FEEDS.caps(n).reads for n in names if not (FEEDS.caps(n).gpu_augment and device != "cuda")}
     inputs = resolve_inputs(options.source, needed, options.progress)
     specs, skipped = plan_feeds(names, inputs, options, device, model)
-    specs, skipped, endpoint = _serve_streamed(specs, skipped)
+    specs, skipped, endpoint = _serve_streamed(specs, skipped, json_path.parent)
+    try:
+        return _measure_and_write(options, command, now, (json_path, png_path), names, device, model, inputs,
+                                  specs, skipped)
+    finally:  # even on an error or Ctrl-C: the local S3 server stops and the feeds' cache folder goes
+        if endpoint is not None:
+            endpoint.close()
+
+
+def _measure_and_write(options: BenchOptions, command: str, now: datetime, paths: tuple[Path, Path],
+                       names: tuple[str, ...], device: str, model: str, inputs: Inputs, specs: list[FeedSpec],
+                       skipped: list[FeedRun]) -> tuple[dict[str, Any], Path, Path]:
+    """The measurement and its files, once the feeds are planned (see `run_benchmark`)."""
+    json_path, png_path = paths
     cache = (warm_page_cache(data_files(inputs), options.progress) if options.warm_cache
              else CacheState("as found", 0, 0, 0.0))
     from .machine import describe_machine
@@ -86,7 +99,8 @@ def run_benchmark(options: BenchOptions, command: str) -> tuple[dict[str, Any], 
             gpu = GpuSampler()
         except IofeedError as exc:  # nvidia-ml-py missing, or NVML unable to read the GPU
             inputs.notes.append(f"no GPU utilisation: {exc}")
-    runs = [FeedRun(spec) for spec in specs]
+    # the ceiling first: a later feed that hangs, or a run cut off, still leaves every % of the ceiling
+    runs = sorted((FeedRun(spec) for spec in specs), key=lambda run: run.spec.name != CEILING)
     order = {name: i for i, name in enumerate(names + (CEILING,))}
 
     def record(complete: bool) -> dict[str, Any]:
@@ -112,7 +126,7 @@ def run_benchmark(options: BenchOptions, command: str) -> tuple[dict[str, Any], 
 
     try:
         measure(runs, options.rounds, options.window_seconds, options.warmup, gpu, options.progress,
-                after_round=lambda rounds: write_json(record(False), json_path))
+                slack=options.stall_seconds, after_window=lambda: write_json(record(False), json_path))
     except KeyboardInterrupt:
         for run in runs:
             if run.status == "ok" and not run.windows:
@@ -123,28 +137,28 @@ def run_benchmark(options: BenchOptions, command: str) -> tuple[dict[str, Any], 
     finally:
         if gpu is not None:
             gpu.close()
-        if endpoint is not None:
-            endpoint.close()
     result = record(complete)
     write_json(result, json_path)
     plot(result, png_path)
     return result, json_path, png_path
 
 
-def _serve_streamed(specs: list[FeedSpec], skipped: list[FeedRun]) -> tuple[list[FeedSpec], list[FeedRun], Any]:
-    """Start the local S3 endpoint when a streaming feed is planned, and point those feeds at it."""
+def _serve_streamed(specs: list[FeedSpec], skipped: list[FeedRun],
+                    results: Path) -> tuple[list[FeedSpec], list[FeedRun], Any]:
+    """Start the local S3 endpoint when a streaming feed is planned, and point those feeds at it and
+    at a cache folder of the bench's own, made in the `results` folder (removed by its `close()`)."""
     streamed = [s for s in specs if s.entry.stream]
     if not streamed:
         return specs, skipped, None
     from .stream import LocalEndpoint
 
     try:
-        endpoint = LocalEndpoint(Path(streamed[0].source))
+        endpoint = LocalEndpoint(Path(streamed[0].source), results)
     except IofeedError as exc:  # s3fs or moto missing
         return ([s for s in specs if not s.entry.stream],
                 skipped + [FeedRun(s, "skipped", str(exc)) for s in streamed], None)
-    return [replace(s, source=endpoint.url, endpoint=endpoint.endpoint) if s.entry.stream else s
-            for s in specs], skipped, endpoint
+    return [replace(s, source=endpoint.url, endpoint=endpoint.endpoint, cache_root=str(endpoint.cache_root))
+            if s.entry.stream else s for s in specs], skipped, endpoint
 
 
 def _text(path: Path | None) -> str | None:

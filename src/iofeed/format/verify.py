@@ -13,6 +13,7 @@ import numpy as np
 from ..errors import DatasetError, SampleError
 from ..image.fastjpeg import check_strictly, decode_problem
 from ..image.pil import open_rgb
+from ..progress import progress as progress_bar
 from .files import open_regular
 from .identity import probe_of, sha256_of
 from .manifest import Manifest
@@ -36,12 +37,14 @@ class Verification:
     problems: list[str] = field(default_factory=list)
 
 
-def verify_dataset(path: Path) -> Verification:
+def verify_dataset(path: Path, progress: bool = False) -> Verification:
     """Check the dataset at `path`: reads its tables and indexes, hashes every shard and decodes every
-    JPEG sample (raw samples are checked by size)."""
+    JPEG sample (raw samples are checked by size); with `progress`, a bar (a line now and then in a log)."""
     path = Path(path)
     manifest = Manifest.read(path)
     result = Verification()
+    bar = progress_bar(total=sum(info.samples for info in manifest.splits.values()), desc="verify", unit="img",
+                       disable=not progress)
     for split, info in manifest.splits.items():
         try:
             table = load_table(path / info.table)
@@ -66,6 +69,7 @@ def verify_dataset(path: Path) -> Verification:
                 result.problems += _check_indexed_shard(path, shard, table[where], result)
             else:
                 result.problems += _check_shard(path, shard, table[where], result, kind, (found, where))
+            bar.update(len(where))
         if any("url" in s for s in info.shards):
             reread = indexed_problems(manifest, split, table, sources)
             result.problems += reread.problems
@@ -76,6 +80,7 @@ def verify_dataset(path: Path) -> Verification:
         result.problems += problems
         if not problems and manifest.targets.get("files", {}).get(split):
             result.targets += sum(row is not None for row in found)
+    bar.close()
     return result
 
 

@@ -91,9 +91,14 @@ def indexed_problems(manifest: Manifest, split: str, table: np.ndarray, sources:
     from ..prepare.index import reread
 
     try:
-        now, resolved, _ = reread(locations, manifest.source.get("label_column"))
+        now, resolved, rejected = reread(locations, manifest.source)
     except IofeedError as exc:
         return Reread([f"{split}: its shards no longer read as they were indexed: {exc}"], none)
+    gone = [where for where in locations if where not in {read.location for read in now}]
+    if gone:
+        why = next((r.reason for r in rejected if r.path.startswith(gone[0])), "rejected")
+        return Reread([f"{gone[0]} no longer reads whole ({why}; {len(gone)} of {len(locations)} shards): "
+                       "index the shards again"], none)
     problems, hashed = [], sum(bool(shard.get("sha256")) for shard in shards)
     for where, shard, read in zip(locations, shards, now):
         changed = [key for key in _IDENTITY if shard.get(key) not in (None, "") and read.identity[key] != shard[key]]
