@@ -88,6 +88,7 @@ def webdataset(root: Path, damage: str) -> Source:
         os.mkfifo(folder / "shard-000003.tar")
         source.spec = str(folder / "shard-{000000..000003}.tar")
         source.refusal = r"shard-000003\.tar"
+        source.strays = {"shard-000003.tar"}
     if damage == "huge_label":
         source.refusal = r"5000000"
     return source

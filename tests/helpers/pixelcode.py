@@ -82,6 +82,7 @@ class Source:
     refusal: str | None = None  # a regex: the run (or the loader) must fail with a one-line error matching it
     lenient: set[int] = field(default_factory=set)  # samples a damage may cost, if rejected by name or shard
     after: Callable[[Path], str] | None = None  # damage done after the run; returns the loader's expected error
+    strays: set[str] = field(default_factory=set)  # names of inputs that hold no sample (a FIFO), rejected too
 
     @property
     def written(self) -> int:
