@@ -97,6 +97,7 @@ class Loader:
         self._closed = False
         self._follow_group = options.rank is None  # rank and world_size from a process group started later
         self.epoch = 0
+        self._pass_start: tuple[int, int, int, int] | None = None  # where a pass left before its end began
         self._position = 0  # batches of `epoch` already delivered (counting those before a resume)
         self._done, self._first = 0, 0  # a resumed epoch: samples of its global order and batches done before
         self._identity = ""  # the source's fingerprint, made when a state first needs it
@@ -129,10 +130,18 @@ class Loader:
     def set_epoch(self, epoch: int) -> None:
         """Start `epoch` (from its beginning) at the next iteration."""
         self.epoch, self._position, self._done, self._first = int(epoch), 0, 0, 0
+        self._pass_start = None
 
     def __iter__(self) -> Iterator[Any]:
+        """One pass: after a whole pass, the next epoch; after `set_epoch` or `load_state_dict`,
+        where they put it; after a pass left before its end (`break`, Lightning's sanity check,
+        Keras peeking at a batch), that pass again from where it began, as torch's DataLoader
+        starts a new pass at each `iter()`: an evaluation pass always covers its whole split."""
         self._check_open()
+        if self._pass_start is not None:
+            self.epoch, self._done, self._first, self._position = self._pass_start
         self._join_group()
+        self._pass_start = (self.epoch, self._done, self._first, self._position)
         epoch, start = self.epoch, self._position
         batches = self.order.batches(epoch, self._done, self._first)
         following = self.order.batches(epoch + 1)  # what the next pass will ask for, unless moved
@@ -220,6 +229,7 @@ class Loader:
         progress = parse(state, self._fingerprint(), self.order)
         self.epoch, self._done = progress.epoch, progress.samples_done
         self._position = self._first = progress.batches_done
+        self._pass_start = None  # the next pass resumes from here
         self._join_group()
         if len(self) > len(self.order):
             warnings.warn(f"the resumed epoch holds {len(self)} batches (counting {self._first} done before the "
@@ -409,8 +419,9 @@ def loader(
     `on_error="skip"` its samples are skipped and counted; `stats.fetched` sums the node's
     downloads since the dataset was opened.
 
-    Breaking out of an epoch and iterating again continues it; `state_dict()` and
-    `load_state_dict()` resume exactly, also on another world size, batch size or engine
+    Each `iter()` is a new pass, as with torch's DataLoader: breaking out of an epoch and
+    iterating again starts that epoch again from its first batch (an evaluation split is always
+    read whole); `state_dict()` and `load_state_dict()` resume exactly, also on another world size, batch size or engine
     (docs/distributed.md); `close()` (or `with`) frees processes and memory.
     """
     options = LoaderOptions(

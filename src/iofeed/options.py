@@ -185,7 +185,8 @@ class LoaderOptions:
         if shuffle is None:
             shuffle = ("block" if streamed else "global") if self.split == "train" else "none"
         spec = OrderSpec(samples, self.batch_size, shuffle=shuffle, drop_last=drop_last, seed=self.seed, rank=rank,
-                         world_size=world_size, block_shards=self.block_shards, shard_of=shard_of)
+                         world_size=world_size, block_shards=self.block_shards, shard_of=shard_of,
+                         pad=self.split == "train")  # evaluation: each sample once, not equal batches
         if len(spec) == 0:
             where = " on this rank" if world_size > 1 else ""
             raise OptionError(

@@ -73,10 +73,10 @@ def to_tf_dataset(loader: EpochLoader, normalised: bool = True, batch_transform:
     next epoch: the Loader advances its epoch after each full pass. An iteration abandoned
     before its end (`take`, `break`, a distribution strategy peeking at one batch) cannot be
     resumed exactly, because prefetching has pulled batches the consumer never saw: the next
-    iteration restarts that epoch from its first batch. A Loader already positioned mid-epoch
-    (`load_state_dict`) before the dataset is made is resumed from there by the first
-    iteration. Iterate one iterator at a time: starting a new one ends the previous one (it waits
-    until the previous one's thread has left the Loader, at most one batch).
+    iteration begins that pass again (the Loader's rule for every `iter()`). A Loader positioned
+    mid-epoch by `load_state_dict` is resumed from there, also after a peeked-at iteration.
+    Iterate one iterator at a time: starting a new one ends the previous one (it waits until the
+    previous one's thread has left the Loader, at most one batch).
 
     The Loader is kept as `dataset.iofeed_loader` (for `set_epoch`, `state_dict`, `stats`);
     datasets derived with further transformations do not carry that attribute, so keep the
@@ -101,9 +101,7 @@ def to_tf_dataset(loader: EpochLoader, normalised: bool = True, batch_transform:
         loader = loader_ref()  # alive: the dataset (kept by its iterators) holds it
         token = object()
         with turn:  # an older iterator's thread may be inside the Loader: wait until it is out
-            if state["active"] is not None:  # the previous iteration did not reach its end
-                loader.set_epoch(loader.epoch)
-            state["active"] = token
+            state["active"] = token  # a pass the previous one left is begun again by the Loader itself
             batches = iter(loader)
         try:
             while True:
