@@ -3,15 +3,11 @@ backends, each in a process of its own (KERAS_BACKEND is read when keras is firs
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 
-TESTS = Path(__file__).resolve().parent
+from helpers.keras_fit import run_on_backend
 
 pytestmark = [pytest.mark.keras, pytest.mark.slow]  # ~10 s each: a process importing its framework
 
@@ -23,10 +19,7 @@ pytestmark = [pytest.mark.keras, pytest.mark.slow]  # ~10 s each: a process impo
 ])
 def test_keras_fit_on_each_backend(colour_dataset, tmp_path, backend, returned):
     out = tmp_path / "fit.json"
-    path = os.pathsep.join([str(TESTS.parent / "src"), str(TESTS), os.environ.get("PYTHONPATH", "")])
-    run = subprocess.run([sys.executable, "-m", "helpers.keras_fit", str(colour_dataset), str(out)],
-                         capture_output=True, text=True, timeout=300,
-                         env={**os.environ, "PYTHONPATH": path, "KERAS_BACKEND": backend, "TF_CPP_MIN_LOG_LEVEL": "2"})
+    run = run_on_backend("helpers.keras_fit", colour_dataset, out, backend)
     assert run.returncode == 0, run.stderr[-3000:]
     result = json.loads(out.read_text())
     assert result["backend"] == backend and result["type"].endswith(returned)

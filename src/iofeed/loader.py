@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import time
 import warnings
 from collections import Counter
@@ -187,6 +188,15 @@ class Loader:
                 self.set_epoch(epoch + 1)
         finally:
             fetching.close()
+
+    def repeat(self, epochs: int | None = None) -> Iterator[Any]:
+        """Passes back to back, each the next epoch: endless (None), or `epochs` of them. For loops
+        that count steps rather than epochs (jit-style JAX, tf.data's `repeat()`): `zip(range(steps),
+        loader.repeat())` takes exactly `steps` batches, and `state_dict()` after any of them
+        resumes exactly (`load_state_dict`, then `repeat()` again)."""
+        passes = itertools.count() if epochs is None else range(epochs)
+        for _ in passes:
+            yield from self
 
     def _deliver(self, batch: Batch) -> Any:
         """The adapter's form of `batch`: multi-hot labels for `target="multi_hot"`, and with

@@ -6,7 +6,6 @@ import numbers
 from dataclasses import dataclass, replace
 from typing import Any
 
-from .adapters.normalize import IMAGENET_MEAN, IMAGENET_STD
 from .errors import OptionError
 
 INTERPOLATIONS = ("bilinear", "bicubic", "area")
@@ -21,8 +20,11 @@ class Recipe:
     Evaluation: a centred square of `crop_fraction` of the shorter side (0.875: resize to 256
     and centre-crop 224). Both resize to `image_size` with `interpolation` ("bilinear",
     "bicubic" or "area"; antialiased when shrinking, as torchvision v2 does). The adapters
-    normalise with `mean`/`std` (per channel, on the 0–1 scale); `normalize=False` hands out
-    uint8 so that the GPU or your batch transform normalises.
+    normalise with `mean`/`std` (per channel, on the 0–1 scale; both or neither); without them,
+    each framework's own loading convention: ImageNet mean/std for torch and jax (torchvision's
+    `ToTensor` + `Normalize`, flax's ImageNet example), float32 0–255 for keras and tf (Keras'
+    `image_dataset_from_directory`, for models that start with `Rescaling(1/255)`).
+    `normalize=False` hands out uint8 so that the GPU or your batch transform normalises.
     """
 
     train: bool | None = None  # None: augment the train split only
@@ -31,8 +33,8 @@ class Recipe:
     flip: bool = True
     crop_fraction: float = 0.875
     interpolation: str = "bilinear"
-    mean: tuple[float, float, float] = IMAGENET_MEAN
-    std: tuple[float, float, float] = IMAGENET_STD
+    mean: tuple[float, float, float] | None = None  # None (with std): the framework's convention
+    std: tuple[float, float, float] | None = None
     normalize: bool = True
 
     def __post_init__(self) -> None:
@@ -49,8 +51,14 @@ class Recipe:
         object.__setattr__(self, "crop_fraction", float(fraction))
         if self.interpolation not in INTERPOLATIONS:
             raise OptionError(f"Recipe interpolation={self.interpolation!r} is not one of {', '.join(INTERPOLATIONS)}")
-        object.__setattr__(self, "mean", _channels("mean", self.mean, positive=False))
-        object.__setattr__(self, "std", _channels("std", self.std, positive=True))
+        if (self.mean is None) != (self.std is None):
+            given = "mean" if self.std is None else "std"
+            raise OptionError(f"Recipe {given}= was given without {'std' if given == 'mean' else 'mean'}=: pass "
+                              "both, or neither for the framework's convention (ImageNet mean/std for torch and "
+                              "jax, 0-255 floats for keras and tf)")
+        if self.mean is not None:
+            object.__setattr__(self, "mean", _channels("mean", self.mean, positive=False))
+            object.__setattr__(self, "std", _channels("std", self.std, positive=True))
 
     @classmethod
     def preset(cls, name: str, **changes: Any) -> Recipe:
@@ -108,7 +116,7 @@ def _channels(name: str, value: Any, positive: bool) -> tuple[float, float, floa
 
 # The common recipes. `train` stays None in each: the train split is augmented, others centre-cropped.
 PRESETS: dict[str, Recipe] = {
-    "imagenet": Recipe(),  # torchvision's ImageNet reference: bilinear, ImageNet mean/std (the default)
+    "imagenet": Recipe(),  # torchvision's ImageNet reference: bilinear, the framework's scale (the default)
     "finetune": Recipe(scale=(0.35, 1.0)),  # fine-tuning: milder crops
     "timm": Recipe(interpolation="bicubic"),  # timm's defaults for ImageNet-pretrained models
     "inception": Recipe(interpolation="bicubic", mean=(0.5, 0.5, 0.5), std=(0.5, 0.5, 0.5)),  # [-1, 1] models

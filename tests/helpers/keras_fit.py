@@ -3,9 +3,22 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 import sys
+from pathlib import Path
 
 SIZE = 32
+TESTS = Path(__file__).resolve().parents[1]
+
+
+def run_on_backend(module: str, source: object, out: object, backend: str) -> subprocess.CompletedProcess:
+    """`python -m MODULE SOURCE OUT` in a process of its own with KERAS_BACKEND=`backend` (Keras
+    reads it when first imported) and this checkout's src first on the path."""
+    path = os.pathsep.join([str(TESTS.parent / "src"), str(TESTS), os.environ.get("PYTHONPATH", "")])
+    return subprocess.run([sys.executable, "-m", module, str(source), str(out)], capture_output=True, text=True,
+                          timeout=500, env={**os.environ, "PYTHONPATH": path, "KERAS_BACKEND": backend,
+                                            "TF_CPP_MIN_LOG_LEVEL": "2"})
 
 
 def tiny_classifier(size: int, classes: int = 4) -> object:

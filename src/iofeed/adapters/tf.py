@@ -15,6 +15,7 @@ from ..options import LoaderOptions
 from ..transforms import batch_seed, takes
 from .base import EpochLoader
 from .host_float import HostNormaliser
+from .model_scale import check_model_input
 from .normalize import Affine, options_affine
 from .numpy import to_numpy
 
@@ -142,5 +143,12 @@ def to_tf_dataset(loader: EpochLoader, normalised: bool = True, batch_transform:
     dataset.iofeed_loader = loader
     # Keras reads `cardinality()` to know an epoch's steps (unknown: "Your input ran out of data" at every
     # fit). Declared, not asserted: a pass with fully skipped batches, or resumed mid-epoch, is shorter.
-    dataset.cardinality = lambda: tf.constant(len(loader), tf.int64)
+    dataset.cardinality = lambda: _cardinality(loader)
     return dataset
+
+
+def _cardinality(loader: EpochLoader) -> Any:
+    """`len(loader)` as TF's cardinality; Keras asks for it from the model's fit, where a model that
+    rescales its own input can be seen (`check_model_input`)."""
+    check_model_input(loader)
+    return tf.constant(len(loader), tf.int64)
