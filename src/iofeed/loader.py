@@ -20,6 +20,7 @@ from .backends.select import choice_notes, engine_name, make_engine
 from .backends.skips import DEFAULT_MAX_SKIPPED, EpochSkips, check_scanned
 from .device import usable_device
 from .errors import LoaderStateError
+from .manners import DatasetView, SamplerView, check_dataloader_arguments
 from .options import LoaderOptions, distributed_rank_world
 from .order import OrderSpec
 from .prepare.scan import reason_kind
@@ -118,6 +119,44 @@ class Loader:
             return len(self.order)
         return max(len(self.order), self._first + self.order.batch_count(self._done))
 
+    @property
+    def spilling(self) -> bool:
+        """Whether a resumed epoch holding more than a whole epoch's batches (a larger global batch
+        after the resume) was left where a consumer that took `len()` before `load_state_dict`
+        stops (Lightning): its rest comes at the next pass, and epoch hooks wait for it."""
+        return (self._pass_start is not None and self._done > 0 and len(self) > len(self.order)
+                and self._position >= len(self.order))
+
+    # DataLoader manners: what scripts written for torch's DataLoader read on it (manners.py)
+    @property
+    def dataset(self) -> DatasetView:
+        """The split as an `ImageFolder`-like view: `len()`, `classes`, `class_to_idx`, `set_epoch`."""
+        return DatasetView(self)
+
+    @property
+    def sampler(self) -> SamplerView:
+        """A `DistributedSampler`-like view: `set_epoch`, `len()` (this rank's samples per epoch)."""
+        return SamplerView(self)
+
+    @property
+    def batch_sampler(self) -> None:
+        """None, as for a DataLoader without one: the order makes the batches (Lightning reads it)."""
+        return None
+
+    @property
+    def batch_size(self) -> int:
+        return self.order.batch_size
+
+    @property
+    def drop_last(self) -> bool:
+        return self.order.drop_last
+
+    @property
+    def num_workers(self) -> int:
+        """Worker processes (DALI: threads) decoding now; the autotuner may change it."""
+        settings = self.backend.describe()
+        return int(settings.get("workers") or settings.get("num_threads") or 0)
+
     def _join_group(self) -> None:
         """Take rank and world_size from torch.distributed once it is initialised, when they were
         not given: Lightning and other trainers start the process group after the loader is made."""
@@ -139,7 +178,7 @@ class Loader:
         Keras peeking at a batch), that pass again from where it began, as torch's DataLoader
         starts a new pass at each `iter()`: an evaluation pass always covers its whole split."""
         self._check_open()
-        if self._pass_start is not None:
+        if self._pass_start is not None and not self.spilling:
             self.epoch, self._done, self._first, self._position = self._pass_start
         self._join_group()
         self._pass_start = (self.epoch, self._done, self._first, self._position)
@@ -301,7 +340,7 @@ def loader(
     on_error: str = "skip",
     memory_budget: int | None = None,
     gpu_augment: bool = False,
-    shuffle: str | None = None,
+    shuffle: str | bool | None = None,
     block_shards: int = 8,
     cache_dir: str | Path | None = None,
     cache_limit: int | None = None,
@@ -311,6 +350,12 @@ def loader(
     transform: Any = None,
     batch_transform: Any = None,
     sharding: Any = None,
+    memory_format: str | None = None,
+    pin_memory: bool | None = None,
+    persistent_workers: bool | None = None,
+    prefetch_factor: Any = None,
+    collate_fn: Any = None,
+    generator: Any = None,
 ) -> Any:
     """A loader over an iofeed dataset or an image folder: a `Loader` (numpy, torch) or a
     `tf.data.Dataset` (tf). Every argument is checked before any work starts; a bad one raises a
@@ -334,9 +379,10 @@ def loader(
             train split only. Every engine does every step or refuses it naming the one that
             can ("area": workers only; `gpu_augment`: bilinear only).
         framework: "numpy" yields (uint8 NHWC views, int64 labels) — views valid until the next
-            batch; "torch" yields normalised (the recipe's mean/std) NCHW channels_last tensors and
-            int64 labels on `device`; "tf" returns a `tf.data.Dataset` of normalised float32
-            NHWC images (`dataset.iofeed_loader` is the Loader); "jax" yields `jax.Array`s, NHWC
+            batch; "torch" yields normalised (the recipe's mean/std, else ImageNet's) NCHW tensors
+            (see `memory_format`) and int64 labels on `device`; "tf" returns a `tf.data.Dataset`
+            of float32 NHWC images (0-255, as Keras' `image_dataset_from_directory`, unless the
+            recipe has mean/std) (`dataset.iofeed_loader` is the Loader); "jax" yields `jax.Array`s, NHWC
             images (normalised float32 by default) and int32 labels, sharded over the batch axis
             (see `sharding`); "keras" what `model.fit` takes on Keras' backend. With
             `normalize=False` in the recipe, torch and tf hand out uint8 images.
@@ -384,7 +430,8 @@ def loader(
             train split of a local dataset or folder), "block" (the default for a streamed train
             split: shards in a shuffled order, samples shuffled within blocks of `block_shards`
             shards, so that only two blocks are live at a time) or "none" (the default for
-            other splits). Every order is a function of (seed, epoch, rank, world_size).
+            other splits); True and False (as torch's DataLoader takes them) mean that default
+            of the train split, and "none". Every order is a function of (seed, epoch, rank, world_size).
         block_shards: shards per block of `shuffle="block"` (an int >= 1).
         cache_dir: the node-local cache of a streamed dataset, shared by every rank of the node
             (default `IOFEED_CACHE`, else ~/.cache/iofeed); ignored for local paths.
@@ -421,6 +468,14 @@ def loader(
             `NamedSharding` splitting the batch axis over every device, `PartitionSpec("batch")`).
             Under `jax.distributed` each process loads `batch_size` samples of its own share and
             the arrays are the global batch of `batch_size * jax.process_count()` rows.
+        memory_format: with `framework="torch"`, "contiguous" (the default: plain NCHW, what a
+            model in PyTorch's default format expects; DDP warns "Grad strides do not match
+            bucket view strides" otherwise) or "channels_last" (NHWC memory: pays with the model
+            converted too, `model.to(memory_format=torch.channels_last)`, under AMP on a GPU).
+        pin_memory, persistent_workers: torch DataLoader's, accepted and ignored: copies to CUDA
+            already go through pinned buffers, and the workers live as long as the loader.
+        prefetch_factor, collate_fn, generator: torch DataLoader's; anything but None is refused
+            naming iofeed's own option (`prefetch=`, `batch_transform=`, `seed=`).
 
     `source` may also be the s3://, gs:// or http(s):// URL of an iofeed dataset (`pip install
     'iofeed[s3]'`, `[gcs]`, `[http]`; credentials and endpoint the standard way): its shards are
@@ -434,13 +489,14 @@ def loader(
     read whole); `state_dict()` and `load_state_dict()` resume exactly, also on another world size, batch size or engine
     (docs/distributed.md); `close()` (or `with`) frees processes and memory.
     """
+    check_dataloader_arguments(pin_memory, persistent_workers, prefetch_factor, collate_fn, generator)
     options = LoaderOptions(
         batch_size=batch_size, split=split, image_size=image_size, augment=augment, framework=framework,
         device=usable_device(device), dtype=dtype, backend=backend, workers=workers, prefetch=prefetch, seed=seed,
         rank=rank, world_size=world_size, drop_last=drop_last, on_error=on_error, memory_budget=memory_budget,
         gpu_augment=gpu_augment, shuffle=shuffle, block_shards=block_shards, cache_dir=cache_dir,
         cache_limit=cache_limit, target=target, extras=extras, max_skipped=max_skipped, transform=transform,
-        batch_transform=batch_transform, sharding=sharding,
+        batch_transform=batch_transform, sharding=sharding, memory_format=memory_format,
     )
     adapter = ADAPTERS[framework].load().from_options(options)  # imports the framework now, not before
     data = open_source(source, split, cache_dir=options.cache_dir, cache_limit=options.cache_limit)

@@ -45,7 +45,7 @@ class LoaderOptions:
     on_error: str = "skip"
     memory_budget: int | None = None
     gpu_augment: bool = False
-    shuffle: str | None = None  # None: "block" for a streamed train split, "global" for a local one, else "none"
+    shuffle: str | bool | None = None  # None: True for the train split; True: "block" if streamed, else "global"
     block_shards: int = 8
     cache_dir: str | os.PathLike | None = None
     cache_limit: int | None = None
@@ -56,6 +56,7 @@ class LoaderOptions:
     batch_transform: Any = None  # per batch, in the adapter
     transform_output: Output | None = field(default=None, init=False)  # what `transform` returns, probed
     sharding: Any = None  # framework="jax": how a batch is laid out over devices (None: the batch axis over all)
+    memory_format: str | None = None  # framework="torch": "contiguous" (None) or "channels_last"
 
     def __post_init__(self) -> None:
         check_target_options(self.target, self.extras, self.framework)
@@ -73,7 +74,7 @@ class LoaderOptions:
         _one_of("framework", self.framework, ADAPTERS.names())
         _one_of("backend", self.backend, (AUTO, *ENGINES.names()))
         _one_of("on_error", self.on_error, ON_ERROR)
-        if self.shuffle is not None:
+        if self.shuffle is not None and not isinstance(self.shuffle, bool):  # True/False as DataLoader takes them
             _one_of("shuffle", self.shuffle, tuple(SHUFFLES))
         if not (self.cache_dir is None or isinstance(self.cache_dir, (str, os.PathLike))):
             raise OptionError(f"cache_dir must be a folder path or None, got {self.cache_dir!r} "
@@ -115,6 +116,11 @@ class LoaderOptions:
         if self.sharding is not None and not adapter.sharding:
             raise OptionError(f"sharding= is for framework={_either(ADAPTERS.having('sharding'))}, "
                               f"got framework={self.framework!r} (drop sharding=)")
+        if self.memory_format is not None:
+            if self.framework != "torch":
+                raise OptionError(f"memory_format= is for framework='torch' (NCHW tensors), got framework="
+                                  f"{self.framework!r}: drop memory_format=")
+            _one_of("memory_format", self.memory_format, MEMORY_FORMATS)
         if self.dtype is not None and not adapter.dtype:
             raise OptionError(f"dtype={self.dtype!r} is for framework={_either(ADAPTERS.having('dtype'))}: "
                               f"framework={self.framework!r} has a fixed dtype (drop dtype=)")
@@ -183,7 +189,9 @@ class LoaderOptions:
         drop_last = self.split == "train" if self.drop_last is None else self.drop_last
         shuffle = self.shuffle
         if shuffle is None:
-            shuffle = ("block" if streamed else "global") if self.split == "train" else "none"
+            shuffle = self.split == "train"
+        if isinstance(shuffle, bool):
+            shuffle = ("block" if streamed else "global") if shuffle else "none"
         spec = OrderSpec(samples, self.batch_size, shuffle=shuffle, drop_last=drop_last, seed=self.seed, rank=rank,
                          world_size=world_size, block_shards=self.block_shards, shard_of=shard_of,
                          pad=self.split == "train")  # evaluation: each sample once, not equal batches
@@ -194,6 +202,9 @@ class LoaderOptions:
                 f"{where}: with drop_last=True that is no batch at all; pass drop_last=False, or a batch_size of at "
                 f"most {spec.per_rank}")
         return spec
+
+
+MEMORY_FORMATS = ("contiguous", "channels_last")
 
 
 def distributed_rank_world() -> tuple[int, int]:

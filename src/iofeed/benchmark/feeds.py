@@ -201,7 +201,8 @@ class IofeedFeed:
         self._loader = iofeed.loader(
             spec.source, split="train", batch_size=spec.batch_size, image_size=spec.image_size,
             framework="torch", device=spec.device, backend=backend, workers=spec.workers, seed=spec.seed,
-            gpu_augment=spec.entry.gpu_augment, **streaming, **recipe,
+            gpu_augment=spec.entry.gpu_augment, memory_format="channels_last",  # the bench's model is channels_last
+            **streaming, **recipe,
         )
         self._cache_dir = streaming.get("cache_dir")
         self.settings = dict(self._loader.stats.settings)
