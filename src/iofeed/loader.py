@@ -325,7 +325,7 @@ def loader(
     *,
     split: str = "train",
     batch_size: int,
-    image_size: int = 224,
+    image_size: int | None = None,
     augment: bool | str | Recipe | None = None,
     framework: str = "numpy",
     device: Any = None,
@@ -368,7 +368,8 @@ def loader(
             whatever the name. `"train"` is shuffled each epoch (see `shuffle`); others are read in order.
         batch_size: samples per batch (an int >= 1). With `drop_last`, it may not exceed the
             samples of the split on this rank (that would be no batch at all).
-        image_size: side of the square output images in pixels (an int >= 8).
+        image_size: side of the square output images in pixels (an int >= 8). Default: the
+            recipe's (`Recipe.from_timm`), else 224.
         augment: the built-in steps, an `iofeed.Recipe` or a preset name: "imagenet" (the default:
             random-resized crop of area 0.08–1 and ratio 3/4–4/3, horizontal flip, bilinear,
             ImageNet mean/std; evaluation: centre crop of 0.875), "finetune" (area 0.35–1),

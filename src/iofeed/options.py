@@ -30,7 +30,7 @@ class LoaderOptions:
 
     batch_size: int
     split: str = "train"
-    image_size: int = 224
+    image_size: int | None = None  # None: the recipe's (Recipe.from_timm), else 224
     augment: bool | str | Recipe | None = None  # see `recipe`
     framework: str = "numpy"
     device: Any = None  # the one device of this loader: the engine decodes and the adapter copies there
@@ -60,6 +60,7 @@ class LoaderOptions:
 
     def __post_init__(self) -> None:
         check_target_options(self.target, self.extras, self.framework)
+        self._resolve_image_size()
         for name, minimum in (("batch_size", 1), ("image_size", 8), ("seed", 0), ("block_shards", 1)):
             self._integer(name, minimum, optional=False)
         for name, minimum in (("workers", 1), ("prefetch", 1), ("memory_budget", 1), ("world_size", 1), ("rank", 0),
@@ -86,6 +87,15 @@ class LoaderOptions:
         self._check_combinations()
         if self.transform is not None:
             object.__setattr__(self, "transform_output", probe_output(self.transform, self.image_size))
+
+    def _resolve_image_size(self) -> None:
+        """`image_size` from the recipe when it knows the model's input side; the two must agree."""
+        from_recipe = self.recipe.image_size
+        if self.image_size is None:
+            object.__setattr__(self, "image_size", from_recipe or DEFAULT_IMAGE_SIZE)
+        elif from_recipe is not None and self.image_size != from_recipe:
+            raise OptionError(f"image_size={self.image_size!r} disagrees with the recipe's image_size={from_recipe} "
+                              "(the model's input side): drop image_size=")
 
     def _integer(self, name: str, minimum: int, optional: bool) -> None:
         value = getattr(self, name)
@@ -205,6 +215,7 @@ class LoaderOptions:
 
 
 MEMORY_FORMATS = ("contiguous", "channels_last")
+DEFAULT_IMAGE_SIZE = 224
 
 
 def distributed_rank_world() -> tuple[int, int]:

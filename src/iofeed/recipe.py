@@ -36,6 +36,7 @@ class Recipe:
     mean: tuple[float, float, float] | None = None  # None (with std): the framework's convention
     std: tuple[float, float, float] | None = None
     normalize: bool = True
+    image_size: int | None = None  # the model's input side, when the recipe knows it (from_timm); else the loader's
 
     def __post_init__(self) -> None:
         if not (self.train is None or isinstance(self.train, bool)):
@@ -59,6 +60,20 @@ class Recipe:
         if self.mean is not None:
             object.__setattr__(self, "mean", _channels("mean", self.mean, positive=False))
             object.__setattr__(self, "std", _channels("std", self.std, positive=True))
+        size = self.image_size
+        if size is not None and (isinstance(size, bool) or not isinstance(size, numbers.Integral) or size < 8):
+            raise OptionError(f"Recipe image_size must be an int >= 8 or None, got {size!r}")
+
+    @classmethod
+    def from_timm(cls, data_config: Any, **changes: Any) -> Recipe:
+        """The recipe of a timm model's data config — the dict `timm.data.resolve_data_config`
+        (or `resolve_model_data_config`) returns: `input_size` (its side becomes `image_size`),
+        `interpolation`, `mean`/`std` and `crop_pct`; the train crop is timm's default
+        (area 0.08-1, ratio 3/4-4/3, flip). `changes` are applied after. timm need not be
+        installed. OptionError naming the key for what iofeed cannot do."""
+        from .timm_config import timm_recipe
+
+        return replace(timm_recipe(cls, data_config), **changes)
 
     @classmethod
     def preset(cls, name: str, **changes: Any) -> Recipe:
