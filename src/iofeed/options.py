@@ -202,9 +202,11 @@ class LoaderOptions:
             shuffle = self.split == "train"
         if isinstance(shuffle, bool):
             shuffle = ("block" if streamed else "global") if shuffle else "none"
+        # evaluation reads each sample once (ranks may end unevenly), except under JAX: every process
+        # must add the same number of rows to a global batch
+        pad = self.split == "train" or self.framework == "jax"
         spec = OrderSpec(samples, self.batch_size, shuffle=shuffle, drop_last=drop_last, seed=self.seed, rank=rank,
-                         world_size=world_size, block_shards=self.block_shards, shard_of=shard_of,
-                         pad=self.split == "train")  # evaluation: each sample once, not equal batches
+                         world_size=world_size, block_shards=self.block_shards, shard_of=shard_of, pad=pad)
         if len(spec) == 0:
             where = " on this rank" if world_size > 1 else ""
             raise OptionError(
