@@ -57,6 +57,18 @@ def test_a_jitted_loop_over_repeat_resumes_exactly(colour_dataset):
     np.testing.assert_allclose(np.asarray(params), np.asarray(whole), rtol=1e-6)
 
 
+def test_repeat_is_a_stream_continued_by_the_next_repeat(colour_dataset):
+    """Step loops often make `repeat()` once per chunk of steps: the chunks follow on, where a new
+    `iter()` would begin a pass left early again."""
+    import jax.numpy as jnp
+
+    with iofeed.loader(colour_dataset, **OPTIONS) as ld:
+        _, whole = _train(ld, jnp.zeros((3, 4)), 12)
+    with iofeed.loader(colour_dataset, **OPTIONS) as ld:
+        chunks = [_train(ld, jnp.zeros((3, 4)), 5)[1] for _ in range(2)] + [_train(ld, jnp.zeros((3, 4)), 2)[1]]
+    assert sum(chunks, []) == whole
+
+
 def _zeroed(images, labels):
     return images * 0, labels
 

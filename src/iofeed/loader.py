@@ -232,7 +232,9 @@ class Loader:
         """Passes back to back, each the next epoch: endless (None), or `epochs` of them. For loops
         that count steps rather than epochs (jit-style JAX, tf.data's `repeat()`): `zip(range(steps),
         loader.repeat())` takes exactly `steps` batches, and `state_dict()` after any of them
-        resumes exactly (`load_state_dict`, then `repeat()` again)."""
+        resumes exactly (`load_state_dict`, then `repeat()` again). A stream, not a pass: it
+        continues from where the loader stands, also mid-epoch after an earlier `repeat()`."""
+        self._pass_start = None  # continue a pass left early, rather than begin it again as iter() does
         passes = itertools.count() if epochs is None else range(epochs)
         for _ in passes:
             yield from self
