@@ -28,6 +28,7 @@ class Batch:
     transform_seconds: float = 0.0  # CPU time the user's per-sample transform took for this batch
     cpu_seconds: float = 0.0  # CPU time the worker took for the whole batch (workers engine)
     key: BatchKey | None = None  # its RNG key, set by the loader (seeds `batch_transform`)
+    transform_wall_seconds: float = 0.0  # wall time of the per-sample transform for this batch
 
 
 class Backend(Protocol):

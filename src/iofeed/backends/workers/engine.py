@@ -17,7 +17,17 @@ from typing import Any
 import numpy as np
 
 from ... import errors
-from ...errors import IofeedError, LoaderStateError, OptionError, SampleError, StartError, WorkerError
+from ...errors import (
+    IofeedError,
+    LoaderStateError,
+    OptionError,
+    SampleError,
+    StartError,
+    WorkerError,
+    is_out_of_memory,
+    memory_limit_note,
+    out_of_memory,
+)
 from ...format.files import raise_open_limit
 from ...image.boxes import Augment
 from ...options import LoaderOptions
@@ -30,6 +40,7 @@ from .autotune import Window, decide
 from .decode import load_augmented
 from .memory import SharedBlock
 from .packing import PackedLayout
+from .progress import IDLE, READING, TRANSFORMING, Progress, mark, worker_view
 from .slots import Layout, SlotLayout, default_memory_budget, default_prefetch
 
 TUNE_SECONDS = 1.0
@@ -57,20 +68,23 @@ class _Done:
     busy_seconds: float = 0.0
     stale: bool = False  # left undone: its pass was abandoned
     transform_seconds: float = 0.0  # CPU time in the user's transform
+    transform_wall_seconds: float = 0.0  # wall time in the user's transform
     cpu_seconds: float = 0.0  # CPU time of the whole task
 
 
 def _worker_main(
     block: mmap.mmap, stale: mmap.mmap, layout: Layout, source: SampleSource, augment: Augment, on_error: str,
-    conn: Connection, transform: SampleTransform | None = None,
+    conn: Connection, transform: SampleTransform | None = None, progress: mmap.mmap | None = None,
 ) -> None:
-    """Worker loop: take a task, decode its samples into the slot, report. Exits with its parent."""
+    """Worker loop: take a task, decode its samples into the slot, report. Exits with its parent.
+    `progress` says which sample it is on, and in which step, for the consumer if it dies."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     if "torch" in sys.modules:  # a torchvision transform: one process per core already, no intra-op threads
         sys.modules["torch"].set_num_threads(1)
     raise_open_limit(2 * len(source.files) + 64)  # every shard open (and mapped) at once, and its own
     payload, labels = layout.views(memoryview(block))
     stale_below = np.frombuffer(stale, np.int64, 1)
+    now = worker_view(progress)
     reader = SampleReader(source)
     try:
         while True:
@@ -81,24 +95,29 @@ def _worker_main(
             if task is None:
                 return
             started, cpu = time.perf_counter(), time.process_time()
-            transformed = transform.cpu_seconds if transform else 0.0
+            reader.begin_batch(task.key.epoch)
+            transformed = (transform.cpu_seconds, transform.wall_seconds) if transform else (0.0, 0.0)
             done = _run_task(task, layout, reader, source, augment, on_error, layout.slot(payload, task.slot),
-                             labels[task.slot], stale_below, transform)
+                             labels[task.slot], stale_below, transform, now)
+            now[1] = IDLE
             reader.end_batch()
             try:
                 conn.send(replace(done, busy_seconds=time.perf_counter() - started,
                                   cpu_seconds=time.process_time() - cpu,
-                                  transform_seconds=(transform.cpu_seconds - transformed) if transform else 0.0))
+                                  transform_seconds=(transform.cpu_seconds - transformed[0]) if transform else 0.0,
+                                  transform_wall_seconds=(transform.wall_seconds - transformed[1]) if transform
+                                  else 0.0))
             except OSError:  # BrokenPipeError: the consumer is gone (killed, SIGTERM): nothing to report to
                 return
     finally:
-        del payload, labels, stale_below
+        del payload, labels, stale_below, now
         reader.close()
 
 
 def _run_task(
     task: _Task, layout: Layout, reader: SampleReader, source: SampleSource, augment: Augment, on_error: str,
     slot_payload: Any, labels: np.ndarray, stale_below: np.ndarray, transform: SampleTransform | None = None,
+    now: np.ndarray | None = None,
 ) -> _Done:
     """Fill one slot; failures become `skipped` entries or an error report, never an exception. A
     task of a pass the consumer left (generation below `stale_below[0]`) stops at its next sample.
@@ -107,15 +126,18 @@ def _run_task(
     delivered: list[int] = []
     skipped: list[tuple[int, str]] = []
     scratch = np.empty((augment.size, augment.size, 3), np.uint8) if transform is not None else None
+    now = worker_view(None) if now is None else now
     for position, index in enumerate(task.indices):
         if task.generation < stale_below[0]:
             return _Done(task.generation, task.batch_no, task.slot, np.empty(0, np.int64), [], stale=True)
         index = int(index)
+        mark(now, index, READING)
         try:
             if transform is None:
                 layout.write(slot_payload, len(delivered), reader, source, index, augment, rng)
             else:
                 load_augmented(reader, source, index, augment, rng, scratch)
+                now[1] = TRANSFORMING
                 slot_payload[len(delivered)] = transform(scratch, task.key, position, source.path_of(index))
         except SampleError as exc:
             failure = sample_failure(on_error, source.path_of(index), str(exc))
@@ -127,7 +149,8 @@ def _run_task(
             return _Done(task.generation, task.batch_no, task.slot, np.empty(0, np.int64), [], str(exc),
                          kind=type(exc).__name__)
         except Exception as exc:  # noqa: BLE001 - reported to the consumer in one line
-            error = f"{source.path_of(index)}: {_one_line(exc)}"
+            error = (out_of_memory(f"in a loader worker while reading {source.path_of(index)} ({_one_line(exc)})")
+                     if is_out_of_memory(exc) else f"{source.path_of(index)}: {_one_line(exc)}")
             return _Done(task.generation, task.batch_no, task.slot, np.empty(0, np.int64), [], error)
         labels[len(delivered)] = source.label[index]
         delivered.append(index)
@@ -158,6 +181,7 @@ class _Worker:
 
     proc: Any
     conn: Connection
+    progress: Progress
     busy: int = 0
     retiring: bool = False
 
@@ -238,13 +262,15 @@ class WorkerEngine:
         ctx = safe_context()
         try:
             mine, theirs = ctx.Pipe(duplex=True)
+            progress = Progress()
             proc = ctx.Process(
                 target=_worker_main,
                 args=(self._block, self._stale, self.layout, self._source, self._augment, self._on_error, theirs,
-                      self._transform),
+                      self._transform, progress.block),
                 daemon=True,
             )
             proc.start()
+            progress.sent()
         except (OSError, EOFError) as exc:  # a limit of the machine, not a bug: say which
             cause = (f"{exc.strerror} ({_LIMITS.get(exc.errno, 'a limit of this machine')})" if isinstance(exc, OSError)
                      else "the fork server that starts workers ended (out of open files or processes? check "
@@ -252,7 +278,7 @@ class WorkerEngine:
             raise StartError(f"cannot start a loader worker: {cause}; {len(self._workers)} worker(s) were "
                              "running") from None
         theirs.close()
-        self._workers.append(_Worker(proc, mine))
+        self._workers.append(_Worker(proc, mine, progress))
 
     def _resize(self, count: int) -> None:
         """Grow to `count` workers at once, or retire the surplus as they become idle."""
@@ -319,7 +345,7 @@ class WorkerEngine:
             if needed == len(batches) - 1:  # before the last yield: a consumer that stops after
                 self._ahead = coming  # len() batches (Lightning) never resumes this generator
             yield Batch(images, self._labels[done.slot, :n], done.delivered, done.skipped, done.transform_seconds,
-                        done.cpu_seconds)
+                        done.cpu_seconds, transform_wall_seconds=done.transform_wall_seconds)
             free.append(done.slot)
             needed += 1
             if self.autotune and self._window.elapsed() >= TUNE_SECONDS:
@@ -384,12 +410,15 @@ class WorkerEngine:
         proc = worker.proc
         proc.join(timeout=1.0)
         code = proc.exitcode if proc.exitcode is not None else 0
+        transform = self._transform.name if self._transform is not None else None
+        doing = worker.progress.describe(self._source, transform)
+        in_transform = worker.progress.stage() == TRANSFORMING
         self.close()
         shrunk = shrunk_shards(self._source) if code == -signal.SIGBUS else []
         cause = (f": {shrunk[0]}{f' (and {len(shrunk) - 1} more)' if len(shrunk) > 1 else ''}; a shard was "
                  "truncated while the loader read it (run `iofeed preprocess` again, not while it is read)"
                  if shrunk else "")
-        raise WorkerError(f"loader worker (pid {proc.pid}) {_death(code)}{cause}")
+        raise WorkerError(f"loader worker (pid {proc.pid}) {_death(code, doing, in_transform and not shrunk)}{cause}")
 
     def _drain(self) -> None:
         """Wait for tasks of an abandoned epoch (told to stop early), so that their slots can be reused."""
@@ -443,20 +472,24 @@ def _one_line(exc: BaseException) -> str:
     """An unexpected worker exception as one line: what, and where in iofeed's code it was raised."""
     frame = traceback.extract_tb(exc.__traceback__)[-1] if exc.__traceback__ else None
     where = f" (in {frame.filename.rsplit('/', 1)[-1]}:{frame.lineno})" if frame else ""
-    if isinstance(exc, MemoryError) or (isinstance(exc, OSError) and exc.errno == errno.ENOMEM):
-        return (f"out of memory while reading it ({type(exc).__name__}{where}): raise the memory limit "
-                "(`ulimit -v`, the container's), or lower workers or batch_size")
     text = " ".join(str(exc).split()) or "no detail"
     return f"{type(exc).__name__}: {text}{where}"
 
 
-def _death(code: int) -> str:
-    """How a worker with exit status `code` died, and what to do about it."""
+def _death(code: int, doing: str, in_transform: bool) -> str:
+    """How a worker with exit status `code` died `doing` (' while ... sample X'), and what to do."""
     if code == -signal.SIGKILL:
-        return "was killed (SIGKILL): if the system ran out of memory, lower workers or batch_size"
+        return (f"was killed (SIGKILL){doing}: if the system ran out of memory, lower workers or batch_size"
+                f"{memory_limit_note()}")
     if code < 0:
-        return f"died with signal {signal.Signals(-code).name}"
-    return f"exited with code {code}: its error is printed above"
+        culprit = ": the crash is in the transform or a library it calls" if in_transform else ""
+        return f"died with signal {signal.Signals(-code).name}{doing}{culprit}{memory_limit_note()}"
+    if in_transform:
+        return (f"exited with status {code}{doing}: the transform ended its worker (os._exit or sys.exit; nothing "
+                "is printed): a transform must return the image or raise an exception")
+    if code == 1:  # an exception outside any sample: multiprocessing printed its traceback
+        return f"exited with status 1{doing}: its traceback is printed above (stderr)"
+    return f"exited with status {code}{doing}: something in it called os._exit or sys.exit (nothing is printed)"
 
 
 def _shutdown(workers: list[_Worker], blocks: tuple[SharedBlock, ...]) -> None:
@@ -472,6 +505,7 @@ def _shutdown(workers: list[_Worker], blocks: tuple[SharedBlock, ...]) -> None:
             worker.proc.kill()
             worker.proc.join(timeout=1.0)
         worker.conn.close()
+        worker.progress.close()
     for block in blocks:
         block.release()
 
