@@ -63,14 +63,14 @@ class Recipe:
         object.__setattr__(self, "crop_fraction", float(fraction))
         if self.interpolation not in INTERPOLATIONS:
             raise OptionError(f"Recipe interpolation={self.interpolation!r} is not one of {', '.join(INTERPOLATIONS)}")
+        for name, bounds in (("mean", (0.0, 1.0)), ("std", STD_RANGE)):
+            if getattr(self, name) is not None:
+                object.__setattr__(self, name, _channels(name, getattr(self, name), bounds))
         if (self.mean is None) != (self.std is None):
             given = "mean" if self.std is None else "std"
             raise OptionError(f"Recipe {given}= was given without {'std' if given == 'mean' else 'mean'}=: pass "
                               "both, or neither for the framework's convention (ImageNet mean/std for torch and "
                               "jax, 0-255 floats for keras and tf)")
-        if self.mean is not None:
-            object.__setattr__(self, "mean", _channels("mean", self.mean, (0.0, 1.0)))
-            object.__setattr__(self, "std", _channels("std", self.std, STD_RANGE))
         size = self.image_size
         if size is not None and (isinstance(size, bool) or not isinstance(size, numbers.Integral) or size < 8):
             raise OptionError(f"Recipe image_size must be an int >= 8 or None, got {size!r}")
