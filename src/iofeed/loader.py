@@ -397,10 +397,11 @@ def loader(
         framework: "numpy" yields (uint8 NHWC views, int64 labels) — views valid until the next
             batch; "torch" yields normalised (the recipe's mean/std, else ImageNet's) NCHW tensors
             (see `memory_format`) and int64 labels on `device`; "tf" returns a `tf.data.Dataset`
-            of float32 NHWC images (0-255, as Keras' `image_dataset_from_directory`, unless the
-            recipe has mean/std) (`dataset.iofeed_loader` is the Loader); "jax" yields `jax.Array`s, NHWC
-            images (normalised float32 by default) and int32 labels, sharded over the batch axis
-            (see `sharding`); "keras" what `model.fit` takes on Keras' backend. With
+            (`dataset.iofeed_loader` is the Loader) of float32 NHWC images, 0-255 as Keras'
+            `image_dataset_from_directory` gives them unless the recipe has mean/std; "jax"
+            yields `jax.Array`s, NHWC images (normalised float32 by default) and int32 labels,
+            sharded over the batch axis (see `sharding`); "keras" what `model.fit` takes on
+            Keras' backend (float32 0-255 NHWC like "tf"; `take`/`repeat` on every backend). With
             `normalize=False` in the recipe, torch and tf hand out uint8 images.
         device: where batches end up: None or "cpu", "cuda", "cuda:N", an ordinal or a
             `torch.device`. The DALI engine decodes there; the torch adapter copies there. A CUDA
