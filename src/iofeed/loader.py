@@ -20,7 +20,7 @@ from .backends.select import choice_notes, engine_name, make_engine
 from .backends.skips import DEFAULT_MAX_SKIPPED, EpochSkips, check_scanned
 from .device import usable_device
 from .errors import LoaderStateError
-from .manners import DatasetView, SamplerView, check_dataloader_arguments
+from .manners import DataLoaderManners, check_dataloader_arguments
 from .options import LoaderOptions, distributed_rank_world
 from .order import OrderSpec
 from .prepare.scan import reason_kind
@@ -95,7 +95,7 @@ class LoaderStats:
         }
 
 
-class Loader:
+class Loader(DataLoaderManners):
     """Batches of one split for one rank. Iterate it once per epoch; `set_epoch` for DDP-style
     control (otherwise each full pass advances the epoch by itself). `len()` is the number of
     batches an epoch holds at most: a batch whose samples were all skipped is not delivered."""
@@ -138,36 +138,6 @@ class Loader:
         stops (Lightning): its rest comes at the next pass, and epoch hooks wait for it."""
         return (self._pass_start is not None and self._done > 0 and len(self) > len(self.order)
                 and self._position >= len(self.order))
-
-    # DataLoader manners: what scripts written for torch's DataLoader read on it (manners.py)
-    @property
-    def dataset(self) -> DatasetView:
-        """The split as an `ImageFolder`-like view: `len()`, `classes`, `class_to_idx`, `set_epoch`."""
-        return DatasetView(self)
-
-    @property
-    def sampler(self) -> SamplerView:
-        """A `DistributedSampler`-like view: `set_epoch`, `len()` (this rank's samples per epoch)."""
-        return SamplerView(self)
-
-    @property
-    def batch_sampler(self) -> None:
-        """None, as for a DataLoader without one: the order makes the batches (Lightning reads it)."""
-        return None
-
-    @property
-    def batch_size(self) -> int:
-        return self.order.batch_size
-
-    @property
-    def drop_last(self) -> bool:
-        return self.order.drop_last
-
-    @property
-    def num_workers(self) -> int:
-        """Worker processes (DALI: threads) decoding now; the autotuner may change it."""
-        settings = self.backend.describe()
-        return int(settings.get("workers") or settings.get("num_threads") or 0)
 
     def _join_group(self) -> None:
         """Take rank and world_size from torch.distributed once it is initialised, when they were

@@ -79,6 +79,43 @@ class SamplerView:
         return f"iofeed sampler view: rank {order.rank} of {order.world_size}, {len(self)} samples per epoch"
 
 
+class DataLoaderManners:
+    """What scripts written for torch's DataLoader read on it, for `Loader` (which has `order`,
+    `source`, `backend`, `epoch` and `set_epoch`)."""
+
+    order: Any
+    backend: Any
+
+    @property
+    def dataset(self) -> DatasetView:
+        """The split as an `ImageFolder`-like view: `len()`, `classes`, `class_to_idx`, `set_epoch`."""
+        return DatasetView(self)
+
+    @property
+    def sampler(self) -> SamplerView:
+        """A `DistributedSampler`-like view: `set_epoch`, `len()`."""
+        return SamplerView(self)
+
+    @property
+    def batch_sampler(self) -> None:
+        """None, as for a DataLoader without one: the order makes the batches (Lightning reads it)."""
+        return None
+
+    @property
+    def batch_size(self) -> int:
+        return self.order.batch_size
+
+    @property
+    def drop_last(self) -> bool:
+        return self.order.drop_last
+
+    @property
+    def num_workers(self) -> int:
+        """Worker processes (DALI: threads) decoding now; the autotuner may change it."""
+        settings = self.backend.describe()
+        return int(settings.get("workers") or settings.get("num_threads") or 0)
+
+
 def check_dataloader_arguments(pin_memory: Any = None, persistent_workers: Any = None, prefetch_factor: Any = None,
                                collate_fn: Any = None, generator: Any = None) -> None:
     """DataLoader's keyword arguments as `iofeed.loader` takes them: `pin_memory` and
