@@ -1,88 +1,136 @@
 #!/usr/bin/env bash
-# The GPU measurements the open issues ask for (docs/benchmarks.md, "Not measured yet"), in steps
-# that each fit one 10-minute call on a device machine with one GPU and no package index.
+# The GPU check (issue 30, docs/benchmarks.md "The GPU check"): one device call of at most 9 minutes.
 #
-# Here, once:   bash scripts/gpu-session.sh wheels     # .whl/: simplejpeg, webdataset for Python 3.12
-#               bash ../shared/scripts/pack-dali-offline.sh   # .dali-parts/p00..p08 (DALI, 9 x 62 MiB)
-# There, from the repository root, back to back (the machine keeps /tmp while warm), one call each:
-#   9 calls, each carrying one part:   mkdir -p /tmp/dw && cp .dali-parts/pNN /tmp/dw/
-#   then, carrying .whl:               bash scripts/gpu-session.sh setup data        (~4 min)
-#   the GPU tests first:               bash scripts/gpu-session.sh tests             (~4 min)
-#                                      bash scripts/gpu-session.sh tests-slow        (~4 min)
-#   then the measurements:             bash scripts/gpu-session.sh bench resnet50 a  (~6 min)
-#                                      bash scripts/gpu-session.sh bench resnet50 b  (~6.5 min)
-#                                      bash scripts/gpu-session.sh doctor            (~2 min)
-#   if device time is left:            bash scripts/gpu-session.sh bench resnet18 a  (and b)
-#   the CUDA copy deviation seen on 2026-11-24:  bash scripts/gpu-session.sh diag-copy  (~1 min)
-# Keep the calls back to back: the machine is given back after 30 s idle, and /tmp (data, DALI)
-# goes with it; a later call then starts a bare machine.
-# Results go to $OUT (which the device tool brings back), else to bench/results. Each bench call
-# writes its JSON after every round: a call cut off at its limit keeps every finished window.
-set -euo pipefail
+# Here, once:   bash scripts/gpu-session.sh wheels     # .whl/: what the device lacks, for CPython 3.12
+#               bash scripts/gpu-session.sh --dry-run  # every step's CPU part, tiny, on the CPU (no GPU)
+# There, from the repository root, carrying .whl (one call, timeout_s 600):
+#               timeout 540 bash scripts/gpu-session.sh
+#
+# Steps, in this order, each under its own timeout (a hung feed costs its own step, not the run):
+# setup, data (a stand-in made in under a minute on 16 cores), ResNet-18 (ceiling, DataLoader with
+# 15 workers, iofeed JPEG dataset, iofeed raw + gpu_augment, iofeed JAX), ResNet-50 (ceiling,
+# iofeed dataset, raw), the loader alone, doctor on the starved script, the gpu/dali tests, and
+# the summary against the targets. Results are named after the GPU (h100-*, h200-*: nvidia-smi's
+# name) and written to $OUT (else bench/results/gpu-<date>/) as each exists: bench JSONs after
+# every window, logs as they grow. At most 8 files, as the device tool brings back: the session
+# log, three bench JSONs, the doctor JSON, the test log and the summary (plots stay in /tmp).
+set -uo pipefail
 cd "$(dirname "$0")/.."
-PY=${PYTHON:-python3}
-DATA=${IOFEED_DATA:-/tmp/iofeed-data}
-RESULTS=${OUT:-bench/results}
-# pytest and its pure-Python dependencies for Python 3.12: the device has no package index
-WHEELS="simplejpeg==1.9.0 webdataset==1.0.2 braceexpand==0.1.7
-        pytest==9.2.0 iniconfig==2.3.1 pluggy==1.7.0 packaging==26.3 pygments==2.21.0"
-# Feeds split in two calls, each with the baseline (torchvision-Nw) and, added by the bench, the
-# synthetic ceiling. Per call: ~25 s start-up per feed (process, PyTorch, the model, first batch)
-# + 2 s warm-up, then 3 rounds of one 10 s window per feed plus its untimed drain (capacity + 1
-# batches of 256: up to ~5 s for torchvision-1w). a: 5 hosts, ~135 + 3 x 66 s = ~5.6 min;
-# b: 6 hosts, ~162 + 3 x 71 s = ~6.3 min.
-FEEDS_A="torchvision-1w,torchvision-Nw,iofeed-folder,iofeed-dataset"
-FEEDS_B="torchvision-Nw,iofeed-raw,iofeed-raw-gpu,iofeed-dali,dali-folder"
-export PYTHONPATH=/tmp/site:$PWD/src${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
-mkdir -p "$RESULTS"
+# the project's environment where there is one (here, after scripts/setup-env.sh), else the machine's python3
+PY=${PYTHON:-$([ -x .venv/bin/python ] && echo .venv/bin/python || echo python3)}
+export PYTHONUNBUFFERED=1
 
+WHEELS="simplejpeg==1.9.0"  # the rest (torch, torchvision, JAX, OpenCV, psutil, nvidia-ml-py, pytest) is there
+DRY=0
+case "${1:-}" in
+  wheels)  # here: wheels for the device's Python 3.12 into .whl/ (ignored by git; carried by the call)
+    "$PY" -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+      --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
+      -d .whl $WHEELS || exit 1
+    ls -la .whl; exit 0 ;;
+  --dry-run) DRY=1 ;;
+  "") ;;
+  *) echo "usage: bash scripts/gpu-session.sh [--dry-run | wheels]  (see the head of this file)" >&2; exit 2 ;;
+esac
+
+# Seconds per step on the GPU host (the dry run allows four times as much). Bench steps: hosts start
+# side by side (~40 s with PyTorch, the model and 15 workers each), 2 s warm-up, then one timed window
+# of 12 s per feed (>= 10 s after warm-up, as the targets ask) and its untimed drain, the ceiling
+# first; a feed 30 s late (STALL) is killed and marked failed while the others go on.
+declare -A BUDGET=([setup]=20 [data]=60 [resnet18]=150 [resnet50]=100 [loader]=40 [doctor]=70 [tests]=80
+                   [summary]=10)
+STEPS="setup data resnet18 resnet50 loader doctor tests summary"
+total=0; for s in $STEPS; do total=$((total + BUDGET[$s])); done
+
+if [ $DRY = 1 ]; then
+  WORK=$(mktemp -d "${TMPDIR:-/tmp}/iofeed-gpu-dry.XXXXXX")
+  RESULTS=${OUT:-$WORK/results}; DATA=$WORK/data; PLOTS=$WORK/plots
+  DEVICE=cpu; MODEL=none; PER_CLASS=2; BATCH=8; SIZE=32; WINDOW=0.3; WORKERS=2; TRAIN=2; STALL=120
+else
+  RESULTS=${OUT:-bench/results/gpu-$(date -u +%Y-%m-%d-%H%M)}; DATA=${IOFEED_DATA:-/tmp/iofeed-gpu}
+  PLOTS=/tmp/iofeed-gpu-plots
+  DEVICE=cuda; MODEL=; PER_CLASS=40; BATCH=256; SIZE=224; WINDOW=12; WORKERS=15; TRAIN=30; STALL=30
+fi
+mkdir -p "$RESULTS" "$DATA" "$PLOTS"
+LOG=$RESULTS/session.log
+exec > >(tee -a "$LOG") 2>&1
+
+gpu_name() {  # "h100", "h200", ...: the GPU's model from nvidia-smi, "cpu" without one
+  local name
+  name=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
+  [ -n "$name" ] || { echo cpu; return; }
+  echo "$name" | tr 'A-Z' 'a-z' | grep -oE '\b[a-z][0-9]{2,4}[a-z]?\b' | head -1 || echo gpu
+}
+GPU=$(gpu_name); [ $DRY = 1 ] && GPU=dry-$GPU
 iofeed() { "$PY" -m iofeed.cli "$@"; }
-
-step() {
-  case "$1" in
-    wheels)  # here: wheels for the device's Python 3.12, into .whl/ (ignored by git)
-      "$PY" -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
-        --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
-        -d .whl $WHEELS
-      ls -la .whl ;;
-    setup)  # there: DALI from the carried parts, the carried wheels, and what the machine has
-      if compgen -G "/tmp/dw/p*" >/dev/null; then cat /tmp/dw/p* | tar xf - -C /tmp; fi
-      wheels=$(compgen -G "/tmp/whl/*.whl"; compgen -G ".whl/*.whl") || true
-      [ -z "$wheels" ] || "$PY" -m pip install -q --no-index --no-deps --no-compile --target /tmp/site $wheels
-      nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv
-      "$PY" -c "import torch, torchvision; print('torch', torch.__version__, 'torchvision', torchvision.__version__)"
-      "$PY" -c "import nvidia.dali as d; print('DALI', d.__version__)" || echo "DALI not installed: its feeds are skipped"
-      "$PY" -c "import simplejpeg, cv2; print('simplejpeg', simplejpeg.__version__, 'OpenCV', cv2.__version__)" || true ;;
-    data)  # the full-size stand-in, preprocessed as JPEG and as raw pixels, beside it
-      [ -d "$DATA/c256/256_ObjectCategories" ] || iofeed synth caltech256 "$DATA/c256"
-      [ -f "$DATA/c256.iof/iofeed.json" ] || iofeed preprocess "$DATA/c256" -o "$DATA/c256.iof"
-      [ -f "$DATA/c256.raw.iof/iofeed.json" ] || iofeed preprocess "$DATA/c256" -o "$DATA/c256.raw.iof" --format raw ;;
-    tests)  # the tests only a GPU (or DALI) runs, but the slow bench test
-      set -o pipefail
-      "$PY" -m pytest -q -p no:cacheprovider -rs -m "(gpu or dali) and not slow" tests 2>&1 | tee "$RESULTS/gpu-tests.log" ;;
-    diag-copy)  # the torch adapter's CUDA path against the CPU path, image by image
-      "$PY" scripts/diag_cuda_copy.py 2>&1 | tee "$RESULTS/cuda-copy-diag.log" ;;
-    tests-slow)  # the ResNet-50 bench over every feed at batch 256 on one GPU (memory), ~4 min
-      set -o pipefail
-      "$PY" -m pytest -q -p no:cacheprovider -rs -s -m "gpu and slow" tests 2>&1 | tee "$RESULTS/gpu-tests-slow.log" ;;
-    bench-resnet50-a|bench-resnet50-b|bench-resnet18-a|bench-resnet18-b)  # 3 windows of 10 s per feed
-      model=${1#bench-}; part=${model##*-}; model=${model%-*}
-      feeds=$FEEDS_A; [ "$part" = b ] && feeds=$FEEDS_B
-      iofeed bench "$DATA/c256" --model "$model" --device cuda --batch-size 256 --seconds 30 --rounds 3 \
-        --feeds "$feeds" --json "$RESULTS/h100-$model-$part.json" ;;
-    doctor)  # doctor against a deliberately input-bound run: one DataLoader worker, full-size JPEGs
-      iofeed doctor "$DATA/c256" --json "$RESULTS/doctor-starved.json" -- \
-        "$PY" bench/starved_train.py "$DATA/c256" --model resnet18 --workers 1 --seconds 60 ;;
-    *) echo "unknown step '$1' (wheels, setup, data, tests, tests-slow, diag-copy, bench resnet50|resnet18 a|b, doctor)" >&2
-       exit 2 ;;
-  esac
+bench() {  # bench NAME MODEL FEEDS [options]: one bench run, its JSON named after the GPU
+  local name=$1 model=$2 feeds=$3; shift 3
+  iofeed bench "$DATA/c256" --model "$model" --device "$DEVICE" --batch-size "$BATCH" --image-size "$SIZE" \
+    --seconds "$WINDOW" --rounds 1 --warmup 2 --feeds "$feeds" --no-warm-cache --stall-seconds "$STALL" \
+    --json "$RESULTS/$GPU-$name.json" --plot "$PLOTS/$GPU-$name.png" "$@"
 }
 
-[ $# -gt 0 ] || { echo "usage: bash scripts/gpu-session.sh STEP [STEP ...] (see the head of this file)" >&2; exit 2; }
-while [ $# -gt 0 ]; do
-  if [ "$1" = bench ]; then
-    step "bench-${2:?bench needs a model: resnet50 or resnet18}-${3:?bench needs a part: a or b}"; shift 3
-  else
-    step "$1"; shift
+step_setup() {
+  local wheels; wheels=$(compgen -G ".whl/*.whl") || true
+  if [ $DRY = 1 ]; then  # the wheels are for CPython 3.12 on x86-64: checked, not installed here
+    [ -n "$wheels" ] || echo "no .whl/ yet: run 'bash scripts/gpu-session.sh wheels' before the GPU run"
+    [ -z "$wheels" ] || du -ch $wheels | tail -1
+  elif [ -n "$wheels" ]; then
+    "$PY" -m pip install -q --no-index --no-deps --no-compile --target /tmp/site $wheels
   fi
+  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv 2>/dev/null || echo "no nvidia-smi"
+  "$PY" -c "import torch, torchvision; print('torch', torch.__version__, 'torchvision', torchvision.__version__,
+'cuda', torch.cuda.is_available())"
+  "$PY" -c "import jax; print('jax', jax.__version__, jax.devices())" || echo "no JAX: iofeed-jax is skipped"
+  "$PY" -c "import simplejpeg, cv2; print('simplejpeg', simplejpeg.__version__, 'OpenCV', cv2.__version__)" \
+    || echo "no simplejpeg or OpenCV: the loader falls back to Pillow (slower)"
+  nproc
+}
+step_data() {  # 257 classes x PER_CLASS images, as JPEG and raw datasets
+  [ -d "$DATA/c256/256_ObjectCategories" ] || iofeed synth caltech256 "$DATA/c256" --per-class "$PER_CLASS"
+  [ -f "$DATA/c256.iof/iofeed.json" ] || iofeed preprocess "$DATA/c256" -o "$DATA/c256.iof" || return
+  [ -f "$DATA/c256.raw.iof/iofeed.json" ] || iofeed preprocess "$DATA/c256" -o "$DATA/c256.raw.iof" --format raw
+}
+step_resnet18() {
+  bench resnet18 "${MODEL:-resnet18}" torchvision-Nw,iofeed-dataset,iofeed-raw-gpu,iofeed-jax --workers "$WORKERS"
+}
+step_resnet50() { bench resnet50 "${MODEL:-resnet50}" iofeed-dataset,iofeed-raw --workers "$WORKERS"; }
+step_loader() {  # no model, no GPU copy: what the cores decode (every usable core)
+  local keep=$DEVICE; DEVICE=cpu; bench loader none iofeed-dataset; DEVICE=$keep
+}
+step_doctor() {  # one DataLoader worker on full-size JPEGs: expected finding few-workers or data-starved
+  iofeed doctor "$DATA/c256" --json "$RESULTS/$GPU-doctor-starved.json" --plot "$PLOTS/$GPU-doctor.png" -- \
+    "$PY" bench/starved_train.py "$DATA/c256" --model resnet18 --workers 1 --seconds "$TRAIN" \
+    --batch-size "$BATCH" --image-size "$SIZE"
+}
+step_tests() {  # what a GPU host can run (no DALI there: its tests skip); the dry run only collects them
+  local only=(); [ $DRY = 1 ] && only=(--collect-only)
+  "$PY" -m pytest -q -p no:cacheprovider -rs --continue-on-collection-errors -m "(gpu or dali) and not slow" \
+    "${only[@]}" tests 2>&1 | tee "$RESULTS/$GPU-tests.log"
+}
+step_summary() { "$PY" scripts/gpu_summary.py "$RESULTS" "$GPU" | tee "$RESULTS/$GPU-summary.txt"; }
+
+export PYTHONPATH=/tmp/site:$PWD/src${PYTHONPATH:+:$PYTHONPATH}
+# what every step needs, before any step: one line naming what is missing (simplejpeg comes in setup)
+"$PY" -c "import numpy, PIL, torch, torchvision, psutil, matplotlib, pytest" 2>/dev/null || {
+  echo "$PY cannot import numpy, Pillow, torch, torchvision, psutil, matplotlib and pytest: set PYTHON=... to one" \
+       "that can (here: bash scripts/setup-env.sh makes .venv)" >&2; exit 2; }
+echo "iofeed GPU check on $GPU: results to $RESULTS$([ $DRY = 1 ] && echo ' (dry run: tiny sizes, CPU)')"
+echo "plan:$(for s in $STEPS; do printf ' %s %s s,' "$s" "${BUDGET[$s]}"; done | sed 's/,$//'); total $total s"
+started=$SECONDS
+failed=""
+for s in $STEPS; do
+  # the dry run checks the steps, not their speed: on a loaded laptop it gets four times the budget
+  limit=$(( BUDGET[$s] * (DRY ? 4 : 1) ))
+  echo "=== $s (budget ${BUDGET[$s]} s) $(date -u +%H:%M:%S)"
+  t0=$SECONDS
+  # each step in its own process group under its own timeout: a hung feed ends with its step
+  timeout --kill-after=5 "$limit" bash -c "set -o pipefail; $(declare -f); $(declare -p BUDGET DRY RESULTS DATA PLOTS DEVICE \
+    MODEL PER_CLASS BATCH SIZE WINDOW WORKERS TRAIN STALL GPU PY); step_$s"
+  rc=$?
+  [ $rc = 0 ] || failed="$failed $s(rc=$rc)"
+  echo "=== $s: rc $rc in $((SECONDS - t0)) s"
 done
+echo "steps failed or cut off:${failed:- none}; $((SECONDS - started)) s in all"
+echo "total $(( (total + 59) / 60 )) min"
+[ -z "$failed" ]

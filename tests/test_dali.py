@@ -10,8 +10,11 @@ from PIL import Image
 
 import iofeed
 from helpers.images import exif_rotated_jpeg, jpeg_bytes, make_colour_tree, png_bytes, smooth_rgb
-from iofeed.backends import dali as dali_engine
+from iofeed.backends.dali import engine as dali_engine
+from iofeed.backends.dali import inputs as dali_inputs
+from iofeed.backends.dali import validate as dali_validate
 from iofeed.errors import MissingDependencyError, OptionError, SampleError
+from iofeed.gpu.streams import cuda_device_id
 
 pytestmark = pytest.mark.dali
 pytest.importorskip("nvidia.dali")
@@ -66,7 +69,7 @@ def test_quirky_inputs_match_workers(quirky_tree):
 @pytest.mark.parametrize("inline", [True, False])
 def test_corrupt_folder_files_are_found_at_index_time(tmp_path, monkeypatch, inline):
     if not inline:
-        monkeypatch.setattr(dali_engine, "INLINE_CHECK_FILES", 0)  # validate in a process pool
+        monkeypatch.setattr(dali_validate, "INLINE_CHECK_FILES", 0)  # validate in a process pool
     root = make_colour_tree(tmp_path / "t", per_class=3, corrupt=2)
     with iofeed.loader(root, batch_size=4, backend="dali", workers=2, drop_last=False, max_skipped=0.2) as ld:
         settings = ld.stats.settings
@@ -144,22 +147,52 @@ def test_missing_dali_is_a_one_line_error(colour_dataset, monkeypatch):
     assert "\n" not in str(info.value)
 
 
+def test_an_older_dali_is_refused_in_one_line_naming_its_version(colour_dataset, monkeypatch):
+    """DALI before 1.44 has no `exec_dynamic=` and returns outputs unbound to the consumer's stream."""
+    import nvidia.dali
+
+    monkeypatch.setattr(nvidia.dali, "__version__", "1.43.0")
+    with pytest.raises(MissingDependencyError, match=r"^NVIDIA DALI 1\.43\.0 is installed; backend='dali' needs "
+                                                     r"DALI >= 1\.44 .*pip install -U 'iofeed\[dali\]'") as info:
+        iofeed.loader(colour_dataset, batch_size=4, backend="dali")
+    assert "\n" not in str(info.value)
+
+
+def test_the_pipeline_asks_for_the_dynamic_executor_that_binds_outputs_to_a_stream(colour_dataset, monkeypatch):
+    """`pipe.run(stream)` binds outputs to the stream only with the dynamic executor, which DALI 1.44-1.x
+    does not take by default: the engine must ask for it (DALI 2 would hide its absence)."""
+    import nvidia.dali
+
+    asked = []
+
+    class Recording(nvidia.dali.Pipeline):
+        def __init__(self, *args, **kwargs):
+            asked.append(kwargs.get("exec_dynamic"))
+            super().__init__(*args, **kwargs)
+
+    monkeypatch.setattr(nvidia.dali, "Pipeline", Recording)
+    with iofeed.loader(colour_dataset, batch_size=4, image_size=32, backend="dali", workers=1) as ld:
+        images, labels = next(iter(ld))
+        assert images.shape == (4, 32, 32, 3)
+    assert asked == [True]
+
+
 def test_device_ids():
-    assert dali_engine.cuda_device_id(None) is None and dali_engine.cuda_device_id("cpu") is None
-    assert dali_engine.cuda_device_id("cuda:3") == 3 and dali_engine.cuda_device_id(2) == 2
+    assert cuda_device_id(None) is None and cuda_device_id("cpu") is None
+    assert cuda_device_id("cuda:3") == 3 and cuda_device_id(2) == 2
     with pytest.raises(OptionError, match="device"):
-        dali_engine.cuda_device_id("tpu")
+        cuda_device_id("tpu")
 
 
 def test_jpeg_header_agrees_with_pillow():
     plain = [jpeg_bytes(smooth_rgb(131, 77, 1)), jpeg_bytes(smooth_rgb(64, 200, 2).convert("L")),
              jpeg_bytes(smooth_rgb(90, 91, 3), progressive=True)]
     for data in plain:
-        assert dali_engine.jpeg_header(data) == Image.open(io.BytesIO(data)).size
+        assert dali_inputs.jpeg_header(data) == Image.open(io.BytesIO(data)).size
     others = [jpeg_bytes(smooth_rgb(50, 40, 4).convert("CMYK")), exif_rotated_jpeg(smooth_rgb(60, 30, 5), 6),
               png_bytes(smooth_rgb(20, 20, 6)), b"\xff\xd8\xff", b""]
     for data in others:
-        assert dali_engine.jpeg_header(data) is None
+        assert dali_inputs.jpeg_header(data) is None
 
 
 @pytest.mark.torch
@@ -226,6 +259,8 @@ def test_numpy_framework_on_cuda_gets_host_arrays(colour_dataset):
 
 
 @pytest.mark.gpu
-def test_auto_with_gpu_picks_dali(colour_dataset):
+def test_auto_with_gpu_keeps_the_workers_engine_and_says_why(colour_dataset):
     with iofeed.loader(colour_dataset, batch_size=4, backend="auto", device="cuda") as ld:
-        assert ld.stats.settings["backend"] == "dali"
+        assert ld.stats.settings["backend"] == "workers"
+        (note,) = [d for d in ld.stats.settings["decisions"] if "over 'dali'" in d]
+        assert "98-99%" in note and "backend='dali'" in note

@@ -138,24 +138,64 @@ def test_torch_batches_kept_by_the_caller_stay_intact(colour_dataset):
         assert torch.equal(y, y0) and torch.equal(x, x0)
 
 
+COPY_DELAY = 100_000_000  # GPU cycles queued on the copy stream before each copy (~50 ms)
+CONSUMER_WORK = 4_000_000_000  # GPU cycles queued on the consumer stream after a batch (~2 s)
+
+
 @pytest.mark.torch
 @pytest.mark.gpu
-def test_cuda_copies_do_not_wait_for_queued_work_and_stay_exact(colour_dataset):
-    """With a long kernel queued on the current stream, batches still arrive exact (copy stream
-    ordered before the consumer's work) and the loader's copies do not block on that kernel."""
+def test_cuda_copies_stay_exact_when_the_copy_stream_is_late_and_never_wait_for_the_consumer(
+        colour_dataset, monkeypatch):
+    """The copy stream is delayed before every copy, so the consumer's work reads a batch only if it
+    waits for that stream, and a staging buffer is refilled only after its copy ran: without the
+    consumer's stream wait or the staging buffers' synchronisation, batches come out wrong. Work
+    queued on the consumer stream is still pending when `next()` returns: the loader never waits
+    for the training stream (an event, not a clock, says so)."""
     import torch
-    # the workers engine named: on a GPU machine with DALI, "auto" picks DALI, whose decoder differs
-    # from the CPU's by a few levels (seen on the first H100 run, 2026-11-24)
+    # the workers engine named: its pixels are the CPU path's (DALI's nvJPEG differs by a few levels)
     with iofeed.loader(colour_dataset, batch_size=4, workers=1, seed=2, framework="torch",
                        backend="workers") as ld:
         expected = [(x.clone(), y.clone()) for x, y in ld]
+    entered = {"n": 0}
+    real_stream = torch.cuda.stream
+
+    class LateStream:
+        """`torch.cuda.stream(s)` that queues COPY_DELAY cycles on `s` first (the loader's copy stream)."""
+
+        def __init__(self, stream):
+            self._inner, self._late = real_stream(stream), stream is not None
+
+        def __enter__(self):
+            out = self._inner.__enter__()
+            if self._late:  # torch.cuda.stream(None) is the current stream: left alone
+                torch.cuda._sleep(COPY_DELAY)
+                entered["n"] += 1
+            return out
+
+        def __exit__(self, *exc):
+            return self._inner.__exit__(*exc)
+
+    monkeypatch.setattr(torch.cuda, "stream", LateStream)
+    pending_after_next = []
     with iofeed.loader(colour_dataset, batch_size=4, workers=1, seed=2, framework="torch", device="cuda",
                        backend="workers") as ld:
         got = []
-        for x, y in ld:
-            torch.cuda._sleep(50_000_000)  # tens of ms of GPU time queued ahead of the next batch
-            got.append((x.clone(), y.clone()))
+        batches = iter(ld)
+        for k, (x, y) in enumerate(batches):
+            got.append((x.clone(), y.clone()))  # queued on the consumer stream, behind the late copy
+            if k in (1, 2):  # the loader's next() must not wait for this
+                torch.cuda._sleep(CONSUMER_WORK)
+                queued = torch.cuda.Event()
+                queued.record()
+                try:
+                    got.append(next(batches))
+                except StopIteration:
+                    break
+                pending_after_next.append(not queued.query())
+                got[-1] = (got[-1][0].clone(), got[-1][1].clone())
         torch.cuda.synchronize()
+    assert entered["n"] >= len(got), "the loader no longer copies under torch.cuda.stream(): update this test"
+    assert pending_after_next == [True, True]
     assert len(got) == len(expected)
     for (x, y), (x0, y0) in zip(got, expected):
         assert x.is_cuda and y.is_cuda and torch.equal(y.cpu(), y0)

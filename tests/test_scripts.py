@@ -122,3 +122,32 @@ def test_numpy_batches_outlive_their_loader(tree, tmp_path):
                          timeout=120)
     assert out.returncode == 0, f"rc {out.returncode}: {out.stderr[-2000:]}"
     assert "SUMS True True True True True" in out.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.torchvision
+@pytest.mark.matplotlib
+def test_the_gpu_check_dry_run_runs_every_step_here_within_nine_minutes(tmp_path):
+    """`bash scripts/gpu-session.sh --dry-run`: every step's CPU part at tiny sizes, so that a typo
+    cannot waste the one device call; the plan fits `timeout 540` and what comes back fits the
+    device tool's 8 files."""
+    repo = Path(__file__).resolve().parents[1]
+    out = tmp_path / "out"
+    env = {**_env(), "PYTHON": sys.executable, "OUT": str(out), "TMPDIR": str(tmp_path)}
+    run = subprocess.run(["bash", "scripts/gpu-session.sh", "--dry-run"], cwd=repo, env=env, capture_output=True,
+                         text=True, timeout=1500)
+    lines = run.stdout.splitlines()
+    assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-2000:]
+    steps = [ln.split()[1] for ln in lines if ln.startswith("=== ") and "(budget" in ln]
+    assert steps == ["setup", "data", "resnet18", "resnet50", "loader", "doctor", "tests", "summary"]
+    assert all(f"=== {step}: rc 0 in" in run.stdout for step in steps)
+    total = lines[-1].split()
+    assert total[0] == "total" and total[2] == "min" and int(total[1]) <= 9, lines[-1]
+    names = sorted(p.name for p in out.iterdir())
+    assert names == ["dry-cpu-doctor-starved.json", "dry-cpu-loader.json", "dry-cpu-resnet18.json",
+                     "dry-cpu-resnet50.json", "dry-cpu-summary.txt", "dry-cpu-tests.log", "session.log"], names
+    summary = (out / "dry-cpu-summary.txt").read_text()
+    for feed in ("torchvision-Nw", "iofeed-dataset", "iofeed-raw-gpu", "iofeed-raw"):
+        assert f"  {feed} " in summary, summary
+    assert "targets (issue 30):" in summary and "the loader alone from JPEG: " in summary
+    assert "tests collected" in (out / "dry-cpu-tests.log").read_text()

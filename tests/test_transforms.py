@@ -217,7 +217,7 @@ def test_auto_picks_workers_for_a_transform_and_says_so(colour_dataset, monkeypa
     options = LoaderOptions(batch_size=4, device="cuda:0", transform=T.jitter)
     source = iofeed.samples.open_source(colour_dataset, "train")
     assert select.engine_name(options, source) == "workers"
-    assert select.engine_name(LoaderOptions(batch_size=4, device="cuda:0"), source) == "dali"
+    assert select.engine_name(LoaderOptions(batch_size=4, device="cuda:0"), source) == "workers"  # never dali
     with iofeed.loader(colour_dataset, workers=1, transform=T.jitter, **SMALL) as ld:
         assert any("transform= runs only in worker processes" in d for d in ld.stats.settings["decisions"])
 
@@ -339,6 +339,38 @@ def test_albumentations_compose_is_seeded_through_its_own_generators(colour_data
         plain = _epoch(ld)
     assert len(runs[0]) == 8 and runs[0] == runs[1] and runs[0] != plain
     assert len({pixels for _, pixels in runs[0]}) == 8
+
+
+def _device_noise(images, labels):
+    """A batch transform that draws on the device: CUDA's generator, not the CPU's."""
+    import torch
+
+    return images + torch.randn(images.shape, device=images.device), labels
+
+
+@pytest.mark.gpu
+@pytest.mark.torch
+def test_a_batch_transform_drawing_on_the_gpu_is_seeded_per_batch_whatever_the_worker_count(colour_dataset):
+    """MixUp/CutMix draw on the CPU, so nothing else checks that the CUDA generator is seeded from the
+    batch key: the same noise with 1 and 2 workers, different noise per batch, none without seeding."""
+    import torch
+
+    torch.cuda.manual_seed(7)
+    expected = torch.rand(3, device="cuda")
+    torch.cuda.manual_seed(7)
+    runs = []
+    for workers in (1, 2):
+        with iofeed.loader(colour_dataset, workers=workers, framework="torch", device="cuda",
+                           batch_transform=_device_noise, **SMALL) as ld:
+            runs.append([(images.cpu(), labels.cpu()) for images, labels in ld])
+    with iofeed.loader(colour_dataset, workers=1, framework="torch", device="cuda", **SMALL) as ld:
+        plain = [images.cpu() for images, _ in ld]
+    assert torch.equal(torch.rand(3, device="cuda"), expected)  # the caller's CUDA stream of numbers
+    assert len(runs[0]) == len(plain) >= 4
+    assert all(torch.equal(a, b) and torch.equal(la, lb) for (a, la), (b, lb) in zip(*runs, strict=True))
+    noise = [images - clean for (images, _), clean in zip(runs[0], plain)]
+    assert all(0.5 < float(n.std()) < 1.5 for n in noise)  # standard normal noise was added
+    assert not torch.equal(noise[0], noise[1])  # each batch draws its own
 
 
 @pytest.mark.gpu

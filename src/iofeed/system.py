@@ -1,6 +1,7 @@
-"""What this machine offers a training job: CPU, cores, library versions, GPUs (NVML), DALI.
+"""What this machine offers a training job: CPU, cores, memory, library versions.
 
-One place for the probes that the loader, `bench` and `doctor` each need.
+One place for the probes that the loader, `bench` and `doctor` each need; what only a GPU has
+(NVML, CUDA devices and streams, DALI) is in `iofeed.gpu`.
 """
 from __future__ import annotations
 
@@ -9,11 +10,9 @@ import importlib.metadata
 import importlib.util
 import os
 import platform
-import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from .errors import OptionError
 
@@ -41,142 +40,13 @@ def versions() -> dict[str, str | None]:
         except importlib.metadata.PackageNotFoundError:
             out[key] = None
     if out["dali"] is None:
-        out["dali"] = _dali_version()
+        from .gpu.dali import dali_version
+
+        out["dali"] = dali_version()
     from PIL import features
 
     out["libjpeg_turbo"] = features.version("libjpeg_turbo") if features.check_feature("libjpeg_turbo") else None
     return out
-
-
-def _dali_version() -> str | None:
-    """DALI installed under another distribution name (another CUDA flavour)."""
-    for dist in importlib.metadata.distributions():
-        if (dist.metadata["Name"] or "").startswith("nvidia-dali"):
-            return dist.version
-    return None
-
-
-def gpu_info(index: int = 0) -> dict[str, Any] | None:
-    """Name, driver and memory of CUDA device `index` from NVML (None: no NVML, or no such GPU).
-
-    `index` counts as CUDA does, over the GPUs `CUDA_VISIBLE_DEVICES` leaves visible. A read that
-    fails is null, and its error is listed under "errors": the caller's results are kept.
-    """
-    try:
-        import pynvml
-    except ImportError:
-        return None
-    try:
-        pynvml.nvmlInit()
-    except pynvml.NVMLError:
-        return None
-    try:
-        try:
-            handle = cuda_nvml_handle(pynvml, index)
-        except pynvml.NVMLError:
-            return None
-        if handle is None:
-            return None
-        errors: list[str] = []
-        return {
-            "name": _read(pynvml, errors, "name", lambda: _text(pynvml.nvmlDeviceGetName(handle))),
-            "driver": _read(pynvml, errors, "driver", lambda: _text(pynvml.nvmlSystemGetDriverVersion())),
-            "memory_bytes": _read(pynvml, errors, "memory",
-                                  lambda: int(pynvml.nvmlDeviceGetMemoryInfo(handle).total)),
-            **({"errors": errors} if errors else {}),
-        }
-    finally:
-        pynvml.nvmlShutdown()
-
-
-def _read(nvml: Any, errors: list[str], what: str, read: Callable[[], Any]) -> Any:
-    """`read()`, or None with "what: error" added to `errors` when NVML fails."""
-    try:
-        return read()
-    except nvml.NVMLError as exc:
-        errors.append(f"{what}: {exc}")
-        return None
-
-
-def _text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value
-
-
-def cuda_visible_devices(value: str | None) -> list[str] | None:
-    """The entries of `CUDA_VISIBLE_DEVICES` as CUDA takes them; None when unset (every GPU).
-
-    Entries are NVML indices, `GPU-<uuid>` (or a unique prefix) or `MIG-<uuid>`; like CUDA, the
-    list ends at the first entry that is none of these (an empty string, a negative index).
-    """
-    if value is None:
-        return None
-    entries = []
-    for entry in value.split(","):
-        entry = entry.strip()
-        if not (entry.isdigit() or entry.startswith(("GPU-", "MIG-"))):
-            break
-        entries.append(entry)
-    return entries
-
-
-def visible_nvml_handles(nvml: Any, visible: list[str] | None) -> list[Any]:
-    """NVML handles of the GPUs CUDA sees, in CUDA's order (NVML numbers every GPU of the machine)."""
-    count = nvml.nvmlDeviceGetCount()
-    if visible is None:
-        return [nvml.nvmlDeviceGetHandleByIndex(i) for i in range(count)]
-    every = [nvml.nvmlDeviceGetHandleByIndex(i) for i in range(count)]
-    uuids = [_text(nvml.nvmlDeviceGetUUID(h)) for h in every]
-    handles = []
-    for entry in visible:
-        if entry.isdigit():
-            found = [every[int(entry)]] if int(entry) < count else []
-        elif entry.startswith("MIG-"):
-            try:
-                found = [nvml.nvmlDeviceGetHandleByUUID(entry)]
-            except nvml.NVMLError:
-                found = []
-        else:
-            found = [h for h, uuid in zip(every, uuids) if uuid.startswith(entry)]
-        if len(found) != 1:  # CUDA stops at an entry it cannot resolve (or an ambiguous prefix)
-            break
-        handles.append(found[0])
-    return handles
-
-
-def cuda_nvml_handle(nvml: Any, index: int, env: Mapping[str, str] | None = None, uuid: str | None = None) -> Any:
-    """NVML's handle of CUDA device `index` (None: not visible).
-
-    By `uuid` (what CUDA reports for the device) when given, else through `CUDA_VISIBLE_DEVICES`
-    in `env` (default: this process's environment); PyTorch's UUID is used once it has started CUDA.
-    """
-    uuid = uuid if uuid is not None else _torch_uuid(index)
-    if uuid is not None:
-        wanted = _bare_uuid(uuid)
-        for i in range(nvml.nvmlDeviceGetCount()):
-            handle = nvml.nvmlDeviceGetHandleByIndex(i)
-            if _bare_uuid(_text(nvml.nvmlDeviceGetUUID(handle))) == wanted:
-                return handle
-        return None
-    env = os.environ if env is None else env
-    handles = visible_nvml_handles(nvml, cuda_visible_devices(env.get("CUDA_VISIBLE_DEVICES")))
-    return handles[index] if 0 <= index < len(handles) else None
-
-
-def _bare_uuid(uuid: str) -> str:
-    """A UUID without its "GPU-" prefix, lower case (PyTorch and NVML write them differently)."""
-    text = str(uuid).lower()
-    return text[4:] if text.startswith("gpu-") else text
-
-
-def _torch_uuid(index: int) -> str | None:
-    """CUDA's UUID of device `index` when PyTorch has already started CUDA (never starts it)."""
-    torch = sys.modules.get("torch")
-    try:
-        if torch is None or not torch.cuda.is_initialized():
-            return None
-        return str(torch.cuda.get_device_properties(index).uuid)
-    except Exception:  # noqa: BLE001 - an index CUDA does not have, an old PyTorch without .uuid
-        return None
 
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
@@ -267,46 +137,3 @@ def usable_memory(root: Path = CGROUP_ROOT, environ: Mapping[str, str] = os.envi
     found = min(ram, room) if room is not None else ram
     cgroup = "none" if room is None else f"{room:,} bytes left"
     return Share(found // ranks, f"available RAM {ram:,} bytes, cgroup limit {cgroup}, local ranks {ranks}")
-
-
-def dali_import_status() -> str:
-    """"ok" when `nvidia.dali` imports, else the reason."""
-    try:
-        importlib.import_module("nvidia.dali")
-    except Exception as exc:  # noqa: BLE001 - a broken DALI raises all sorts of errors
-        return f"{type(exc).__name__}: {exc}".splitlines()[0]
-    return "ok"
-
-
-def visible_gpu_count(env: Mapping[str, str] | None = None) -> int:
-    """CUDA GPUs this process may use: NVML's GPUs left visible by `CUDA_VISIBLE_DEVICES`
-    (nvidia-ml-py installed), else PyTorch's count; 0 when neither can say."""
-    try:
-        import pynvml
-
-        pynvml.nvmlInit()
-    except Exception:  # noqa: BLE001 - not installed, no driver: ask torch
-        return _torch_gpu_count()
-    try:
-        env = os.environ if env is None else env
-        return len(visible_nvml_handles(pynvml, cuda_visible_devices(env.get("CUDA_VISIBLE_DEVICES"))))
-    except pynvml.NVMLError:
-        return _torch_gpu_count()
-    finally:
-        pynvml.nvmlShutdown()
-
-
-def _torch_gpu_count() -> int:
-    try:
-        if importlib.util.find_spec("torch") is None:
-            return 0
-        import torch
-
-        return int(torch.cuda.device_count())
-    except Exception:  # noqa: BLE001
-        return 0
-
-
-def gpu_present() -> bool:
-    """Whether a CUDA GPU is visible to this process (`CUDA_VISIBLE_DEVICES` respected)."""
-    return visible_gpu_count() > 0

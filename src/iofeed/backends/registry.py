@@ -16,13 +16,15 @@ class EngineCaps:
     requires: str | None = None  # module it needs installed ("auto" looks for it without importing)
     runs_transforms: bool = False  # calls the user's per-sample `transform=` (Python, per sample)
     interpolations: tuple[str, ...] = ("bilinear",)  # the resize filters it does (see `iofeed.Recipe`)
+    auto: bool = True  # whether backend="auto" may choose it (the rule: docs/architecture.md, "auto")
 
 
-# In order of preference for backend="auto". An entry's target is called as `target(source, options)`.
+# In order of preference for backend="auto" (which never takes `dali`: see `select.AUTO_RULE`).
+# An entry's target is called as `target(source, options)`.
 ENGINES: Registry[EngineCaps] = Registry("backend", {
-    "dali": Entry("iofeed.backends.dali:DaliEngine",
+    "dali": Entry("iofeed.backends.dali.engine:DaliEngine",
                   EngineCaps(reads_raw=False, packs=False, needs_gpu=True, requires="nvidia.dali",
-                             interpolations=("bilinear", "bicubic")), extra="dali"),
+                             interpolations=("bilinear", "bicubic"), auto=False), extra="dali"),
     "workers": Entry("iofeed.backends.workers.engine:make_worker_engine",
                      EngineCaps(reads_raw=True, packs=True, needs_gpu=False, runs_transforms=True,
                                 interpolations=("bilinear", "bicubic", "area"))),

@@ -4,11 +4,17 @@ from __future__ import annotations
 import importlib.util
 
 from ..errors import OptionError
+from ..gpu.nvml import gpu_present
 from ..options import LoaderOptions
 from ..samples import SampleSource
-from ..system import gpu_present
 from .base import Backend
 from .registry import AUTO, ENGINES, EngineCaps
+
+# Why "auto" never takes DALI, even with a GPU and DALI installed (the measurements and what was
+# weighed: docs/architecture.md, Decisions); recorded in `stats.settings["decisions"]` as:
+AUTO_RULE = ("on an H100 with 16 cores the workers engine fed ResNet-50 at 98-99% of the ceiling and DALI at "
+             "94% (2026-11-24), with the same pixels on every machine (nvJPEG's differ from libjpeg-turbo's by a "
+             "few levels); pass backend='dali' to decode on the GPU (worth measuring with few cores per GPU)")
 
 
 def engine_name(options: LoaderOptions, source: SampleSource) -> str:
@@ -21,7 +27,7 @@ def engine_name(options: LoaderOptions, source: SampleSource) -> str:
                               f"backend={options.backend!r}")
         return options.backend
     for name, entry in ENGINES:
-        if fits(entry.caps, options, source):
+        if entry.caps.auto and fits(entry.caps, options, source):
             return name
     raise OptionError(f"no backend among {', '.join(ENGINES.names())} can read {source.kind} with these options")
 
@@ -39,13 +45,20 @@ def fits(caps: EngineCaps, options: LoaderOptions, source: SampleSource) -> bool
     return caps.requires is None or _installed(caps.requires)
 
 
-def choice_notes(options: LoaderOptions, chosen: str) -> list[str]:
-    """What `backend="auto"` decided from the options themselves, for `stats.settings["decisions"]`."""
-    if options.backend != AUTO or options.transform is None:
+def choice_notes(options: LoaderOptions, chosen: str, source: SampleSource | None = None) -> list[str]:
+    """What `backend="auto"` decided, and why, for `stats.settings["decisions"]`."""
+    if options.backend != AUTO:
         return []
-    passed = [name for name in ENGINES.names() if not ENGINES.caps(name).runs_transforms]
-    return [f"backend='auto' chose {chosen!r}: transform= runs only in worker processes"
-            + (f" ({', '.join(passed)} cannot run it)" if passed else "")]
+    notes = []
+    if options.transform is not None:
+        passed = [name for name in ENGINES.names() if not ENGINES.caps(name).runs_transforms]
+        notes.append(f"backend='auto' chose {chosen!r}: transform= runs only in worker processes"
+                     + (f" ({', '.join(passed)} cannot run it)" if passed else ""))
+    if source is not None:
+        passed = [name for name, entry in ENGINES if not entry.caps.auto and fits(entry.caps, options, source)]
+        if passed:
+            notes.append(f"backend='auto' chose {chosen!r} over {', '.join(map(repr, passed))}: {AUTO_RULE}")
+    return notes
 
 
 def make_engine(options: LoaderOptions, source: SampleSource) -> Backend:

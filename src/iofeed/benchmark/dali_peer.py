@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from ..adapters.normalize import IMAGENET_MEAN, IMAGENET_STD
-from ..backends.dali import consumer_stream
+from ..gpu.streams import consumer_stream
 from ..system import usable_cores
 from .feeds import FeedSpec
 
@@ -36,7 +36,8 @@ def _pipeline(files: list[str], labels: list[int], spec: FeedSpec, threads: int)
         return images, classes
 
     pipe = peer(batch_size=spec.batch_size, num_threads=threads, device_id=0 if gpu else None,
-                seed=spec.seed, prefetch_queue_depth=PREFETCH_QUEUE_DEPTH)
+                seed=spec.seed, prefetch_queue_depth=PREFETCH_QUEUE_DEPTH,
+                exec_dynamic=True)  # run(stream) binds outputs to the stream only with this executor
     pipe.build()
     return pipe
 

@@ -7,7 +7,9 @@ recipe pair adds torchvision's reference recipe (`recipe.py`); its labels are so
 from __future__ import annotations
 
 import importlib.util
+import multiprocessing
 import shutil
+import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,6 +38,8 @@ class FeedCaps:
     recipe: bool = False  # torchvision's reference recipe (`benchmark/recipe.py`) instead of crop + flip
     framework: str = "torch"  # what it yields; other than torch: CPU only, no model, not in the default set
     needs: str = ""  # a module it imports (a feed without it is skipped)
+    mixture: bool = False  # the dataset read as a 3-source iofeed.Mix (`mixed_views`)
+    default: bool = True  # run without `--feeds` (when its framework is torch)
 
 
 _HERE = "iofeed.benchmark.feeds"
@@ -74,6 +78,10 @@ FEEDS: Registry[FeedCaps] = Registry("feed", {
     "grain": Entry("iofeed.benchmark.grain_feed:GrainFeed",
                    FeedCaps("grain", "dataset", "Grain DataLoader over the dataset's JPEG bytes, Pillow decode",
                             framework="numpy", needs="grain")),
+    "iofeed-mix": Entry(f"{_HERE}:IofeedFeed",
+                        FeedCaps("iofeed", "dataset", "iofeed workers engine on a 3-source iofeed.Mix of the dataset "
+                                 "(three names, weights 0.5/0.3/0.2, an epoch of its size): what mixing costs beside "
+                                 "iofeed-dataset", mixture=True, default=False)),
     "iofeed-dali": Entry(f"{_HERE}:IofeedFeed",
                          FeedCaps("iofeed", "dataset", "iofeed DALI backend on the preprocessed dataset", True)),
     "torchvision-recipe": Entry(f"{_HERE}:TorchvisionFeed",
@@ -94,7 +102,8 @@ def baseline_of(name: str) -> str:
 
 
 CATALOGUE = tuple(name for name in FEEDS.names() if name != CEILING)  # the feeds `--feeds` may name
-DEFAULT_FEEDS = tuple(name for name in CATALOGUE if FEEDS.caps(name).framework == "torch")  # without `--feeds`
+DEFAULT_FEEDS = tuple(name for name in CATALOGUE  # without `--feeds`
+                      if FEEDS.caps(name).framework == "torch" and FEEDS.caps(name).default)
 
 
 @dataclass(frozen=True)
@@ -143,9 +152,10 @@ def open_feed(spec: FeedSpec) -> Feed:
         raise FeedUnavailable("NVIDIA DALI is not installed")
     if spec.entry.needs and importlib.util.find_spec(spec.entry.needs) is None:
         raise FeedUnavailable(f"{spec.entry.needs} is not installed")
-    if spec.entry.framework != "torch" and (spec.device != "cpu" or spec.model != "none"):
+    reaches_torch = spec.entry.framework == "torch" or spec.entry.framework == "jax" and spec.device == "cuda"
+    if not reaches_torch and (spec.device != "cpu" or spec.model != "none"):
         raise FeedUnavailable(f"a {spec.entry.framework} feed is measured on the CPU without a model only "
-                              "(the model step is PyTorch's)")
+                              "(the model step is PyTorch's; JAX's GPU arrays reach it through DLPack)")
     return FEEDS[spec.name].load()(spec)
 
 
@@ -172,21 +182,27 @@ class TorchvisionFeed:
         torch.manual_seed(spec.seed)
         self._device = torch.device(spec.device)
         dataset = datasets.ImageFolder(str(find_class_root(spec.source)), transform=transform)
+        # a fork server that imports torch and torchvision once, rather than each worker at start-up
+        # (the baseline's warm-up: docs/benchmarks.md, "The GPU check")
+        context = multiprocessing.get_context("forkserver")
+        context.set_forkserver_preload(["torch", "torchvision.datasets", "torchvision.transforms", "PIL.Image"])
         self._loader = torch.utils.data.DataLoader(
             dataset, batch_size=spec.batch_size, shuffle=True, drop_last=True, num_workers=spec.workers,
-            multiprocessing_context="forkserver", persistent_workers=True, prefetch_factor=2,
+            multiprocessing_context=context, persistent_workers=True, prefetch_factor=2,
             pin_memory=self._device.type == "cuda", collate_fn=collate,
         )
+        self._epoch = iter(self._loader)  # starts the workers now, beside the other hosts' start-ups
         self.capacity = spec.workers * 2
         self.settings = {"workers": spec.workers, "prefetch_factor": 2, "samples": len(dataset)}
 
     def batches(self) -> Iterator[tuple[Any, Any]]:
         while True:
-            for images, labels in self._loader:
+            for images, labels in self._epoch:
                 yield images.to(self._device, non_blocking=True), labels.to(self._device, non_blocking=True)
+            self._epoch = iter(self._loader)  # persistent workers: the same processes
 
     def close(self) -> None:
-        self._loader = None  # persistent workers stop with their iterator
+        self._loader = self._epoch = None  # persistent workers stop with their iterator
 
 
 class IofeedFeed:
@@ -208,9 +224,11 @@ class IofeedFeed:
 
             recipe = {"transform": iofeed_transform(), "batch_transform": mix(spec.classes)}
         self._cache_dir = streaming.get("cache_dir")
+        self._views = tempfile.mkdtemp(prefix="iofeed-mix-") if spec.entry.mixture else None
         try:
+            source = mixed_views(spec.source, self._views) if self._views else spec.source
             self._loader = iofeed.loader(
-                spec.source, split="train", batch_size=spec.batch_size, image_size=spec.image_size,
+                source, split="train", batch_size=spec.batch_size, image_size=spec.image_size,
                 framework="torch", device=spec.device, backend=backend, workers=spec.workers, seed=spec.seed,
                 gpu_augment=spec.entry.gpu_augment, memory_format="channels_last",  # the bench's model is
                 **streaming, **recipe,
@@ -234,8 +252,27 @@ class IofeedFeed:
         self._remove_cache()
 
     def _remove_cache(self) -> None:
-        if self._cache_dir is not None:
-            shutil.rmtree(self._cache_dir, ignore_errors=True)
+        """The feed's own folders: a streamed feed's cache, the mixture feed's symlinks."""
+        for folder in (self._cache_dir, self._views):
+            if folder is not None:
+                shutil.rmtree(folder, ignore_errors=True)
+
+
+def mixed_views(dataset: str, folder: str) -> Any:
+    """`dataset` as a 3-source `iofeed.Mix`: three symlinks to it in `folder`, weighted 0.5/0.3/0.2,
+    an epoch as long as the dataset's train split. The same files and decoding as iofeed-dataset,
+    so the difference between the two feeds is what the mixture costs."""
+    import iofeed
+
+    from ..format.manifest import Manifest
+
+    samples = Manifest.read(Path(dataset)).split("train", dataset).samples
+    views = []
+    for k in range(3):
+        view = Path(folder) / f"source{k}.iof"
+        view.symlink_to(Path(dataset).resolve(), target_is_directory=True)
+        views.append(str(view))
+    return iofeed.Mix(dict(zip(views, (0.5, 0.3, 0.2))), epoch_samples=samples)
 
 
 class SyntheticFeed:

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import threading
 import time
-from collections import Counter
 from dataclasses import dataclass
 
 from ..errors import IofeedError, require
-from ..system import cuda_nvml_handle
+from ..gpu.nvml import Nvml, cuda_nvml_handle
 
 
 @dataclass(frozen=True)
@@ -29,27 +28,26 @@ class GpuSampler:
     """
 
     def __init__(self, index: int = 0, interval: float = 0.1) -> None:
-        self._nvml = require("pynvml", "bench")
+        require("pynvml", "bench")
+        self._nvml = Nvml()
+        if not self._nvml.ok:
+            raise IofeedError(f"NVML cannot start ({self._nvml.error})")
+        nvml = self._nvml.module
         try:
-            self._nvml.nvmlInit()
-        except self._nvml.NVMLError as exc:
-            raise IofeedError(f"NVML cannot start ({exc})") from None
-        try:
-            self._handle = cuda_nvml_handle(self._nvml, index)
+            self._handle = cuda_nvml_handle(nvml, index)
             if self._handle is None:
                 raise IofeedError(f"CUDA device {index} is not among the GPUs NVML lists "
                                   "(check CUDA_VISIBLE_DEVICES)")
-            self._nvml.nvmlDeviceGetUtilizationRates(self._handle)  # "Not Supported" on MIG instances
-        except self._nvml.NVMLError as exc:
-            self._nvml.nvmlShutdown()
+            nvml.nvmlDeviceGetUtilizationRates(self._handle)  # "Not Supported" on MIG instances
+        except nvml.NVMLError as exc:
+            self._nvml.close()
             raise IofeedError(f"NVML cannot read CUDA device {index}'s utilisation ({exc})") from None
         except IofeedError:
-            self._nvml.nvmlShutdown()
+            self._nvml.close()
             raise
         self._interval = interval
         self.label: str | None = None  # the feed being timed; set by the measuring loop
         self.samples: list[Sample] = []
-        self.failures: Counter[str] = Counter()  # error text -> reads that failed with it (kept missing)
         self._start = time.perf_counter()
         self._stopped = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="iofeed-bench-nvml", daemon=True)
@@ -57,17 +55,13 @@ class GpuSampler:
 
     def _loop(self) -> None:
         while not self._stopped.wait(self._interval):
-            try:
-                util = float(self._nvml.nvmlDeviceGetUtilizationRates(self._handle).gpu)
-            except Exception as exc:  # noqa: BLE001 - a failed read is missing, never the end of sampling
-                self.failures[f"{type(exc).__name__}: {exc}"] += 1
-                continue
-            self.samples.append(Sample(time.perf_counter() - self._start, util, self.label))
+            util = self._nvml.utilisation(self._handle)
+            if util == util:  # a failed read is missing (counted in notes), never the end of sampling
+                self.samples.append(Sample(time.perf_counter() - self._start, util, self.label))
 
     def notes(self) -> list[str]:
         """One line per kind of failed read (those samples are missing from the timeline)."""
-        return [f"NVML failed {count} utilisation read(s), left out of the GPU timeline: {error}"
-                for error, count in dict(self.failures).items()]  # a copy: the thread may add to it
+        return self._nvml.notes("utilisation read(s), left out of the GPU timeline")
 
     def mean(self, feed: str) -> float | None:
         """Mean utilisation (%) over the samples taken while `feed` was timed."""
@@ -78,4 +72,4 @@ class GpuSampler:
         """Stop sampling and release NVML."""
         self._stopped.set()
         self._thread.join()
-        self._nvml.nvmlShutdown()
+        self._nvml.close()

@@ -116,9 +116,12 @@ def _send(conn: Connection, message: tuple[str, Any]) -> None:
 
 
 class FeedHost:
-    """The parent's handle on a host process."""
+    """The parent's handle on a host process: started at construction, usable once `ready()` returned.
 
-    def __init__(self, spec: FeedSpec, start_timeout: float = 900.0) -> None:
+    Hosts are started side by side and then waited for, so that their start-ups (PyTorch, the
+    model, the feed's workers) overlap instead of adding up."""
+
+    def __init__(self, spec: FeedSpec) -> None:
         ctx = safe_context()
         self.spec = spec
         self._conn, theirs = ctx.Pipe(duplex=True)
@@ -126,13 +129,17 @@ class FeedHost:
         self.process = ctx.Process(target=host_main, args=(spec, theirs), name=f"iofeed-bench:{spec.name}")
         self.process.start()
         theirs.close()
+        self.capacity: int = 0
+        self.settings: dict[str, Any] = {}
+
+    def ready(self, timeout: float = 900.0) -> None:
+        """Wait for the feed to be built; HostFailed or FeedUnavailable (and the host closed) otherwise."""
         try:
-            info = self._reply(start_timeout)
+            info = self._reply(timeout)
         except BaseException:
             self.close()
             raise
-        self.capacity: int = info["capacity"]
-        self.settings: dict[str, Any] = info["settings"]
+        self.capacity, self.settings = info["capacity"], info["settings"]
 
     def consume(self, timeout: float, **kwargs: Any) -> Tally:
         """Have the host consume (see `consume`) and return its tally; `release=True` then hands
@@ -154,8 +161,8 @@ class FeedHost:
 
     def _reply(self, timeout: float) -> Any:
         if not self._conn.poll(timeout):
-            self.close()
-            raise HostFailed(f"feed {self.spec.name} did not answer within {timeout:.0f} s")
+            self.close(grace=0.0)  # hung: it would not read a request to stop either
+            raise HostFailed(f"feed {self.spec.name} did not answer within {timeout:g} s (killed)")
         try:
             kind, payload = self._conn.recv()
         except (EOFError, OSError):
@@ -167,15 +174,15 @@ class FeedHost:
             raise HostFailed(f"feed {self.spec.name} failed: {payload}")
         return payload
 
-    def close(self) -> None:
-        """Ask the host to stop; kill it and its children if it does not within 30 s (idempotent)."""
+    def close(self, grace: float = 30.0) -> None:
+        """Ask the host to stop; kill it and its children if it does not within `grace` s (idempotent)."""
         if self.process.pid is not None and self.process.exitcode is None:
             children = self.pids()[1:]
             try:
                 self._conn.send(("close", {}))
             except OSError:
                 pass
-            self.process.join(30.0)
+            self.process.join(grace)
             if self.process.exitcode is None:
                 _kill([self.process.pid, *children])
                 self.process.join(5.0)

@@ -7,7 +7,8 @@ from typing import Any
 
 import psutil
 
-from ..system import cpu_model, gpu_info, versions
+from ..gpu.nvml import gpu_info
+from ..system import cpu_model, versions
 
 
 def describe_machine(with_gpu: bool, notes: list[str]) -> dict[str, Any]:

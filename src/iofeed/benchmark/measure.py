@@ -15,7 +15,7 @@ from ..progress import progress as progress_bar
 from .feeds import FeedSpec
 from .host import FeedHost, HostFailed, Tally
 
-CALL_SLACK = 300.0  # seconds a host may take beyond the asked duration before it counts as hung
+CALL_SLACK = 300.0  # default seconds a host may take beyond the asked duration before it counts as hung
 MEMORY_INTERVAL = 1.0  # seconds between background memory samples (never inside a timed window)
 
 
@@ -196,11 +196,13 @@ class _CpuMeter:
 
 
 def measure(runs: list[FeedRun], rounds: int, window_seconds: float, warmup_seconds: float,
-            gpu: Any = None, progress: bool = True,
-            after_round: Callable[[int], None] | None = None) -> None:
+            gpu: Any = None, progress: bool = True, slack: float = CALL_SLACK,
+            after_window: Callable[[], None] | None = None) -> None:
     """Start every feed of `runs`, warm each up, then run `rounds` rounds of one window per feed,
-    the order rotating each round; `after_round(rounds done)` after each. Results go into `runs`
-    as they come: windows finished before an exception (Ctrl-C included) are kept there.
+    the order rotating each round; `after_window()` after each window (a run cut off by a timeout
+    keeps every window it finished). Results go into `runs` as they come: windows finished before
+    an exception (Ctrl-C included) are kept there. A host that takes `slack` seconds more than it
+    was asked is killed and its feed marked failed; the others go on.
 
     Only one feed uses the GPU at a time: each host hands back its unused GPU cache after its
     warm-up and after each timed window (`release=True`), and regrows it in the next drain.
@@ -208,13 +210,16 @@ def measure(runs: list[FeedRun], rounds: int, window_seconds: float, warmup_seco
     hosts: dict[str, FeedHost] = {}
     watch = MemoryWatch(MEMORY_INTERVAL)
     try:
+        for run in runs:  # all started first: their start-ups overlap
+            hosts[run.spec.name] = FeedHost(run.spec)
         for run in progress_bar(runs, desc="starting feeds", unit="feed", disable=not progress):
+            host = hosts[run.spec.name]
             try:
-                hosts[run.spec.name] = host = FeedHost(run.spec)
+                host.ready()
                 run.capacity, run.settings = host.capacity, host.settings
                 with watch.watching(run, host):  # the first batch (start-up), then `warmup_seconds` more
-                    first = host.consume(timeout=CALL_SLACK, batches=1)
-                    rest = host.consume(timeout=warmup_seconds + CALL_SLACK, seconds=warmup_seconds, release=True)
+                    first = host.consume(timeout=slack, batches=1)
+                    rest = host.consume(timeout=warmup_seconds + slack, seconds=warmup_seconds, release=True)
                 run.reserved(rest)
                 run.warmup = Tally(first.images + rest.images, first.batches + rest.batches,
                                    first.seconds + rest.seconds, first.wait_seconds + rest.wait_seconds)
@@ -231,13 +236,13 @@ def measure(runs: list[FeedRun], rounds: int, window_seconds: float, warmup_seco
                     continue
                 bar.set_postfix_str(run.spec.name)
                 try:
-                    _window(run, hosts[run.spec.name], number, window_seconds, watch, gpu)
+                    _window(run, hosts[run.spec.name], number, window_seconds, watch, gpu, slack)
                 except HostFailed as exc:
                     run.stop("failed", str(exc))
                     hosts.pop(run.spec.name).close()
                 bar.update(1)
-            if after_round is not None:
-                after_round(number + 1)
+                if after_window is not None:
+                    after_window()
         bar.close()
     finally:
         watch.close()
@@ -245,16 +250,17 @@ def measure(runs: list[FeedRun], rounds: int, window_seconds: float, warmup_seco
             host.close()
 
 
-def _window(run: FeedRun, host: FeedHost, number: int, seconds: float, watch: MemoryWatch, gpu: Any) -> None:
+def _window(run: FeedRun, host: FeedHost, number: int, seconds: float, watch: MemoryWatch, gpu: Any,
+            slack: float = CALL_SLACK) -> None:
     """Drain the prefetch buffer (capacity + 1 batches, untimed), then time at least `seconds`;
     memory is sampled around the timed part, not during it (see MemoryWatch)."""
     with watch.watching(run, host):
-        drained = host.consume(timeout=CALL_SLACK, batches=(run.capacity or 0) + 1)
+        drained = host.consume(timeout=slack, batches=(run.capacity or 0) + 1)
     meter = _CpuMeter(host)
     if gpu is not None:
         gpu.label = run.spec.name
     try:
-        timed = host.consume(timeout=seconds + CALL_SLACK, seconds=seconds, release=True)
+        timed = host.consume(timeout=seconds + slack, seconds=seconds, release=True)
     finally:
         if gpu is not None:
             gpu.label = None

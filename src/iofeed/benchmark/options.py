@@ -42,6 +42,7 @@ class BenchOptions:
     workers: int | None = None
     seed: int = 0
     warm_cache: bool = True
+    stall_seconds: float = 300.0  # beyond a call's own time, after which a feed counts as hung (and is killed)
     json_path: Path | None = None
     plot_path: Path | None = None
     progress: bool = True
@@ -66,6 +67,8 @@ class BenchOptions:
             raise OptionError("--feeds is empty (name at least one feed)")
         if not self.seconds > 0:
             raise OptionError(f"--seconds must be > 0, got {self.seconds}")
+        if not self.stall_seconds > 0:
+            raise OptionError(f"--stall-seconds must be > 0, got {self.stall_seconds}")
         if not self.warmup >= 0:
             raise OptionError(f"--warmup must be >= 0, got {self.warmup}")
         for flag, value, least in (("--rounds", self.rounds, 1), ("--batch-size", self.batch_size, 1),

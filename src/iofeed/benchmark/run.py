@@ -57,12 +57,12 @@ def plan_feeds(names: tuple[str, ...], inputs: Inputs, options: BenchOptions, de
 
 
 def run_benchmark(options: BenchOptions, command: str) -> tuple[dict[str, Any], Path, Path]:
-    """Measure, write the JSON (after every round, atomically) and the PNG; return (record, JSON
+    """Measure, write the JSON (after every window, atomically) and the PNG; return (record, JSON
     path, PNG path). After Ctrl-C the record holds the windows measured so far, `"complete": false`."""
     options.check(tuple(CATALOGUE))
     now = datetime.now(timezone.utc)
     json_path, png_path = options.outputs(now)
-    check_writable(json_path, png_path)  # before any work: the JSON is written after every round
+    check_writable(json_path, png_path)  # before any work: the JSON is written after every window
     print(f"iofeed bench: results will go to {json_path} and {png_path}")
     names = options.feeds or DEFAULT_FEEDS
     device = pick_device(options.device)
@@ -99,7 +99,8 @@ def _measure_and_write(options: BenchOptions, command: str, now: datetime, paths
             gpu = GpuSampler()
         except IofeedError as exc:  # nvidia-ml-py missing, or NVML unable to read the GPU
             inputs.notes.append(f"no GPU utilisation: {exc}")
-    runs = [FeedRun(spec) for spec in specs]
+    # the ceiling first: a later feed that hangs, or a run cut off, still leaves every % of the ceiling
+    runs = sorted((FeedRun(spec) for spec in specs), key=lambda run: run.spec.name != CEILING)
     order = {name: i for i, name in enumerate(names + (CEILING,))}
 
     def record(complete: bool) -> dict[str, Any]:
@@ -125,7 +126,7 @@ def _measure_and_write(options: BenchOptions, command: str, now: datetime, paths
 
     try:
         measure(runs, options.rounds, options.window_seconds, options.warmup, gpu, options.progress,
-                after_round=lambda rounds: write_json(record(False), json_path))
+                slack=options.stall_seconds, after_window=lambda: write_json(record(False), json_path))
     except KeyboardInterrupt:
         for run in runs:
             if run.status == "ok" and not run.windows:

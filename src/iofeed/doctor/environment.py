@@ -7,7 +7,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import require
-from ..system import cgroup_cpu_quota, cpu_model, dali_import_status, gpu_info, usable_cores, versions
+from ..gpu.dali import dali_import_status
+from ..gpu.nvml import gpu_info
+from ..system import cgroup_cpu_quota, cpu_model, usable_cores, versions
 from .finding import Finding
 
 GIB = 2**30

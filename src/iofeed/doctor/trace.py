@@ -6,14 +6,13 @@ from __future__ import annotations
 import os
 import subprocess
 import time
-from collections import Counter
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from ..errors import OptionError, require
+from ..gpu.nvml import Nvml
 from .trainers import Reader, read_proc, recognise_trainers
 
 TREE_REFRESH = 10  # samples between two listings of the child's process tree
@@ -73,59 +72,45 @@ class Recording:
     notes: list[str] = field(default_factory=list)  # failed NVML reads; how training processes were told
 
 
-class _Nvml:
+class _Gpus:
     """Every GPU's utilisation and used memory; no GPUs when NVML or a device is missing."""
 
     def __init__(self) -> None:
-        self._nvml, self.handles, self.total = None, [], []
-        self.failures: Counter[str] = Counter()  # error text -> readings it left missing (NaN)
-        try:
-            import pynvml
-
-            pynvml.nvmlInit()
-        except Exception:  # noqa: BLE001 - no library, no driver or no device all mean "no GPU"
+        self._nvml, self.handles, self.total = Nvml(), [], []
+        if not self._nvml.ok:
             return
+        nvml = self._nvml.module
         try:
-            handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(pynvml.nvmlDeviceGetCount())]
-            total = [int(pynvml.nvmlDeviceGetMemoryInfo(h).total) for h in handles]
+            handles = self._nvml.every_handle()
+            total = [int(nvml.nvmlDeviceGetMemoryInfo(h).total) for h in handles]
             for handle in handles:
-                pynvml.nvmlDeviceGetUtilizationRates(handle)  # "Not Supported" on MIG instances
-        except pynvml.NVMLError:  # GPUs NVML cannot read are traced as none
-            pynvml.nvmlShutdown()
+                nvml.nvmlDeviceGetUtilizationRates(handle)  # "Not Supported" on MIG instances
+        except nvml.NVMLError:  # GPUs NVML cannot read are traced as none
+            self._nvml.close()
             return
-        self._nvml, self.handles, self.total = pynvml, handles, total
+        self.handles, self.total = handles, total
 
     def read(self) -> tuple[list[float], list[float]]:
         """Each GPU's utilisation % and used bytes; a reading NVML fails to give is NaN (missing)."""
-        util = [self._reading(lambda h: self._nvml.nvmlDeviceGetUtilizationRates(h).gpu, h) for h in self.handles]
-        mem = [self._reading(lambda h: self._nvml.nvmlDeviceGetMemoryInfo(h).used, h) for h in self.handles]
-        return util, mem
-
-    def _reading(self, read: Callable[[Any], float], handle: Any) -> float:
-        try:
-            return float(read(handle))
-        except Exception as exc:  # noqa: BLE001 - a failed read is missing, never the end of tracing
-            self.failures[f"{type(exc).__name__}: {exc}"] += 1
-            return float("nan")
+        return ([self._nvml.utilisation(h) for h in self.handles], [self._nvml.used_memory(h) for h in self.handles])
 
     def notes(self) -> list[str]:
         """One line per kind of failed reading."""
-        return [f"NVML failed {count} reading(s), left missing (null) in the trace: {error}"
-                for error, count in self.failures.items()]
+        return self._nvml.notes("reading(s), left missing (null) in the trace")
 
     def gpu_pids(self) -> set[int]:
         """Processes with a CUDA context on any GPU (as NVML numbers them; none if it cannot say)."""
         pids: set[int] = set()
+        nvml = self._nvml.module
         for handle in self.handles:
             try:
-                pids.update(p.pid for p in self._nvml.nvmlDeviceGetComputeRunningProcesses(handle))
-            except self._nvml.NVMLError:
+                pids.update(p.pid for p in nvml.nvmlDeviceGetComputeRunningProcesses(handle))
+            except nvml.NVMLError:
                 continue
         return pids
 
     def close(self) -> None:
-        if self._nvml is not None:
-            self._nvml.nvmlShutdown()
+        self._nvml.close()
 
 
 def record(command: list[str], interval: float = 0.1) -> Recording:
@@ -139,7 +124,7 @@ def record(command: list[str], interval: float = 0.1) -> Recording:
     if interval <= 0:
         raise OptionError(f"sampling interval must be > 0 seconds, got {interval}")
     cores = sorted(os.sched_getaffinity(0))
-    nvml = _Nvml()
+    nvml = _Gpus()
     psutil.cpu_times_percent(percpu=True)  # the first call only starts the counters
     rows: list[tuple[Any, ...]] = []
     interrupted = False

@@ -12,7 +12,7 @@ import sys
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from .errors import OptionError
+from ..errors import OptionError
 
 _CUDA = re.compile(r"cuda(?::(\d+))?")
 
@@ -54,7 +54,7 @@ def resolve_device(device: Any, *, current: int | None, env: Mapping[str, str],
 
 def loader_device(device: Any) -> str:
     """`resolve_device` with this process's facts (PyTorch's current device only if it started CUDA)."""
-    from .system import visible_gpu_count
+    from .nvml import visible_gpu_count
 
     torch = sys.modules.get("torch")
     current = int(torch.cuda.current_device()) if torch is not None and torch.cuda.is_initialized() else None
@@ -63,7 +63,7 @@ def loader_device(device: Any) -> str:
 
 def usable_device(device: Any) -> str:
     """`loader_device(device)`, refused with one line when it is a GPU this process cannot see."""
-    from .system import visible_gpu_count
+    from .nvml import visible_gpu_count
 
     resolved = loader_device(device)
     check_visible(resolved, device, visible_gpu_count)

@@ -1,0 +1,28 @@
+"""CUDA streams and device ordinals as DALI and the adapters take them."""
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+from .device import loader_device
+
+
+def cuda_device_id(device: Any) -> int | None:
+    """DALI's `device_id` for the loader's `device`: None for the CPU, else the CUDA ordinal."""
+    resolved = loader_device(device)
+    return None if resolved == "cpu" else int(resolved.split(":")[1])
+
+
+def consumer_stream(device_id: int | None) -> Any:
+    """PyTorch's current CUDA stream on `device_id` when DALI runs there and PyTorch has
+    initialised CUDA, else None: what to pass to `pipe.run()`.
+
+    DALI binds its outputs to this stream: the consumer's kernels wait for them without a host
+    sync, and DALI frees each output in that stream's order, after the kernels queued on it have
+    read it. Without a stream the outputs are host-synchronous and freed as soon as the last
+    reference goes, possibly before queued kernels have read them.
+    """
+    torch = sys.modules.get("torch")
+    if device_id is None or torch is None or not torch.cuda.is_initialized():
+        return None
+    return torch.cuda.current_stream(device_id)
