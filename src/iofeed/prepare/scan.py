@@ -93,15 +93,21 @@ def scan_folder(src: Path) -> FolderScan:
     root = find_class_root(src)
     scan = FolderScan(root=root, class_dirs=[])
     entries = sorted(os.scandir(root), key=lambda e: e.name)
+    real_root, seen = os.path.realpath(root), {}
     for entry in entries:
         if entry.name.startswith("."):
             scan.rejected.append(Rejection(entry.name, "hidden file or folder"))
-        elif entry.is_dir(follow_symlinks=False) and os.path.isfile(os.path.join(entry.path, MANIFEST_NAME)):
+        elif entry.is_dir() and os.path.isfile(os.path.join(entry.path, MANIFEST_NAME)):
             scan.rejected.append(Rejection(entry.name, "an iofeed dataset, not a class folder"))
         elif entry.is_dir(follow_symlinks=False):
             scan.class_dirs.append(entry.name)
+            seen[os.path.realpath(entry.path)] = entry.name
         elif entry.is_symlink() and entry.is_dir():
-            scan.rejected.append(Rejection(entry.name, "symlinked folder (not followed)"))
+            reason = _linked_class_reason(entry, real_root, seen)
+            if reason:
+                scan.rejected.append(Rejection(entry.name, reason))
+            else:
+                scan.class_dirs.append(entry.name)
         else:
             scan.rejected.append(Rejection(entry.name, "not in a class folder"))
     for label, folder in enumerate(scan.class_dirs):
@@ -111,6 +117,22 @@ def scan_folder(src: Path) -> FolderScan:
     if not scan.files:
         raise none_accepted(f"no images found in {root}", scan.rejected)
     return scan
+
+
+def _linked_class_reason(entry: os.DirEntry, real_root: str, seen: dict[str, str]) -> str | None:
+    """Why a symlinked class folder at the top of the tree is not followed, or None to follow it
+    (a class folder linked from elsewhere is a class, as ImageNet trees built from links have).
+    One pointing into the source, at a folder holding it, or at a folder another class already
+    reads would duplicate or mislabel images, or loop."""
+    target = os.path.realpath(entry.path)
+    common = os.path.commonpath([target, real_root])
+    if common in (target, real_root):
+        where = "at the source or a folder holding it" if common == target else "inside the source"
+        return f"symlinked folder (not followed: it points {where}, {display_path(target)})"
+    if target in seen:
+        return f"symlinked folder (not followed: the same folder as class {display_path(seen[target])})"
+    seen[target] = entry.name
+    return None
 
 
 def _scan_class(root: Path, rel_dir: str, label: int, scan: FolderScan) -> None:
