@@ -6,8 +6,13 @@ import json
 import os
 from pathlib import Path
 
-from helpers.images import label_from_pixels, make_colour_tree
+import numpy as np
+import pytest
+from PIL import Image
+
+from helpers.images import CLASS_COLOURS, jpeg_bytes, label_from_pixels, make_colour_tree
 from helpers.sources import read_dataset
+from iofeed.cli import main
 from iofeed.format.manifest import Manifest
 from iofeed.prepare.run import preprocess
 
@@ -56,3 +61,63 @@ def test_a_symlinked_class_folder_that_would_repeat_images_is_named_not_followed
     assert names == ["colour0", "colour1", "colour2", "colour3", "linked"]
     assert len(stored) == 10
     assert all(names[label] == "linked" or label == coded for label, coded in stored.values())
+
+
+def _caption_shards(folder: Path, captions: list[str]) -> Path:
+    """One shard as img2dataset writes it: jpg + txt caption + json, pixels coding the sample's colour."""
+    import webdataset as wds
+
+    folder.mkdir(parents=True, exist_ok=True)
+    with wds.TarWriter(str(folder / "00000.tar")) as sink:
+        for i, caption in enumerate(captions):
+            colour = np.full((48, 64, 3), CLASS_COLOURS[i % 4], np.uint8)
+            sink.write({"__key__": f"{i:09d}", "jpg": jpeg_bytes(Image.fromarray(colour)), "txt": caption,
+                        "json": {"caption": caption, "key": f"{i:09d}"}})
+    return folder
+
+
+CAPTIONS = [f"a photo of thing {i} on a table" for i in range(6)]
+
+
+@pytest.mark.parametrize("command", ["preprocess", "index"])
+def test_caption_shards_without_a_label_column_are_refused_naming_the_fix(tmp_path, command, capsys):
+    """img2dataset shards (jpg + txt + json) read with the defaults made each caption a class: 6
+    samples gave 6 classes of one sample each, with no word."""
+    shards = _caption_shards(tmp_path / "wds", CAPTIONS)
+    rc = main([command, str(shards / "00000.tar"), "-o", str(tmp_path / "out.iof")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc != 0 and len(err) == 1, err
+    assert "look like captions" in err[0] and "--label-column json" in err[0] and "00000.tar#000000000" in err[0]
+    assert not (tmp_path / "out.iof").exists()
+
+
+@pytest.mark.parametrize("option", [["--label-column", "json"], ["--label-names"]])
+def test_caption_shards_load_as_the_user_says(tmp_path, option):
+    """Either fix the refusal names works: captions as extras (no classes), or each text a class."""
+    shards = _caption_shards(tmp_path / "wds", CAPTIONS)
+    out = tmp_path / "out.iof"
+    assert main(["preprocess", str(shards), "-o", str(out), "--val-fraction", "0", *option]) == 0
+    stored = read_dataset(out)
+    assert len(stored) == 6
+    classes = Manifest.read(out).classes
+    for name, (image, labels, extra) in stored.items():
+        i = int(name.rsplit("#", 1)[1])
+        assert label_from_pixels(image) == i % 4
+        if option[0] == "--label-names":
+            assert [classes[c] for c in labels] == [CAPTIONS[i]]
+        else:
+            assert labels == [] and extra["caption"] == CAPTIONS[i]
+
+
+def test_txt_class_names_shared_by_samples_are_classes(tmp_path):
+    """The caption rule leaves class names in txt members alone: most samples share their text."""
+    names = ["cat", "dog", "cat", "dog", "cat", "bird"]
+    shards = _caption_shards(tmp_path / "wds", names)
+    assert main(["index", str(shards / "00000.tar"), "-o", str(tmp_path / "indexed.iof")]) == 0
+    assert Manifest.read(tmp_path / "indexed.iof").classes == ["bird", "cat", "dog"]
+    out = tmp_path / "out.iof"
+    assert main(["preprocess", str(shards), "-o", str(out), "--val-fraction", "0"]) == 0
+    classes = Manifest.read(out).classes
+    for name, (image, labels, _) in read_dataset(out).items():
+        i = int(name.rsplit("#", 1)[1])
+        assert classes[labels[0]] == names[i] and label_from_pixels(image) == i % 4
