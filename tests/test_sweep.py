@@ -63,6 +63,23 @@ def test_a_symlinked_class_folder_that_would_repeat_images_is_named_not_followed
     assert all(names[label] == "linked" or label == coded for label, coded in stored.values())
 
 
+
+def test_an_output_inside_a_linked_class_folder_is_refused_before_writing(tmp_path, capsys):
+    """Once linked class folders are read, an -o inside one lies inside the source: the dataset
+    (and its lock) landed among that class's images and the next run read its files as samples."""
+    elsewhere = make_colour_tree(tmp_path / "elsewhere", per_class=2)
+    src = tmp_path / "src"
+    src.mkdir()
+    os.rename(elsewhere / "001.colour0", src / "001.colour0")
+    os.symlink(elsewhere / "002.colour1", src / "002.colour1")
+    out = elsewhere / "002.colour1" / "out.iof"
+    before = sorted(p.name for p in (elsewhere / "002.colour1").iterdir())
+    assert main(["preprocess", str(src), "-o", str(out)]) != 0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "overlaps the source folder" in err[0] and "002.colour1 (a link to" in err[0]
+    assert sorted(p.name for p in (elsewhere / "002.colour1").iterdir()) == before
+
+
 def _caption_shards(folder: Path, captions: list[str]) -> Path:
     """One shard as img2dataset writes it: jpg + txt caption + json, pixels coding the sample's colour."""
     import webdataset as wds

@@ -24,6 +24,7 @@ from pathlib import Path
 from ..errors import IofeedError, OptionError
 from ..format.files import lock_free
 from ..format.manifest import MANIFEST_NAME
+from .scan import linked_class_folders
 
 PARTIAL = ".partial-"  # `.OUT.partial-PID`: the dataset being written
 SPOOL = ".spool-"  # `.OUT.spool-PID-*`: bytes a source copied out (Parquet cells, remote shards)
@@ -40,10 +41,12 @@ def check_output(src: Path | None, out: Path, overwrite: bool) -> None:
     contains the current directory, exists without `overwrite`, or is not an iofeed dataset to
     overwrite."""
     out_r, cwd = Path(out).resolve(), Path.cwd().resolve()
-    src_r = Path(src).resolve() if src is not None else None
-    if src_r is not None and (out_r == src_r or out_r in src_r.parents or src_r in out_r.parents):
-        raise OptionError(f"output {out} overlaps the source folder {src} (its files would be lost "
-                          "or read as a class): pick an -o outside SRC")
+    # a class folder linked in from elsewhere is read as part of the source too
+    read = [(Path(src).resolve(), src), *linked_class_folders(src)] if src is not None else []
+    for src_r, shown in read:
+        if out_r == src_r or out_r in src_r.parents or src_r in out_r.parents:
+            raise OptionError(f"output {out} overlaps the source folder {shown} (its files would be lost "
+                              "or read as a class): pick an -o outside SRC")
     if out_r == cwd or out_r in cwd.parents:
         raise OptionError(f"output {out} is or contains the current directory: pick another -o")
     if not os.path.lexists(out):

@@ -7,7 +7,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..errors import SourceError
+from ..errors import IofeedError, SourceError
 from ..format.manifest import MANIFEST_NAME
 from ..image.sniff import sniff_file
 
@@ -117,6 +117,18 @@ def scan_folder(src: Path) -> FolderScan:
     if not scan.files:
         raise none_accepted(f"no images found in {root}", scan.rejected)
     return scan
+
+
+def linked_class_folders(src: Path | str) -> list[tuple[Path, str]]:
+    """(where it points, how to show it) of each symlinked folder at the top of a class-folder
+    tree `src` (none when `src` is not a local folder): the scan reads them as classes."""
+    try:
+        root = find_class_root(Path(src))
+        entries = list(os.scandir(root))
+    except (IofeedError, OSError):
+        return []
+    return [(Path(e.path).resolve(), f"{display_path(e.path)} (a link to {display_path(os.path.realpath(e.path))})")
+            for e in entries if e.is_symlink() and e.is_dir() and not e.name.startswith(".")]
 
 
 def _linked_class_reason(entry: os.DirEntry, real_root: str, seen: dict[str, str]) -> str | None:
