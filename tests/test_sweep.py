@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import unicodedata
 from pathlib import Path
 
 import numpy as np
@@ -78,6 +79,32 @@ def test_an_output_inside_a_linked_class_folder_is_refused_before_writing(tmp_pa
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "overlaps the source folder" in err[0] and "002.colour1 (a link to" in err[0]
     assert sorted(p.name for p in (elsewhere / "002.colour1").iterdir()) == before
+
+
+
+def test_class_folders_differing_only_in_unicode_form_are_refused_naming_both(tmp_path, capsys):
+    """A macOS copy (NFD 'café') beside the NFC folder made two classes that print the same name,
+    each with half the class's images."""
+    src = make_colour_tree(tmp_path / "src", per_class=2)
+    os.rename(src / "001.colour0", src / unicodedata.normalize("NFC", "café"))
+    os.rename(src / "002.colour1", src / unicodedata.normalize("NFD", "café"))
+    assert main(["preprocess", str(src), "-o", str(tmp_path / "out.iof")]) != 0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "differ only in Unicode normalisation" in err[0] and "caf\\xe9" in err[0]
+    assert not (tmp_path / "out.iof").exists()
+
+
+def test_class_folders_differing_in_case_stay_two_classes(tmp_path):
+    """Case is kept (EMNIST-like trees have `A` and `a`): each folder its own class, every label right."""
+    src = make_colour_tree(tmp_path / "src", per_class=2)
+    os.rename(src / "001.colour0", src / "A")
+    os.rename(src / "002.colour1", src / "a")
+    summary = preprocess(src, tmp_path / "out.iof", val_fraction=0, progress=False, workers=1)
+    names = Manifest.read(summary.out).classes
+    assert names == ["colour2", "colour3", "A", "a"]
+    colour = {"A": 0, "a": 1, "colour2": 2, "colour3": 3}
+    stored = _stored(summary.out)
+    assert len(stored) == 8 and all(colour[names[label]] == coded for label, coded in stored.values())
 
 
 def _caption_shards(folder: Path, captions: list[str]) -> Path:

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import os
 import re
+import unicodedata
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -110,6 +111,7 @@ def scan_folder(src: Path) -> FolderScan:
                 scan.class_dirs.append(entry.name)
         else:
             scan.rejected.append(Rejection(entry.name, "not in a class folder"))
+    _refuse_lookalike_classes(root, scan.class_dirs)
     for label, folder in enumerate(scan.class_dirs):
         _scan_class(root, folder, label, scan)
     if not scan.class_dirs:
@@ -129,6 +131,17 @@ def linked_class_folders(src: Path | str) -> list[tuple[Path, str]]:
         return []
     return [(Path(e.path).resolve(), f"{display_path(e.path)} (a link to {display_path(os.path.realpath(e.path))})")
             for e in entries if e.is_symlink() and e.is_dir() and not e.name.startswith(".")]
+
+
+def _refuse_lookalike_classes(root: Path, class_dirs: list[str]) -> None:
+    """SourceError naming two class folders whose names differ only in Unicode normalisation (a
+    macOS NFD copy beside an NFC one): they would be two classes printed the same."""
+    seen: dict[str, str] = {}
+    for folder in class_dirs:
+        other = seen.setdefault(unicodedata.normalize("NFC", os.fsencode(folder).decode("utf-8", "replace")), folder)
+        if other != folder:
+            raise SourceError(f"class folders {ascii(other)} and {ascii(folder)} in {root} differ only in Unicode "
+                              "normalisation (NFC/NFD) and would be two classes with one name: merge or rename one")
 
 
 def _linked_class_reason(entry: os.DirEntry, real_root: str, seen: dict[str, str]) -> str | None:
