@@ -165,3 +165,37 @@ def test_txt_class_names_shared_by_samples_are_classes(tmp_path):
     for name, (image, labels, _) in read_dataset(out).items():
         i = int(name.rsplit("#", 1)[1])
         assert classes[labels[0]] == names[i] and label_from_pixels(image) == i % 4
+
+
+def _tar(path: Path, members: list[tuple[str, bytes]]) -> Path:
+    """A ustar shard holding `members` (name, bytes) in that order."""
+    import io
+    import tarfile
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with tarfile.open(path, "w", format=tarfile.USTAR_FORMAT) as tar:
+        for name, data in members:
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return path
+
+
+def _coded(c: int) -> bytes:
+    return jpeg_bytes(Image.fromarray(np.full((48, 64, 3), CLASS_COLOURS[c], np.uint8)))
+
+
+def test_index_rejects_an_image_member_without_an_extension_that_verify_would_refuse(tmp_path):
+    """A sample whose image is a member named `a` (no extension) was indexed, but its index line
+    leaves such a member out: `inspect --verify` then failed the whole dataset, and DALI could not
+    read it."""
+    shard = _tar(tmp_path / "wds" / "s.tar", [("a", _coded(0)), ("a.cls", b"0"), ("b.jpg", _coded(1)),
+                                               ("b.cls", b"1"), ("c.jpg", _coded(2)), ("c.cls", b"2")])
+    out = tmp_path / "out.iof"
+    assert main(["index", str(shard), "-o", str(out)]) == 0
+    assert _rejected(out) == {f"{shard}#a": "image member without an extension (a DALI index cannot hold it)"}
+    assert main(["inspect", str(out), "--verify"]) == 0
+    import iofeed
+
+    loader = iofeed.loader(str(out), batch_size=1, framework="numpy", augment=False, shuffle="none", workers=1)
+    assert [(int(labels[0]), label_from_pixels(images[0])) for images, labels in loader] == [(1, 1), (2, 2)]

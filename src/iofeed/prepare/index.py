@@ -152,6 +152,9 @@ def _index_one(shard: str, local: Path, label_column: str | None, image_key: tup
             except ValueError as exc:
                 rejected.append(Rejection(name, str(exc)))
                 continue
+            if not image:  # left out of its index line: DALI and --verify could not find it
+                rejected.append(Rejection(name, "image member without an extension (a DALI index cannot hold it)"))
+                continue
             targets.add(target, extra)
             accepted.append((*members[image], name))
             if from_txt(members, label_column):
