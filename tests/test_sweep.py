@@ -199,3 +199,22 @@ def test_index_rejects_an_image_member_without_an_extension_that_verify_would_re
 
     loader = iofeed.loader(str(out), batch_size=1, framework="numpy", augment=False, shuffle="none", workers=1)
     assert [(int(labels[0]), label_from_pixels(images[0])) for images, labels in loader] == [(1, 1), (2, 2)]
+
+
+def test_a_table_with_two_image_columns_is_refused_until_one_is_named(tmp_path, capsys):
+    """A Parquet table with a photo column and a mask column silently took the first (here the
+    mask, whose pixels say another class), as WebDataset refuses two image members."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    table = pa.table({"mask": [_coded((c + 1) % 4) for c in range(4)], "photo": [_coded(c) for c in range(4)],
+                      "label": [0, 1, 2, 3]})
+    pq.write_table(table, tmp_path / "t.parquet")
+    assert main(["preprocess", str(tmp_path / "t.parquet"), "-o", str(tmp_path / "no.iof")]) != 0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "several image columns (mask, photo)" in err[0] and "--image-column" in err[0]
+    out = tmp_path / "out.iof"
+    assert main(["preprocess", str(tmp_path / "t.parquet"), "-o", str(out), "--image-column", "photo",
+                 "--val-fraction", "0"]) == 0
+    stored = _stored(out)
+    assert len(stored) == 4 and all(label == coded for label, coded in stored.values())
