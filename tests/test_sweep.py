@@ -218,3 +218,31 @@ def test_a_table_with_two_image_columns_is_refused_until_one_is_named(tmp_path, 
                  "--val-fraction", "0"]) == 0
     stored = _stored(out)
     assert len(stored) == 4 and all(label == coded for label, coded in stored.values())
+
+
+def test_one_path_listed_twice_with_two_labels_is_said_in_the_summary(tmp_path, capsys):
+    """A single-label CSV with one conflicting repeated row became a multi-label dataset with no
+    word: the default `target="class"` then gave that image its smallest class, not its row's."""
+    images = tmp_path / "images"
+    images.mkdir()
+    for i in range(8):
+        (images / f"{i:03d}.jpg").write_bytes(_coded(i % 4))
+    names = ["red", "green", "blue", "yellow"]
+    rows = "".join(f"{i:03d}.jpg,{names[i % 4]}\n" for i in range(8)) + "000.jpg,green\n"
+    (tmp_path / "labels.csv").write_text("path,label\n" + rows)
+    out = tmp_path / "out.iof"
+    assert main(["preprocess", str(images), "--labels", str(tmp_path / "labels.csv"), "-o", str(out),
+                 "--val-fraction", "0"]) == 0
+    said = [line for line in capsys.readouterr().out.splitlines() if "multi-label" in line]
+    assert said == ['  multi-label   1 sample with several classes (e.g. 000.jpg: green, red): the targets are '
+                    'multi_label; load them with target="multi_hot"']
+    import iofeed
+
+    loader = iofeed.loader(str(out), batch_size=8, framework="numpy", augment=False, shuffle="none", workers=1,
+                           target="multi_hot")
+    classes = Manifest.read(out).classes
+    for images_, hot in loader:
+        for image, row in zip(images_, hot):
+            held = {classes[c] for c in np.flatnonzero(row)}
+            assert names[label_from_pixels(image)] in held
+            assert len(held) == (2 if held == {"green", "red"} else 1)

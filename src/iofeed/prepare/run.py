@@ -8,6 +8,7 @@ from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from tqdm import tqdm
@@ -48,6 +49,8 @@ class PreprocessSummary:
     seconds: float
     empty_classes: list[str] = field(default_factory=list)  # class folders without an image (no samples)
     stale_removed: list[Path] = field(default_factory=list)  # what interrupted runs had left beside OUT
+    several_classes: int = 0  # samples with more than one class (a multi-label dataset)
+    several_example: str = ""  # the first of them and its classes
 
     @property
     def images_per_sec(self) -> float:
@@ -165,7 +168,19 @@ def _preprocess(scan: SourceScan, src: Path | str, out: Path, start: float, *, p
         seconds=seconds,
         empty_classes=scan.empty_classes,
         stale_removed=stale,
+        **_several_classes(scan, targets),
     )
+
+
+def _several_classes(scan: SourceScan, targets: Resolved) -> dict[str, Any]:
+    """How many samples have several classes, and the first with its class names: one path listed
+    twice with two labels makes the whole dataset multi-label, so the summary says so."""
+    several = [i for i, classes in enumerate(targets.classes) if len(classes) > 1]
+    if not several:
+        return {}
+    first = several[0]
+    names = ", ".join(targets.names[c] for c in targets.classes[first])
+    return {"several_classes": len(several), "several_example": f"{display_path(scan.names[first])}: {names}"}
 
 
 @dataclass
