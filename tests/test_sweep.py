@@ -135,6 +135,19 @@ def test_caption_shards_without_a_label_column_are_refused_naming_the_fix(tmp_pa
     assert not (tmp_path / "out.iof").exists()
 
 
+
+def test_caption_shards_with_a_class_in_their_json_load_by_its_key(tmp_path):
+    """The refusal's `--label-column KEY` takes the class from each json, never from the caption."""
+    shards = _caption_shards(tmp_path / "wds", CAPTIONS)
+    out = tmp_path / "out.iof"
+    assert main(["preprocess", str(shards), "-o", str(out), "--val-fraction", "0", "--label-column", "key"]) == 0
+    classes = Manifest.read(out).classes
+    assert classes == [f"{i:09d}" for i in range(6)]
+    for name, (image, labels, _) in read_dataset(out).items():
+        i = int(name.rsplit("#", 1)[1])
+        assert classes[labels[0]] == f"{i:09d}" and label_from_pixels(image) == i % 4
+
+
 @pytest.mark.parametrize("option", [["--label-column", "json"], ["--label-names"]])
 def test_caption_shards_load_as_the_user_says(tmp_path, option):
     """Either fix the refusal names works: captions as extras (no classes), or each text a class."""

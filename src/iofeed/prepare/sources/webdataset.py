@@ -68,7 +68,8 @@ def refuse_captions(labels: list[tuple[str, Any]], src: str) -> None:
         raise SourceError(f"{src}: the txt members look like captions, not class names ({len(single)} of "
                           f"{len(labels)} samples have a text no other has, e.g. {name}: {shown!r}): pass "
                           "--label-column json to keep each json as the sample's extra (img2dataset shards), "
-                          "or --label-names to make each text a class")
+                          "--label-column KEY for a label under KEY in each json, or --label-names to make each "
+                          "text a class")
 
 
 def shard_targets(label_column: str | None) -> Targets:
