@@ -259,3 +259,20 @@ def test_one_path_listed_twice_with_two_labels_is_said_in_the_summary(tmp_path, 
             held = {classes[c] for c in np.flatnonzero(row)}
             assert names[label_from_pixels(image)] in held
             assert len(held) == (2 if held == {"green", "red"} else 1)
+
+
+def test_a_shard_folder_with_a_subfolder_names_its_shards_and_the_fix(tmp_path, capsys):
+    """`index DIR` reads a shard folder holding a `logs/` folder; `preprocess DIR` took it for class
+    folders and said only "a.tar: not in a class folder". Now the error names the shards and
+    `--source webdataset`, which reads every sample with its label."""
+    shards = tmp_path / "wds"
+    _tar(shards / "a.tar", [m for c in range(4) for m in ((f"k{c}.jpg", _coded(c)), (f"k{c}.cls", str(c).encode()))])
+    (shards / "logs").mkdir()
+    (shards / "logs" / "run.log").write_text("written by the crawler\n")
+    assert main(["preprocess", str(shards), "-o", str(tmp_path / "no.iof")]) != 0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "tar shards (a.tar)" in err[0] and "--source webdataset" in err[0]
+    out = tmp_path / "out.iof"
+    assert main(["preprocess", str(shards), "-o", str(out), "--source", "webdataset", "--val-fraction", "0"]) == 0
+    stored = _stored(out)
+    assert len(stored) == 4 and all(label == coded for label, coded in stored.values())
