@@ -107,6 +107,24 @@ def test_class_folders_differing_in_case_stay_two_classes(tmp_path):
     assert len(stored) == 8 and all(colour[names[label]] == coded for label, coded in stored.values())
 
 
+
+def test_a_class_folder_beside_256_object_categories_is_a_rejection_not_lost(tmp_path):
+    """With `src/256_ObjectCategories/` present only its class folders are read: a class folder
+    added beside it (and its images) vanished with 0 rejected."""
+    src = tmp_path / "caltech"
+    make_colour_tree(src / "256_ObjectCategories", per_class=2)
+    (src / "258.added").mkdir()
+    (src / "258.added" / "0000.jpg").write_bytes(_coded(0))
+    (src / "stray.jpg").write_bytes(_coded(1))
+    (src / "256_ObjectCategories.tar").write_bytes(b"not an image")
+    summary = preprocess(src, tmp_path / "out.iof", val_fraction=0, progress=False, workers=1)
+    assert _rejected(summary.out) == {
+        "../258.added": "beside 256_ObjectCategories (not read: only the class folders in it are)",
+        "../stray.jpg": "beside 256_ObjectCategories (not read: only the class folders in it are)"}
+    stored = _stored(summary.out)
+    assert len(stored) == 8 and all(label == coded for label, coded in stored.values())
+
+
 def _caption_shards(folder: Path, captions: list[str]) -> Path:
     """One shard as img2dataset writes it: jpg + txt caption + json, pixels coding the sample's colour."""
     import webdataset as wds

@@ -92,7 +92,7 @@ def scan_folder(src: Path) -> FolderScan:
     top-level class. Raises SourceError when no class folder or no image is found.
     """
     root = find_class_root(src)
-    scan = FolderScan(root=root, class_dirs=[])
+    scan = FolderScan(root=root, class_dirs=[], rejected=_beside_caltech(Path(src), root))
     entries = sorted(os.scandir(root), key=lambda e: e.name)
     real_root, seen = os.path.realpath(root), {}
     for entry in entries:
@@ -131,6 +131,17 @@ def linked_class_folders(src: Path | str) -> list[tuple[Path, str]]:
         return []
     return [(Path(e.path).resolve(), f"{display_path(e.path)} (a link to {display_path(os.path.realpath(e.path))})")
             for e in entries if e.is_symlink() and e.is_dir() and not e.name.startswith(".")]
+
+
+def _beside_caltech(src: Path, root: Path) -> list[Rejection]:
+    """The folders and images beside `256_ObjectCategories` when it is the class root (a class
+    folder added next to it): not read, so each is a rejection rather than lost without a word."""
+    if root == src:
+        return []
+    beside = sorted((e for e in os.scandir(src) if e.name != CALTECH_SUBFOLDER and not e.name.startswith(".")),
+                    key=lambda e: e.name)
+    return [Rejection(f"../{e.name}", f"beside {CALTECH_SUBFOLDER} (not read: only the class folders in it are)")
+            for e in beside if e.is_dir() or (e.is_file() and not_image(Path(e.path)) is None)]
 
 
 def _refuse_lookalike_classes(root: Path, class_dirs: list[str]) -> None:
