@@ -294,3 +294,33 @@ def test_a_shard_folder_with_a_subfolder_names_its_shards_and_the_fix(tmp_path, 
     assert main(["preprocess", str(shards), "-o", str(out), "--source", "webdataset", "--val-fraction", "0"]) == 0
     stored = _stored(out)
     assert len(stored) == 4 and all(label == coded for label, coded in stored.values())
+
+
+def test_a_labels_file_reads_images_under_a_linked_folder_and_says_why_not_others(tmp_path):
+    """With --labels, images under a folder linked in at the top of SRC were "listed but not found",
+    and so was a listed hidden file that is there: now the linked folder is read as the class-folder
+    scan reads it, and a file that is there but not read says why."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    images = tmp_path / "images"
+    (images / "deep").mkdir(parents=True)
+    names = ["red", "green", "blue", "yellow"]
+    for c in range(4):
+        (images / f"{c}.jpg").write_bytes(_coded(c))
+        (outside / f"{c}.jpg").write_bytes(_coded(c))
+    os.symlink(outside, images / "linked")
+    os.symlink(outside, images / "deep" / "again")
+    (images / ".hidden.jpg").write_bytes(_coded(0))
+    rows = [f"{c}.jpg,{names[c]}" for c in range(4)] + [f"linked/{c}.jpg,{names[c]}" for c in range(4)]
+    rows += [".hidden.jpg,red", "deep/again/1.jpg,green"]
+    (tmp_path / "labels.csv").write_text("path,label\n" + "\n".join(rows) + "\n")
+    out = tmp_path / "out.iof"
+    assert main(["preprocess", str(images), "--labels", str(tmp_path / "labels.csv"), "-o", str(out),
+                 "--val-fraction", "0"]) == 0
+    classes = Manifest.read(out).classes
+    stored = {name: (classes[label], coded) for name, (label, coded) in _stored(out).items()}
+    assert sorted(stored) == sorted([f"{c}.jpg" for c in range(4)] + [f"linked/{c}.jpg" for c in range(4)])
+    assert all(name == names[coded] for name, coded in stored.values())
+    reasons = _rejected(out)
+    assert reasons[".hidden.jpg"].endswith("but hidden (a name starting with '.': rename it)")
+    assert "under a symlinked folder that is not followed" in reasons["deep/again/1.jpg"]

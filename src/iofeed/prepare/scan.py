@@ -155,6 +155,17 @@ def _refuse_lookalike_classes(root: Path, class_dirs: list[str]) -> None:
                               "normalisation (NFC/NFD) and would be two classes with one name: merge or rename one")
 
 
+def linked_folders(root: Path) -> list[tuple[str, str]]:
+    """(name, where it points) of each symlinked folder at the top of `root` that is followed
+    (`_linked_class_reason`): a labels-file source reads them as the class-folder scan does."""
+    real_root, seen, found = os.path.realpath(root), {}, []
+    for entry in sorted(os.scandir(root), key=lambda e: e.name):
+        if not entry.name.startswith(".") and entry.is_symlink() and entry.is_dir():
+            if _linked_class_reason(entry, real_root, seen) is None:
+                found.append((entry.name, os.path.realpath(entry.path)))
+    return found
+
+
 def _linked_class_reason(entry: os.DirEntry, real_root: str, seen: dict[str, str]) -> str | None:
     """Why a symlinked class folder at the top of the tree is not followed, or None to follow it
     (a class folder linked from elsewhere is a class, as ImageNet trees built from links have).
