@@ -324,3 +324,28 @@ def test_a_labels_file_reads_images_under_a_linked_folder_and_says_why_not_other
     reasons = _rejected(out)
     assert reasons[".hidden.jpg"].endswith("but hidden (a name starting with '.': rename it)")
     assert "under a symlinked folder that is not followed" in reasons["deep/again/1.jpg"]
+
+
+def test_the_same_image_under_two_samples_is_reported_with_its_classes_and_splits(tmp_path, capsys):
+    """An image copied into a second class folder was kept under both labels with no word, so a
+    copy could land in val while its twin trained."""
+    src = make_colour_tree(tmp_path / "src", per_class=6)
+    (src / "002.colour1" / "copy.jpg").write_bytes((src / "001.colour0" / "0003.jpg").read_bytes())
+    (src / "001.colour0" / "again.jpg").write_bytes((src / "001.colour0" / "0004.jpg").read_bytes())
+    out = tmp_path / "out.iof"
+    assert main(["preprocess", str(src), "-o", str(out), "--val-fraction", "0"]) == 0
+    said = [line for line in capsys.readouterr().out.splitlines() if line.startswith("  duplicates")]
+    assert said == ["  duplicates    2 images with the same bytes as another sample (e.g. 001.colour0/0003.jpg = "
+                    "002.colour1/copy.jpg): 1 with other classes, 0 in another split; all kept, remove the copies "
+                    "you do not want"]
+    stored = _stored(out)
+    assert len(stored) == 26 and stored["002.colour1/copy.jpg"] == (1, 0)
+
+
+def test_find_duplicates_counts_copies_across_splits_and_classes():
+    from iofeed.prepare.duplicates import find_duplicates
+
+    found = find_duplicates([("d1", "a.jpg", "train", (0,)), ("d1", "b.jpg", "val", (0,)),
+                             ("d1", "c.jpg", "train", (1,)), ("d2", "d.jpg", "val", (2,))])
+    assert (found.extra_copies, found.across_splits, found.other_classes, found.example) == (2, 1, 1, "a.jpg = b.jpg")
+    assert find_duplicates([("d1", "a.jpg", "train", (0,))]).line() == ""

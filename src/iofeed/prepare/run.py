@@ -21,6 +21,7 @@ from ..format.shards import ShardWriter
 from ..format.table import ENCODINGS, MEMBER_EXTENSIONS, new_table, save_table
 from ..format.targets import save_targets
 from ..remote.urls import is_url
+from .duplicates import Duplicates, find_duplicates
 from .engines import select_engine
 from .file import Prepared, Task
 from .output import check_output, spool_dir, written_aside
@@ -51,6 +52,7 @@ class PreprocessSummary:
     stale_removed: list[Path] = field(default_factory=list)  # what interrupted runs had left beside OUT
     several_classes: int = 0  # samples with more than one class (a multi-label dataset)
     several_example: str = ""  # the first of them and its classes
+    duplicates: Duplicates = field(default_factory=Duplicates)  # images stored under several samples
 
     @property
     def images_per_sec(self) -> float:
@@ -169,6 +171,7 @@ def _preprocess(scan: SourceScan, src: Path | str, out: Path, start: float, *, p
         empty_classes=scan.empty_classes,
         stale_removed=stale,
         **_several_classes(scan, targets),
+        duplicates=find_duplicates([(f["digest"], f["name"], f["split"], f["classes"]) for f in results.facts]),
     )
 
 
@@ -235,7 +238,8 @@ def _pack(
             row["encoding"] = ENCODINGS.index(prepared.encoding)
             row["width"], row["height"] = prepared.facts["width"], prepared.facts["height"]
             sources[name].append(display_path(rel))
-            facts.append({**prepared.facts, "encoding": prepared.encoding, "stored_bytes": size})
+            facts.append({**prepared.facts, "encoding": prepared.encoding, "stored_bytes": size,
+                          "name": display_path(rel), "split": name, "classes": tuple(classes)})
     splits = {}
     for name, writer in writers.items():
         shards = writer.close()
