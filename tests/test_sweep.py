@@ -154,6 +154,23 @@ def test_caption_shards_without_a_label_column_are_refused_naming_the_fix(tmp_pa
 
 
 
+@pytest.mark.parametrize("command", ["preprocess", "index"])
+def test_caption_shards_over_http_are_refused_by_url(tmp_path, command, capsys):
+    """The same rule for shards read from a URL: the refusal names the sample by its URL."""
+    from helpers.storage import CountingServer
+
+    _caption_shards(tmp_path / "wds", CAPTIONS)
+    server = CountingServer(tmp_path / "wds")
+    try:
+        url = f"{server.url}/00000.tar"
+        assert main([command, url, "-o", str(tmp_path / "out.iof")]) != 0
+    finally:
+        server.close()
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "look like captions" in err[0] and f"{url}#000000000" in err[0]
+
+
+
 def test_caption_shards_with_a_class_in_their_json_load_by_its_key(tmp_path):
     """The refusal's `--label-column KEY` takes the class from each json, never from the caption."""
     shards = _caption_shards(tmp_path / "wds", CAPTIONS)
