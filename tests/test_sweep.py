@@ -94,6 +94,18 @@ def test_class_folders_differing_only_in_unicode_form_are_refused_naming_both(tm
     assert not (tmp_path / "out.iof").exists()
 
 
+
+def test_numbered_class_folders_that_share_a_name_are_refused_naming_both(tmp_path, capsys):
+    """`001.cat` and `002.cat` (a class split in two, or copied) both became the class "cat": two
+    classes printed with one name, so `classes.index("cat")` found half the images."""
+    src = make_colour_tree(tmp_path / "src", per_class=2)
+    os.rename(src / "001.colour0", src / "001.cat")
+    os.rename(src / "002.colour1", src / "002.cat")
+    assert main(["preprocess", str(src), "-o", str(tmp_path / "out.iof")]) != 0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "'001.cat' and '002.cat'" in err[0] and "would both be the class 'cat'" in err[0]
+
+
 def test_class_folders_differing_in_case_stay_two_classes(tmp_path):
     """Case is kept (EMNIST-like trees have `A` and `a`): each folder its own class, every label right."""
     src = make_colour_tree(tmp_path / "src", per_class=2)

@@ -145,14 +145,20 @@ def _beside_caltech(src: Path, root: Path) -> list[Rejection]:
 
 
 def _refuse_lookalike_classes(root: Path, class_dirs: list[str]) -> None:
-    """SourceError naming two class folders whose names differ only in Unicode normalisation (a
-    macOS NFD copy beside an NFC one): they would be two classes printed the same."""
+    """SourceError naming two class folders that would be two classes printed with one name: a
+    Caltech number dropped (`001.cat`, `002.cat`), or names that differ only in Unicode
+    normalisation (a macOS NFD copy beside an NFC one)."""
     seen: dict[str, str] = {}
     for folder in class_dirs:
-        other = seen.setdefault(unicodedata.normalize("NFC", os.fsencode(folder).decode("utf-8", "replace")), folder)
-        if other != folder:
-            raise SourceError(f"class folders {ascii(other)} and {ascii(folder)} in {root} differ only in Unicode "
-                              "normalisation (NFC/NFD) and would be two classes with one name: merge or rename one")
+        name = class_name(folder)
+        other = seen.setdefault(unicodedata.normalize("NFC", os.fsencode(name).decode("utf-8", "replace")), folder)
+        if other == folder:
+            continue
+        if class_name(other) == name and name != folder:
+            why = f"would both be the class {ascii(name)} (the number before the dot is dropped, as Caltech's)"
+        else:
+            why = "differ only in Unicode normalisation (NFC/NFD) and would be two classes with one name"
+        raise SourceError(f"class folders {ascii(other)} and {ascii(folder)} in {root} {why}: merge or rename one")
 
 
 def linked_folders(root: Path) -> list[tuple[str, str]]:
