@@ -378,3 +378,37 @@ def test_find_duplicates_counts_copies_across_splits_and_classes():
                              ("d1", "c.jpg", "train", (1,)), ("d2", "d.jpg", "val", (2,))])
     assert (found.extra_copies, found.across_splits, found.other_classes, found.example) == (2, 1, 1, "a.jpg = b.jpg")
     assert find_duplicates([("d1", "a.jpg", "train", (0,))]).line() == ""
+
+
+def test_overwrite_never_deletes_a_labels_file_kept_inside_the_output(tmp_path, capsys):
+    """`--labels out.iof/labels.csv -o out.iof --overwrite` replaced OUT and deleted the user's
+    labels file with it (rc 0)."""
+    images = tmp_path / "images"
+    images.mkdir()
+    for c in range(4):
+        (images / f"{c}.jpg").write_bytes(_coded(c))
+    rows = "path,label\n" + "".join(f"{c}.jpg,{c}\n" for c in range(4))
+    (tmp_path / "labels.csv").write_text(rows)
+    out = tmp_path / "out.iof"
+    assert main(["preprocess", str(images), "--labels", str(tmp_path / "labels.csv"), "-o", str(out)]) == 0
+    kept = out / "labels.csv"
+    kept.write_text(rows)
+    capsys.readouterr()
+    assert main(["preprocess", str(images), "--labels", str(kept), "-o", str(out), "--overwrite"]) != 0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--labels" in err[0] and "lies inside the output" in err[0]
+    assert kept.read_text() == rows
+
+
+def test_index_overwrite_never_deletes_shards_kept_inside_the_output(tmp_path, capsys):
+    """`iofeed index out.iof/s.tar -o out.iof --overwrite` deleted the very shards it was indexing."""
+    out = tmp_path / "out.iof"
+    first = _tar(tmp_path / "s.tar", [("a.jpg", _coded(0)), ("a.cls", b"0"), ("b.jpg", _coded(1)), ("b.cls", b"1")])
+    assert main(["index", str(first), "-o", str(out)]) == 0
+    inside = out / "s.tar"
+    inside.write_bytes(first.read_bytes())
+    capsys.readouterr()
+    assert main(["index", str(inside), "-o", str(out), "--overwrite"]) != 0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "shard" in err[0] and "lies inside the output" in err[0]
+    assert inside.read_bytes() == first.read_bytes()

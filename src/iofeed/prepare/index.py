@@ -16,7 +16,7 @@ from ..format.shards import INDEX_VERSION
 from ..format.table import new_table, save_table
 from ..format.targets import save_targets
 from ..remote.urls import is_url
-from .output import check_output, spool_dir, written_aside
+from .output import check_inputs, check_output, spool_dir, written_aside
 from .run import REJECTED_NAME, write_rejected
 from .scan import Rejection, none_accepted, reason_kind
 from .sources.shardlist import fetch_or_reject, list_shards
@@ -66,6 +66,7 @@ def index_shards(spec: str, out: Path, *, split: str = "train", label_column: st
     check_output(None, out, overwrite)
     image_key = image_keys(image_key)
     shards = list_shards(spec)
+    check_inputs(out, [shard for shard in shards if not is_url(shard)], "shard")
     remote = [is_url(shard) for shard in shards]
     if any(remote) and not all(remote):
         raise SourceError(f"{spec} names local shards ({shards[remote.index(False)]}) and URLs "

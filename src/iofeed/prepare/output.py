@@ -177,6 +177,16 @@ def swap_in(staging: Path, out: Path) -> None:
     shutil.rmtree(aside, ignore_errors=True)
 
 
+def check_inputs(out: Path, inputs: list[str | Path], what: str) -> None:
+    """Refuse an `out` holding one of the local files a run reads (a labels file, shards indexed in
+    place): `--overwrite` would delete the user's file, and a dataset would point into itself."""
+    out_r = Path(out).resolve()
+    for path in inputs:
+        if out_r == Path(path).resolve() or out_r in Path(path).resolve().parents:
+            raise OptionError(f"{what} {path} lies inside the output {out} (replacing it would delete the file): "
+                              "move it out, or pick another -o")
+
+
 @contextmanager
 def written_aside(src: Path | None, out: Path, overwrite: bool) -> Iterator[tuple[Path, list[Path]]]:
     """Write the dataset at `out` aside: lock OUT, yield a fresh staging folder (and what dead runs

@@ -24,7 +24,7 @@ from ..remote.urls import is_url
 from .duplicates import Duplicates, find_duplicates
 from .engines import select_engine
 from .file import Prepared, Task
-from .output import check_output, spool_dir, written_aside
+from .output import check_inputs, check_output, spool_dir, written_aside
 from .scan import Rejection, display_path, none_accepted, reason_kind
 from .sources.base import SourceOptions, SourceScan
 from .sources.registry import scan_source
@@ -110,6 +110,8 @@ def preprocess(
     if not isinstance(seed, (int, np.integer)) or seed < 0:
         raise OptionError(f"--seed must be an integer >= 0, got {seed!r}")
     check_output(src, out, overwrite)
+    if labels is not None:
+        check_inputs(out, [labels], "--labels")
     start = time.perf_counter()
     with spool_dir(out) as spool:
         options = SourceOptions(labels=None if labels is None else Path(labels), label_column=label_column,
