@@ -412,3 +412,22 @@ def test_index_overwrite_never_deletes_shards_kept_inside_the_output(tmp_path, c
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "shard" in err[0] and "lies inside the output" in err[0]
     assert inside.read_bytes() == first.read_bytes()
+
+
+def test_overwrite_never_deletes_a_file_the_user_put_in_the_dataset(tmp_path, capsys):
+    """`--overwrite` replaced a dataset folder and the notes the user kept in it went with it."""
+    src = make_colour_tree(tmp_path / "src", per_class=2)
+    out = tmp_path / "out.iof"
+    assert main(["preprocess", str(src), "-o", str(out)]) == 0
+    (out / "NOTES.md").write_text("how this dataset was cleaned")
+    capsys.readouterr()
+    assert main(["preprocess", str(src), "-o", str(out), "--overwrite"]) != 0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "holds NOTES.md, which iofeed did not write" in err[0]
+    assert (out / "NOTES.md").read_text() == "how this dataset was cleaned"
+    (out / "NOTES.md").unlink()
+    assert main(["preprocess", str(src), "-o", str(out), "--overwrite"]) == 0
+    indexed = tmp_path / "indexed.iof"
+    shard = next(out.glob("train-*.tar"))
+    assert main(["index", str(shard), "-o", str(indexed)]) == 0
+    assert main(["index", str(shard), "-o", str(indexed), "--overwrite"]) == 0

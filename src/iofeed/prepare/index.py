@@ -63,10 +63,10 @@ def index_shards(spec: str, out: Path, *, split: str = "train", label_column: st
         plain_name(split)  # the split names the dataset's files
     except ValueError:
         raise OptionError(f"--split {split!r}: a split is a plain name (train, val, ...), without '/'") from None
-    check_output(None, out, overwrite)
     image_key = image_keys(image_key)
     shards = list_shards(spec)
-    check_inputs(out, [shard for shard in shards if not is_url(shard)], "shard")
+    check_inputs(out, [shard for shard in shards if not is_url(shard)], "shard")  # the more precise refusal first
+    check_output(None, out, overwrite)
     remote = [is_url(shard) for shard in shards]
     if any(remote) and not all(remote):
         raise SourceError(f"{spec} names local shards ({shards[remote.index(False)]}) and URLs "

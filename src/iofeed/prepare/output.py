@@ -13,6 +13,7 @@ from __future__ import annotations
 import errno
 import fcntl
 import os
+import re
 import shutil
 import signal
 import tempfile
@@ -30,6 +31,9 @@ PARTIAL = ".partial-"  # `.OUT.partial-PID`: the dataset being written
 SPOOL = ".spool-"  # `.OUT.spool-PID-*`: bytes a source copied out (Parquet cells, remote shards)
 SPOOL_LOCK = ".lock"  # in a spool folder: flock'd by the run using it
 ASIDE = ".replaced-"  # `.OUT.replaced-PID`: the old dataset between the two renames of a swap
+# every file preprocess and index write into a dataset (`docs/formats.md`); --overwrite replaces only these
+DATASET_FILE = re.compile(r"iofeed\.json|rejected\.jsonl|[\w.-]+-samples\.(npy|sources\.jsonl|sources\.txt)"
+                          r"|[\w.-]+-targets\.jsonl|[\w.-]+-\d{6}\.(tar|idx)")
 
 
 class OutputError(IofeedError):
@@ -59,6 +63,11 @@ def check_output(src: Path | None, out: Path, overwrite: bool) -> None:
     if not (Path(out) / MANIFEST_NAME).is_file():
         raise OptionError(f"output {out} is not an iofeed dataset (no {MANIFEST_NAME}): --overwrite replaces "
                           "only an iofeed dataset (remove it yourself or pick another -o)")
+    foreign = sorted(e.name for e in os.scandir(out) if not e.is_file(follow_symlinks=False)
+                     or not DATASET_FILE.fullmatch(e.name))
+    if foreign:
+        raise OptionError(f"output {out} holds {', '.join(foreign[:3])}{', ...' if len(foreign) > 3 else ''}, which "
+                          "iofeed did not write: --overwrite would delete it with the dataset (move it out first)")
 
 
 def lock_path(out: Path) -> Path:

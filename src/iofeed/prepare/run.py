@@ -109,9 +109,9 @@ def preprocess(
         raise OptionError(f"shard size must be at least 64 KiB, got {shard_bytes} bytes")
     if not isinstance(seed, (int, np.integer)) or seed < 0:
         raise OptionError(f"--seed must be an integer >= 0, got {seed!r}")
-    check_output(src, out, overwrite)
-    if labels is not None:
+    if labels is not None:  # before check_output: the more precise refusal
         check_inputs(out, [labels], "--labels")
+    check_output(src, out, overwrite)
     start = time.perf_counter()
     with spool_dir(out) as spool:
         options = SourceOptions(labels=None if labels is None else Path(labels), label_column=label_column,
