@@ -431,3 +431,28 @@ def test_overwrite_never_deletes_a_file_the_user_put_in_the_dataset(tmp_path, ca
     shard = next(out.glob("train-*.tar"))
     assert main(["index", str(shard), "-o", str(indexed)]) == 0
     assert main(["index", str(shard), "-o", str(indexed), "--overwrite"]) == 0
+
+
+@pytest.mark.parametrize("command", ["preprocess", "index"])
+def test_label_members_written_with_a_byte_order_mark_keep_their_meaning(tmp_path, command):
+    """`cls` members written by a Windows tool (UTF-8 with a BOM) became the names "\\ufeff0" ..
+    "\\ufeff11", sorted as text: cls 10 got label 2, with no word; a `txt` "red" with a BOM was a
+    class of its own beside "red"."""
+    members = []
+    for i in range(12):
+        members += [(f"k{i:02d}.jpg", _coded(i % 4)), (f"k{i:02d}.cls", ("\ufeff" + str(i)).encode())]
+    shard = _tar(tmp_path / "cls.tar", members)
+    out = tmp_path / "cls.iof"
+    split = ["--val-fraction", "0"] if command == "preprocess" else []
+    assert main([command, str(shard), "-o", str(out), *split]) == 0
+    assert Manifest.read(out).classes == [str(i) for i in range(12)]
+    import iofeed
+
+    loader = iofeed.loader(str(out), batch_size=1, framework="numpy", augment=False, shuffle="none", workers=1)
+    seen = sorted((int(labels[0]), label_from_pixels(images[0])) for images, labels in loader)
+    assert [label for label, _ in seen] == list(range(12)) and all(label % 4 == coded for label, coded in seen)
+    names = ["red", "green"]
+    members = [m for i in range(8) for m in ((f"t{i}.jpg", _coded(i % 2)),
+                                             (f"t{i}.txt", ("\ufeff" * (i % 4 == 0) + names[i % 2]).encode()))]
+    assert main([command, str(_tar(tmp_path / "txt.tar", members)), "-o", str(tmp_path / "txt.iof"), *split]) == 0
+    assert Manifest.read(tmp_path / "txt.iof").classes == ["green", "red"]

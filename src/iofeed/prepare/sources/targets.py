@@ -58,8 +58,8 @@ def member_label(data: bytes, ext: str) -> Any:
     (`+1`, `1.0`, `1e0`), `txt` is a class name, another member (`--label-column`) a cell
     (`parse_cell`). ValueError (the rejection reason) when the bytes are not UTF-8: a replacement
     character would make a new class."""
-    try:
-        text = data.decode("utf-8").strip()
+    try:  # utf-8-sig: a byte-order mark (Windows tools write one) would make `3` the name "\ufeff3"
+        text = data.decode("utf-8-sig").strip()
     except UnicodeDecodeError:
         raise ValueError(f"{NOT_A_CLASS} (its {ext} member is not UTF-8 text)") from None
     if ext == "cls" and _INTEGER.fullmatch(text):
