@@ -456,3 +456,15 @@ def test_label_members_written_with_a_byte_order_mark_keep_their_meaning(tmp_pat
                                              (f"t{i}.txt", ("\ufeff" * (i % 4 == 0) + names[i % 2]).encode()))]
     assert main([command, str(_tar(tmp_path / "txt.tar", members)), "-o", str(tmp_path / "txt.iof"), *split]) == 0
     assert Manifest.read(tmp_path / "txt.iof").classes == ["green", "red"]
+
+
+def test_txt_class_names_differing_only_in_unicode_form_are_refused_naming_both(tmp_path, capsys):
+    """`café` written NFC by one tool and NFD by another became two classes printed the same."""
+    members = []
+    for i in range(6):
+        text = unicodedata.normalize("NFD" if i == 5 else "NFC", "café" if i % 2 else "tea")
+        members += [(f"k{i}.jpg", _coded(i % 2)), (f"k{i}.txt", text.encode())]
+    shard = _tar(tmp_path / "s.tar", members)
+    assert main(["preprocess", str(shard), "-o", str(tmp_path / "out.iof")]) != 0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "differ only in Unicode normalisation" in err[0] and "s.tar#k5" in err[0]

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import unicodedata
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from decimal import Decimal
@@ -219,6 +220,13 @@ def _check_values(first: dict[Value, int], name: Callable[[int], str]) -> None:
         raise SourceError(f"labels mix class indices ({_few(ints)}) and class names ({_few(texts)}), e.g. "
                           f"{name(first[ints[0]])}: {ints[0]} and {name(first[texts[0]])}: {texts[0]!r}: give "
                           "every sample an index or every sample a name (--label-names: every label a name)")
+    normal: dict[str, str] = {}
+    for text in texts:
+        other = normal.setdefault(unicodedata.normalize("NFC", text), text)
+        if other != text:
+            raise SourceError(f"class names {ascii(other)} ({name(first[other])}) and {ascii(text)} "
+                              f"({name(first[text])}) differ only in Unicode normalisation (NFC/NFD): they would be "
+                              "two classes printed the same; write them alike")
     if ints and ints[-1] + 1 > dense_limit(len(ints)):
         raise SourceError(f"label {ints[-1]} ({name(first[ints[-1]])}) would make {ints[-1] + 1:,} classes for "
                           f"{len(ints)} distinct labels: integer labels are class indices 0..max, at most "
