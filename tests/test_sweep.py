@@ -65,6 +65,16 @@ def test_a_symlinked_class_folder_that_would_repeat_images_is_named_not_followed
 
 
 
+
+def test_a_broken_class_folder_link_is_named_as_one(tmp_path):
+    """A top-level class link whose target is gone (a disk not mounted) was "not in a class folder"."""
+    src = make_colour_tree(tmp_path / "src", per_class=2)
+    os.symlink(tmp_path / "unmounted" / "cats", src / "005.cats")
+    summary = preprocess(src, tmp_path / "out.iof", val_fraction=0, progress=False, workers=1)
+    assert _rejected(summary.out) == {"005.cats": f"broken symlink (to {tmp_path}/unmounted/cats, which is missing)"}
+    assert summary.rejected == {"broken symlink": 1}
+
+
 def test_an_output_inside_a_linked_class_folder_is_refused_before_writing(tmp_path, capsys):
     """Once linked class folders are read, an -o inside one lies inside the source: the dataset
     (and its lock) landed among that class's images and the next run read its files as samples."""

@@ -109,6 +109,9 @@ def scan_folder(src: Path) -> FolderScan:
                 scan.rejected.append(Rejection(entry.name, reason))
             else:
                 scan.class_dirs.append(entry.name)
+        elif entry.is_symlink() and not os.path.exists(entry.path):  # a class folder on a disk not mounted?
+            target = display_path(os.path.realpath(entry.path))
+            scan.rejected.append(Rejection(entry.name, f"broken symlink (to {target}, which is missing)"))
         else:
             scan.rejected.append(Rejection(entry.name, "not in a class folder"))
     _refuse_lookalike_classes(root, scan.class_dirs)
