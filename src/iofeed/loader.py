@@ -46,6 +46,7 @@ class LoaderStats:
     live: Callable[[], dict[str, Any]] | None = field(default=None, repr=False)  # the engine's settings now
     transform_seconds: float = 0.0  # CPU time of the per-sample `transform=`, over `images` delivered
     worker_cpu_seconds: float = 0.0  # CPU time of the workers engine's processes for the batches delivered
+    copied_batches: int = 0  # batches copied out of engine memory: the consumer held all the engine could lend
 
     @property
     def settings(self) -> dict[str, Any]:
@@ -77,6 +78,7 @@ class LoaderStats:
             "fetched": dict(self.fetched),
             "transform_seconds": self.transform_seconds,
             "worker_cpu_seconds": self.worker_cpu_seconds,
+            "copied_batches": self.copied_batches,
             "transform_ms_per_image": self.transform_ms_per_image,
         }
 
@@ -173,7 +175,10 @@ class Loader:
                     self.set_epoch(epoch + 1)  # stops after len() batches (Lightning) moves on
                     self._count_fetched()
                 if len(batch.indices):  # an empty batch (all skipped) would be a NaN loss: only counted
-                    yield self._deliver(batch)
+                    out, batch = self._deliver(batch), None  # the caller's reference is the only one left
+                    yield out
+                    out = None
+                batch = None  # its lease goes with the caller's last reference, before the next is made
             if start >= len(batches):  # nothing was left of this epoch
                 self.set_epoch(epoch + 1)
         finally:
@@ -196,6 +201,7 @@ class Loader:
             self.stats.batches += 1
             self.stats.transform_seconds += batch.transform_seconds
             self.stats.worker_cpu_seconds += batch.cpu_seconds
+            self.stats.copied_batches += batch.copied
         else:
             self.stats.skipped_batches += 1
         for index, reason in batch.skipped:
@@ -313,8 +319,9 @@ def loader(
             and False force the random crop or the centre crop; None (default) augments the
             train split only. Every engine does every step or refuses it naming the one that
             can ("area": workers only; `gpu_augment`: bilinear only).
-        framework: "numpy" yields (uint8 NHWC views, int64 labels) — views valid until the next
-            batch; "torch" yields normalised (the recipe's mean/std) NCHW channels_last tensors and
+        framework: "numpy" yields (uint8 NHWC arrays, int64 labels) — views of shared memory that
+            stay as delivered while you hold them (kept past the pool: copies, counted in
+            `stats.copied_batches`); "torch" yields normalised (the recipe's mean/std) NCHW channels_last tensors and
             int64 labels on `device`; "tf" returns a `tf.data.Dataset` of normalised float32
             NHWC images (`dataset.iofeed_loader` is the Loader); "jax" yields `jax.Array`s, NHWC
             images (normalised float32 by default) and int32 labels, sharded over the batch axis

@@ -22,6 +22,7 @@ import pytest
 
 from iofeed.errors import OptionError, SampleError
 
+from .images import label_from_pixels
 from .runs import slot_memory
 from .transforms import flaky, jitter, roll_batch
 
@@ -151,6 +152,37 @@ def check_fully_skipped_batches_are_not_delivered(make: MakeLoader, data: Contra
     assert stats.skipped[CORRUPT_REASON] == len(CORRUPT)
 
 
+def keep_two_epochs(ld: Any, snapshot: Callable[[Any], np.ndarray]) -> list[tuple[Any, np.ndarray, np.ndarray]]:
+    """Every batch of two epochs of `ld`, kept as delivered: (images, pixels copied when it arrived,
+    labels copied then). `snapshot(images)` copies a framework's images to numpy."""
+    kept = []
+    for _ in range(2):
+        for images, labels in ld:
+            kept.append((images, snapshot(images), np.array(labels)))
+    return kept
+
+
+def assert_kept_unchanged(kept: list[tuple[Any, np.ndarray, np.ndarray]], snapshot: Callable[[Any], np.ndarray],
+                          slots: int) -> None:
+    """Each kept batch still holds the pixels it arrived with, and more were kept than the engine has slots."""
+    assert len(kept) > slots, f"kept {len(kept)} batches, no more than the {slots} slots: the test shows nothing"
+    changed = [k for k, (images, then, _) in enumerate(kept) if not np.array_equal(snapshot(images), then)]
+    assert not changed, f"{len(changed)} of {len(kept)} kept batches changed after delivery: {changed[:10]}"
+
+
+def check_kept_batches_stay_as_delivered(make: MakeLoader, data: ContractData) -> None:
+    """Batches kept by the consumer (all of two epochs in a list) keep their pixels and labels, and
+    the labels still match the pixels (each class has its own colour)."""
+    with make(data.dataset, batch_size=4, **SMALL) as ld:
+        kept = keep_two_epochs(ld, np.array)
+        slots = ld.stats.settings.get("prefetch_batches", 2) + 1
+        stats = ld.stats
+    assert_kept_unchanged(kept, np.array, slots)
+    for images, _, labels in kept:
+        assert [label_from_pixels(image) for image in images] == labels.tolist()
+    assert stats.copied_batches < len(kept), "an engine copies only what it cannot lend"
+
+
 def check_close_is_idempotent_and_frees_shared_memory(make: MakeLoader, data: ContractData) -> None:
     """close() after an abandoned epoch, twice, then `with`'s own: no slot memory left once the
     batches handed out are dropped (a batch kept by the caller keeps its memory, by design)."""
@@ -219,6 +251,7 @@ CHECKS: tuple[Callable[[MakeLoader, ContractData], None], ...] = (
     check_raise_names_the_file,
     check_fully_skipped_batches_are_not_delivered,
     check_close_is_idempotent_and_frees_shared_memory,
+    check_kept_batches_stay_as_delivered,
     check_own_transforms_independent_of_worker_count,
     check_own_transforms_resume_mid_epoch,
     check_transform_failures_are_counted,

@@ -413,7 +413,9 @@ class DaliEngine:
         DLPack-capable DALI tensor (`__dlpack__` syncs the consumer's stream)."""
         tensor = images.as_tensor()
         if self.device_id is None:
-            return np.asarray(tensor)
+            # the dynamic executor's outputs are the batch's own, so a kept batch stays as it was;
+            # a static executor reuses its output buffers: its batches are copied
+            return np.asarray(tensor) if self._pipe.exec_dynamic else np.array(tensor)
         return np.asarray(tensor.as_cpu()) if self.host else tensor
 
     def _shutdown(self) -> None:

@@ -76,6 +76,7 @@ class TorchAdapter:
             images = torch.from_dlpack(images).to(self.device)
             (labels,) = self._to_device(labels)
         images = self.normalise(images, as_is)
+        batch.release()  # copied out of the engine's memory (normalised, or staged for the device)
         if self._batch_transform is not None:
             return self._batch_transform(images, labels, batch.key)
         return images, labels

@@ -30,6 +30,7 @@ from .autotune import Window, decide
 from .decode import load_augmented
 from .memory import SharedBlock
 from .packing import PackedLayout
+from .pool import SlotPool
 from .slots import Layout, SlotLayout, default_memory_budget, default_prefetch
 
 TUNE_SECONDS = 1.0
@@ -223,12 +224,14 @@ class WorkerEngine:
         }
 
     def _depth(self) -> int:
-        """Batches in flight or ready at most: `default_prefetch` of the workers now, within the slots."""
+        """Batches in flight or ready at most: `default_prefetch` of the workers now, within the slots
+        less one (the consumer's batch it is still bound to while it asks for the next)."""
         return min(self.layout.slots - 1, default_prefetch(self.workers)) if self.autotune else self.layout.slots - 1
 
     def _start(self) -> None:
         self._block, self._stale = SharedBlock(self.layout.total_bytes), SharedBlock(8)
         self._payload, self._labels = self.layout.views(self._block.buffer)
+        self._pool = SlotPool(self.layout.slots)
         self._stale_below = np.frombuffer(self._stale.buffer, np.int64, 1)
         self._finalizer = weakref.finalize(self, _shutdown, self._workers, (self._block, self._stale))
         for _ in range(self._initial):
@@ -273,34 +276,35 @@ class WorkerEngine:
 
     def run(self, epoch: int, batches: list[np.ndarray], start: int, rank: int,
             following: list[np.ndarray] | None = None) -> Iterator[Batch]:
-        """Yield `batches[start:]` in order; a view stays valid until the next batch is asked for.
-        Once all of them are under way, free slots start on `following` (epoch + 1's batches)."""
+        """Yield `batches[start:]` in order, each lent with its slot (see `SlotPool`). Once all of
+        them are under way, free slots start on `following` (epoch + 1's batches)."""
         if self._block is None:
             self._start()
             self._began = time.perf_counter()
             self._window.reset()  # starting the workers is not the consumer's time
+        pool = self._pool
         ahead, self._ahead = self._ahead, None
         if ahead is not None and ahead.matches(epoch, batches, start, rank):
             generation, ready, submitted = ahead.generation, ahead.ready, len(ahead.sent)
-            free = [slot for slot in range(self.layout.slots) if slot not in ahead.slots]
+            pool.start_pass(in_flight=ahead.slots)
             self.started_ahead += len(ahead.sent)
         else:
             self._generation += 1
             self._stale_below[0] = self._generation  # what earlier passes left queued stops at once
             self._drain()
             generation, ready, submitted = self._generation, {}, start
-            free = list(range(self.layout.slots))
+            pool.start_pass()
         needed = start
         coming = None if following is None else self._new_ahead(epoch + 1, rank)
         if needed >= len(batches):
             self._ahead = coming
         while needed < len(batches):
-            while free and submitted < len(batches) and submitted - needed < self._depth():
+            while submitted < len(batches) and submitted - needed < self._depth() and (slot := pool.take()) is not None:
                 key = BatchKey(self._seed, epoch, rank, submitted)
-                self._send(_Task(generation, submitted, free.pop(), batches[submitted], key))
+                self._send(_Task(generation, submitted, slot, batches[submitted], key))
                 submitted += 1
             if coming is not None and submitted == len(batches):
-                self._send_ahead(coming, following, free, in_flight=submitted - needed)
+                self._send_ahead(coming, following, submitted - needed)
             asked = time.perf_counter()
             while needed not in ready:
                 done = self._receive()
@@ -314,25 +318,32 @@ class WorkerEngine:
             if done.error is not None:
                 raise (SampleError if done.sample_error else getattr(errors, done.kind, WorkerError))(done.error)
             self._window.add(len(done.delivered), time.perf_counter() - asked, done.busy_seconds)
-            n = len(done.delivered)
-            images = self.layout.images(self.layout.slot(self._payload, done.slot), n)
             if needed == len(batches) - 1:  # before the last yield: a consumer that stops after
                 self._ahead = coming  # len() batches (Lightning) never resumes this generator
-            yield Batch(images, self._labels[done.slot, :n], done.delivered, done.skipped, done.transform_seconds,
-                        done.cpu_seconds)
-            free.append(done.slot)
+            yield self._batch(done)
             needed += 1
             if self.autotune and self._window.elapsed() >= TUNE_SECONDS:
                 self._tune()
+
+    def _batch(self, done: _Done) -> Batch:
+        """The consumer's batch of a finished task: its images lent with the slot (or copied),
+        labels copied (they are small). Nothing here keeps a reference to the images."""
+        n = len(done.delivered)
+        slot_payload = self.layout.slot(self._payload, done.slot)
+        images, lease = self._pool.hand_out(done.slot, lambda wrap: self.layout.images(slot_payload, n, wrap))
+        return Batch(images, self._labels[done.slot, :n].copy(), done.delivered, done.skipped,
+                     done.transform_seconds, done.cpu_seconds, lease=lease, copied=lease is None)
 
     def _new_ahead(self, epoch: int, rank: int) -> _Ahead:
         self._generation += 1
         return _Ahead(self._generation, epoch, rank)
 
-    def _send_ahead(self, ahead: _Ahead, following: list[np.ndarray], free: list[int], in_flight: int) -> None:
+    def _send_ahead(self, ahead: _Ahead, following: list[np.ndarray], in_flight: int) -> None:
         """Send `following`'s next batches to free slots, within the prefetch depth."""
-        while free and len(ahead.sent) < len(following) and in_flight + len(ahead.sent) < self._depth():
-            batch_no, slot = len(ahead.sent), free.pop()
+        while len(ahead.sent) < len(following) and in_flight + len(ahead.sent) < self._depth():
+            batch_no, slot = len(ahead.sent), self._pool.take()
+            if slot is None:
+                return
             key = BatchKey(self._seed, ahead.epoch, ahead.rank, batch_no)
             self._send(_Task(ahead.generation, batch_no, slot, following[batch_no], key))
             ahead.sent.append(following[batch_no])
