@@ -47,6 +47,7 @@ class LoaderStats:
     transform_seconds: float = 0.0  # CPU time of the per-sample `transform=`, over `images` delivered
     worker_cpu_seconds: float = 0.0  # CPU time of the workers engine's processes for the batches delivered
     copied_batches: int = 0  # batches copied out of engine memory: the consumer held all the engine could lend
+    refilled: int = 0  # skipped samples whose places spare samples of the epoch took (full batches)
 
     @property
     def settings(self) -> dict[str, Any]:
@@ -79,6 +80,7 @@ class LoaderStats:
             "transform_seconds": self.transform_seconds,
             "worker_cpu_seconds": self.worker_cpu_seconds,
             "copied_batches": self.copied_batches,
+            "refilled": self.refilled,
             "transform_ms_per_image": self.transform_ms_per_image,
         }
 
@@ -86,7 +88,7 @@ class LoaderStats:
 class Loader:
     """Batches of one split for one rank. Iterate it once per epoch; `set_epoch` for DDP-style
     control (otherwise each full pass advances the epoch by itself). `len()` is the number of
-    batches an epoch holds at most: a batch whose samples were all skipped is not delivered."""
+    batches an epoch holds: skipped samples' places go to spare samples (`stats.refilled`)."""
 
     def __init__(self, source: SampleSource, order: OrderSpec, backend: Backend, adapter: Adapter,
                  options: LoaderOptions, targets: SampleTargets | None = None) -> None:
@@ -202,6 +204,7 @@ class Loader:
             self.stats.transform_seconds += batch.transform_seconds
             self.stats.worker_cpu_seconds += batch.cpu_seconds
             self.stats.copied_batches += batch.copied
+            self.stats.refilled += batch.refilled
         else:
             self.stats.skipped_batches += 1
         for index, reason in batch.skipped:
@@ -352,8 +355,9 @@ def loader(
         drop_last: drop each rank's last incomplete batch. Default: True for `split="train"`.
         on_error: "skip" a sample that cannot be read (counted in `stats.skipped`, with the
             first few paths in `stats.skipped_examples`), or "raise" a `SampleError` naming it.
-            A batch whose samples were all skipped is not delivered (counted in
-            `stats.skipped_batches`): `len(loader)` is the number of batches at most.
+            A skipped sample's place goes to a spare sample (the rank's later ones, counted in
+            `stats.refilled`), so every rank delivers `len(loader)` full batches (a batch that
+            runs out of spares stays short, or is not delivered: `stats.skipped_batches`).
         max_skipped: the share of an epoch's samples (on this rank) that may be skipped, a fraction
             in 0..1 (default 0.05; 0: any skip raises). Past it, or when an epoch delivers no batch,
             a `SampleError` gives the counts by reason and the first files; for a folder, files

@@ -34,6 +34,7 @@ class Batch:
     key: BatchKey | None = None  # its RNG key, set by the loader (seeds `batch_transform`)
     lease: Lease | None = None  # the engine memory `images` lies in, until released
     copied: bool = False  # copied out of engine memory: the consumer held all the engine could lend
+    refilled: int = 0  # skipped samples whose places spare samples took (`backends/refill.py`)
 
     def release(self) -> None:
         """Give the engine memory under `images` back now: for an adapter once its copy of them is

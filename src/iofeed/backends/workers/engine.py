@@ -3,136 +3,33 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import mmap
 import signal
-import sys
 import time
-import traceback
 import weakref
 from collections.abc import Iterator
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
 from typing import Any
 
 import numpy as np
 
 from ... import errors
-from ...errors import IofeedError, LoaderStateError, OptionError, SampleError, StartError, WorkerError
-from ...format.files import raise_open_limit
-from ...image.boxes import Augment
+from ...errors import LoaderStateError, OptionError, SampleError, StartError, WorkerError
 from ...options import LoaderOptions
 from ...parallel import resolve_workers, safe_context
-from ...samples import SampleReader, SampleSource, shrunk_shards
+from ...samples import SampleSource, shrunk_shards
 from ...system import Share, usable_cores
 from ...transforms import SampleTransform
-from ..base import Batch, BatchKey, sample_failure
+from ..base import Batch, BatchKey
+from ..refill import spares
 from .autotune import Window, decide
-from .decode import load_augmented
 from .memory import SharedBlock
 from .packing import PackedLayout
 from .pool import SlotPool
 from .slots import Layout, SlotLayout, default_memory_budget, default_prefetch
+from .task import Done, Task, worker_main
 
 TUNE_SECONDS = 1.0
-
-
-@dataclass(frozen=True)
-class _Task:
-    generation: int
-    batch_no: int
-    slot: int
-    indices: np.ndarray
-    key: BatchKey
-
-
-@dataclass(frozen=True)
-class _Done:
-    generation: int
-    batch_no: int
-    slot: int
-    delivered: np.ndarray
-    skipped: list[tuple[int, str]]
-    error: str | None = None
-    sample_error: bool = False
-    kind: str = ""  # the IofeedError subclass to raise (a dataset replaced, out of descriptors), else WorkerError
-    busy_seconds: float = 0.0
-    stale: bool = False  # left undone: its pass was abandoned
-    transform_seconds: float = 0.0  # CPU time in the user's transform
-    cpu_seconds: float = 0.0  # CPU time of the whole task
-
-
-def _worker_main(
-    block: mmap.mmap, stale: mmap.mmap, layout: Layout, source: SampleSource, augment: Augment, on_error: str,
-    conn: Connection, transform: SampleTransform | None = None,
-) -> None:
-    """Worker loop: take a task, decode its samples into the slot, report. Exits with its parent."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    if "torch" in sys.modules:  # a torchvision transform: one process per core already, no intra-op threads
-        sys.modules["torch"].set_num_threads(1)
-    raise_open_limit(2 * len(source.files) + 64)  # every shard open (and mapped) at once, and its own
-    payload, labels = layout.views(memoryview(block))
-    stale_below = np.frombuffer(stale, np.int64, 1)
-    reader = SampleReader(source)
-    try:
-        while True:
-            try:
-                task = conn.recv()
-            except (EOFError, OSError):
-                return  # the consumer is gone
-            if task is None:
-                return
-            started, cpu = time.perf_counter(), time.process_time()
-            transformed = transform.cpu_seconds if transform else 0.0
-            done = _run_task(task, layout, reader, source, augment, on_error, layout.slot(payload, task.slot),
-                             labels[task.slot], stale_below, transform)
-            reader.end_batch()
-            try:
-                conn.send(replace(done, busy_seconds=time.perf_counter() - started,
-                                  cpu_seconds=time.process_time() - cpu,
-                                  transform_seconds=(transform.cpu_seconds - transformed) if transform else 0.0))
-            except OSError:  # BrokenPipeError: the consumer is gone (killed, SIGTERM): nothing to report to
-                return
-    finally:
-        del payload, labels, stale_below
-        reader.close()
-
-
-def _run_task(
-    task: _Task, layout: Layout, reader: SampleReader, source: SampleSource, augment: Augment, on_error: str,
-    slot_payload: Any, labels: np.ndarray, stale_below: np.ndarray, transform: SampleTransform | None = None,
-) -> _Done:
-    """Fill one slot; failures become `skipped` entries or an error report, never an exception. A
-    task of a pass the consumer left (generation below `stale_below[0]`) stops at its next sample.
-    With a `transform`, each sample is cropped into a scratch image, transformed, then written."""
-    rng = task.key.rng()
-    delivered: list[int] = []
-    skipped: list[tuple[int, str]] = []
-    scratch = np.empty((augment.size, augment.size, 3), np.uint8) if transform is not None else None
-    for position, index in enumerate(task.indices):
-        if task.generation < stale_below[0]:
-            return _Done(task.generation, task.batch_no, task.slot, np.empty(0, np.int64), [], stale=True)
-        index = int(index)
-        try:
-            if transform is None:
-                layout.write(slot_payload, len(delivered), reader, source, index, augment, rng)
-            else:
-                load_augmented(reader, source, index, augment, rng, scratch)
-                slot_payload[len(delivered)] = transform(scratch, task.key, position, source.path_of(index))
-        except SampleError as exc:
-            failure = sample_failure(on_error, source.path_of(index), str(exc))
-            if failure is not None:
-                return _Done(task.generation, task.batch_no, task.slot, np.empty(0, np.int64), [], str(failure), True)
-            skipped.append((index, str(exc)))
-            continue
-        except IofeedError as exc:  # already one line naming the file and the fix
-            return _Done(task.generation, task.batch_no, task.slot, np.empty(0, np.int64), [], str(exc),
-                         kind=type(exc).__name__)
-        except Exception as exc:  # noqa: BLE001 - reported to the consumer in one line
-            error = f"{source.path_of(index)}: {_one_line(exc)}"
-            return _Done(task.generation, task.batch_no, task.slot, np.empty(0, np.int64), [], error)
-        labels[len(delivered)] = source.label[index]
-        delivered.append(index)
-    return _Done(task.generation, task.batch_no, task.slot, np.asarray(delivered, np.int64), skipped)
 
 
 @dataclass
@@ -145,7 +42,7 @@ class _Ahead:
     rank: int
     sent: list[np.ndarray] = field(default_factory=list)  # its batches 0, 1, … sent so far
     slots: set[int] = field(default_factory=set)  # the slots they fill
-    ready: dict[int, _Done] = field(default_factory=dict)
+    ready: dict[int, Done] = field(default_factory=dict)
 
     def matches(self, epoch: int, batches: list[np.ndarray], start: int, rank: int) -> bool:
         """Whether a pass of (epoch, batches from start, rank) begins with the batches sent."""
@@ -242,7 +139,7 @@ class WorkerEngine:
         try:
             mine, theirs = ctx.Pipe(duplex=True)
             proc = ctx.Process(
-                target=_worker_main,
+                target=worker_main,
                 args=(self._block, self._stale, self.layout, self._source, self._augment, self._on_error, theirs,
                       self._transform),
                 daemon=True,
@@ -301,7 +198,8 @@ class WorkerEngine:
         while needed < len(batches):
             while submitted < len(batches) and submitted - needed < self._depth() and (slot := pool.take()) is not None:
                 key = BatchKey(self._seed, epoch, rank, submitted)
-                self._send(_Task(generation, submitted, slot, batches[submitted], key))
+                self._send(Task(generation, submitted, slot, batches[submitted], key,
+                                spares(batches, submitted, following)))
                 submitted += 1
             if coming is not None and submitted == len(batches):
                 self._send_ahead(coming, following, submitted - needed)
@@ -317,6 +215,11 @@ class WorkerEngine:
                 raise LoaderStateError.closed()
             if done.error is not None:
                 raise (SampleError if done.sample_error else getattr(errors, done.kind, WorkerError))(done.error)
+            if done.exhausted and len(spare := spares(batches, needed, following)) > done.spares:
+                # started early, it ran out of the spares its own epoch holds: again, with the next epoch's
+                key = BatchKey(self._seed, epoch, rank, needed)
+                self._send(Task(generation, needed, done.slot, batches[needed], key, spare))
+                continue
             self._window.add(len(done.delivered), time.perf_counter() - asked, done.busy_seconds)
             if needed == len(batches) - 1:  # before the last yield: a consumer that stops after
                 self._ahead = coming  # len() batches (Lightning) never resumes this generator
@@ -325,14 +228,15 @@ class WorkerEngine:
             if self.autotune and self._window.elapsed() >= TUNE_SECONDS:
                 self._tune()
 
-    def _batch(self, done: _Done) -> Batch:
+    def _batch(self, done: Done) -> Batch:
         """The consumer's batch of a finished task: its images lent with the slot (or copied),
         labels copied (they are small). Nothing here keeps a reference to the images."""
         n = len(done.delivered)
         slot_payload = self.layout.slot(self._payload, done.slot)
         images, lease = self._pool.hand_out(done.slot, lambda wrap: self.layout.images(slot_payload, n, wrap))
         return Batch(images, self._labels[done.slot, :n].copy(), done.delivered, done.skipped,
-                     done.transform_seconds, done.cpu_seconds, lease=lease, copied=lease is None)
+                     done.transform_seconds, done.cpu_seconds, lease=lease, copied=lease is None,
+                     refilled=done.refilled)
 
     def _new_ahead(self, epoch: int, rank: int) -> _Ahead:
         self._generation += 1
@@ -345,7 +249,8 @@ class WorkerEngine:
             if slot is None:
                 return
             key = BatchKey(self._seed, ahead.epoch, ahead.rank, batch_no)
-            self._send(_Task(ahead.generation, batch_no, slot, following[batch_no], key))
+            spare = spares(following, batch_no, None)  # of its own epoch only: the one after is not known yet
+            self._send(Task(ahead.generation, batch_no, slot, following[batch_no], key, spare))
             ahead.sent.append(following[batch_no])
             ahead.slots.add(slot)
 
@@ -356,7 +261,7 @@ class WorkerEngine:
                                    "workers": decision.workers, "reason": decision.reason})
         self._resize(decision.workers)
 
-    def _send(self, task: _Task) -> None:
+    def _send(self, task: Task) -> None:
         """Give `task` to the least busy worker that is not retiring."""
         worker = min((w for w in self._workers if not w.retiring), key=lambda w: w.busy)
         try:
@@ -365,7 +270,7 @@ class WorkerEngine:
             self._raise_dead(worker)
         worker.busy += 1
 
-    def _receive(self) -> _Done:
+    def _receive(self) -> Done:
         """The next finished task; raises WorkerError as soon as a worker dies."""
         while True:
             if self._closed:
@@ -448,17 +353,6 @@ _LIMITS = {
     errno.EAGAIN: "the process limit (`ulimit -u`, the container's pids limit) is reached: lower workers",
     errno.ENOMEM: "out of memory: lower workers or batch_size",
 }
-
-
-def _one_line(exc: BaseException) -> str:
-    """An unexpected worker exception as one line: what, and where in iofeed's code it was raised."""
-    frame = traceback.extract_tb(exc.__traceback__)[-1] if exc.__traceback__ else None
-    where = f" (in {frame.filename.rsplit('/', 1)[-1]}:{frame.lineno})" if frame else ""
-    if isinstance(exc, MemoryError) or (isinstance(exc, OSError) and exc.errno == errno.ENOMEM):
-        return (f"out of memory while reading it ({type(exc).__name__}{where}): raise the memory limit "
-                "(`ulimit -v`, the container's), or lower workers or batch_size")
-    text = " ".join(str(exc).split()) or "no detail"
-    return f"{type(exc).__name__}: {text}{where}"
 
 
 def _death(code: int) -> str:
