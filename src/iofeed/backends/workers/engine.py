@@ -28,6 +28,7 @@ from .packing import PackedLayout
 from .pool import SlotPool
 from .slots import Layout, SlotLayout, default_memory_budget, default_prefetch
 from .task import Done, Task, worker_main
+from .watchdog import Watchdog, stall_bounds
 
 TUNE_SECONDS = 1.0
 
@@ -56,7 +57,9 @@ class _Worker:
 
     proc: Any
     conn: Connection
+    row: int  # its progress row for the watchdog
     busy: int = 0
+    sent: int = 0  # tasks sent to it, ever
     retiring: bool = False
 
 
@@ -91,6 +94,7 @@ class WorkerEngine:
         self.decisions: list[dict[str, Any]] = []  # the autotuner's: after_seconds, workers, reason
         self._began = time.perf_counter()  # when the workers started (decision times count from it)
         self._found = dict(found or {})  # the usable cores and memory budget, and why
+        self._stall = stall_bounds()  # checked now, before any work: warn and raise after (watchdog)
 
     @property
     def workers(self) -> int:
@@ -130,18 +134,21 @@ class WorkerEngine:
         self._payload, self._labels = self.layout.views(self._block.buffer)
         self._pool = SlotPool(self.layout.slots)
         self._stale_below = np.frombuffer(self._stale.buffer, np.int64, 1)
-        self._finalizer = weakref.finalize(self, _shutdown, self._workers, (self._block, self._stale))
+        self._watchdog = Watchdog(self.max_workers, self._source, self._stall)
+        self._finalizer = weakref.finalize(self, _shutdown, self._workers,
+                                           (self._block, self._stale, self._watchdog.block))
         for _ in range(self._initial):
             self._add_worker()
 
     def _add_worker(self) -> None:
         ctx = safe_context()
+        row = self._watchdog.take_row()
         try:
             mine, theirs = ctx.Pipe(duplex=True)
             proc = ctx.Process(
                 target=worker_main,
                 args=(self._block, self._stale, self.layout, self._source, self._augment, self._on_error, theirs,
-                      self._transform),
+                      self._transform, (self._watchdog.block, row)),
                 daemon=True,
             )
             proc.start()
@@ -152,7 +159,7 @@ class WorkerEngine:
             raise StartError(f"cannot start a loader worker: {cause}; {len(self._workers)} worker(s) were "
                              "running") from None
         theirs.close()
-        self._workers.append(_Worker(proc, mine))
+        self._workers.append(_Worker(proc, mine, row))
 
     def _resize(self, count: int) -> None:
         """Grow to `count` workers at once, or retire the surplus as they become idle."""
@@ -169,6 +176,7 @@ class WorkerEngine:
                 worker.conn.send(None)
             worker.conn.close()
             self._workers.remove(worker)
+            self._watchdog.give_row(worker.row)
             worker.proc.join(timeout=5.0)
 
     def run(self, epoch: int, batches: list[np.ndarray], start: int, rank: int,
@@ -268,7 +276,10 @@ class WorkerEngine:
             worker.conn.send(task)
         except OSError:  # its end of the pipe is gone: it died since the last receive
             self._raise_dead(worker)
+        if worker.busy == 0:
+            self._watchdog.started(worker.row)  # the time it may take starts now
         worker.busy += 1
+        worker.sent += 1
 
     def _receive(self) -> Done:
         """The next finished task; raises WorkerError as soon as a worker dies."""
@@ -277,7 +288,8 @@ class WorkerEngine:
                 raise LoaderStateError.closed()
             by_handle = {w.conn: w for w in self._workers} | {w.proc.sentinel: w for w in self._workers}
             try:
-                ready = wait(list(by_handle))
+                self._watch()
+                ready = wait(list(by_handle), timeout=self._watchdog.poll_seconds)
             except (OSError, ValueError):  # a pipe closed by close() on another thread
                 if self._closed:
                     raise LoaderStateError.closed() from None
@@ -293,6 +305,14 @@ class WorkerEngine:
                     self._retire_if_idle(worker)
                     return done
                 self._raise_dead(worker)
+
+    def _watch(self) -> None:
+        """Warn about busy workers that made no progress for a while; past the bound, stop and raise."""
+        try:
+            self._watchdog.check([(w.row, w.proc.pid, f"worker {w.row}", w.sent) for w in self._workers if w.busy])
+        except WorkerError:
+            self.close()
+            raise
 
     def _raise_dead(self, worker: _Worker) -> None:
         if self._closed:  # stopped by close() from another thread, not dead
@@ -317,6 +337,7 @@ class WorkerEngine:
         self._closed = True
         if self._finalizer is not None:
             self._payload = self._labels = self._stale_below = None
+            self._watchdog.close()
             self._finalizer()
             self._finalizer = None
 

@@ -27,7 +27,7 @@ from .slots import Layout
 
 IDLE, READING, TRANSFORMING = 0, 1, 2
 STAGES = {IDLE: "waiting for a task", READING: "reading and decoding", TRANSFORMING: "in the transform"}
-ROW = 4  # a worker's progress row: (marks so far, batch number, sample index, stage)
+ROW = 5  # a worker's progress row: (marks so far, batch number, sample index, stage, tasks finished)
 
 
 class Progress:
@@ -38,7 +38,12 @@ class Progress:
         self.row = row
 
     def mark(self, batch_no: int, index: int, stage: int) -> None:
-        self.row[1:] = batch_no, index, stage
+        self.row[1:4] = batch_no, index, stage
+        self.row[0] += 1
+
+    def finished(self) -> None:
+        """A task is done (its report follows)."""
+        self.row[4] += 1
         self.row[0] += 1
 
 
@@ -84,6 +89,8 @@ def worker_main(
     payload, labels = layout.views(memoryview(block))
     stale_below = np.frombuffer(stale, np.int64, 1)
     progress = None if watch is None else Progress(np.frombuffer(watch[0], np.int64, ROW, 8 * ROW * watch[1]))
+    if progress is not None:
+        progress.mark(-1, -1, IDLE)  # started: watched from now on
     reader = SampleReader(source)
     try:
         while True:
@@ -94,6 +101,8 @@ def worker_main(
             transformed = transform.cpu_seconds if transform else 0.0
             done = run_task(task, layout, reader, source, augment, on_error, layout.slot(payload, task.slot),
                             labels[task.slot], stale_below, transform, progress)
+            if progress is not None:
+                progress.finished()
             reader.end_batch()
             try:
                 conn.send(replace(done, busy_seconds=time.perf_counter() - started,
