@@ -95,3 +95,47 @@ def test_keras(colour_dataset, tmp_path, backend):
     result = run_on_backend("helpers.kept_batches", colour_dataset, tmp_path / "kept.json", backend)
     assert result["backend"] == backend and result["kept"] == 16 > result["slots"]
     assert result["changed"] == 0, result
+
+
+def test_lent_batches_name_the_block_they_lie_in(colour_dataset):
+    """What the CUDA copy pins in place (`Batch.region`, the whole slot block) holds the lent
+    images; a copied batch lies in no block of the engine's."""
+    with iofeed.loader(colour_dataset, **SMALL) as ld:
+        batches = list(ld.backend.run(0, ld.order.batches(0), 0, 0))
+        lent = [b for b in batches if b.lease is not None]
+        assert lent and len(lent) < len(batches)
+        for batch in batches:
+            if batch.lease is None:
+                assert batch.region is None and batch.copied
+                continue
+            address, size = batch.region
+            start = batch.images.ctypes.data
+            assert address <= start and start + batch.images.nbytes <= address + size
+            assert size == ld.backend.layout.total_bytes
+
+
+@pytest.mark.torch
+@pytest.mark.gpu
+def test_cuda_batches_kept_while_the_copy_stream_lags_stay_exact(colour_dataset):
+    """The CUDA twin: copies straight from the pinned slots on a side stream held back by a long
+    kernel, three slots only: a slot released before its copy completed would be refilled under
+    the copy. Every kept device batch equals the CPU loader's."""
+    import torch
+
+    options = {**SMALL, "backend": "workers"}
+    with iofeed.loader(colour_dataset, framework="torch", **options) as ld:
+        expected = keep_two_epochs(ld, lambda x: x.numpy().copy())
+    with iofeed.loader(colour_dataset, framework="torch", device="cuda", **options) as ld:
+        kept = []
+        for _ in range(2):
+            for images, labels in ld:
+                copier = ld._adapter._copier
+                with torch.cuda.stream(copier._stream):
+                    torch.cuda._sleep(20_000_000)  # the next copy waits behind this
+                kept.append((images, labels))
+        torch.cuda.synchronize()
+        assert copier._registered, "the slots were pinned in place, not staged"
+    assert len(kept) == len(expected) > 3
+    for (images, labels), (_, then, labels_then) in zip(kept, expected):
+        assert torch.equal(labels.cpu(), torch.from_numpy(labels_then))
+        np.testing.assert_allclose(images.cpu().numpy(), then, atol=1e-5)

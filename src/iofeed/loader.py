@@ -261,6 +261,7 @@ class Loader:
                 self._stats_file.write(self._snapshot())
         self._closed = True
         self._fetching.close()
+        getattr(self._adapter, "close", lambda: None)()  # an adapter holding engine memory (CUDA pinning) first
         self.backend.close()
 
     def __enter__(self) -> Loader:

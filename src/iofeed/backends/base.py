@@ -33,6 +33,7 @@ class Batch:
     cpu_seconds: float = 0.0  # CPU time the worker took for the whole batch (workers engine)
     key: BatchKey | None = None  # its RNG key, set by the loader (seeds `batch_transform`)
     lease: Lease | None = None  # the engine memory `images` lies in, until released
+    region: tuple[int, int] | None = None  # (address, bytes) of that memory's whole block: pinnable once
     copied: bool = False  # copied out of engine memory: the consumer held all the engine could lend
     refilled: int = 0  # skipped samples whose places spare samples took (`backends/refill.py`)
 

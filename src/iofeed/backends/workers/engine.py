@@ -133,6 +133,7 @@ class WorkerEngine:
         self._block, self._stale = SharedBlock(self.layout.total_bytes), SharedBlock(8)
         self._payload, self._labels = self.layout.views(self._block.buffer)
         self._pool = SlotPool(self.layout.slots)
+        self._region = (np.frombuffer(self._block.buffer, np.uint8).ctypes.data, self.layout.total_bytes)
         self._stale_below = np.frombuffer(self._stale.buffer, np.int64, 1)
         self._watchdog = Watchdog(self.max_workers, self._source, self._stall)
         self._finalizer = weakref.finalize(self, _shutdown, self._workers,
@@ -244,7 +245,7 @@ class WorkerEngine:
         images, lease = self._pool.hand_out(done.slot, lambda wrap: self.layout.images(slot_payload, n, wrap))
         return Batch(images, self._labels[done.slot, :n].copy(), done.delivered, done.skipped,
                      done.transform_seconds, done.cpu_seconds, lease=lease, copied=lease is None,
-                     refilled=done.refilled)
+                     refilled=done.refilled, region=self._region if lease is not None else None)
 
     def _new_ahead(self, epoch: int, rank: int) -> _Ahead:
         self._generation += 1
