@@ -72,6 +72,7 @@ def test_a_slow_transform_is_warned_about_and_goes_on(colour_dataset, tmp_path, 
         with iofeed.loader(colour_dataset, transform=WaitFor(str(gate), str(entered)), **SMALL) as ld:
             batches = sum(1 for _ in ld)
     assert batches == len(ld) == 8
+    assert ld.stats.settings["stall_warn_seconds"] == 0.1 and ld.stats.settings["stall_seconds"] is None
     assert seen and "in the transform sample" in seen[0] and "up to inf s" in seen[0]
 
 

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import math
 import signal
 import time
 import weakref
@@ -121,6 +122,8 @@ class WorkerEngine:
             "shared_memory_bytes": self.layout.total_bytes,
             "decisions": list(self.decisions[-10:]),
             "transform": None if self._transform is None else self._transform.name,
+            **{key: None if math.isinf(value) else value  # None: never (the watchdog)
+               for key, value in zip(("stall_warn_seconds", "stall_seconds"), self._stall)},
             **self._found,
         }
 
