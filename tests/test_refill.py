@@ -72,3 +72,54 @@ def test_resume_after_a_refill_yields_the_rest_exactly(tmp_path, backend):
         resumed.load_state_dict(state)
         assert _epoch(resumed) == full[batches - 3:]
         assert resumed.stats.refilled == 1
+
+
+def _gloo_rank(rank: int, world: int, init: str, source: str, out: str) -> None:
+    """One gloo rank: an all-reduce of the batch size at every batch, as DDP's backward does."""
+    import datetime
+    import json
+
+    import torch
+    import torch.distributed as dist
+
+    torch.set_num_threads(1)
+    # a bound on failure only (collectives out of step raise instead of waiting for ever)
+    dist.init_process_group("gloo", init_method=init, rank=rank, world_size=world,
+                            timeout=datetime.timedelta(seconds=120))
+    try:
+        sizes = []
+        with iofeed.loader(source, batch_size=1, framework="torch", drop_last=False, **SMALL) as ld:
+            for _, labels in ld:
+                total = torch.tensor([len(labels)])
+                dist.all_reduce(total)
+                sizes.append(int(total))
+            mine = {"steps": len(sizes), "len": len(ld), "sizes": sizes, "refilled": ld.stats.refilled}
+        gathered: list = [None] * world
+        dist.all_gather_object(gathered, mine)
+        if rank == 0:
+            with open(out, "w") as f:
+                json.dump(gathered, f)
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.torch
+@pytest.mark.slow
+def test_gloo_collectives_stay_in_step_despite_a_truncated_jpeg(tmp_path, monkeypatch):
+    """The issue's own run: two gloo ranks, batch_size=1, one truncated JPEG, an all-reduce per batch."""
+    import json
+
+    import torch
+    import torch.multiprocessing as tmp
+
+    if not torch.distributed.is_available():
+        pytest.skip("torch.distributed is not available")
+    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
+        monkeypatch.delenv(name, raising=False)
+    root = make_colour_tree(tmp_path / "t", per_class=15, corrupt=1)  # 61 files: 31 batches per rank
+    out = tmp_path / "ranks.json"
+    tmp.spawn(_gloo_rank, args=(2, f"file://{tmp_path / 'rendezvous'}", str(root), str(out)), nprocs=2, join=True)
+    ranks = json.loads(out.read_text())
+    assert [(r["steps"], r["len"]) for r in ranks] == [(31, 31), (31, 31)]
+    assert ranks[0]["sizes"] == ranks[1]["sizes"] == [2] * 31, "every step: one sample on each rank"
+    assert sum(r["refilled"] for r in ranks) == 1
