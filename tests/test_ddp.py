@@ -143,7 +143,7 @@ def test_two_nodes_two_processes_from_env_only(colour_dataset):
                                       env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
     per_rank = []
     for rank, proc in enumerate(procs):
-        stdout, stderr = proc.communicate(timeout=60)
+        stdout, stderr = proc.communicate(timeout=300)
         assert proc.returncode == 0, f"rank {rank}: {stderr[-2000:]}"
         per_rank.append(json.loads(stdout.strip().splitlines()[-1]))
 

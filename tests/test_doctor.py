@@ -244,10 +244,12 @@ def test_record_splits_training_and_loader_cpu():
     alive = np.flatnonzero(~np.isnan(trace.loader_cpu[0]))
     assert np.isnan(trace.loader_cpu[0, :alive[0]]).all() and np.isnan(trace.loader_cpu[0, alive[-1] + 1:]).all()
     spinning = trace.loader_cpu[0, alive]
-    assert len(spinning) >= 10 and spinning.mean() > 60
-    assert trace.trainer_cpu[alive].mean() < 20
+    # The spinner's share of a core depends on what else the machine runs (a third of one under
+    # four CPU hogs on two cores): what must hold is that its CPU is the loader's, not the trainer's.
+    trainer = trace.trainer_cpu[alive].mean()
+    assert len(spinning) >= 10 and spinning.mean() > 10 and spinning.mean() > 4 * trainer, (spinning.mean(), trainer)
     summary = summarize(trace)
-    assert summary["loaders_at_once"] == 1 and summary["loader_cpu_per_process"] > 60
+    assert summary["loaders_at_once"] == 1 and summary["loader_cpu_per_process"] > 4 * trainer
     strict = json.loads(json.dumps(trace.to_dict(), allow_nan=False))
     assert Trace.from_dict(strict).loader_cpu.shape == (1, len(trace.t))
 
@@ -416,3 +418,50 @@ def test_cli_a_missing_doctor_extra_names_its_pip_command_before_tracing(tmp_pat
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "matplotlib is not installed: run `pip install 'iofeed[doctor]'`" in err
     assert not out.exists() and not os.path.exists("ran"), "nothing traced"
+
+
+def test_the_data_check_is_of_what_the_command_reads_not_of_the_source_given(tmp_path, capsys, monkeypatch):
+    """`iofeed doctor data/c256 -- python train.py` advised preprocessing data/c256 when train.py
+    already read data/c256.iof: the loader's stats say what it opened, and that is what is checked."""
+    from iofeed.prepare.run import preprocess
+
+    root = tmp_path / "big"
+    for c in range(2):
+        (root / f"class{c}").mkdir(parents=True)
+        for i in range(3):
+            (root / f"class{c}" / f"{i}.jpg").write_bytes(jpeg_bytes(smooth_rgb(1600, 1200, seed=10 * c + i)))
+    assert "preprocess-pays" in {f.code for f in check_data(root).findings}, "the folder alone would be advised"
+    preprocess(root, tmp_path / "big.iof", val_per_class=0, progress=False, workers=1)
+    monkeypatch.chdir(tmp_path)  # the command names the dataset relative to where it runs
+    train = ("import iofeed\n"
+             "with iofeed.loader('big.iof', batch_size=2, image_size=32, workers=1) as loader:\n"
+             "    for images, labels in loader:\n"
+             "        pass\n")
+    out = tmp_path / "doctor.json"
+    assert main(["doctor", str(root), "--json", str(out), "--interval", "0.1", "--", sys.executable, "-c", train]) == 0
+    printed = capsys.readouterr().out
+    doc = json.loads(out.read_text())
+    assert doc["data"]["source"] == str(tmp_path / "big.iof") and doc["data"]["kind"] == "dataset"
+    assert "preprocess-pays" not in {f["code"] for f in doc["findings"]}, doc["findings"]
+    assert f"read {tmp_path / 'big.iof'}, not {root}" in printed, printed
+
+
+def test_images_over_pillows_bomb_limit_are_counted_not_warned_one_by_one(tmp_path, monkeypatch):
+    """`doctor` printed Pillow's DecompressionBombWarning for every such image."""
+    import warnings
+
+    from PIL import Image
+
+    root = tmp_path / "huge"
+    for c in range(2):
+        (root / f"class{c}").mkdir(parents=True)
+        for i in range(2):
+            (root / f"class{c}" / f"{i}.jpg").write_bytes(jpeg_bytes(smooth_rgb(1600, 1200, seed=10 * c + i)))
+    (root / "class0" / "small.jpg").write_bytes(jpeg_bytes(smooth_rgb(64, 48, seed=1)))
+    monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", 1_000_000)  # 1600x1200 is over it, under twice it
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        check = check_data(root)
+    (note,) = [n for n in check.notes if "decompression-bomb" in n]
+    assert note.startswith("4 of 5 sampled images are over Pillow's decompression-bomb limit of 1 MP"), note
+    assert "(1600x1200)" in note and check.bad == []

@@ -118,7 +118,8 @@ def test_dali_reads_the_same_shards(indexed):
 
     pipe = plain()
     pipe.build()
-    assert pipe.epoch_size("reader") == sum(1 for v in expected.values() if isinstance(v[1], int)) + 2
+    with_cls = sum(1 for name in expected if int(name.rsplit("#s", 1)[1]) % 2 == 0)  # write_webdataset's even samples
+    assert pipe.epoch_size("reader") == with_cls + 2
 
 
 @pytest.mark.storage

@@ -21,7 +21,7 @@ def test_validation_mask_per_class_and_deterministic():
     assert [int(fixed[labels == c].sum()) for c in range(5)] == [0, 1, 5, 5, 5]
 
 
-@pytest.mark.parametrize("kwargs", [{"val_fraction": 1.0}, {"val_per_class": -1},
+@pytest.mark.parametrize("kwargs", [{"val_fraction": 1.5}, {"val_fraction": float("nan")}, {"val_per_class": -1},
                                     {"val_per_class": 1, "val_fraction": 0.1}])
 def test_validation_mask_rejects_bad_options(kwargs):
     with pytest.raises(OptionError):
@@ -57,15 +57,47 @@ def test_order_rejects_bad_values():
 
 
 def test_random_resized_box_within_image_scale_and_ratio():
+    """Every drawn box lies in the image with the area and aspect asked for, up to the half pixel its
+    rounded sides may lose; the rest are exactly the fallback (tested by itself below)."""
     rng = np.random.default_rng(0)
+    drawn = 0
     for _ in range(500):
         w, h = int(rng.integers(20, 900)), int(rng.integers(20, 900))
-        left, top, right, bottom = random_resized_box(w, h, rng, (0.08, 1.0), (3 / 4, 4 / 3))
+        box = random_resized_box(w, h, rng, (0.08, 1.0), (3 / 4, 4 / 3))
+        left, top, right, bottom = box
         assert 0 <= left < right <= w and 0 <= top < bottom <= h
+        assert all(isinstance(v, int) for v in box)
+        if box == _fallback(w, h, (3 / 4, 4 / 3)):
+            continue
+        drawn += 1
         bw, bh = right - left, bottom - top
-        fallback = bw == w or bh == h  # centre crop clamped to the ratio range after ten misses
-        assert fallback or 0.08 * w * h * 0.8 <= bw * bh
-        assert 3 / 4 * 0.8 <= bw / bh <= 4 / 3 * 1.25 or (fallback and (bw, bh) == (w, h))
+        assert (bw + 0.5) * (bh + 0.5) >= 0.08 * w * h and (bw - 0.5) * (bh - 0.5) <= w * h
+        assert (bw + 0.5) / (bh - 0.5) >= 3 / 4 and (bw - 0.5) / (bh + 0.5) <= 4 / 3
+    assert drawn > 400  # most boxes are drawn: the fallback is for images far from the ratio range
+
+
+def _fallback(width: int, height: int, ratio: tuple[float, float]) -> tuple[int, int, int, int]:
+    """torchvision's `RandomResizedCrop` fallback: the whole image, its long side cut to the nearest ratio."""
+    if width / height < ratio[0]:
+        w, h = width, round(width / ratio[0])
+    elif width / height > ratio[1]:
+        w, h = round(height * ratio[1]), height
+    else:
+        w, h = width, height
+    return (width - w) // 2, (height - h) // 2, (width - w) // 2 + w, (height - h) // 2 + h
+
+
+@pytest.mark.parametrize("width, height, expected", [
+    (40, 900, (0, 423, 40, 476)),  # very tall: 40 x round(40 / (3/4)) = 53 high, centred
+    (900, 40, (423, 0, 476, 40)),  # very wide: round(40 * 4/3) = 53 wide, centred
+    (120, 100, (0, 0, 120, 100)),  # within the ratio range: the whole image
+])
+def test_the_crop_fallback_is_the_exact_centred_box(width, height, expected):
+    """scale=(1, 1) can never fit a box of another aspect, so all ten draws miss and the fallback
+    box is returned: exactly, whatever the seed."""
+    for seed in range(5):
+        box = random_resized_box(width, height, np.random.default_rng(seed), (1.0, 1.0), (3 / 4, 4 / 3))
+        assert box == expected == _fallback(width, height, (3 / 4, 4 / 3))
 
 
 def test_center_box_and_eval_has_no_flip():

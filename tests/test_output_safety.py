@@ -18,7 +18,7 @@ from iofeed.format.verify import verify_dataset
 from iofeed.prepare.output import _signals_held, lock_output, lock_path
 from iofeed.prepare.run import preprocess
 
-WAIT_S = 60  # every wait on a child is bounded: a regression fails, never hangs CI
+WAIT_S = 180  # every wait on a child is bounded: a regression fails, never hangs CI
 
 
 def _files(root: Path) -> set[Path]:

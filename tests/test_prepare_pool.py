@@ -15,7 +15,7 @@ from iofeed.errors import WorkerError
 from iofeed.format.verify import verify_dataset
 from iofeed.prepare.pool import ordered_map
 
-WAIT_S = 60
+WAIT_S = 180  # a hang guard: only a hang (or a machine loaded beyond reason) takes this long
 
 
 def _square_or_die(item: int) -> int:

@@ -57,6 +57,8 @@ def test_every_bring_your_data_command_runs_as_written(tmp_path, monkeypatch):
 
     commands = readme_commands()
     assert len(commands) == 8 and {c[1] for c in commands} == {"preprocess", "index"}
+    outputs = [c[c.index("-o") + 1] for c in commands]
+    assert len(set(outputs)) == len(outputs), f"pasted in order, a second line would find {outputs} written"
     _inputs(tmp_path)
     monkeypatch.chdir(tmp_path)
     server = CountingServer(tmp_path)
@@ -64,11 +66,13 @@ def test_every_bring_your_data_command_runs_as_written(tmp_path, monkeypatch):
         for command in commands:
             args = [a.replace("000127", "000001").replace("https://host", server.url) for a in command[1:]]
             out = Path(args[args.index("-o") + 1])
-            assert main([*args, "--overwrite"]) == 0, command
+            assert main(args) == 0, command  # as pasted: no --overwrite
             manifest = Manifest.read(out)
             assert sum(info.samples for info in manifest.splits.values()) >= 4, command
             if out.name == "ml.iof":
                 assert manifest.targets["kind"] == "multi_label"
+            if out.name == "val.iof":  # ImageNet's validation images stay one split
+                assert {name: info.samples for name, info in manifest.splits.items()} == {"val": 4}
             rejected = [json.loads(line) for line in (out / "rejected.jsonl").read_text().splitlines()]
             assert all(r["reason"] for r in rejected)
     finally:

@@ -17,7 +17,7 @@ import iofeed
 from iofeed.cli import main
 from iofeed.errors import OptionError, SampleError, SourceError
 from iofeed.format.manifest import Manifest
-from iofeed.remote.cache import cache_usage
+from iofeed.remote.cache_dir import cache_usage
 from iofeed.remote.upload import upload_dataset
 from iofeed.samples import open_source
 
@@ -224,7 +224,7 @@ def test_the_prefetcher_takes_the_next_epochs_early_shards_after_the_passs() -> 
     asked: list[int] = []
     prefetcher = Prefetcher(remote, shard_of, batches, 0, lambda: asked.append(1) or following[:2])
     try:
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + 120  # a hang guard
         while len(acquired) < 5 or None in prefetcher._pins.values():
             assert time.monotonic() < deadline, acquired
             time.sleep(0.01)
@@ -261,7 +261,7 @@ def test_a_newer_iteration_ends_the_pins_of_a_suspended_one(dataset: Path, tmp_p
 
     def pins() -> int:
         """This process's descriptors of cached shards, once the downloads have settled."""
-        counts, deadline = [], time.monotonic() + 10
+        counts, deadline = [], time.monotonic() + 120  # a hang guard
         while len(counts) < 5 or len(set(counts[-5:])) > 1:
             assert time.monotonic() < deadline, counts[-5:]
             time.sleep(0.1)
@@ -399,14 +399,51 @@ def test_bad_urls_say_what_to_do(tmp_path: Path) -> None:
         upload_dataset(tmp_path, "http://127.0.0.1:9/x.iof")
 
 
-def test_bench_streams_beside_local_disk(dataset: Path, tmp_path: Path, capsys) -> None:
+def test_bench_streams_beside_local_disk(dataset: Path, tmp_path: Path, capsys, monkeypatch) -> None:
+    """The streaming feeds cache into a folder of the bench's own, removed at the end: each run
+    used to leave a `bench-warm-*` folder of up to 507 MB in the user's ~/.cache/iofeed."""
     pytest.importorskip("torch")
     from test_bench import _bench
 
+    monkeypatch.setenv("IOFEED_CACHE", str(tmp_path / "user-cache"))
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    killed = tmp_path / "res" / f".iofeed-bench-cache-{dead.pid}-x1" / "warm-y"  # a bench SIGKILLed mid-run
+    killed.mkdir(parents=True)
+    (killed / "shard.tar~0123456789abcdef").write_bytes(b"x" * 100)
     feeds = "iofeed-dataset,iofeed-s3-cold,iofeed-s3-warm"
     record = _bench(tmp_path, capsys, str(dataset), "--feeds", feeds, "--seconds", "1", "--workers", "1")
     assert [f["name"] for f in record["feeds"]] == feeds.split(",")
     assert os.environ.get("AWS_ACCESS_KEY_ID") != "iofeed-bench"  # the bench put the variables back
+    assert not (tmp_path / "user-cache").exists() or not list((tmp_path / "user-cache").iterdir())
+    assert sorted(p.name for p in (tmp_path / "res").iterdir()) == ["bench.json", "bench.png"]
+
+
+def test_a_failed_bench_removes_its_streaming_cache_too(dataset: Path, tmp_path: Path, capsys, monkeypatch) -> None:
+    """A bench that fails once the streaming feeds have fetched shards leaves no cache folder behind."""
+    pytest.importorskip("torch")
+    import iofeed.benchmark.run as bench_run
+    from iofeed.benchmark.stream import stream_options
+
+    made: list[Path] = []
+
+    def failing_measure(runs, *args, **kwargs):
+        for run in runs:
+            if run.spec.entry.stream:
+                made.append(Path(stream_options(run.spec.source, run.spec.entry.stream,
+                                                Path(run.spec.cache_root))["cache_dir"]))
+        if not any(made[-1].rglob("*.tar~*")):  # the warm feed's, fetched before it starts
+            raise RuntimeError("nothing fetched")
+        raise RuntimeError("a feed crashed")
+
+    monkeypatch.setenv("IOFEED_CACHE", str(tmp_path / "user-cache"))
+    monkeypatch.setattr(bench_run, "measure", failing_measure)
+    with pytest.raises(RuntimeError, match="a feed crashed"):
+        main(["bench", str(dataset), "--feeds", "iofeed-s3-cold,iofeed-s3-warm", "--seconds", "1",
+              "--workers", "1", "--json", str(tmp_path / "res" / "bench.json")])
+    assert len(made) == 2 and not any(folder.exists() for folder in made)
+    assert list((tmp_path / "res").iterdir()) == []
+    assert not (tmp_path / "user-cache").exists() or not list((tmp_path / "user-cache").iterdir())
 
 
 def test_the_cold_feed_refuses_a_split_its_cache_would_hold(s3, dataset: Path, tmp_path: Path, monkeypatch) -> None:
@@ -416,18 +453,17 @@ def test_the_cold_feed_refuses_a_split_its_cache_would_hold(s3, dataset: Path, t
     from iofeed.errors import FeedUnavailable
     from iofeed.prepare.run import preprocess
 
-    monkeypatch.setenv("IOFEED_CACHE", str(tmp_path / "cache"))
+    (tmp_path / "cache").mkdir()
     one_shard = tmp_path / "one-shard.iof"
     preprocess(dataset.parent / "tiny", one_shard, shard_bytes=1 << 30, workers=1, progress=False)
     url = f"s3://{BUCKET}/one-shard.iof"
     upload_dataset(one_shard, url)
     with pytest.raises(FeedUnavailable,
                        match=r"cache that streams holds 6 shards .*whole split is 1 shard \(.*--shard-mb 4"):
-        stream_options(url, "cold")
-    cold = stream_options(s3.url, "cold")  # ~30 shards of 64 KiB: 6 of them are a fifth of the split
+        stream_options(url, "cold", tmp_path / "cache")
+    cold = stream_options(s3.url, "cold", tmp_path / "cache")  # ~30 shards of 64 KiB: 6 are a fifth of the split
     assert cold["cache_limit"] < sum(s["bytes"] for s in _shards(dataset))
-    colds = [p for p in (tmp_path / "cache").iterdir() if p.name.startswith("bench-cold")]
-    assert len(colds) == 1, "the refused feed's cache folder is removed"
+    assert list((tmp_path / "cache").iterdir()) == [Path(cold["cache_dir"])], "the refused feed's folder is removed"
 
 
 @pytest.mark.dali
@@ -476,7 +512,7 @@ def test_a_rank_killed_mid_download_leaves_nothing_trusted(dataset: Path, tmp_pa
         assert server.gets[path] == 1 and list(cache_dir.rglob("*.part-*")), "the download never started"
         time.sleep(0.5)  # half the shard is on its way
         rank.kill()  # mid-download: it holds the shard's lock and a half-written part file
-        rank.wait(timeout=30)
+        rank.wait(timeout=120)
         server.stall.clear()
         cache = ShardCache(cache_dir, url, 1 << 30)
         fd = cache.acquire(ref)  # the lock died with the rank; the part file is not taken for the shard

@@ -57,13 +57,13 @@ def test_brace_lists_expand_like_shell_ranges():
         expand_braces("x{3..1}")
 
 
-def test_integer_and_named_labels_together_keep_each_integer_its_own_class():
-    # cls 0..11 in some shards, json names in others: int 2 is the class "2", not the third name sorted
+def test_integer_and_named_labels_together_are_refused_naming_both():
+    # cls 0..11 in some shards, json names in others: sorted as text, cls 2 would become label 4
     targets = Targets()
     for value in [*range(12), "cat"]:
         targets.add(value)
-    resolved = targets.resolve()
-    assert [resolved.names[c[0]] for c in resolved.classes] == [*map(str, range(12)), "cat"]
+    with pytest.raises(SourceError, match=r"mix class indices \(0, 1, 2, \.\.\.\) and class names \('cat'\)"):
+        targets.resolve()
 
 
 def test_a_multi_label_sample_with_no_class_has_no_extra():
@@ -82,7 +82,7 @@ def test_webdataset_written_by_webdataset_is_read_with_every_image_kind_and_labe
                          progress=False, workers=1)
     manifest = Manifest.read(summary.out)
     assert manifest.source["kind"] == "webdataset"
-    assert manifest.classes == ["0", "1", "2", "name1", "name3"]
+    assert manifest.classes == [str(c) for c in range(7)]
     stored = _check_equal(summary.out, expected, manifest.classes)
     captions = {name: extra for name, (_, _, extra) in stored.items() if extra is not None}
     assert len(captions) == 6 and all(extra["caption"].startswith("picture") for extra in captions.values())
@@ -184,6 +184,12 @@ def test_a_damaged_or_foreign_parquet_file_is_a_one_line_error_naming_it(tmp_pat
     (tmp_path / "cut.parquet").write_bytes((tmp_path / "a.parquet").read_bytes()[:200])
     with pytest.raises(SourceError, match=r"cannot read Parquet file .*cut\.parquet: .*write it again"):
         preprocess(tmp_path / "cut.parquet", tmp_path / "out.iof", progress=False, workers=1)
+    damaged = bytearray((tmp_path / "a.parquet").read_bytes())
+    damaged[8:300] = b"\xff" * 292  # the first page header: the footer still reads
+    (tmp_path / "page.parquet").write_bytes(bytes(damaged))
+    with pytest.raises(SourceError, match=r"cannot read Parquet file .*page\.parquet: .*write it again") as caught:
+        preprocess(tmp_path / "page.parquet", tmp_path / "out.iof", progress=False, workers=1)
+    assert "\n" not in str(caught.value)
     (tmp_path / "both").mkdir()
     (tmp_path / "a.parquet").rename(tmp_path / "both" / "a.parquet")
     pq.write_table(pa.table({"picture": pa.array(images, pa.binary())}), tmp_path / "both" / "b.parquet")
@@ -253,6 +259,59 @@ def test_a_damaged_saved_dataset_is_a_one_line_error_naming_its_file(tmp_path, s
     (tmp_path / "saved" / "state.json").write_text(state)
     with pytest.raises(SourceError, match=message):
         preprocess(tmp_path / "saved", tmp_path / "out.iof", progress=False, workers=1)
+
+
+def _saved_by_hand(root: Path) -> Path:
+    """A `save_to_disk` folder written with pyarrow alone: one Arrow stream file and its state.json."""
+    import pyarrow as pa
+
+    from helpers.sources import encode, picture
+
+    root.mkdir()
+    images = pa.array([encode(picture(i), "png") for i in range(3)], pa.binary())
+    table = pa.table({"image": images, "label": [0, 1, 0]})
+    with pa.OSFile(str(root / "data.arrow"), "wb") as sink, pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
+    (root / "state.json").write_text(json.dumps({"_data_files": [{"filename": "data.arrow"}]}))
+    return root
+
+
+def _halve(path: Path) -> None:
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+
+
+@pytest.mark.pyarrow
+@pytest.mark.parametrize(("info", "damage", "message"), [
+    ('{"features": []}', None, r"dataset_info\.json: its features are a list, not an object"),
+    ('{"features": {"label": "x"}}', None, r"dataset_info\.json: the feature of column 'label' is \"x\""),
+    ('{"features": {"label": {"_type": "ClassLabel", "names": 3}}}', None, r"has names 3, not a list of strings"),
+    ('{"features": {"label": {"_type": "Sequence", "feature": [1]}}}', None, r"the feature of column 'label' is \[1\]"),
+    (None, _halve, r"cannot read .*data\.arrow: .*\(save the dataset again"),
+    (None, lambda p: p.write_bytes(b"garbage" * 100), r"cannot read .*data\.arrow: "),
+])
+def test_damaged_saved_dataset_metadata_and_arrow_files_are_one_line_errors(tmp_path, info, damage, message):
+    saved = _saved_by_hand(tmp_path / "saved")
+    if info is not None:
+        (saved / "dataset_info.json").write_text(info)
+    if damage is not None:
+        damage(saved / "data.arrow")
+    with pytest.raises(SourceError, match=message) as caught:
+        preprocess(saved, tmp_path / "out.iof", progress=False, workers=1)
+    assert "\n" not in str(caught.value)
+
+
+@pytest.mark.pyarrow
+@pytest.mark.parametrize("metadata", [b"[1]", b'{"info": []}', b'{"info": {"features": []}}'])
+def test_damaged_hugging_face_parquet_metadata_is_a_one_line_error_naming_the_file(tmp_path, metadata):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from helpers.sources import encode, picture
+
+    table = pa.table({"image": pa.array([encode(picture(0), "png")], pa.binary()), "label": [0]})
+    pq.write_table(table.replace_schema_metadata({"huggingface": metadata}), tmp_path / "t.parquet")
+    with pytest.raises(SourceError, match=r"t\.parquet: its"):
+        preprocess(tmp_path / "t.parquet", tmp_path / "out.iof", progress=False, workers=1)
 
 
 def test_labels_csv_with_multi_label_rows(tmp_path):
@@ -451,25 +510,17 @@ def test_parquet_larger_than_the_memory_budget_is_read_in_bounded_memory(tmp_pat
 @pytest.mark.slow
 @pytest.mark.storage
 def test_webdataset_from_s3_by_a_brace_list_of_urls(tmp_path, monkeypatch):
-    import fsspec
-
-    from helpers.storage import free_port, moto_s3
+    from helpers.storage import moto_bucket
 
     expected = write_webdataset(tmp_path / "wds")
-    port = free_port()
-    for name, value in (("AWS_ACCESS_KEY_ID", "testing"), ("AWS_SECRET_ACCESS_KEY", "testing"),
-                        ("AWS_DEFAULT_REGION", "us-east-1"), ("AWS_ENDPOINT_URL", f"http://127.0.0.1:{port}")):
-        monkeypatch.setenv(name, value)
-    with moto_s3(port):
-        fs = fsspec.filesystem("s3", endpoint_url=f"http://127.0.0.1:{port}", skip_instance_cache=True)
-        fs.mkdir("shards")
+    with moto_bucket(monkeypatch) as (fs, bucket):
         for n in range(2):
-            fs.put_file(str(tmp_path / "wds" / f"shard-{n:06d}.tar"), f"s3://shards/wds/shard-{n:06d}.tar")
-        summary = preprocess("s3://shards/wds/shard-{000000..000001}.tar", tmp_path / "out.iof", progress=False,
+            fs.put_file(str(tmp_path / "wds" / f"shard-{n:06d}.tar"), f"{bucket}/wds/shard-{n:06d}.tar")
+        summary = preprocess(f"{bucket}/wds/shard-{{000000..000001}}.tar", tmp_path / "out.iof", progress=False,
                              workers=1)
     stored = read_dataset(summary.out)
     assert {name.split("#")[1] for name in stored} == {name.split("#")[1] for name in expected}
-    assert all(name.startswith("s3://shards/wds/shard-") for name in stored)
+    assert all(name.startswith(f"{bucket}/wds/shard-") for name in stored)
     assert len(_rejected(summary.out)) == 3
 
 

@@ -101,12 +101,12 @@ def test_a_fifo_named_like_a_dataset_file_is_refused_not_waited_on(colour_datase
     _fifo_in_place_of(out, name)
     code = f"from iofeed.cli import main\nraise SystemExit(main(['inspect', {str(out)!r}, '--verify']))"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=env)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env)
     assert done.returncode == 1, done.stderr
     assert "is not a regular file (a FIFO)" in done.stderr and name in done.stderr
     if name.endswith((".npy", ".json", ".tar", ".idx")):
         loading = f"import iofeed\nwith iofeed.loader({str(out)!r}, batch_size=4, workers=1) as ld:\n    list(ld)"
-        done = subprocess.run([sys.executable, "-c", loading], capture_output=True, text=True, timeout=60, env=env)
+        done = subprocess.run([sys.executable, "-c", loading], capture_output=True, text=True, timeout=300, env=env)
         assert done.returncode == 1 and "is not a regular file (a FIFO)" in done.stderr.strip().splitlines()[-1]
 
 
@@ -222,7 +222,7 @@ except SourceError as exc:
     print(exc)
 """
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=env)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env)
     message = done.stdout.strip()
     assert "too many open files (this process's limit; `ulimit -n` is 64)" in message, done.stderr
     assert str(colour_dataset) in message and "replaced" not in message

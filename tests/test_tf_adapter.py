@@ -120,7 +120,7 @@ def test_a_new_iterator_waits_for_the_old_ones_thread(tmp_path):
     with dataset.iofeed_loader:
         runner = threading.Thread(target=trials, daemon=True)
         runner.start()
-        runner.join(timeout=60)
+        runner.join(timeout=300)
         assert not runner.is_alive(), f"hung after {len(results)} iterator pairs"
     assert results == [True] * 3
 

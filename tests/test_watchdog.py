@@ -10,13 +10,12 @@ import os
 import signal
 import warnings
 
-import numpy as np
 import pytest
 
 import iofeed
 from helpers.transforms import WaitFor
 from iofeed.backends.workers import watchdog
-from iofeed.backends.workers.task import ROW, TRANSFORMING, Progress
+from iofeed.backends.workers.progress import IDLE, TRANSFORMING, Progress, finish_task, mark, worker_view
 from iofeed.backends.workers.watchdog import RAISE_ENV, WARN_ENV, Watchdog
 from iofeed.errors import OptionError, WorkerError
 
@@ -51,8 +50,8 @@ def test_a_hung_transform_is_named_then_raises(colour_dataset, tmp_path, monkeyp
         paths = {ld.source.path_of(i) for i in range(len(ld.source))}
     message = str(raised.value)
     assert "\n" not in message and RAISE_ENV in message and "loader worker 0 (pid " in message
-    assert message.split("in the transform sample ")[1].split(" ")[0] in paths
-    assert "in the transform sample" in str(warned[0].message)
+    assert message.split("WaitFor on sample ")[1].split(":")[0] in paths
+    assert "running transform WaitFor on sample" in str(warned[0].message)
 
 
 def test_a_slow_transform_is_warned_about_and_goes_on(colour_dataset, tmp_path, monkeypatch, bounds):
@@ -73,7 +72,7 @@ def test_a_slow_transform_is_warned_about_and_goes_on(colour_dataset, tmp_path, 
             batches = sum(1 for _ in ld)
     assert batches == len(ld) == 8
     assert ld.stats.settings["stall_warn_seconds"] == 0.1 and ld.stats.settings["stall_seconds"] is None
-    assert seen and "in the transform sample" in seen[0] and "up to inf s" in seen[0]
+    assert seen and "running transform WaitFor on sample" in seen[0] and "up to inf s" in seen[0]
 
 
 def test_a_stopped_worker_is_named_then_raises(colour_dataset, monkeypatch, bounds):
@@ -104,28 +103,29 @@ def test_a_bad_bound_is_refused_when_the_loader_is_made(colour_dataset, monkeypa
 
 
 def test_only_a_worker_with_work_left_is_judged(colour_dataset):
-    """A worker is stalled when its counter stands still while a task it was sent is unfinished:
-    not while it starts, nor once its tasks are done (their reports wait for a consumer that is
-    busy elsewhere, training)."""
+    """A worker is stalled when its marks stand still while a task it was sent is unfinished: not
+    while it starts, nor once its tasks are done (their reports wait for a consumer that is busy
+    elsewhere, training)."""
     now = [0.0]
     with iofeed.loader(colour_dataset, **SMALL) as ld:
         source = ld.source
-    dog = Watchdog(1, source, bounds=(10.0, 20.0), clock=lambda: now[0])
-    row = dog.take_row()
-    worker = Progress(np.frombuffer(dog.block.buffer, np.int64, ROW, 8 * ROW * row))
-    dog.started(row)
+    dog = Watchdog(source, "helpers.transforms.jitter", bounds=(10.0, 20.0), clock=lambda: now[0])
+    record = Progress()
+    worker = worker_view(record.block.buffer)  # the worker's side of the same 32 bytes
+    dog.started(record)
     now[0] = 100.0
-    dog.check([(row, 1, "worker 0", 1)])  # never marked: still starting
-    worker.mark(-1, -1, 0)
-    worker.mark(0, 5, TRANSFORMING)
-    dog.check([(row, 1, "worker 0", 1)])  # moved since
+    dog.check([(record, 1, "worker 0", 1)])  # never marked: still starting
+    mark(worker, -1, IDLE)
+    mark(worker, 5, TRANSFORMING)
+    dog.check([(record, 1, "worker 0", 1)])  # moved since
     now[0] = 112.0
-    with pytest.warns(RuntimeWarning, match=f"in the transform sample {source.path_of(5)} .batch 0."):
-        dog.check([(row, 1, "worker 0", 1)])
-    worker.finished()
+    with pytest.warns(RuntimeWarning, match=f"transform helpers.transforms.jitter on sample {source.path_of(5)}"):
+        dog.check([(record, 1, "worker 0", 1)])
+    finish_task(worker)
     now[0] = 500.0
-    dog.check([(row, 1, "worker 0", 1)])  # done: its report waits for the consumer
+    dog.check([(record, 1, "worker 0", 1)])  # done: its report waits for the consumer
     now[0] = 1000.0
-    with pytest.warns(RuntimeWarning), pytest.raises(WorkerError, match="no progress for 500 s"):
-        dog.check([(row, 1, "worker 0", 2)])  # a second task sent, not begun
-    dog.close()
+    with pytest.warns(RuntimeWarning), pytest.raises(WorkerError, match="no progress for 500 s with a task it has"):
+        dog.check([(record, 1, "worker 0", 2)])  # a second task sent, not begun
+    del worker
+    record.close()

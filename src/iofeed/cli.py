@@ -14,12 +14,22 @@ from .format.manifest import IMAGES_AS_IS, Manifest
 if TYPE_CHECKING:
     from .prepare.run import PreprocessSummary
 
+LABEL_NAMES_HELP = ("take every label as a class name as written: booleans (false, true), numbers (1.5), "
+                    "sparse integer ids (5000000); classes sorted as text (docs/formats.md, Labels)")
+
 
 def _positive_int(text: str) -> int:
     value = int(text)
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
     return value
+
+
+def _add_image_key(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--image-key", default=None,
+                        help="WebDataset: the image member's extension, or several by preference (jpg,png): the "
+                             "first present is the image (default: the one image member; a sample with several, "
+                             "such as a mask beside a photo, is rejected naming them)")
 
 
 def _shard_bytes(mib: float) -> int:
@@ -129,6 +139,8 @@ def _cmd_preprocess(args: argparse.Namespace) -> None:
             labels=args.labels,
             label_column=args.label_column,
             image_column=args.image_column,
+            label_names=args.label_names,
+            image_key=args.image_key,
         )
     print_preprocess_summary(summary)
 
@@ -139,7 +151,7 @@ def _cmd_index(args: argparse.Namespace) -> None:
 
     with terminate_as_interrupt():
         summary = index_shards(args.shards, Path(args.out), split=args.split, label_column=args.label_column,
-                               overwrite=args.overwrite)
+                               image_key=args.image_key, overwrite=args.overwrite, label_names=args.label_names)
     rejected = sum(summary.rejected.values())
     print(f"iofeed index written to {summary.out}: {_count(summary.samples, 'sample')} in "
           f"{_count(summary.shards, 'shard')} (read in place), {rejected:,} rejected"
@@ -168,7 +180,7 @@ def _cmd_inspect(args: argparse.Namespace) -> None:
     if args.verify:
         from .format.verify import verify_dataset
 
-        checked = verify_dataset(dataset)
+        checked = verify_dataset(dataset, progress=True)
         for problem in checked.problems:
             print(f"  problem       {problem}")
         if checked.problems:
@@ -254,8 +266,10 @@ def build_parser() -> argparse.ArgumentParser:
     prep.add_argument("--label-column", default=None,
                       help="the label's column (labels file, Parquet), JSON key or WebDataset member (default label, "
                            "or cls/txt/json for WebDataset)")
+    prep.add_argument("--label-names", action="store_true", help=LABEL_NAMES_HELP)
     prep.add_argument("--image-column", default=None,
                       help="Parquet / Hugging Face: the image column (default: the first binary or {bytes, path} one)")
+    _add_image_key(prep)
     prep.add_argument("-o", "--out", default=None,
                       help="output dataset: a folder (default: SRC.iof beside SRC), or an s3:// or gs:// URL "
                            "to upload to (prepared in a temporary folder, iofeed.json uploaded last)")
@@ -269,7 +283,8 @@ def build_parser() -> argparse.ArgumentParser:
     prep.add_argument("--seed", type=int, default=0, help="seed of the train/val split and shard order")
     split = prep.add_mutually_exclusive_group()
     split.add_argument("--val-per-class", type=int, default=None, help="validation images per class")
-    split.add_argument("--val-fraction", type=float, default=None, help="validation share of each class (default 0.1)")
+    split.add_argument("--val-fraction", type=float, default=None,
+                       help="validation share of each class (default 0.1; 0: all train, 1: all val)")
     prep.add_argument("--shard-mb", type=float, default=128.0, help="maximum shard size in MiB (default 128)")
     prep.add_argument("--workers", type=_positive_int, default=None, help="processes (default: the usable cores)")
     prep.add_argument("--overwrite", action="store_true", help="replace an existing output")
@@ -288,6 +303,8 @@ def build_parser() -> argparse.ArgumentParser:
     index.add_argument("--split", default="train", help="the split's name (default train)")
     index.add_argument("--label-column", default=None,
                        help="the label's member or json key (default: cls, txt, or json 'label')")
+    _add_image_key(index)
+    index.add_argument("--label-names", action="store_true", help=LABEL_NAMES_HELP)
     index.add_argument("--overwrite", action="store_true", help="replace an existing output")
     index.set_defaults(func=_cmd_index)
 
@@ -365,7 +382,7 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except OSError as exc:  # one the command did not expect: still one line, with the file
         where = f": {exc.filename}" if exc.filename else ""
-        print(f"iofeed: error: {exc.strerror or exc}{where}", file=sys.stderr)
+        print(f"iofeed: error: {exc.strerror or str(exc) or type(exc).__name__}{where}", file=sys.stderr)
         return 1
     return status or 0  # a command's own status (doctor: the traced command's)
 

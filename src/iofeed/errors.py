@@ -67,3 +67,47 @@ class LoaderStateError(IofeedError, RuntimeError):
         """The error for a loader asked for a batch after `close()`."""
         return cls("this loader was closed (close() or the end of its `with` block): "
                    "make a new one with iofeed.loader(...)")
+
+
+# Out of memory. Under `ulimit -v` (RLIMIT_AS, inherited by every worker) an allocation fails as a
+# MemoryError, ENOMEM, a shared library that cannot be mapped (an ImportError), or a crash inside C
+# code: the sample being read when it happens is healthy, the limit is the cause.
+MAPPING_FAILURES = ("failed to map segment", "cannot allocate memory")
+
+
+def address_space_limit() -> int | None:
+    """This process's soft RLIMIT_AS (`ulimit -v`) in bytes; None when unlimited."""
+    import resource
+
+    soft, _ = resource.getrlimit(resource.RLIMIT_AS)
+    return None if soft == resource.RLIM_INFINITY else soft
+
+
+def is_out_of_memory(exc: BaseException) -> bool:
+    """Whether `exc` is an allocation failure rather than a fault of the data."""
+    import errno
+
+    if isinstance(exc, MemoryError) or (isinstance(exc, OSError) and exc.errno == errno.ENOMEM):
+        return True
+    return isinstance(exc, ImportError) and any(text in str(exc).lower() for text in MAPPING_FAILURES)
+
+
+def out_of_memory(doing: str) -> str:
+    """The one-line message for an allocation that failed `doing` (e.g. "while reading X"): the limit
+    that was reached, named with its value, and the fix; the sample is not blamed."""
+    limit = address_space_limit()
+    if limit is None:
+        return (f"out of memory {doing} (the sample is likely healthy): the machine or container is full, with "
+                "no `ulimit -v` limit: lower workers or batch_size, or give the container more memory")
+    return (f"out of memory {doing} (the sample is likely healthy): the address-space limit RLIMIT_AS (`ulimit "
+            f"-v`) is {limit / 2**30:.2f} GiB, and loader workers inherit it: raise it (`ulimit -v unlimited`), or "
+            "lower workers or batch_size")
+
+
+def memory_limit_note() -> str:
+    """For a worker that crashed: the address-space limit it ran under, if one is set ('' if not)."""
+    limit = address_space_limit()
+    if limit is None:
+        return ""
+    return (f"; it ran under an address-space limit RLIMIT_AS (`ulimit -v`) of {limit / 2**30:.2f} GiB, and an "
+            "allocation past it can crash a worker like this: raise it (`ulimit -v unlimited`) to rule it out")

@@ -26,7 +26,7 @@ from .recipe import Recipe
 from .remote.prefetch import NoPrefetch, Prefetcher, prefetcher_for
 from .resume import Progress, fingerprint, parse
 from .resume import state as resume_state
-from .samples import SampleSource, open_source
+from .samples import SampleSource, open_source, read_from
 from .statsfile import StatsWriter
 from .targets import SampleTargets, open_targets
 
@@ -45,6 +45,7 @@ class LoaderStats:
     fetched: dict[str, float] = field(default_factory=dict)  # streamed datasets: shards, bytes, seconds downloaded
     live: Callable[[], dict[str, Any]] | None = field(default=None, repr=False)  # the engine's settings now
     transform_seconds: float = 0.0  # CPU time of the per-sample `transform=`, over `images` delivered
+    transform_wall_seconds: float = 0.0  # wall time of the same calls (waits included)
     worker_cpu_seconds: float = 0.0  # CPU time of the workers engine's processes for the batches delivered
     copied_batches: int = 0  # batches copied out of engine memory: the consumer held all the engine could lend
     refilled: int = 0  # skipped samples whose places spare samples of the epoch took (full batches)
@@ -61,10 +62,19 @@ class LoaderStats:
 
     @property
     def transform_ms_per_image(self) -> float | None:
-        """CPU milliseconds the per-sample transform took per delivered image (None without one)."""
+        """Wall milliseconds the per-sample transform took per delivered image, its waits (I/O, locks,
+        sleeps) included: what it holds a worker up (None without one)."""
+        return self._per_image(self.transform_wall_seconds)
+
+    @property
+    def transform_cpu_ms_per_image(self) -> float | None:
+        """CPU milliseconds of the same calls per delivered image (a busy machine does not inflate it)."""
+        return self._per_image(self.transform_seconds)
+
+    def _per_image(self, seconds: float) -> float | None:
         if not self.settings.get("transform") or not self.images:
             return None
-        return 1000.0 * self.transform_seconds / self.images
+        return 1000.0 * seconds / self.images
 
     def as_dict(self) -> dict[str, Any]:
         """Plain-JSON form."""
@@ -79,9 +89,11 @@ class LoaderStats:
             "fetched": dict(self.fetched),
             "transform_seconds": self.transform_seconds,
             "worker_cpu_seconds": self.worker_cpu_seconds,
+            "transform_wall_seconds": self.transform_wall_seconds,
             "copied_batches": self.copied_batches,
             "refilled": self.refilled,
             "transform_ms_per_image": self.transform_ms_per_image,
+            "transform_cpu_ms_per_image": self.transform_cpu_ms_per_image,
         }
 
 
@@ -202,6 +214,7 @@ class Loader:
             self.stats.images += len(batch.indices)
             self.stats.batches += 1
             self.stats.transform_seconds += batch.transform_seconds
+            self.stats.transform_wall_seconds += batch.transform_wall_seconds
             self.stats.worker_cpu_seconds += batch.cpu_seconds
             self.stats.copied_batches += batch.copied
             self.stats.refilled += batch.refilled
@@ -379,9 +392,10 @@ def loader(
             other splits). Every order is a function of (seed, epoch, rank, world_size).
         block_shards: shards per block of `shuffle="block"` (an int >= 1).
         cache_dir: the node-local cache of a streamed dataset, shared by every rank of the node
-            (default `IOFEED_CACHE`, else ~/.cache/iofeed); ignored for local paths.
+            (default `IOFEED_CACHE`, else ~/.cache/iofeed): a new or empty folder, or one iofeed
+            marked as its cache (a non-empty folder without the mark is refused); ignored for local paths.
         cache_limit: bytes the cache may hold (an int >= 1; default: what it holds plus the free
-            disk above a 10% reserve); it must hold the shards the order keeps live.
+            disk less max(2 GiB, 5% of the free disk)); it must hold the shards the order keeps live.
         target: "class" (int64 class indices) or "multi_hot" (float32 (batch, classes) vectors, 1
             for each class of a multi-label sample; a single-label dataset gives one-hot rows).
         extras: with True each batch is (images, labels, extras), `extras` the list of the
@@ -389,8 +403,8 @@ def loader(
             (`json` members: WebDataset json, labels-file columns). Not with framework="tf".
         transform: your own per-sample augmentation, run in the worker processes on each
             image after iofeed's crop and resize: `transform(image)` with `image` uint8 HWC
-            (numpy), returning uint8 or float32 HWC (a torch tensor: CHW, as torchvision
-            returns it) of one fixed shape, probed on a first image. A torchvision v2
+            (numpy), returning uint8 or float32 HWC with 3 channels (a torch tensor: CHW, as
+            torchvision returns it) of one fixed shape, probed on a first image. A torchvision v2
             transform (start it with `v2.ToImage()`), an albumentations `Compose` (called as
             `t(image=...)`, seeded through `set_random_seed`) or a function. It must be
             picklable and importable: a lambda, or a function defined in `__main__`, is refused.
@@ -400,7 +414,8 @@ def loader(
             and exact resume. A transform that raises follows `on_error` (skipped and counted
             under "transform NAME raised ...", or a `SampleError` naming the file). uint8
             output is normalised by the adapter; float32 output is handed over as it is. Its
-            CPU time is `stats.transform_ms_per_image`. Workers engine only (`backend="auto"`
+            wall time per image is `stats.transform_ms_per_image` (CPU time:
+            `stats.transform_cpu_ms_per_image`). Workers engine only (`backend="auto"`
             picks it; "dali" and `gpu_augment` refuse it).
         batch_transform: your own per-batch step `(images, labels) -> (images, labels)`, run in
             this process on each batch where it ends up (on `device`, after normalisation):
@@ -408,7 +423,8 @@ def loader(
             `framework="tf"` a function of tf tensors, run inside the dataset's `.map` (it may
             take `seed=`, a stateless-RNG seed tensor). Seeded per batch from (seed, epoch, rank,
             batch) — torch's, numpy's and Python's RNGs, restored after the call — and given
-            `rng=` when it takes one. Any engine.
+            `rng=` when it takes one. It returns `(images, labels)` of the batch's length (else
+            an OptionError naming it). Any engine.
         sharding: with `framework="jax"`, the `jax.sharding.Sharding` of each batch (default: a
             `NamedSharding` splitting the batch axis over every device, `PartitionSpec("batch")`).
             Under `jax.distributed` each process loads `batch_size` samples of its own share and
@@ -442,4 +458,5 @@ def loader(
     targets = open_targets(source, split, data) if target != "class" or extras else None
     loaded = Loader(data, order, make_engine(options, data), adapter, options, targets)
     loaded.stats.fixed["decisions"] = choice_notes(options, engine_name(options, data))  # what "auto" decided
+    loaded.stats.fixed["source"] = read_from(source)  # what `iofeed doctor` checks: the data really read
     return adapter.wrap(loaded)

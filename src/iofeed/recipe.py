@@ -2,6 +2,7 @@
 normalisation — with the common training recipes as named presets."""
 from __future__ import annotations
 
+import math
 import numbers
 from dataclasses import dataclass, replace
 from typing import Any
@@ -10,6 +11,12 @@ from .adapters.normalize import IMAGENET_MEAN, IMAGENET_STD
 from .errors import OptionError
 
 INTERPOLATIONS = ("bilinear", "bicubic", "area")
+# Bounds past which a recipe is a mistake, not an augmentation: each extreme failed on every sample
+# (an overflow while drawing or decoding) or silently gave the whole image (a box under one pixel).
+MIN_SCALE = 1e-3  # area share: a 8x8 px crop of a 256 px image
+MAX_RATIO = 100.0  # aspect ratio in [1/100, 100]
+MIN_CROP_FRACTION = 0.01  # centre crop: 2.5 px of a 256 px image
+STD_RANGE = (1e-3, 1.0)  # 0-1 scale: 1/255 (the 0-255 "caffe" form) to 1 (no division); 1e-3 keeps float16 finite
 
 
 @dataclass(frozen=True)
@@ -21,8 +28,11 @@ class Recipe:
     Evaluation: a centred square of `crop_fraction` of the shorter side (0.875: resize to 256
     and centre-crop 224). Both resize to `image_size` with `interpolation` ("bilinear",
     "bicubic" or "area"; antialiased when shrinking, as torchvision v2 does). The adapters
-    normalise with `mean`/`std` (per channel, on the 0–1 scale); `normalize=False` hands out
-    uint8 so that the GPU or your batch transform normalises.
+    normalise with `mean`/`std` (per channel, on the 0–1 scale only: mean in [0, 1], std in
+    [0.001, 1]; ImageNet's 0–255 values (123.7, ...) are refused with the 0–1 ones to use);
+    `normalize=False` hands out uint8 so that the GPU or your batch transform normalises.
+    Extremes are refused when the recipe is made: scale below 0.001, ratio outside [1/100, 100],
+    crop_fraction below 0.01, or anything not finite.
     """
 
     train: bool | None = None  # None: augment the train split only
@@ -38,19 +48,20 @@ class Recipe:
     def __post_init__(self) -> None:
         if not (self.train is None or isinstance(self.train, bool)):
             raise OptionError(f"Recipe train must be True, False or None, got {self.train!r}")
-        object.__setattr__(self, "scale", _pair("scale", self.scale, 0.0, 1.0))
-        object.__setattr__(self, "ratio", _pair("ratio", self.ratio, 0.0, None))
+        object.__setattr__(self, "scale", _pair("scale", self.scale, MIN_SCALE, 1.0))
+        object.__setattr__(self, "ratio", _pair("ratio", self.ratio, 1 / MAX_RATIO, MAX_RATIO))
         for name in ("flip", "normalize"):
             if not isinstance(getattr(self, name), bool):
                 raise OptionError(f"Recipe {name} must be True or False, got {getattr(self, name)!r}")
         fraction = self.crop_fraction
-        if not _real(fraction) or not 0.0 < fraction <= 1.0:
-            raise OptionError(f"Recipe crop_fraction must be a number in (0, 1], got {fraction!r}")
+        if not _real(fraction) or not MIN_CROP_FRACTION <= fraction <= 1.0:
+            raise OptionError(f"Recipe crop_fraction must be a number in [{MIN_CROP_FRACTION}, 1] (the centre "
+                              f"square's share of the shorter side), got {fraction!r}")
         object.__setattr__(self, "crop_fraction", float(fraction))
         if self.interpolation not in INTERPOLATIONS:
             raise OptionError(f"Recipe interpolation={self.interpolation!r} is not one of {', '.join(INTERPOLATIONS)}")
-        object.__setattr__(self, "mean", _channels("mean", self.mean, positive=False))
-        object.__setattr__(self, "std", _channels("std", self.std, positive=True))
+        object.__setattr__(self, "mean", _channels("mean", self.mean, (0.0, 1.0)))
+        object.__setattr__(self, "std", _channels("std", self.std, STD_RANGE))
 
     @classmethod
     def preset(cls, name: str, **changes: Any) -> Recipe:
@@ -82,28 +93,33 @@ def _real(value: Any) -> bool:
     return isinstance(value, numbers.Real) and not isinstance(value, bool)
 
 
-def _pair(name: str, value: Any, low: float, high: float | None) -> tuple[float, float]:
-    """(a, b) with low < a <= b (<= high): OptionError naming the value otherwise."""
+def _pair(name: str, value: Any, low: float, high: float) -> tuple[float, float]:
+    """(a, b) with low <= a <= b <= high (finite): OptionError naming the value otherwise."""
     try:
         a, b = value
     except (TypeError, ValueError):
         a = b = None
-    bound = f"{low} < a <= b" + (f" <= {high}" if high is not None else "")
-    if not (_real(a) and _real(b) and low < a <= b and (high is None or b <= high)):
-        raise OptionError(f"Recipe {name} must be a pair (a, b) with {bound}, got {value!r}")
+    if not (_real(a) and _real(b) and low <= a <= b <= high):
+        raise OptionError(f"Recipe {name} must be a pair (a, b) with {low:g} <= a <= b <= {high:g}, got {value!r}")
     return float(a), float(b)
 
 
-def _channels(name: str, value: Any, positive: bool) -> tuple[float, float, float]:
-    """Three per-channel numbers (positive ones for `std`)."""
+def _channels(name: str, value: Any, bounds: tuple[float, float]) -> tuple[float, float, float]:
+    """Three per-channel numbers within `bounds` (the 0-1 scale); values that fit the 0-255 scale
+    instead are refused with the 0-1 values to pass."""
     try:
         values = tuple(value)
     except TypeError:
         values = ()
-    if len(values) != 3 or not all(_real(v) and (v > 0 or not positive) for v in values):
-        kind = "positive numbers" if positive else "numbers"
-        raise OptionError(f"Recipe {name} must be 3 {kind} (R, G, B on the 0-1 scale), got {value!r}")
-    return tuple(float(v) for v in values)
+    low, high = bounds
+    if len(values) == 3 and all(_real(v) and low <= v <= high for v in values):
+        return tuple(float(v) for v in values)
+    if len(values) == 3 and all(_real(v) and math.isfinite(v) and 1 < v <= 255 * high for v in values):
+        scaled = ", ".join(f"{v / 255:.4g}" for v in values)
+        raise OptionError(f"Recipe {name}={value!r} looks like the 0-255 scale; Recipe takes the 0-1 scale (the "
+                          f"adapters divide pixels by 255 first): pass {name}=({scaled})")
+    raise OptionError(f"Recipe {name} must be 3 numbers in [{low:g}, {high:g}] (R, G, B on the 0-1 scale), "
+                      f"got {value!r}")
 
 
 # The common recipes. `train` stays None in each: the train split is augmented, others centre-cropped.

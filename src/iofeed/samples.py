@@ -68,6 +68,12 @@ def is_iofeed_dataset(path: Path) -> bool:
     return os.path.lexists(Path(path) / MANIFEST_NAME)  # anything there: Manifest.read says what is wrong
 
 
+def read_from(source: Path | str) -> str:
+    """`source` as a loader's stats name it: a URL as given, a path made absolute (the folder the
+    process ran in may not be the reader's)."""
+    return str(source) if is_url(str(source)) else str(Path(source).resolve())
+
+
 def open_source(source: Path | str, split: str = "train", *, cache_dir: Path | str | None = None,
                 cache_limit: int | None = None) -> SampleSource:
     """Open an iofeed dataset's split — a path, or an s3://, gs:// or http(s):// URL whose shards are
@@ -259,6 +265,7 @@ class SampleReader:
         self._maps: dict[int, mmap.mmap] = {}
         self._failed: dict[int, tuple[str, float]] = {}  # streamed shards that failed: (reason, when)
         self._touched: set[int] = set()  # shards read in the current batch
+        self._epoch: int | None = None  # the epoch of the current batch: failures are remembered within it
 
     def _fd(self, file_id: int) -> int:
         """An open descriptor of shard `file_id` (a leased cached copy for a streamed dataset)."""
@@ -332,6 +339,12 @@ class SampleReader:
         if len(data) != size:
             raise SampleError("shard is truncated (run `iofeed preprocess` again)")
         return data
+
+    def begin_batch(self, epoch: int) -> None:
+        """A batch of `epoch` starts: the fetch failures remembered in another epoch are forgotten, so
+        a later epoch tries those shards again and never skips samples for an earlier failure."""
+        if epoch != self._epoch:
+            self._epoch, self._failed = epoch, {}
 
     def _release_stale(self) -> None:
         """End the leases on shards the current batch has not read."""

@@ -15,7 +15,8 @@ from typing import Any
 import numpy as np
 
 from .backends.base import BatchKey
-from .errors import OptionError, SampleError, WorkerError
+from .errors import OptionError, SampleError, WorkerError, is_out_of_memory, out_of_memory
+from .transform_checks import batch_result_problem, layout_problem, torch_shape
 
 SAMPLE_STREAM, BATCH_STREAM = 1, 2  # seed streams, apart from the crop draws of `BatchKey.rng()`
 OUTPUT_DTYPES = (np.dtype(np.uint8), np.dtype(np.float32))
@@ -128,26 +129,33 @@ class Output:
 
 
 class SampleTransform:
-    """`transform=` in a worker: seeded per sample, called, checked, timed (process CPU time)."""
+    """`transform=` in a worker: seeded per sample, called, checked, timed: `wall_seconds` (what it
+    holds the worker up: waiting on I/O, a lock or a sleep included) and `cpu_seconds` (process CPU
+    time, which a busy machine does not inflate). The clocks are arguments for tests."""
 
-    def __init__(self, fn: Any, output: Output) -> None:
+    def __init__(self, fn: Any, output: Output, clock: Callable[[], float] = time.perf_counter,
+                 cpu_clock: Callable[[], float] = time.process_time) -> None:
         self.fn, self.output, self.name = fn, output, transform_name(fn)
         self._rng = takes_rng(fn)
         self._call = CALL_STYLES.get(type(fn).__module__.split(".")[0])
-        self.cpu_seconds = 0.0
+        self._clock, self._cpu_clock = clock, cpu_clock
+        self.cpu_seconds = self.wall_seconds = 0.0
+        self.raw_shape: tuple[int, ...] | None = None  # the last output's torch shape (CHW), if a tensor
 
     def __call__(self, image: np.ndarray, key: BatchKey, position: int, path: str) -> np.ndarray:
         """`image` (HWC uint8) transformed with the seeds of (key, position). SampleError when the
         transform raises (skipped or raised per on_error); WorkerError for an output of another shape."""
-        out = self.apply(image, key, position)
+        out = self.apply(image, key, position, path)
         if out.shape != self.output.shape or out.dtype != self.output.dtype:
             raise WorkerError(f"{path}: transform {self.name} returned {out.shape} {out.dtype}, the first image gave "
                               f"{self.output.shape} {self.output.dtype}: return one fixed shape and dtype")
         return out
 
-    def apply(self, image: np.ndarray, key: BatchKey, position: int) -> np.ndarray:
-        """The output as an HWC array, unchecked; SampleError naming the transform when it raises."""
-        started = time.process_time()
+    def apply(self, image: np.ndarray, key: BatchKey, position: int, path: str = "") -> np.ndarray:
+        """The output as an HWC array, unchecked; SampleError naming the transform when it raises.
+        WorkerError when it runs out of memory (the limit, not the sample: skipping would lose
+        healthy samples) or calls sys.exit (which would end the worker without a word)."""
+        started, cpu = self._clock(), self._cpu_clock()
         try:
             sequence, seed = _seeds(key, position, SAMPLE_STREAM)
             seed_globals(seed)
@@ -157,12 +165,21 @@ class SampleTransform:
                 out = self.fn(image, rng=np.random.default_rng(sequence))
             else:
                 out = self.fn(image)
+            self.raw_shape = torch_shape(out)
             return as_hwc(out)
+        except SystemExit as exc:
+            where = f"{path}: " if path else ""
+            raise WorkerError(f"{where}transform {self.name} called sys.exit({exc.code!r}): a transform must return "
+                              "the image or raise an exception") from None
         except Exception as exc:  # noqa: BLE001 - the user's code: skipped or raised per on_error
+            if is_out_of_memory(exc):
+                on = f" on sample {path}" if path else ""
+                raise WorkerError(out_of_memory(f"in transform {self.name}{on}")) from None
             detail = str(exc).splitlines()[0] if str(exc) else "no message"
             raise SampleError(f"transform {self.name} raised {type(exc).__name__} ({detail})") from None
         finally:
-            self.cpu_seconds += time.process_time() - started
+            self.wall_seconds += self._clock() - started
+            self.cpu_seconds += self._cpu_clock() - cpu
 
 
 def probe_output(fn: Any, image_size: int) -> Output:
@@ -178,13 +195,17 @@ def probe_output(fn: Any, image_size: int) -> Output:
             try:
                 out = runner.apply(image, BatchKey(0, 0, 0, 0), position)
                 break
-            except SampleError as exc:
+            except (SampleError, WorkerError) as exc:
                 failure = exc
         else:
             raise OptionError(f"transform={runner.name} failed on {what}: {failure}") from None
-    if out.dtype not in OUTPUT_DTYPES or out.ndim != 3:
+    if out.dtype not in OUTPUT_DTYPES:
         raise OptionError(f"transform={runner.name} returned {out.shape} {out.dtype} for {what}: return HWC uint8 "
                           "or float32 (a torch tensor: CHW)")
+    problem = layout_problem(runner.raw_shape, out.shape)
+    if problem is not None:
+        shown, fix = problem
+        raise OptionError(f"transform={runner.name} returned {shown} for {what}: {fix}")
     return Output(tuple(out.shape), out.dtype)
 
 
@@ -229,11 +250,18 @@ class BatchTransform:
         self._rng = takes_rng(fn)
 
     def __call__(self, images: Any, labels: Any, key: BatchKey | None) -> tuple[Any, Any]:
+        """`fn(images, labels)` seeded from `key`; OptionError naming it unless it returns
+        (images, labels) of the batch's length."""
         sequence, seed = _seeds(key or BatchKey(0, 0, 0, 0), BATCH_STREAM)
         with preserved_globals(self.cuda), (one_torch_thread() if self.cuda is None else contextlib.nullcontext()):
             seed_globals(seed)
             if self.cuda is not None:
                 sys.modules["torch"].cuda.default_generators[self.cuda.index or 0].manual_seed(seed)
             if self._rng:
-                return self.fn(images, labels, rng=np.random.default_rng(sequence))
-            return self.fn(images, labels)
+                out = self.fn(images, labels, rng=np.random.default_rng(sequence))
+            else:
+                out = self.fn(images, labels)
+        problem = batch_result_problem(out, len(images))
+        if problem:
+            raise OptionError(f"batch_transform={self.name} returned {problem}")
+        return out[0], out[1]

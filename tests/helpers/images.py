@@ -84,3 +84,13 @@ def label_from_pixels(image: np.ndarray) -> int:
     """The class whose colour is nearest the image's mean colour."""
     mean = image.reshape(-1, 3).mean(axis=0)
     return int(np.argmin([np.abs(mean - np.array(c)).sum() for c in CLASS_COLOURS]))
+
+
+def make_same_picture_tree(root: Path, copies: int = 8, size: tuple[int, int] = (320, 256)) -> Path:
+    """One class folder of `copies` identical PNGs: whatever a batch holds, its pixels differ only
+    by the random crop, flip and transform drawn for it."""
+    (root / "a").mkdir(parents=True)
+    data = png_bytes(smooth_rgb(*size, seed=3))
+    for i in range(copies):
+        (root / "a" / f"{i}.png").write_bytes(data)
+    return root

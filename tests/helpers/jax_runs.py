@@ -50,7 +50,7 @@ def host(source: str, out: str, process_id: int, port: int) -> None:
     import numpy as np
 
     jax.distributed.initialize(f"127.0.0.1:{port}", num_processes=2, process_id=process_id,
-                               local_device_ids=[0], initialization_timeout=60)
+                               local_device_ids=[0], initialization_timeout=300)
     import iofeed
 
     result: dict = {"indices": [], "shapes": [], "local": []}

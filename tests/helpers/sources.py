@@ -57,8 +57,8 @@ def write_webdataset(folder: Path, shards: int = 2, per_shard: int = 6) -> dict[
                 img, ext = picture(i), kinds[i % 3]
                 sample = {"__key__": f"s{i:04d}", ext: encode(img, ext)}
                 if i % 2:
-                    sample["json"] = {"label": f"name{i % 4}", "caption": f"picture {i}"}
-                    label = f"name{i % 4}"
+                    label = 3 + i % 4  # an index in json, as cls holds: a dataset's labels are all indices or all names
+                    sample["json"] = {"label": label, "caption": f"picture {i}"}
                 else:
                     sample["cls"] = i % 3
                     label = i % 3

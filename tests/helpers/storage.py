@@ -4,6 +4,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import http.client
+import os
 import socket
 import threading
 import time
@@ -161,6 +162,26 @@ def moto_s3(port: int) -> Iterator[object]:
         yield server
     finally:
         server.stop()
+
+
+@contextlib.contextmanager
+def moto_bucket(monkeypatch) -> Iterator[tuple[object, str]]:
+    """moto's S3 on a free loopback port with the AWS variables pointing at it (through
+    `monkeypatch`), and a new bucket there: (its s3fs filesystem, "s3://BUCKET"). Buckets are
+    named afresh each time: moto keeps them for the life of the process."""
+    import fsspec
+
+    port = free_port()
+    endpoint = f"http://127.0.0.1:{port}"
+    settings = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
+                "AWS_DEFAULT_REGION": "us-east-1", "AWS_ENDPOINT_URL": endpoint}
+    for name in settings:
+        monkeypatch.setenv(name, settings[name])
+    with moto_s3(port):
+        fs = fsspec.filesystem("s3", endpoint_url=endpoint, skip_instance_cache=True)
+        bucket = f"bucket-{os.urandom(4).hex()}"
+        fs.mkdir(bucket)
+        yield fs, f"s3://{bucket}"
 
 
 def make_tiny_dataset(tmp: Path, classes: int = 10, per_class: int = 80, fmt: str = "jpeg") -> Path:

@@ -10,9 +10,10 @@ import numpy as np
 import tensorflow as tf
 
 from ..backends.base import Batch
-from ..errors import LoaderStateError
+from ..errors import LoaderStateError, OptionError
 from ..options import LoaderOptions
-from ..transforms import batch_seed, takes
+from ..transform_checks import BATCH_RESULT_FIX, batch_result_problem
+from ..transforms import batch_seed, takes, transform_name
 from .base import EpochLoader
 from .host_float import HostNormaliser
 from .normalize import Affine, options_affine
@@ -54,6 +55,22 @@ class TfAdapter:
 
 
 PREFETCH = 2  # batches TensorFlow holds ready: the workers' own slots are the deeper buffer
+
+
+def checked_tf_batch(fn: Any, out: Any, images: Any, problems: list[str]) -> tuple[Any, Any]:
+    """A tf batch transform's result, checked: its form when traced (the error is kept in
+    `problems`: tf rewraps what a traced function raises, the caller raises it in one line), its
+    lengths on every batch (an InvalidArgumentError naming the transform)."""
+    problem = batch_result_problem(out, None)
+    name = f"batch_transform={transform_name(fn)}"
+    if problem:
+        problems.append(f"{name} returned {problem}")
+        raise OptionError(problems[-1])
+    rows = tf.shape(images)[0]
+    message = f"{name} returned images or labels of another length than the batch: {BATCH_RESULT_FIX}"
+    with tf.control_dependencies([tf.debugging.assert_equal(tf.shape(part)[0], rows, message=message)
+                                  for part in out]):
+        return tf.identity(out[0]), tf.identity(out[1])
 
 
 def to_tf_dataset(loader: EpochLoader, normalised: bool = True, batch_transform: Any = None,
@@ -137,10 +154,18 @@ def to_tf_dataset(loader: EpochLoader, normalised: bool = True, batch_transform:
     if batch_transform is not None:
         seeded = takes(batch_transform, "seed")
 
-        def transform(images: Any, labels: Any, seed: Any) -> tuple[Any, Any]:
-            return batch_transform(images, labels, seed=seed) if seeded else batch_transform(images, labels)
+        problems: list[str] = []
 
-        dataset = dataset.map(transform)  # one call at a time: in batch order
+        def transform(images: Any, labels: Any, seed: Any) -> tuple[Any, Any]:
+            out = batch_transform(images, labels, seed=seed) if seeded else batch_transform(images, labels)
+            return checked_tf_batch(batch_transform, out, images, problems)
+
+        try:
+            dataset = dataset.map(transform)  # one call at a time: in batch order
+        except Exception:
+            if problems:
+                raise OptionError(problems[0]) from None
+            raise
     dataset = dataset.prefetch(PREFETCH).with_options(options)
     dataset.iofeed_loader = loader
     # Keras reads `cardinality()` to know an epoch's steps (unknown: "Your input ran out of data" at every

@@ -32,6 +32,7 @@ class Batch:
     transform_seconds: float = 0.0  # CPU time the user's per-sample transform took for this batch
     cpu_seconds: float = 0.0  # CPU time the worker took for the whole batch (workers engine)
     key: BatchKey | None = None  # its RNG key, set by the loader (seeds `batch_transform`)
+    transform_wall_seconds: float = 0.0  # wall time of the per-sample transform for this batch
     lease: Lease | None = None  # the engine memory `images` lies in, until released
     region: tuple[int, int] | None = None  # (address, bytes) of that memory's whole block: pinnable once
     copied: bool = False  # copied out of engine memory: the consumer held all the engine could lend

@@ -208,6 +208,7 @@ class _Feed:
         while self._next < len(self._batches):
             batch_no = self._next
             self._next += 1
+            self._reader.begin_batch(self._epoch)
             try:
                 planned, inputs = self._prepare(batch_no)
             except Exception:  # noqa: BLE001 - surfaced in the consumer, where the batch is due

@@ -10,6 +10,7 @@ import importlib.util
 import shutil
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Protocol
 
 from ..adapters.normalize import IMAGENET_MEAN, IMAGENET_STD
@@ -17,6 +18,7 @@ from ..errors import FeedUnavailable
 from ..registry import Entry, Registry
 
 BASELINE = "torchvision-Nw"
+RECIPE_BASELINE = "torchvision-recipe"  # what the recipe feeds are compared with: the same recipe, torchvision's way
 CEILING = "synthetic"
 
 
@@ -85,6 +87,12 @@ FEEDS: Registry[FeedCaps] = Registry("feed", {
     CEILING: Entry(f"{_HERE}:SyntheticFeed",
                    FeedCaps("synthetic", "", "synthetic tensors already on the device (the ceiling)")),
 })
+def baseline_of(name: str) -> str:
+    """The feed a feed's ratio is against: the recipe feeds against each other (torchvision's recipe
+    feed), every other feed against the plain DataLoader."""
+    return RECIPE_BASELINE if name in FEEDS and FEEDS.caps(name).recipe else BASELINE
+
+
 CATALOGUE = tuple(name for name in FEEDS.names() if name != CEILING)  # the feeds `--feeds` may name
 DEFAULT_FEEDS = tuple(name for name in CATALOGUE if FEEDS.caps(name).framework == "torch")  # without `--feeds`
 
@@ -103,6 +111,7 @@ class FeedSpec:
     model: str = "none"
     classes: int = 1000
     endpoint: str = ""  # the local S3 endpoint of a streaming feed (`source` is then its URL)
+    cache_root: str = ""  # the bench's own cache folder, where a streaming feed makes its cache
 
     @property
     def entry(self) -> FeedCaps:
@@ -192,21 +201,25 @@ class IofeedFeed:
             from .stream import stream_options, use_endpoint
 
             use_endpoint(spec.endpoint)
-            streaming = stream_options(spec.source, spec.entry.stream)
+            streaming = stream_options(spec.source, spec.entry.stream, Path(spec.cache_root))
         recipe: dict[str, Any] = {}
         if spec.entry.recipe:
             from .recipe import iofeed_transform, mix
 
             recipe = {"transform": iofeed_transform(), "batch_transform": mix(spec.classes)}
-        self._loader = iofeed.loader(
-            spec.source, split="train", batch_size=spec.batch_size, image_size=spec.image_size,
-            framework="torch", device=spec.device, backend=backend, workers=spec.workers, seed=spec.seed,
-            gpu_augment=spec.entry.gpu_augment, **streaming, **recipe,
-        )
         self._cache_dir = streaming.get("cache_dir")
+        try:
+            self._loader = iofeed.loader(
+                spec.source, split="train", batch_size=spec.batch_size, image_size=spec.image_size,
+                framework="torch", device=spec.device, backend=backend, workers=spec.workers, seed=spec.seed,
+                gpu_augment=spec.entry.gpu_augment, **streaming, **recipe,
+            )
+        except BaseException:
+            self._remove_cache()
+            raise
         self.settings = dict(self._loader.stats.settings)
         if self.settings.get("backend") != backend:
-            self._loader.close()
+            self.close()
             raise FeedUnavailable(f"iofeed.loader(backend={backend!r}) built the "
                                   f"{self.settings.get('backend')!r} backend: the {backend} backend is not available")
         self.capacity = int(self.settings.get("prefetch_batches", 2))
@@ -217,6 +230,9 @@ class IofeedFeed:
 
     def close(self) -> None:
         self._loader.close()
+        self._remove_cache()
+
+    def _remove_cache(self) -> None:
         if self._cache_dir is not None:
             shutil.rmtree(self._cache_dir, ignore_errors=True)
 

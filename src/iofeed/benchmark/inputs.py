@@ -7,10 +7,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tqdm import tqdm
-
 from ..format.manifest import Manifest
 from ..prepare.scan import find_class_root
+from ..progress import progress as progress_bar
 from ..samples import is_iofeed_dataset
 from .options import DEFAULT_SOURCE
 
@@ -87,6 +86,12 @@ def _add_form(inputs: Inputs, form: str, needed: bool, progress: bool) -> None:
               f"{_estimate(folder, dataset, form)}")
         summary = preprocess(folder, dataset, policy=ImagePolicy(format=FORMS[form]), progress=progress)
         inputs.notes.append(f"preprocessed {folder} into {dataset} (--format {FORMS[form]}) in {summary.seconds:.0f} s")
+        rejected = sum(summary.rejected.values())
+        print(f"iofeed bench: {dataset} written: {summary.found:,} images found, "
+              + ", ".join(f"{name} {count:,}" for name, count in summary.written.items())
+              + f", {rejected:,} rejected{f' (see {dataset}/rejected.jsonl)' if rejected else ''}; "
+              f"{summary.bytes_out / 2**30:.2f} GiB in {summary.seconds:.0f} s "
+              f"({summary.images_per_sec:,.0f} images/sec)")
     setattr(inputs, form, dataset)
 
 
@@ -131,7 +136,7 @@ class CacheState:
 def warm_page_cache(files: list[Path], progress: bool = True) -> CacheState:
     """Read every file once, so that every feed reads from the page cache alike."""
     start, total = time.perf_counter(), 0
-    for path in tqdm(files, unit="file", desc="warming page cache", disable=not progress, mininterval=0.5):
+    for path in progress_bar(files, unit="file", desc="warming page cache", disable=not progress, mininterval=0.5):
         try:
             with open(path, "rb", buffering=0) as f:
                 while chunk := f.read(1 << 20):

@@ -9,9 +9,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import psutil
-from tqdm import tqdm
 
 from ..errors import FeedUnavailable
+from ..progress import progress as progress_bar
 from .feeds import FeedSpec
 from .host import FeedHost, HostFailed, Tally
 
@@ -56,6 +56,7 @@ class FeedRun:
     warmup: Tally | None = None
     windows: list[Window] = field(default_factory=list)
     peak_memory_bytes: int = 0
+    peak_file_bytes: int | None = None  # of that peak, pages of mapped files (page cache), where the kernel says
     processes: int = 0  # most processes the feed had at once
     max_memory_reserved_bytes: int | None = None  # PyTorch's peak GPU reservation (None off the GPU)
 
@@ -68,6 +69,22 @@ class FeedRun:
     def stop(self, status: str, reason: str) -> None:
         """Mark the feed as not measured (further)."""
         self.status, self.reason = status, reason
+
+
+def file_backed(pid: int, metric: str) -> int | None:
+    """The part of a process's `metric` ("pss" or "rss") that is pages of mapped files, which the
+    page cache holds and the kernel may drop (a raw feed's memory-mapped shards): `Pss_File` of
+    /proc/PID/smaps_rollup, or `RssFile` of /proc/PID/status; None where the kernel does not say."""
+    source, key = ((f"/proc/{pid}/smaps_rollup", "Pss_File:") if metric == "pss"
+                   else (f"/proc/{pid}/status", "RssFile:"))
+    try:
+        with open(source, encoding="ascii", errors="replace") as f:
+            for line in f:
+                if line.startswith(key):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
 
 
 def memory_metric() -> str:
@@ -119,6 +136,7 @@ class MemoryWatch:
     def sample(self, run: FeedRun, host: FeedHost) -> None:
         """Add one sample of `host`'s processes to `run`'s peak."""
         total = count = 0
+        files: int | None = 0
         for pid in host.pids():
             try:
                 info = psutil.Process(pid).memory_full_info()
@@ -126,6 +144,10 @@ class MemoryWatch:
                 continue
             total += getattr(info, self.metric)
             count += 1
+            mapped = file_backed(pid, self.metric)
+            files = None if files is None or mapped is None else files + mapped
+        if total >= run.peak_memory_bytes:
+            run.peak_file_bytes = files
         run.peak_memory_bytes = max(run.peak_memory_bytes, total)
         run.processes = max(run.processes, count)
 
@@ -186,7 +208,7 @@ def measure(runs: list[FeedRun], rounds: int, window_seconds: float, warmup_seco
     hosts: dict[str, FeedHost] = {}
     watch = MemoryWatch(MEMORY_INTERVAL)
     try:
-        for run in tqdm(runs, desc="starting feeds", unit="feed", disable=not progress):
+        for run in progress_bar(runs, desc="starting feeds", unit="feed", disable=not progress):
             try:
                 hosts[run.spec.name] = host = FeedHost(run.spec)
                 run.capacity, run.settings = host.capacity, host.settings
@@ -201,7 +223,7 @@ def measure(runs: list[FeedRun], rounds: int, window_seconds: float, warmup_seco
             except HostFailed as exc:
                 run.stop("failed", str(exc))
         live = [run for run in runs if run.status == "ok"]
-        bar = tqdm(total=rounds * len(live), desc="measuring", unit="window", disable=not progress)
+        bar = progress_bar(total=rounds * len(live), desc="measuring", unit="window", disable=not progress)
         for number in range(rounds):
             shift = number % max(len(live), 1)
             for run in live[shift:] + live[:shift]:

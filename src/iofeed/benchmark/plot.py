@@ -8,7 +8,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from .feeds import FEEDS
+from .report import baselines, disturbance
+
 MIB = 2**20
+DISTURBED_COLOUR = "tab:red"
+PAGE_CACHE_SHARE = 0.5  # a memory bar more than this much mapped files is labelled as page cache
 SKIPPED_COLOUR, BASELINE_COLOUR, FEED_COLOUR, CEILING_COLOUR = "0.55", "tab:orange", "tab:blue", "tab:green"
 REASON_CHARS = 110  # a skipped feed's reason is cut to this on the picture (the JSON keeps it whole)
 
@@ -18,7 +23,7 @@ def metrics(record: dict[str, Any]) -> list[tuple[str, Callable[[dict[str, Any]]
     memory = record["settings"].get("memory_metric", "rss")
     panels: list[tuple[str, Callable[[dict[str, Any]], float | None], str]] = [
         ("CPU ms per image\n(the feed's processes)", lambda f: f["cpu_ms_per_image"], ".2f"),
-        (f"peak memory MiB\n(the feed's processes, {memory})",
+        (f"peak memory MiB\n(the feed's processes, {memory}; page cache: mapped files)",
          lambda f: None if f["peak_memory_bytes"] is None else f["peak_memory_bytes"] / MIB, ",.0f"),
     ]
     if any((f.get("training") or {}).get("gpu_util_mean") is not None for f in record["feeds"]):
@@ -46,15 +51,22 @@ def draw(record: dict[str, Any]) -> Any:
     fig = plt.figure(figsize=(max(12.0, 3.6 * len(panels)), 2 * height + (3.2 if timeline else 0) + 0.9),
                      constrained_layout=True)
     grid = fig.add_gridspec(rows, len(panels), height_ratios=[height, height] + ([3.2] if timeline else []))
-    fig.suptitle(_title(record), fontsize=9)
+    disturbed = disturbance(record)
+    fig.suptitle(_title(record) + (f"\n{disturbed.upper()[:1]}{disturbed[1:]}" if disturbed else ""), fontsize=9,
+                 color=DISTURBED_COLOUR if disturbed else "black")
 
     rate_axes = fig.add_subplot(grid[0, :])
     _rates(rate_axes, record)
     first = None
+    drawn = set(baselines(record))
     for column, (label, value, fmt) in enumerate(panels):
         axes = fig.add_subplot(grid[1, column], sharey=first)
         first = first or axes
-        _bars(axes, feeds, [value(f) if f["status"] == "ok" else None for f in feeds], fmt, record["baseline"])
+        values = [value(f) if f["status"] == "ok" else None for f in feeds]
+        labels = None
+        if label.startswith("peak memory"):
+            labels = [_memory_label(f, v, fmt) for f, v in zip(feeds, values)]
+        _bars(axes, feeds, values, fmt, drawn, labels)
         axes.set_xlabel(label, fontsize=8)
         axes.tick_params(labelsize=7)
         if column:
@@ -84,21 +96,35 @@ def _title(record: dict[str, Any]) -> str:
             f"{state}")
 
 
-def _colour(feed: dict[str, Any], baseline: str) -> str:
+def _memory_label(feed: dict[str, Any], value: float | None, fmt: str) -> str:
+    """A memory bar's label: its value, and how much of it is page cache (mapped files: a raw feed's
+    shards) when that is most of it; for a record without that number, a raw feed's bar is said to be."""
+    if value is None:
+        return "—"
+    text = format(value, fmt)
+    files = feed.get("peak_memory_file_bytes")
+    if files is not None and feed["peak_memory_bytes"] and files > PAGE_CACHE_SHARE * feed["peak_memory_bytes"]:
+        return f"{text} ({format(files / MIB, fmt)} of it page cache: mapped files)"
+    if files is None and feed["name"] in FEEDS and FEEDS.caps(feed["name"]).reads == "raw":
+        return f"{text} (mostly page cache: the mapped raw shards)"
+    return text
+
+
+def _colour(feed: dict[str, Any], drawn: set[str]) -> str:
     if feed["status"] != "ok":
         return SKIPPED_COLOUR
-    if feed["name"] == baseline:
+    if feed["name"] in drawn:
         return BASELINE_COLOUR
     return CEILING_COLOUR if feed["kind"] == "synthetic" else FEED_COLOUR
 
 
-def _bars(axes: Any, feeds: list[dict[str, Any]], values: list[float | None], fmt: str, baseline: str,
+def _bars(axes: Any, feeds: list[dict[str, Any]], values: list[float | None], fmt: str, drawn: set[str],
           labels: list[str] | None = None) -> None:
     """Horizontal bars in feed order, each labelled with `labels` (default: its value, "—" where none)."""
     from matplotlib.ticker import MaxNLocator
 
     heights = [0.0 if v is None else v for v in values]
-    bars = axes.barh([f["name"] for f in feeds], heights, color=[_colour(f, baseline) for f in feeds])
+    bars = axes.barh([f["name"] for f in feeds], heights, color=[_colour(f, drawn) for f in feeds])
     if labels is None:
         labels = ["—" if v is None else format(v, fmt.rstrip("%")) for v in values]
     axes.bar_label(bars, labels=labels, padding=3, fontsize=7)
@@ -113,10 +139,10 @@ def _bars(axes: Any, feeds: list[dict[str, Any]], values: list[float | None], fm
 
 def _rates(axes: Any, record: dict[str, Any]) -> None:
     """Images/sec per feed, labelled with the ratio to the baseline; skipped feeds with their reason."""
-    feeds, baseline = record["feeds"], record["baseline"]
+    feeds, measured = record["feeds"], baselines(record)
     rates = [f["images_per_sec"] for f in feeds]
-    labels = ["" if f["status"] != "ok" else "   ".join(_rate_words(f)) for f in feeds]
-    _bars(axes, feeds, rates, ",.0f", baseline, labels)
+    labels = ["" if f["status"] != "ok" else "   ".join(_rate_words(f, record["baseline"])) for f in feeds]
+    _bars(axes, feeds, rates, ",.0f", set(measured), labels)
     for i, feed in enumerate(feeds):
         if feed["status"] != "ok":
             reason = f"{feed['status']}: {feed['reason']}"
@@ -127,16 +153,18 @@ def _rates(axes: Any, record: dict[str, Any]) -> None:
     ceiling = (", green: synthetic data already on the device (the ceiling)"
                if any(f["kind"] == "synthetic" for f in feeds) else "")
     skipped = ", grey: did not run" if any(f["status"] != "ok" for f in feeds) else ""
-    axes.set_xlabel(f"images/sec over the timed windows; orange: the baseline ({baseline}){ceiling}{skipped}",
-                    fontsize=8)
+    legend = f"; orange: the baseline{'s' if len(measured) > 1 else ''} ({', '.join(measured)})" if measured else ""
+    axes.set_xlabel(f"images/sec over the timed windows{legend}{ceiling}{skipped}", fontsize=8)
     axes.tick_params(labelsize=8)
 
 
-def _rate_words(feed: dict[str, Any]) -> list[str]:
-    """"3,930", "1.43x the baseline", "98% of the ceiling" (what the record holds of them)."""
+def _rate_words(feed: dict[str, Any], main: str) -> list[str]:
+    """"3,930", "1.43x the baseline" (or "1.43x torchvision-recipe" against another baseline than the
+    record's `main` one), "98% of the ceiling" (what the record holds of them)."""
     words = [f"{feed['images_per_sec']:,.0f}"]
     if feed["vs_baseline"] is not None:
-        words.append(f"{feed['vs_baseline']:.2f}x the baseline")
+        base = feed.get("baseline", main)
+        words.append(f"{feed['vs_baseline']:.2f}x {'the baseline' if base == main else base}")
     ceiling = (feed.get("training") or {}).get("percent_of_ceiling")
     if ceiling is not None and feed["kind"] != "synthetic":
         words.append(f"{ceiling:.0f}% of the ceiling")

@@ -6,7 +6,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from .feeds import BASELINE, CEILING
+from .feeds import BASELINE, CEILING, RECIPE_BASELINE, baseline_of
 from .measure import FeedRun
 from .schema import FORMAT, VERSION, validate
 
@@ -17,8 +17,8 @@ def _rate(run: FeedRun) -> float | None:
 
 
 def feed_record(run: FeedRun, image_size: int, baseline: float | None, ceiling: float | None,
-                gpu: Any = None) -> dict[str, Any]:
-    """One feed's entry in the results file."""
+                gpu: Any = None, baseline_name: str = BASELINE) -> dict[str, Any]:
+    """One feed's entry in the results file (`baseline`: the rate of the feed `baseline_name`)."""
     rate = _rate(run)
     images = sum(w.timed.images for w in run.windows)
     seconds = sum(w.timed.seconds for w in run.windows)
@@ -42,10 +42,12 @@ def feed_record(run: FeedRun, image_size: int, baseline: float | None, ceiling: 
         "images_per_sec": rate,
         "mpix_per_sec": rate * image_size**2 / 1e6 if rate is not None else None,
         "vs_baseline": rate / baseline if rate is not None and baseline else None,
+        "baseline": baseline_name,
         "cpu_percent_per_core": cores, "cpu_percent": sum(cores) / len(cores) if cores else None,
         "cpu_ms_per_image": 1000.0 * feed_cpu / images if images else None,
         "other_cpu_percent": 100.0 * other_cpu / sum(total) if sum(total) > 0 else None,
         "peak_memory_bytes": run.peak_memory_bytes if run.status == "ok" else None,
+        "peak_memory_file_bytes": run.peak_file_bytes if run.status == "ok" else None,
         "processes": run.processes if run.status == "ok" else None,
         "max_memory_reserved_bytes": run.max_memory_reserved_bytes,
         "warmup": None if run.warmup is None else
@@ -60,9 +62,10 @@ def feed_record(run: FeedRun, image_size: int, baseline: float | None, ceiling: 
 
 
 def feed_records(runs: list[FeedRun], image_size: int, gpu: Any = None) -> list[dict[str, Any]]:
-    """Every feed's entry, with the ratio to the baseline and the share of the ceiling."""
+    """Every feed's entry, with the ratio to its baseline (`baseline_of`) and the share of the ceiling."""
     rates = {run.spec.name: _rate(run) for run in runs}
-    return [feed_record(run, image_size, rates.get(BASELINE), rates.get(CEILING), gpu) for run in runs]
+    return [feed_record(run, image_size, rates.get(baseline_of(run.spec.name)), rates.get(CEILING), gpu,
+                        baseline_of(run.spec.name)) for run in runs]
 
 
 def build_record(**parts: Any) -> dict[str, Any]:
@@ -85,6 +88,24 @@ def write_json(record: dict[str, Any], path: Path) -> None:
 NOISY_PERCENT = 10.0  # other processes' share of the machine above which a window is flagged
 
 
+def disturbance(record: dict[str, Any]) -> str | None:
+    """One line saying that other processes took more than `NOISY_PERCENT` of the machine in some
+    timed windows (the rates are then lower than on a quiet machine), or None for a quiet run."""
+    windows = [w for f in record["feeds"] for w in f["windows"]]
+    busy = [w["other_cpu_percent"] for w in windows if w["other_cpu_percent"] > NOISY_PERCENT]
+    if not busy:
+        return None
+    return (f"disturbed run: other processes took up to {max(busy):.0f}% of the machine in {len(busy)} of the "
+            f"{len(windows)} timed windows; the rates are lower than on a quiet machine")
+
+
+def baselines(record: dict[str, Any]) -> list[str]:
+    """The baselines some feed of the record is compared with and that were measured, in feed order."""
+    measured = {f["name"] for f in record["feeds"] if f["status"] == "ok"}
+    used = dict.fromkeys(f.get("baseline", record["baseline"]) for f in record["feeds"])
+    return [base for base in used if base in measured]
+
+
 def _num(value: float | None, fmt: str) -> str:
     return "—" if value is None else format(value, fmt)
 
@@ -92,7 +113,8 @@ def _num(value: float | None, fmt: str) -> str:
 def table(record: dict[str, Any]) -> str:
     """The results as a fixed-width text table (one row per feed)."""
     training = record["settings"]["model"] != "none"
-    head = ["feed", "workers", "img/s", f"x {record['baseline']}", "MPix/s", "core busy %", "CPU ms/img",
+    measured = baselines(record)
+    head = ["feed", "workers", "img/s", "x baseline", "MPix/s", "core busy %", "CPU ms/img",
             "other CPU %", "peak MiB"]
     if training:
         head += ["GPU util %", "data wait %", "% of ceiling"]
@@ -128,10 +150,14 @@ def table(record: dict[str, Any]) -> str:
              "  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths)))
              for r in rows]
     lines.insert(1, "  ".join("-" * w for w in widths))
-    notes[:0] = ["  core busy %: each core of the machine (0/1/...) busy while the feed was timed; "
+    compared = ", ".join(f"{base}'s{' (the recipe feeds)' if base == RECIPE_BASELINE else ''}" for base in measured)
+    notes[:0] = [f"  x baseline: img/s over {compared or 'a baseline (none was measured: —)'};",
+                 "  core busy %: each core of the machine (0/1/...) busy while the feed was timed; "
                  "CPU ms/img: CPU time of the feed's own processes per image;",
                  "  other CPU %: the machine's CPU used by other processes; peak MiB: the feed's processes' memory "
                  f"({record['settings']['memory_metric']})"]
+    if disturbance(record):
+        notes.append(f"  {disturbance(record)}")
     if not record["complete"]:
         notes.append("  incomplete: interrupted; the windows above are those measured before it stopped")
     return "\n".join(lines + notes)

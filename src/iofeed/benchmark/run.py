@@ -70,7 +70,20 @@ def run_benchmark(options: BenchOptions, command: str) -> tuple[dict[str, Any], 
     needed = {FEEDS.caps(n).reads for n in names if not (FEEDS.caps(n).gpu_augment and device != "cuda")}
     inputs = resolve_inputs(options.source, needed, options.progress)
     specs, skipped = plan_feeds(names, inputs, options, device, model)
-    specs, skipped, endpoint = _serve_streamed(specs, skipped)
+    specs, skipped, endpoint = _serve_streamed(specs, skipped, json_path.parent)
+    try:
+        return _measure_and_write(options, command, now, (json_path, png_path), names, device, model, inputs,
+                                  specs, skipped)
+    finally:  # even on an error or Ctrl-C: the local S3 server stops and the feeds' cache folder goes
+        if endpoint is not None:
+            endpoint.close()
+
+
+def _measure_and_write(options: BenchOptions, command: str, now: datetime, paths: tuple[Path, Path],
+                       names: tuple[str, ...], device: str, model: str, inputs: Inputs, specs: list[FeedSpec],
+                       skipped: list[FeedRun]) -> tuple[dict[str, Any], Path, Path]:
+    """The measurement and its files, once the feeds are planned (see `run_benchmark`)."""
+    json_path, png_path = paths
     cache = (warm_page_cache(data_files(inputs), options.progress) if options.warm_cache
              else CacheState("as found", 0, 0, 0.0))
     from .machine import describe_machine
@@ -123,28 +136,28 @@ def run_benchmark(options: BenchOptions, command: str) -> tuple[dict[str, Any], 
     finally:
         if gpu is not None:
             gpu.close()
-        if endpoint is not None:
-            endpoint.close()
     result = record(complete)
     write_json(result, json_path)
     plot(result, png_path)
     return result, json_path, png_path
 
 
-def _serve_streamed(specs: list[FeedSpec], skipped: list[FeedRun]) -> tuple[list[FeedSpec], list[FeedRun], Any]:
-    """Start the local S3 endpoint when a streaming feed is planned, and point those feeds at it."""
+def _serve_streamed(specs: list[FeedSpec], skipped: list[FeedRun],
+                    results: Path) -> tuple[list[FeedSpec], list[FeedRun], Any]:
+    """Start the local S3 endpoint when a streaming feed is planned, and point those feeds at it and
+    at a cache folder of the bench's own, made in the `results` folder (removed by its `close()`)."""
     streamed = [s for s in specs if s.entry.stream]
     if not streamed:
         return specs, skipped, None
     from .stream import LocalEndpoint
 
     try:
-        endpoint = LocalEndpoint(Path(streamed[0].source))
+        endpoint = LocalEndpoint(Path(streamed[0].source), results)
     except IofeedError as exc:  # s3fs or moto missing
         return ([s for s in specs if not s.entry.stream],
                 skipped + [FeedRun(s, "skipped", str(exc)) for s in streamed], None)
-    return [replace(s, source=endpoint.url, endpoint=endpoint.endpoint) if s.entry.stream else s
-            for s in specs], skipped, endpoint
+    return [replace(s, source=endpoint.url, endpoint=endpoint.endpoint, cache_root=str(endpoint.cache_root))
+            if s.entry.stream else s for s in specs], skipped, endpoint
 
 
 def _text(path: Path | None) -> str | None:

@@ -6,6 +6,7 @@ import io
 import os
 import random
 import shlex
+import warnings
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -61,12 +62,21 @@ class DataCheck:
     megapixels_mean: float = 0.0
     decode: dict[str, float] = field(default_factory=dict)  # images, original/resized/preprocess per sec
     findings: list[Finding] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # e.g. which data the traced command really read
 
 
 def check_data(source: Path | str, sample: int = 2000, decode_sample: int = 100,
                decode_budget_s: float = 10.0, seed: int = 0) -> DataCheck:
     """Read the headers of up to `sample` images of `source` (an image folder or an iofeed
-    dataset) and decode up to `decode_sample` of them, within about `decode_budget_s` seconds."""
+    dataset) and decode up to `decode_sample` of them, within about `decode_budget_s` seconds.
+    Images over Pillow's decompression-bomb limit are counted in a note, not warned about one by one."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+        return _check_sample(source, sample, decode_sample, decode_budget_s, seed)
+
+
+def _check_sample(source: Path | str, sample: int, decode_sample: int, decode_budget_s: float,
+                  seed: int) -> DataCheck:
     if sample < 1 or decode_sample < 0:
         raise OptionError(f"sample must be >= 1 and decode_sample >= 0, got {sample} and {decode_sample}")
     path = Path(source)
@@ -76,6 +86,7 @@ def check_data(source: Path | str, sample: int = 2000, decode_sample: int = 100,
     check = DataCheck(source=str(path), kind=kind, total=len(items), sampled=len(picked),
                       file_kib_mean=float(np.mean([i.nbytes for i in picked])) / 1024)
     formats, modes, sides, pixels, readable = Counter(), Counter(), [], [], []
+    limit, huge = Image.MAX_IMAGE_PIXELS, []
     for item in picked:
         if item.raw_size is not None:
             formats["raw"] += 1
@@ -93,10 +104,12 @@ def check_data(source: Path | str, sample: int = 2000, decode_sample: int = 100,
                 f.seek(0)
                 with Image.open(f) as img:  # reads the header only
                     size, mode, info = img.size, img.mode, img.info
-        except (OSError, SyntaxError, ValueError) as exc:
+        except (OSError, SyntaxError, ValueError, Image.DecompressionBombError) as exc:
             formats["unreadable"] += 1
             check.bad.append(f"{item.name}: {exc}")
             continue
+        if limit and size[0] * size[1] > limit:
+            huge.append(f"{item.name} ({size[0]}x{size[1]})")
         formats[fmt] += 1
         modes[mode] += 1
         sides.append(min(size))
@@ -106,6 +119,11 @@ def check_data(source: Path | str, sample: int = 2000, decode_sample: int = 100,
             check.progressive.append(item.name)
         if fmt == "jpeg" and mode == "CMYK":
             check.cmyk.append(item.name)
+    if huge:
+        check.notes.append(
+            f"{len(huge)} of {len(picked)} sampled images are over Pillow's decompression-bomb limit of "
+            f"{limit / 1e6:.0f} MP (its warning for each is left out here), e.g. {huge[0]}: Pillow warns on every "
+            f"one and refuses those over {2 * limit / 1e6:.0f} MP")
     if not sides:
         raise SourceError(f"none of the {len(picked)} sampled files in {path} is a readable image")
     check.formats, check.modes = dict(formats.most_common()), dict(modes.most_common())

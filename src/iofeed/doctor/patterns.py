@@ -45,9 +45,11 @@ TRANSFORM_WAIT = 0.2  # share of the loop's time spent waiting for batches from 
 TRANSFORM_SHARE = 0.5  # share of the workers' CPU time in the user's transform from which it is the bottleneck
 
 
-def diagnose(trace: Trace, command: list[str] | None = None, source: str | None = None) -> list[Finding]:
+def diagnose(trace: Trace, command: list[str] | None = None, source: str | None = None,
+             preprocessed: bool = False) -> list[Finding]:
     """Findings for `trace`; `command` (the training command) feeds the mixed-precision guess
-    and `source` (the data) the advice. No GPU in the trace: nothing to diagnose."""
+    and `source` (the data, `preprocessed` when it is an iofeed dataset already) the advice. No
+    GPU in the trace: nothing to diagnose."""
     if trace.gpus == 0:
         return []
     window = active_window(trace)
@@ -67,7 +69,7 @@ def diagnose(trace: Trace, command: list[str] | None = None, source: str | None 
         cpu_text = (f"CPU {cpu.mean():.0f}% busy on average over {window.cpu.shape[0]} usable cores, "
                     f"iowait {iowait:.0f}%")
         if cpu.mean() >= CPU_SATURATED or iowait >= IOWAIT_HIGH:
-            out.append(_starved(window, gpu_text, cpu_text, iowait, src))
+            out.append(_starved(window, gpu_text, cpu_text, iowait, src, preprocessed))
         elif not alternating:
             mem_text = f"peak GPU memory {window.mem_peak_share:.0%} of the device"
             loader_busy = window.loader_busy
@@ -104,11 +106,14 @@ def _unused(trace: Trace) -> Finding:
          "check that torch.cuda.is_available() is True in the training environment"])
 
 
-def _starved(window: Window, gpu_text: str, cpu_text: str, iowait: float, src: str) -> Finding:
+def _starved(window: Window, gpu_text: str, cpu_text: str, iowait: float, src: str,
+             preprocessed: bool = False) -> Finding:
     cores = window.cpu.shape[0]
     saturated = float((window.cpu.mean(axis=1) >= 90.0).sum())
     evidence = [gpu_text, f"{cpu_text}; {saturated:.0f} of {cores} cores at >= 90% on average"]
-    advice = [f"`iofeed preprocess {shlex.quote(src)}` once: resized baseline JPEGs in shards decode several "
+    advice = [f"{src} is preprocessed already: `iofeed preprocess SRC --format raw` stores pixels (no decoding "
+              "at train time, ~10x the disk; docs/formats.md, \"When raw pays off\")" if preprocessed else
+              f"`iofeed preprocess {shlex.quote(src)}` once: resized baseline JPEGs in shards decode several "
               "times faster than full-size originals (see the data check)",
               f"decode on the GPU: iofeed.loader({src!r}, ..., backend=\"dali\") (nvJPEG takes "
               "the JPEG decode off the CPU)"]
@@ -213,7 +218,7 @@ def transform_finding(loaders: list[dict]) -> Finding | None:
             continue
         return Finding(
             "transform-bottleneck", f"your transform is the bottleneck: {name} holds the loader back",
-            [f"transform {name}: {stats.get('transform_ms_per_image') or 0.0:.1f} CPU ms per image, {share:.0%} of "
+            [f"transform {name}: {1000 * spent / stats['images']:.1f} CPU ms per image, {share:.0%} of "
              f"the CPU time of {workers} loader worker(s) (>= {TRANSFORM_SHARE:.0%})",
              f"the training loop waited for batches {waited:.0%} of {elapsed:.0f} s (>= {TRANSFORM_WAIT:.0%})"],
             ["move the heavy steps to where the batch ends up: batch_transform= (torchvision v2 or kornia on "

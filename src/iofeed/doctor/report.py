@@ -100,7 +100,8 @@ def _data(checkup: Checkup) -> list[str]:
             + "; modes: " + ", ".join(f"{v} {k}" for k, v in d.modes.items()),
             f"  shorter side: median {side['p50']:.0f} px (5th-95th percentile {side['p5']:.0f}-{side['p95']:.0f}), "
             f"{d.megapixels_mean:.2f} MP mean; {len(d.progressive)} progressive, {len(d.cmyk)} CMYK JPEGs",
-            f"  Pillow decode: {rate:,.0f} img/s on one core" if rate else "  Pillow decode: not measured"]
+            f"  Pillow decode: {rate:,.0f} img/s on one core" if rate else "  Pillow decode: not measured",
+            *(f"  note: {note}" for note in d.notes)]
 
 
 def _trace(checkup: Checkup) -> list[str]:

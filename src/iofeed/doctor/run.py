@@ -9,9 +9,11 @@ from dataclasses import replace
 from pathlib import Path
 
 from ..errors import OptionError, require
+from ..remote.urls import is_url
+from ..samples import is_iofeed_dataset
 from ..statsfile import read_stats, stats_folder
 from .checkup import Checkup
-from .data import check_data
+from .data import DataCheck, check_data
 from .environment import check_environment
 from .patterns import diagnose, transform_finding
 from .plot import plot_timeline
@@ -39,7 +41,12 @@ def run_doctor(source: Path | None = None, command: list[str] | None = None, int
         with tempfile.TemporaryDirectory(prefix="iofeed-doctor-") as scratch, stats_folder(Path(scratch)) as folder:
             recording = record(command, interval)  # iofeed loaders in the command write their stats to `folder`
             loaders = read_stats(folder)
-    findings = diagnose(recording.trace, command, str(source) if source else None) if recording else []
+    read = sources_read(loaders)
+    if source is not None and read and str(Path(source).resolve()) not in read:
+        data = _check_what_was_read(source, read, data)
+    preprocessed = any(is_iofeed_dataset(Path(r)) for r in read if not is_url(r))
+    trained_on = read[0] if read else (str(source) if source else None)
+    findings = diagnose(recording.trace, command, trained_on, preprocessed) if recording else []
     transform = transform_finding(loaders)
     if transform is not None:
         findings.append(transform)
@@ -56,6 +63,25 @@ def run_doctor(source: Path | None = None, command: list[str] | None = None, int
         plot_timeline(recording, findings, plot_path)
         checkup.files.append(plot_path)
     return checkup
+
+
+def sources_read(loaders: list[dict]) -> list[str]:
+    """The data the traced command's iofeed loaders read (as `samples.read_from` names it), in order."""
+    return list(dict.fromkeys(s["settings"]["source"] for s in loaders if s.get("settings", {}).get("source")))
+
+
+def _check_what_was_read(source: Path, read: list[str], checked: DataCheck | None) -> DataCheck | None:
+    """The data check of what the command read instead of SOURCE (a path, not a URL, one that
+    `check_data` takes), noting why; otherwise SOURCE's check, noting what the command read."""
+    note = (f"the command's iofeed loader{'s' if len(read) > 1 else ''} read {', '.join(read)}, not {source}")
+    local = [r for r in read if not is_url(r) and Path(r).exists()]
+    if not local:
+        if checked is not None:
+            checked.notes.append(f"{note}: this check is of {source}, not of the data trained on")
+        return checked
+    data = check_data(Path(local[0]))
+    data.notes.append(f"{note}: this check is of {local[0]}, the data trained on")
+    return data
 
 
 def _check_runnable(command: list[str]) -> None:

@@ -10,7 +10,7 @@ from typing import Any
 
 from ..errors import DatasetError, OptionError
 from .files import read_regular
-from .targets import DEFAULT_TARGETS
+from .targets import DEFAULT_TARGETS, check_targets
 
 MANIFEST_NAME = "iofeed.json"
 FORMAT_NAME = "iofeed-dataset"
@@ -90,6 +90,7 @@ class Manifest:
             raw["splits"] = {name: SplitInfo(**info) for name, info in raw["splits"].items()}
             raw.setdefault("dataset_id", "")
             raw.setdefault("targets", dict(DEFAULT_TARGETS))
+            check_targets(raw["targets"])
             manifest = cls(**raw)
             for name, info in manifest.splits.items():
                 for file in [info.table, *(s[key] for s in info.shards for key in ("name", "index")),

@@ -16,6 +16,21 @@ TARGET_KINDS = {(False, True): "class", (True, True): "multi_label", (False, Fal
 DEFAULT_TARGETS = {"kind": "class", "extras": False, "files": {}}  # every dataset before format version 4
 
 
+def check_targets(entry: Any) -> None:
+    """ValueError naming the field when a manifest's `targets` entry is not one iofeed writes (a
+    kind it does not know would otherwise be read as "not a class" and ignored)."""
+    kinds = sorted(set(TARGET_KINDS.values()))
+    if not isinstance(entry, dict):
+        raise ValueError(f'"targets" must be an object, got {json.dumps(entry)[:40]}')
+    if entry.get("kind") not in kinds:
+        raise ValueError(f'"targets.kind" must be one of {", ".join(kinds)}, got {json.dumps(entry.get("kind"))[:40]}')
+    if not isinstance(entry.get("extras"), bool):
+        raise ValueError(f'"targets.extras" must be true or false, got {json.dumps(entry.get("extras"))[:40]}')
+    files = entry.get("files")
+    if not isinstance(files, dict) or not all(isinstance(v, str) for v in files.values()):
+        raise ValueError(f'"targets.files" must map splits to file names, got {json.dumps(files)[:40]}')
+
+
 def save_targets(directory: Path, split: str, rows: list[list[Any]]) -> str:
     """Write one `[classes, extra]` JSON line per table row; return the file name."""
     name = f"{split}-targets.jsonl"

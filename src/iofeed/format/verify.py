@@ -13,6 +13,7 @@ import numpy as np
 from ..errors import DatasetError, SampleError
 from ..image.fastjpeg import check_strictly, decode_problem
 from ..image.pil import open_rgb
+from ..progress import progress as progress_bar
 from .files import open_regular
 from .manifest import Manifest
 from .shards import IndexedSample, read_index
@@ -30,12 +31,14 @@ class Verification:
     problems: list[str] = field(default_factory=list)
 
 
-def verify_dataset(path: Path) -> Verification:
+def verify_dataset(path: Path, progress: bool = False) -> Verification:
     """Check the dataset at `path`: reads its tables and indexes, hashes every shard and decodes every
-    JPEG sample (raw samples are checked by size)."""
+    JPEG sample (raw samples are checked by size); with `progress`, a bar (a line now and then in a log)."""
     path = Path(path)
     manifest = Manifest.read(path)
     result = Verification()
+    bar = progress_bar(total=sum(info.samples for info in manifest.splits.values()), desc="verify", unit="img",
+                       disable=not progress)
     for split, info in manifest.splits.items():
         try:
             table = load_table(path / info.table)
@@ -59,6 +62,8 @@ def verify_dataset(path: Path) -> Verification:
                 result.problems += _check_indexed_shard(path, shard, rows, result)
             else:
                 result.problems += _check_shard(path, shard, rows, result, kind)
+            bar.update(len(rows))
+    bar.close()
     return result
 
 

@@ -41,8 +41,8 @@ def random_resized_box(
 ) -> Box:
     """A box of random area share in `scale` and aspect ratio in `ratio` (log-uniform).
 
-    Ten tries, then a centre crop clamped to `ratio`: the scheme of the usual
-    random-resized-crop augmentation for ImageNet training.
+    Ten tries, then a centre crop clamped to `ratio` (at least one pixel): the scheme of
+    torchvision's `RandomResizedCrop`, the usual augmentation for ImageNet training.
     """
     area = width * height
     log_lo, log_hi = math.log(ratio[0]), math.log(ratio[1])
@@ -57,9 +57,9 @@ def random_resized_box(
             return left, top, left + w, top + h
     aspect = width / height
     if aspect < ratio[0]:
-        w, h = width, round(width / ratio[0])
+        w, h = width, max(1, round(width / ratio[0]))
     elif aspect > ratio[1]:
-        w, h = round(height * ratio[1]), height
+        w, h = max(1, round(height * ratio[1])), height
     else:
         w, h = width, height
     left, top = (width - w) // 2, (height - h) // 2

@@ -19,9 +19,10 @@ from ..remote.urls import is_url
 from .output import check_output, spool_dir, written_aside
 from .run import REJECTED_NAME, write_rejected
 from .scan import Rejection, none_accepted, reason_kind
-from .sources.shardlist import fetch, list_shards
+from .sources.shardlist import fetch_or_reject, list_shards
 from .sources.targets import Targets
-from .sources.webdataset import Members, read_samples, sample_of
+from .sources.tarread import Members, read_shard
+from .sources.webdataset import image_keys, sample_of, shard_targets
 
 INDEXED = "webdataset-index"  # `source.kind` of an indexed dataset: shards elsewhere, images as they are
 
@@ -47,11 +48,15 @@ class _Shard:
 
 
 def index_shards(spec: str, out: Path, *, split: str = "train", label_column: str | None = None,
-                 overwrite: bool = False) -> IndexSummary:
+                 image_key: str | tuple[str, ...] | None = None, overwrite: bool = False,
+                 label_names: bool = False) -> IndexSummary:
     """Index the WebDataset shards `spec` names (paths, globs, brace lists, URLs) into the dataset
     folder `out`: every sample with an image and a label, in shard order, labels as preprocess
-    reads them (cls, txt, json). Remote shards are read once to index them (and hashed, so the
-    loader's node cache verifies its copies)."""
+    reads them (cls, txt, json; the image by `image_key` as preprocess's --image-key; every label
+    a class name as written with `label_names`). A shard that cannot be read whole in place
+    (damaged, compressed, not a tar) is rejected with its samples and left out of the manifest.
+    Remote shards are read once to index them (and hashed, so the loader's node cache verifies its
+    copies)."""
     start = time.perf_counter()
     out = Path(out)
     try:
@@ -59,18 +64,26 @@ def index_shards(spec: str, out: Path, *, split: str = "train", label_column: st
     except ValueError:
         raise OptionError(f"--split {split!r}: a split is a plain name (train, val, ...), without '/'") from None
     check_output(None, out, overwrite)
+    image_key = image_keys(image_key)
     shards = list_shards(spec)
     remote = [is_url(shard) for shard in shards]
     if any(remote) and not all(remote):
         raise SourceError(f"{spec} names local shards ({shards[remote.index(False)]}) and URLs "
                           f"({shards[remote.index(True)]}): the loader reads one or the other, index them separately")
-    targets, scanned, rejected = Targets(), [], []
+    targets, scanned, rejected = shard_targets(label_column), [], []
     with spool_dir(out) as spool:
         for shard in shards:
-            local = fetch(shard, Path(spool)) if is_url(shard) else Path(shard)
-            scanned.append(_index_one(shard, local, label_column, targets, rejected))
+            local = fetch_or_reject(shard, Path(spool), rejected) if is_url(shard) else Path(shard)
+            if local is None:
+                continue
+            indexed = _index_one(shard, local, label_column, image_key, targets, rejected)
+            if indexed is not None:
+                scanned.append(indexed)
             if is_url(shard):
                 local.unlink()
+    if label_names:
+        targets.as_names()
+    _settle(targets, scanned, rejected)
     resolved = targets.resolve()
     count = sum(len(s.accepted) for s in scanned)
     if not count:
@@ -114,20 +127,25 @@ def index_shards(spec: str, out: Path, *, split: str = "train", label_column: st
                         time.perf_counter() - start)
 
 
-def _index_one(shard: str, local: Path, label_column: str | None, targets: Targets,
-               rejected: list[Rejection]) -> _Shard:
-    """One shard's index lines and accepted samples (targets added to `targets`)."""
-    samples = read_samples(str(local))
+def _index_one(shard: str, local: Path, label_column: str | None, image_key: tuple[str, ...] | None,
+               targets: Targets, rejected: list[Rejection]) -> _Shard | None:
+    """One shard's index lines and accepted samples (targets added to `targets`); None when the
+    shard itself is rejected (its samples are in `rejected`)."""
+    read = read_shard(str(local), shard)
+    rejected += read.rejected
+    if not read.usable:
+        return None
     lines, accepted = [], []
     with open(local, "rb") as f:
-        for key, members in samples.items():
+        for key, members in read.samples.items():
             name = f"{shard}#{key}"
-            if any(c.isspace() for c in key) or any(c.isspace() for c in "".join(members)):
-                rejected.append(Rejection(name, "whitespace in a member name (a DALI index cannot hold it)"))
+            unindexable = _unindexable(key, members)
+            if unindexable:
+                rejected.append(Rejection(name, f"{unindexable} (a DALI index cannot hold it)"))
                 continue
             lines.append(_index_line(key, members))
             try:
-                image, target, extra = sample_of(f, members, label_column)
+                image, target, extra = sample_of(f, members, label_column, image_key)
             except ValueError as exc:
                 rejected.append(Rejection(name, str(exc)))
                 continue
@@ -140,6 +158,34 @@ def _index_one(shard: str, local: Path, label_column: str | None, targets: Targe
                 digest.update(block)
     location = shard if is_url(shard) else os.path.abspath(shard)
     return _Shard(location, local.stat().st_size, digest.hexdigest() if is_url(shard) else "", lines, accepted)
+
+
+def _unindexable(key: str, members: Members) -> str | None:
+    """Why a sample's member names cannot go into a wds2idx line (space-separated UTF-8), or None."""
+    names = "".join([key, *members])
+    if any(c.isspace() for c in names):
+        return "whitespace in a member name"
+    try:
+        names.encode("utf-8")
+    except UnicodeEncodeError:  # bytes tarfile kept as surrogates
+        return "member name not UTF-8"
+    return None
+
+
+def _settle(targets: Targets, scanned: list[_Shard], rejected: list[Rejection]) -> None:
+    """Reject the accepted samples whose label cannot be stored (`Targets.check`), by name."""
+    bad = targets.check([name for shard in scanned for _, _, name in shard.accepted])
+    number = 0
+    for shard in scanned:
+        kept = []
+        for sample in shard.accepted:
+            if number in bad:
+                rejected.append(Rejection(sample[2], bad[number]))
+            else:
+                kept.append(sample)
+            number += 1
+        shard.accepted = kept
+    targets.keep([i for i in range(number) if i not in bad])
 
 
 def _index_line(key: str, members: Members) -> str:

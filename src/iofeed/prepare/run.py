@@ -10,7 +10,6 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
-from tqdm import tqdm
 
 from .. import __version__
 from ..errors import IofeedError, OptionError
@@ -19,6 +18,7 @@ from ..format.policy import ImagePolicy
 from ..format.shards import ShardWriter
 from ..format.table import ENCODINGS, MEMBER_EXTENSIONS, new_table, save_table
 from ..format.targets import save_targets
+from ..progress import progress as progress_bar
 from ..remote.urls import is_url
 from .engines import select_engine
 from .file import Prepared, Task
@@ -27,6 +27,7 @@ from .scan import Rejection, display_path, none_accepted, reason_kind
 from .sources.base import SourceOptions, SourceScan
 from .sources.registry import scan_source
 from .sources.targets import Resolved
+from .sources.webdataset import image_keys
 from .splits import validation_mask, write_order
 
 REJECTED_NAME = "rejected.jsonl"
@@ -81,6 +82,8 @@ def preprocess(
     labels: Path | None = None,
     label_column: str | None = None,
     image_column: str | None = None,
+    image_key: str | tuple[str, ...] | None = None,
+    label_names: bool = False,
 ) -> PreprocessSummary:
     """Prepare `src` once into an iofeed dataset at `out` (written aside, then renamed).
 
@@ -88,9 +91,11 @@ def preprocess(
     spreads them as Ray Data tasks over the Ray cluster at `address` (a local one of `workers`
     CPUs when None). Both give the same dataset: shard assignment and write order are fixed
     before the work is spread. `source` is the kind of input (`sources.registry.SOURCES`; "auto"
-    recognises it by content); `labels`, `label_column` and `image_column` tell it where the
-    targets and images are. Bytes a source must copy out (Parquet cells, remote shards) go to a
-    spool folder beside OUT, removed at the end.
+    recognises it by content); `labels`, `label_column`, `image_column` and `image_key` (WebDataset
+    image member extensions, the first present wins) tell it where the targets and images are;
+    `label_names` takes every label as a class name as written. Bytes a source must copy out
+    (Parquet cells, remote shards, decompressed tars) go to a spool folder beside OUT, removed at
+    the end.
     """
     policy.check()
     run_engine = select_engine(engine, address)
@@ -103,7 +108,8 @@ def preprocess(
     start = time.perf_counter()
     with spool_dir(out) as spool:
         options = SourceOptions(labels=None if labels is None else Path(labels), label_column=label_column,
-                                image_column=image_column, spool=Path(spool))
+                                image_column=image_column, image_key=image_keys(image_key), spool=Path(spool),
+                                label_names=label_names)
         scan = scan_source(src, options, source)
         return _preprocess(scan, src, out, start, policy=policy, seed=seed, val_per_class=val_per_class,
                            val_fraction=val_fraction, shard_bytes=shard_bytes, overwrite=overwrite, strict=strict,
@@ -191,7 +197,7 @@ def _pack(
     rejected: list[Rejection] = []
     facts: list[dict] = []
     with run_engine(tasks) as results:
-        for prepared in tqdm(results, total=len(tasks), unit="img", desc="preprocess", disable=not progress):
+        for prepared in progress_bar(results, total=len(tasks), unit="img", desc="preprocess", disable=not progress):
             rel = scan.names[prepared.index]
             if prepared.data is None:
                 rejected.append(Rejection(rel, prepared.reason or "unknown"))

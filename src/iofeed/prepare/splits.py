@@ -17,15 +17,17 @@ def validation_mask(
     """Boolean mask of samples assigned to validation, chosen per class by `seed`.
 
     `val_per_class` takes N images of every class (at most all but one); otherwise
-    `val_fraction` of each class (default 0.1), rounded, at least one from classes of two or more.
+    `val_fraction` of each class (default 0.1), rounded, at least one from classes of two or more
+    and at most all but one, except that 1 takes every image (a source that is all one split, as
+    ImageNet's validation images) and 0 none.
     """
     if val_per_class is not None and val_fraction is not None:
         raise OptionError("give either --val-per-class or --val-fraction, not both")
     if val_per_class is not None and val_per_class < 0:
         raise OptionError(f"--val-per-class must be >= 0, got {val_per_class}")
     fraction = DEFAULT_VAL_FRACTION if val_fraction is None else val_fraction
-    if not 0.0 <= fraction < 1.0:
-        raise OptionError(f"--val-fraction must be in [0, 1), got {fraction}")
+    if not 0.0 <= fraction <= 1.0:
+        raise OptionError(f"--val-fraction must be in [0, 1] (1: every image is validation), got {fraction}")
     labels = np.asarray(labels)
     mask = np.zeros(len(labels), dtype=bool)
     for label in np.unique(labels):
@@ -34,6 +36,8 @@ def validation_mask(
         chosen = rng.permutation(members)
         if val_per_class is not None:
             count = min(val_per_class, max(len(members) - 1, 0))
+        elif fraction == 1.0:
+            count = len(members)
         elif fraction > 0 and len(members) > 1:
             count = min(max(1, int(round(fraction * len(members)))), len(members) - 1)
         else:

@@ -17,10 +17,10 @@ from typing import NamedTuple
 
 import numpy as np
 from PIL import Image, ImageDraw
-from tqdm import tqdm
 
 from ..errors import OptionError
 from ..parallel import resolve_workers, safe_context
+from ..progress import progress as progress_bar
 from .caltech_names import CALTECH256_CLASSES
 
 ROOT_NAME = "256_ObjectCategories"
@@ -239,7 +239,7 @@ def synth_caltech256(
     (root / CALTECH256_CLASSES[_SPIDER] / "RENAME2").write_text(_RENAME2)
     jobs = [(root, seed, chunk) for chunk in _chunks(specs, workers)]
     images = written = 0
-    with tqdm(total=len(specs), unit="img", desc="synth caltech256", disable=not progress) as bar:
+    with progress_bar(total=len(specs), unit="img", desc="synth caltech256", disable=not progress) as bar:
         with _imap(min(workers, len(jobs))) as imap:
             for n, nbytes in imap(_make_chunk, jobs):
                 images, written = images + n, written + nbytes

@@ -1,6 +1,7 @@
 """The node-local shard cache: whole shards fetched once per node, verified, evicted least-recently-used.
 
-Layout: `<root>/<dataset key>/<shard>~<tag>` where the tag is the shard's sha256 prefix (or its
+Layout: `<root>/<dataset key>/<shard>~<tag>` (the root marked as iofeed's, and only iofeed's own
+names in it ever touched: `cache_dir.py`), where the tag is the shard's sha256 prefix (or its
 size, for datasets made before checksums were recorded). A file under its final name is served
 only when it is a read-only regular file of the right size: iofeed makes a download read-only
 after the bytes on disk matched the manifest's size and sha256, just before renaming it; any
@@ -13,9 +14,9 @@ and fetched again if it differs. Every process of a node uses the same files:
   part whose shard lock is free has no writer left (its process died) and is removed;
 - a reader holds a shared `flock` on the shard file it reads (a lease); eviction takes an
   exclusive non-blocking lock, so a shard in use (or pinned ahead by the prefetcher) is never evicted;
-- a shard that could not be fetched leaves `<shard>~<tag>.failed` (its reason) for the retry
-  budget's length, so the other processes report it at once instead of retrying it again; past
-  that it is tried again (a later epoch never inherits the failure);
+- a shard that could not be fetched leaves `<shard>~<tag>.failed` (its reason), so the processes
+  that were waiting for that download report it at once instead of retrying it again; a process
+  that asks for the shard later tries it again (a later epoch never inherits the failure);
 - a write error of the cache's own disk (full, I/O error, read-only) is a `CacheWriteError`
   naming the cache, the shard and the free space, never a marker.
 """
@@ -26,7 +27,6 @@ import fcntl
 import hashlib
 import json
 import os
-import shutil
 import stat as stat_module
 import threading
 import time
@@ -36,52 +36,22 @@ from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..errors import CacheWriteError, FetchError, OptionError
+from ..errors import CacheWriteError, FetchError
 from ..format.files import lock_free
+from .cache_dir import EVICT_LOCK, FAILED, FETCH_LOG, LOCK, PART, entries, is_part, is_shard
 from .retry import Mismatch, RetryPolicy, TooSlow, describe, policy_from_env, with_retries
 from .urls import filesystem, scheme
 
 CHUNK = 4 << 20
 ROOM_WAIT_SECONDS = 10.0  # how long a fetch waits for leases to end before exceeding the limit
 HASH_RATE = 50 << 20  # bytes/s a slow host at least hashes when checking a download
-DISK_RESERVE = 0.1  # the default limit leaves this share of the cache's disk free
-PART, LOCK, FAILED = ".part-", ".lock", ".failed"
-EVICT_LOCK = ".evict.lock"  # in the cache root
-FETCH_LOG = "fetches.jsonl"
+COARSE_MTIME = 0.05  # s: file times come from the kernel's coarse clock, a few ms behind time.time()
 WRITABLE = 0o222  # a cached shard with any write bit set has not been verified (by this iofeed)
 _warned_room: set[str] = set()  # cache roots whose "too small" warning this process has given
 
 
 class Cancelled(Exception):
     """A download stopped because its requester went away (a closed loader's prefetcher)."""
-
-
-def default_cache_dir() -> Path:
-    """`IOFEED_CACHE`, else `$XDG_CACHE_HOME/iofeed`, else `~/.cache/iofeed`."""
-    if os.environ.get("IOFEED_CACHE"):
-        return Path(os.environ["IOFEED_CACHE"])
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "iofeed"
-
-
-def usable_cache_dir(cache_dir: Path | str | None) -> Path:
-    """`cache_dir` (default: `default_cache_dir()`; `~` expanded), created and checked writable; a one-line
-    OptionError naming the folder and the fix when it is a file, read-only or cannot be made."""
-    root = (Path(cache_dir) if cache_dir is not None else default_cache_dir()).expanduser()
-    probe = root / f".probe-{os.getpid()}-{threading.get_ident()}"
-    try:
-        root.mkdir(parents=True, exist_ok=True)
-        os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
-        probe.unlink()
-    except OSError as exc:
-        if isinstance(exc, (FileExistsError, NotADirectoryError)):
-            reason = "a file is in the way"
-        else:
-            reason = exc.strerror or type(exc).__name__
-        where = ("cache_dir" if cache_dir is not None
-                 else "the default cache folder (from IOFEED_CACHE, XDG_CACHE_HOME or HOME)")
-        raise OptionError(f"cannot use {root} as {where}: {reason}; pass cache_dir=<a writable folder> "
-                          "or set IOFEED_CACHE") from None
-    return root
 
 
 @dataclass(frozen=True)
@@ -115,25 +85,6 @@ def eviction_lock(root: Path) -> AbstractContextManager[int]:
     return _flocked(root / EVICT_LOCK, fcntl.LOCK_EX)
 
 
-def _entries(root: Path) -> Iterator[tuple[str, str, os.stat_result]]:
-    """(name, path, stat) of every file in the dataset folders of the cache root; files that other
-    processes delete meanwhile are left out."""
-    if not root.is_dir():
-        return
-    for folder in os.scandir(root):
-        if not folder.is_dir(follow_symlinks=False):
-            continue
-        for entry in os.scandir(folder.path):
-            try:
-                yield entry.name, entry.path, entry.stat(follow_symlinks=False)
-            except FileNotFoundError:
-                continue
-
-
-def _is_shard(name: str) -> bool:
-    return "~" in name and PART not in name and not name.endswith((LOCK, FAILED))
-
-
 def _part_is_orphan(path: str) -> bool:
     """A part file with no writer left: its process is gone, or (a PID reused since, or one of
     another PID namespace) nobody holds its shard's download lock, which a writer holds throughout."""
@@ -152,26 +103,11 @@ def remove_stale_parts(root: Path) -> int:
     """Delete the part files of downloads whose writer is gone (see `_part_is_orphan`); how many."""
     removed = 0
     with eviction_lock(root):
-        for name, path, _ in list(_entries(root)):
-            if PART in name and _part_is_orphan(path):
+        for name, path, _ in list(entries(root)):
+            if is_part(name) and _part_is_orphan(path):
                 Path(path).unlink(missing_ok=True)
                 removed += 1
     return removed
-
-
-def cache_usage(root: Path) -> int:
-    """Bytes held by the cache: verified shards and downloads in progress (counted at full size)."""
-    return sum(stat.st_size for name, _, stat in _entries(root) if _is_shard(name) or PART in name)
-
-
-def resolve_limit(root: Path, limit: int | None) -> int:
-    """`limit`, or by default what the cache holds now plus the free disk above a 10% reserve."""
-    if limit is not None:
-        if limit < 1:
-            raise OptionError(f"cache_limit must be a positive number of bytes, got {limit}")
-        return int(limit)
-    disk = shutil.disk_usage(root)
-    return max(cache_usage(root) + disk.free - int(disk.total * DISK_RESERVE), 1)
 
 
 def _try_evict(path: str) -> bool:
@@ -301,12 +237,14 @@ class ShardCache:
         except OSError as exc:
             raise self._write_error(ref, exc, f"removing {path.name} from") from None
 
-    def _recent_failure(self, failed: Path) -> str | None:
-        """The reason a process of this run recorded for this shard's failure, while it is younger
-        than the retry budget (then the shard is tried again); an empty marker counts for nothing."""
+    def _recent_failure(self, failed: Path, asked: float) -> str | None:
+        """The reason another process recorded for this shard's failure while this one was asking for
+        it (since `asked`: the failed download is the one it waited for), within the retry budget; a
+        note written before it asked is an earlier try's (an earlier epoch's, or another run's) and
+        counts for nothing, nor does an empty note: the shard is then tried again."""
         try:
             noted = failed.stat().st_mtime
-            if noted < self.opened_at or time.time() - noted > self.retry.budget:
+            if noted < max(self.opened_at, asked - COARSE_MTIME) or time.time() - noted > self.retry.budget:
                 return None
             text = failed.read_text(encoding="utf-8").strip()
         except (OSError, UnicodeDecodeError):
@@ -327,6 +265,7 @@ class ShardCache:
     def _fetch(self, ref: ShardRef, path: Path, cancel: threading.Event) -> None:
         """Download `ref` unless another process has (or has failed to) meanwhile; one per node at a time."""
         failed = path.with_name(path.name + FAILED)
+        asked = time.time()
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             lock = os.open(path.with_name(path.name + LOCK), os.O_RDWR | os.O_CREAT, 0o666)
@@ -336,7 +275,7 @@ class ShardCache:
             self._wait_for_download_lock(lock, ref, path)
             if self._adopt(ref, path):
                 return
-            message = self._recent_failure(failed)
+            message = self._recent_failure(failed, asked)
             if message is not None:
                 raise FetchError(message)
             for stale in path.parent.glob(f"{path.name}{PART}*"):
@@ -433,12 +372,12 @@ class ShardCache:
     def _evict_for(self, size: int) -> tuple[bool, int]:
         """Evict until `size` more bytes fit under the limit; whether they do, and the bytes held."""
         shards, used = [], 0
-        for name, path, stat in _entries(self.root):
-            if PART in name and _part_is_orphan(path):
+        for name, path, stat in entries(self.root):
+            if is_part(name) and _part_is_orphan(path):
                 Path(path).unlink(missing_ok=True)
-            elif _is_shard(name) or PART in name:
+            elif is_shard(name) or is_part(name):
                 used += stat.st_size
-                if _is_shard(name):
+                if is_shard(name):
                     shards.append((stat.st_mtime, path, stat.st_size))
         for _, path, bytes_ in sorted(shards):
             if used + size <= self.limit:

@@ -13,7 +13,8 @@ import numpy as np
 from ..errors import DatasetError, OptionError, SourceError
 from ..format.manifest import MANIFEST_NAME, Manifest, SplitInfo
 from ..format.table import load_table
-from .cache import DISK_RESERVE, ShardCache, ShardRef, remove_stale_parts, resolve_limit, usable_cache_dir
+from .cache import ShardCache, ShardRef, remove_stale_parts
+from .cache_dir import RESERVE_BYTES, RESERVE_SHARE, claim_cache_dir, resolve_limit
 from .retry import RetryPolicy, describe, is_transient, policy_from_env, with_retries
 from .urls import filesystem, join, scheme
 
@@ -39,8 +40,9 @@ class RemoteShards:
         """The limit, and where it came from when nobody chose it, for messages."""
         text = f"cache_limit={self.cache.limit:,} bytes"
         if self.limit_from_disk:
-            text += (f" (the default: what {self.cache.root} holds plus its free disk above a "
-                     f"{DISK_RESERVE:.0%} reserve; free disk there or pass another cache_dir)")
+            text += (f" (the default: what {self.cache.root} holds plus its free disk less a reserve of "
+                     f"{RESERVE_BYTES >> 30} GiB or {RESERVE_SHARE:.0%} of the free disk, whichever is larger; free "
+                     "disk there or pass another cache_dir)")
         return text
 
     def acquire(self, file_id: int, cancel: threading.Event | None = None) -> int:
@@ -63,14 +65,17 @@ class RemoteShards:
         warn once when it holds too little for full speed with `readers` reading processes."""
         total = sum(ref.bytes for ref in self.refs)
         if order.shuffle == "block":
-            live = 2 * order.block_shards  # a block, and the next one while ranks cross into it
-            if self.cache.limit < live * self.largest:
+            # a block, and the next one while ranks cross into it: never more shards than the split has
+            live = min(2 * order.block_shards, len(self.refs))
+            need = min(live * self.largest, total)
+            if self.cache.limit < need:
                 raise OptionError(
                     f"{self._limit} cannot hold the {live} shards of "
                     f"{self.largest} bytes live with block_shards={order.block_shards}: raise cache_limit to "
-                    f"at least {live * self.largest} or lower block_shards")
+                    f"at least {need} or lower block_shards")
             self.open_limit = live
-            self._warn_small(live + 1, f"2 blocks of block_shards={order.block_shards} and one ahead",
+            self._warn_small(min(live + 1, len(self.refs)),
+                             f"2 blocks of block_shards={order.block_shards} and one ahead",
                              "or a smaller block_shards")
         elif order.shuffle == "global":
             if self.cache.limit < total:
@@ -87,7 +92,7 @@ class RemoteShards:
         """Warn (with the numbers) when the cache cannot hold `shards` of the largest at once:
         fetches then wait for leases to end, and an epoch runs many times slower (measured: 1.3 s
         to 23-41 s on the tiny dataset over loopback HTTP)."""
-        need = shards * self.largest
+        need = min(shards * self.largest, sum(ref.bytes for ref in self.refs))
         if self.cache.limit < need:
             warnings.warn(
                 f"{self._limit} holds {self.cache.limit // max(self.largest, 1)} shards of "
@@ -155,7 +160,7 @@ def open_remote(url: str, split: str, cache_dir: Path | str | None = None,
     """Open split `split` of the iofeed dataset at `url`; shards are fetched when first read."""
     url = url.rstrip("/")
     settings = scheme(url).settings()
-    root = usable_cache_dir(cache_dir)  # before any request: a cache that cannot work fails at once
+    root = claim_cache_dir(cache_dir)  # before any request: a cache that cannot work fails at once
     manifest = read_manifest(url, settings)
     info = manifest.split(split, url)
     where = join(url, info.table)
@@ -176,7 +181,7 @@ def remote_shards(dataset: str, refs: list[ShardRef], settings: dict, cache_dir:
                   cache_limit: int | None = None) -> RemoteShards:
     """The shards `refs` read through the node cache at `cache_dir` (default: the user's), under
     the key `dataset` (its URL, or the folder of a dataset indexing shards elsewhere)."""
-    root = usable_cache_dir(cache_dir)
+    root = claim_cache_dir(cache_dir)
     remove_stale_parts(root)  # downloads of processes that died: never finished, never counted again
     cache = ShardCache(root, dataset, resolve_limit(root, cache_limit), settings)
     return RemoteShards(cache, refs, log_start=cache.log_offset(), limit_from_disk=cache_limit is None)

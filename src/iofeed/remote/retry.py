@@ -128,7 +128,7 @@ def describe(exc: BaseException) -> str:
     else:
         detail = _first_line(cause)
         if isinstance(cause, TimeoutError) or "timeout" in type(cause).__name__.lower():
-            text = f"timed out ({type(cause).__name__}{': ' + detail if detail else ''})"
+            text = f"timed out ({type(cause).__name__}: {detail or 'no answer in time'})"
         else:
             text = f"{type(cause).__name__}: {detail or 'no detail'}"
     notes = [note for note in getattr(exc, "__notes__", ()) if note.startswith("after ")]

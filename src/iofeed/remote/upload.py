@@ -9,7 +9,8 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import OptionError, SourceError
 from ..format.manifest import MANIFEST_NAME
-from .cache import usable_cache_dir
+from ..progress import progress as progress_bar
+from .cache_dir import usable_cache_dir
 from .retry import RetryPolicy, describe, is_transient, policy_from_env, with_retries
 from .urls import filesystem, join, scheme
 
@@ -89,8 +90,6 @@ def preprocess_to_url(src: Path, url: str, *, overwrite: bool = False, progress:
                       **options: Any) -> PreprocessSummary:
     """`iofeed preprocess SRC -o URL`: prepare into a temporary folder (under the cache directory),
     then upload it; the summary's `out` is the URL."""
-    from tqdm import tqdm
-
     from ..prepare.run import preprocess
 
     check_target(url, overwrite)  # before the work, not after
@@ -99,6 +98,6 @@ def preprocess_to_url(src: Path, url: str, *, overwrite: bool = False, progress:
         local = Path(folder) / "dataset"
         summary = preprocess(src, local, progress=progress, **options)
         total = sum(p.stat().st_size for p in local.rglob("*") if p.is_file())
-        with tqdm(total=total, unit="B", unit_scale=True, desc="upload", disable=not progress) as bar:
+        with progress_bar(total=total, unit="B", unit_scale=True, desc="upload", disable=not progress) as bar:
             upload_dataset(local, url, overwrite=overwrite, on_file=lambda name, size: bar.update(size))
     return dataclasses.replace(summary, out=url)

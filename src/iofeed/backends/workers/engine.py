@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from ... import errors
-from ...errors import LoaderStateError, OptionError, SampleError, StartError, WorkerError
+from ...errors import LoaderStateError, OptionError, SampleError, StartError, WorkerError, memory_limit_note
 from ...options import LoaderOptions
 from ...parallel import resolve_workers, safe_context
 from ...samples import SampleSource, shrunk_shards
@@ -27,6 +27,7 @@ from .autotune import Window, decide
 from .memory import SharedBlock
 from .packing import PackedLayout
 from .pool import SlotPool
+from .progress import TRANSFORMING, Progress
 from .slots import Layout, SlotLayout, default_memory_budget, default_prefetch
 from .task import Done, Task, worker_main
 from .watchdog import Watchdog, stall_bounds
@@ -58,7 +59,7 @@ class _Worker:
 
     proc: Any
     conn: Connection
-    row: int  # its progress row for the watchdog
+    progress: Progress  # which sample and step it is on, and how far it got
     busy: int = 0
     sent: int = 0  # tasks sent to it, ever
     retiring: bool = False
@@ -138,24 +139,25 @@ class WorkerEngine:
         self._pool = SlotPool(self.layout.slots)
         self._region = (np.frombuffer(self._block.buffer, np.uint8).ctypes.data, self.layout.total_bytes)
         self._stale_below = np.frombuffer(self._stale.buffer, np.int64, 1)
-        self._watchdog = Watchdog(self.max_workers, self._source, self._stall)
-        self._finalizer = weakref.finalize(self, _shutdown, self._workers,
-                                           (self._block, self._stale, self._watchdog.block))
+        self._watchdog = Watchdog(self._source, None if self._transform is None else self._transform.name,
+                                  self._stall)
+        self._finalizer = weakref.finalize(self, _shutdown, self._workers, (self._block, self._stale))
         for _ in range(self._initial):
             self._add_worker()
 
     def _add_worker(self) -> None:
         ctx = safe_context()
-        row = self._watchdog.take_row()
         try:
             mine, theirs = ctx.Pipe(duplex=True)
+            progress = Progress()
             proc = ctx.Process(
                 target=worker_main,
                 args=(self._block, self._stale, self.layout, self._source, self._augment, self._on_error, theirs,
-                      self._transform, (self._watchdog.block, row)),
+                      self._transform, progress.block),
                 daemon=True,
             )
             proc.start()
+            progress.sent()
         except (OSError, EOFError) as exc:  # a limit of the machine, not a bug: say which
             cause = (f"{exc.strerror} ({_LIMITS.get(exc.errno, 'a limit of this machine')})" if isinstance(exc, OSError)
                      else "the fork server that starts workers ended (out of open files or processes? check "
@@ -163,7 +165,7 @@ class WorkerEngine:
             raise StartError(f"cannot start a loader worker: {cause}; {len(self._workers)} worker(s) were "
                              "running") from None
         theirs.close()
-        self._workers.append(_Worker(proc, mine, row))
+        self._workers.append(_Worker(proc, mine, progress))
 
     def _resize(self, count: int) -> None:
         """Grow to `count` workers at once, or retire the surplus as they become idle."""
@@ -180,7 +182,7 @@ class WorkerEngine:
                 worker.conn.send(None)
             worker.conn.close()
             self._workers.remove(worker)
-            self._watchdog.give_row(worker.row)
+            self._watchdog.forget(worker.progress)
             worker.proc.join(timeout=5.0)
 
     def run(self, epoch: int, batches: list[np.ndarray], start: int, rank: int,
@@ -247,7 +249,8 @@ class WorkerEngine:
         slot_payload = self.layout.slot(self._payload, done.slot)
         images, lease = self._pool.hand_out(done.slot, lambda wrap: self.layout.images(slot_payload, n, wrap))
         return Batch(images, self._labels[done.slot, :n].copy(), done.delivered, done.skipped,
-                     done.transform_seconds, done.cpu_seconds, lease=lease, copied=lease is None,
+                     done.transform_seconds, done.cpu_seconds, transform_wall_seconds=done.transform_wall_seconds,
+                     lease=lease, copied=lease is None,
                      refilled=done.refilled, region=self._region if lease is not None else None)
 
     def _new_ahead(self, epoch: int, rank: int) -> _Ahead:
@@ -281,7 +284,7 @@ class WorkerEngine:
         except OSError:  # its end of the pipe is gone: it died since the last receive
             self._raise_dead(worker)
         if worker.busy == 0:
-            self._watchdog.started(worker.row)  # the time it may take starts now
+            self._watchdog.started(worker.progress)  # the time it may take starts now
         worker.busy += 1
         worker.sent += 1
 
@@ -313,7 +316,8 @@ class WorkerEngine:
     def _watch(self) -> None:
         """Warn about busy workers that made no progress for a while; past the bound, stop and raise."""
         try:
-            self._watchdog.check([(w.row, w.proc.pid, f"worker {w.row}", w.sent) for w in self._workers if w.busy])
+            self._watchdog.check([(w.progress, w.proc.pid, f"worker {k}", w.sent)
+                                  for k, w in enumerate(self._workers) if w.busy])
         except WorkerError:
             self.close()
             raise
@@ -324,12 +328,15 @@ class WorkerEngine:
         proc = worker.proc
         proc.join(timeout=1.0)
         code = proc.exitcode if proc.exitcode is not None else 0
+        transform = self._transform.name if self._transform is not None else None
+        doing = worker.progress.describe(self._source, transform)
+        in_transform = worker.progress.stage() == TRANSFORMING
         self.close()
         shrunk = shrunk_shards(self._source) if code == -signal.SIGBUS else []
         cause = (f": {shrunk[0]}{f' (and {len(shrunk) - 1} more)' if len(shrunk) > 1 else ''}; a shard was "
                  "truncated while the loader read it (run `iofeed preprocess` again, not while it is read)"
                  if shrunk else "")
-        raise WorkerError(f"loader worker (pid {proc.pid}) {_death(code)}{cause}")
+        raise WorkerError(f"loader worker (pid {proc.pid}) {_death(code, doing, in_transform and not shrunk)}{cause}")
 
     def _drain(self) -> None:
         """Wait for tasks of an abandoned epoch (told to stop early), so that their slots can be reused."""
@@ -341,7 +348,6 @@ class WorkerEngine:
         self._closed = True
         if self._finalizer is not None:
             self._payload = self._labels = self._stale_below = None
-            self._watchdog.close()
             self._finalizer()
             self._finalizer = None
 
@@ -380,13 +386,20 @@ _LIMITS = {
 }
 
 
-def _death(code: int) -> str:
-    """How a worker with exit status `code` died, and what to do about it."""
+def _death(code: int, doing: str, in_transform: bool) -> str:
+    """How a worker with exit status `code` died `doing` (' while ... sample X'), and what to do."""
     if code == -signal.SIGKILL:
-        return "was killed (SIGKILL): if the system ran out of memory, lower workers or batch_size"
+        return (f"was killed (SIGKILL){doing}: if the system ran out of memory, lower workers or batch_size"
+                f"{memory_limit_note()}")
     if code < 0:
-        return f"died with signal {signal.Signals(-code).name}"
-    return f"exited with code {code}: its error is printed above"
+        culprit = ": the crash is in the transform or a library it calls" if in_transform else ""
+        return f"died with signal {signal.Signals(-code).name}{doing}{culprit}{memory_limit_note()}"
+    if in_transform:
+        return (f"exited with status {code}{doing}: the transform ended its worker (os._exit or sys.exit; nothing "
+                "is printed): a transform must return the image or raise an exception")
+    if code == 1:  # an exception outside any sample: multiprocessing printed its traceback
+        return f"exited with status 1{doing}: its traceback is printed above (stderr)"
+    return f"exited with status {code}{doing}: something in it called os._exit or sys.exit (nothing is printed)"
 
 
 def _shutdown(workers: list[_Worker], blocks: tuple[SharedBlock, ...]) -> None:
@@ -402,6 +415,7 @@ def _shutdown(workers: list[_Worker], blocks: tuple[SharedBlock, ...]) -> None:
             worker.proc.kill()
             worker.proc.join(timeout=1.0)
         worker.conn.close()
+        worker.progress.close()
     for block in blocks:
         block.release()
 

@@ -3,9 +3,9 @@ a read hung on a network filesystem, a transform that never returns) is named wi
 the stage it is in, after `IOFEED_STALL_WARN_SECONDS` (a warning) and `IOFEED_STALL_SECONDS` (a
 `WorkerError`), instead of stalling the loader for ever without a word.
 
-Each worker bumps a counter in its row of a shared block at every sample and stage
-(`task.Progress`); the consumer, while it waits for a batch, compares the counters with what it
-saw last, on its own clock: no clock is shared between processes.
+Each worker counts its marks (every sample and step) and finished tasks in its `progress.Progress`
+record; the consumer, while it waits for a batch, compares the counts with what it saw last, on
+its own clock: no clock is shared between processes.
 """
 from __future__ import annotations
 
@@ -15,12 +15,9 @@ import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 
-import numpy as np
-
 from ...errors import OptionError, WorkerError
 from ...samples import SampleSource
-from .memory import SharedBlock
-from .task import ROW, STAGES
+from .progress import Progress
 
 WARN_ENV, RAISE_ENV = "IOFEED_STALL_WARN_SECONDS", "IOFEED_STALL_SECONDS"
 DEFAULT_WARN = 60.0  # a sample's read, decode and transform take milliseconds; a huge TIFF seconds
@@ -55,24 +52,19 @@ def stall_bounds() -> tuple[float, float]:
 
 @dataclass
 class _Watched:
-    count: int  # the worker's counter when last seen to change
+    marks: int  # the worker's marks when last seen to change
     since: float  # when that was, on the consumer's clock
     warned: bool = False
 
 
 class Watchdog:
-    """Progress rows for up to `workers` workers (twice that: retiring ones keep theirs until they
-    go), and the checks over the busy ones. `warn_after` and `raise_after` default to the
-    environment's (`bounds()`)."""
+    """The checks over the busy workers, each read through its `Progress` record. `bounds` (warn
+    after, raise after) default to the environment's (`stall_bounds()`)."""
 
-    def __init__(self, workers: int, source: SampleSource, bounds: tuple[float, float] | None = None,
-                 clock: Callable[[], float] | None = None) -> None:
-        rows = 2 * workers
-        self.block = SharedBlock(8 * ROW * rows)
-        self._table: np.ndarray | None = np.frombuffer(self.block.buffer, np.int64).reshape(rows, ROW)
-        self._free = list(range(rows))
-        self._watched: dict[int, _Watched] = {}
-        self._source, self._clock = source, clock
+    def __init__(self, source: SampleSource, transform: str | None = None,
+                 bounds: tuple[float, float] | None = None, clock: Callable[[], float] | None = None) -> None:
+        self._watched: dict[int, _Watched] = {}  # by id of the worker's Progress
+        self._source, self._transform, self._clock = source, transform, clock
         self.warn_after, self.raise_after = bounds or stall_bounds()
 
     @property
@@ -80,54 +72,40 @@ class Watchdog:
         """How often to look while waiting: a quarter of the shorter bound, within 0.01 to 5 s."""
         return min(max(min(self.warn_after, self.raise_after) / 4, 0.01), 5.0)
 
-    def take_row(self) -> int:
-        return self._free.pop(0)
-
-    def give_row(self, row: int) -> None:
-        self._watched.pop(row, None)
-        self._free.append(row)
-
     def now(self) -> float:
         """The consumer's clock (`monotonic`, unless one was given)."""
         return (self._clock or monotonic)()
 
-    def started(self, row: int) -> None:
+    def started(self, progress: Progress) -> None:
         """A task was sent to an idle worker: its time starts now."""
-        if self._table is None:  # closed (by another thread: tf.data runs the loader on its own)
-            return
-        self._watched[row] = _Watched(int(self._table[row, 0]), self.now())
+        self._watched[id(progress)] = _Watched(progress.marks(), self.now())
 
-    def check(self, busy: list[tuple[int, int, str, int]]) -> None:
-        """Warn about (or, past the bound, raise for) each busy worker — (row, pid, name, tasks sent
-        to it) — whose counter has not moved for too long while it had a task to work on. A worker
-        still starting (no mark yet) is not judged: its start-up is the machine's time, not a stall."""
-        if self._table is None:
-            return
+    def forget(self, progress: Progress) -> None:
+        """The worker is gone."""
+        self._watched.pop(id(progress), None)
+
+    def check(self, busy: list[tuple[Progress, int, str, int]]) -> None:
+        """Warn about (or, past the bound, raise for) each busy worker — (progress, pid, name, tasks
+        sent to it) — whose marks have not moved for too long while it had a task to work on. A
+        worker still starting (no mark yet) is not judged: its start-up is the machine's time."""
         now = self.now()
-        for row, pid, name, sent in busy:
-            count, finished = int(self._table[row, 0]), int(self._table[row, 4])
-            seen = self._watched.setdefault(row, _Watched(count, now))
-            if count == 0 or finished >= sent or count != seen.count:  # starting, all done, or moving
-                seen.count, seen.since, seen.warned = count, now, False
+        for progress, pid, name, sent in busy:
+            marks = progress.marks()
+            seen = self._watched.setdefault(id(progress), _Watched(marks, now))
+            if marks == 0 or progress.finished() >= sent or marks != seen.marks:  # starting, all done, moving
+                seen.marks, seen.since, seen.warned = marks, now, False
                 continue
             idle = now - seen.since
             if idle >= self.warn_after and not seen.warned:
                 seen.warned = True
-                warnings.warn(f"{self.describe(row, pid, name, idle)}; waiting on, up to {self.raise_after:g} s "
+                warnings.warn(f"{self.describe(progress, pid, name, idle)}; waiting on, up to {self.raise_after:g} s "
                               f"({RAISE_ENV})", RuntimeWarning, stacklevel=2)
             if idle >= self.raise_after:
-                raise WorkerError(f"{self.describe(row, pid, name, idle)}; stopped waiting after "
+                raise WorkerError(f"{self.describe(progress, pid, name, idle)}; stopped waiting after "
                                   f"{self.raise_after:g} s ({RAISE_ENV})")
 
-    def describe(self, row: int, pid: int, name: str, idle: float) -> str:
-        """What the worker of `row` is stuck on, in one line."""
-        _, batch_no, index, stage, _ = (int(v) for v in self._table[row])
-        doing = STAGES.get(stage, "busy")
-        what = f"{doing} sample {self._source.path_of(index)} (batch {batch_no})" if index >= 0 else doing
-        return (f"loader {name} (pid {pid}) has made no progress for {idle:.0f} s, {what}: stopped (SIGSTOP, a "
+    def describe(self, progress: Progress, pid: int, name: str, idle: float) -> str:
+        """What the worker is stuck on, in one line."""
+        what = progress.describe(self._source, self._transform) or " with a task it has not begun"
+        return (f"loader {name} (pid {pid}) has made no progress for {idle:.0f} s{what}: stopped (SIGSTOP, a "
                 "debugger), a read hung on its storage, or a transform that does not return?")
-
-    def close(self) -> None:
-        """Unmap the rows here and give up the block (workers keep their own mapping until they exit)."""
-        self._table = None
-        self.block.release()

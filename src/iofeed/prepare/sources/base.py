@@ -18,7 +18,9 @@ class SourceOptions:
     labels: Path | None = None  # a labels file (CSV or JSON lines) mapping paths under SRC to targets
     label_column: str | None = None  # the column / JSON key / Parquet column holding the label
     image_column: str | None = None  # Parquet / Arrow: the column holding the image
+    image_key: tuple[str, ...] | None = None  # WebDataset: the image member's extension(s), first present wins
     spool: Path | None = None  # a private folder for bytes the source must copy out (cells, downloads)
+    label_names: bool = False  # every label is a class name as written (`true`, `1.5`, `5000000`)
 
 
 @dataclass
@@ -37,12 +39,28 @@ class SourceScan:
     class_dirs: list[str] | None = None  # folders of a class-folder tree (else the class names)
     empty_classes: list[str] = field(default_factory=list)
 
-    def add(self, path: str, name: str, target: Any, extra: Any = None, span: Span = WHOLE) -> None:
-        """Accept one sample."""
+    def add(self, path: str, name: str, target: Any, extra: Any = None, span: Span = WHOLE,
+            where: str | None = None) -> None:
+        """Accept one sample (`where`: where its label is written, when not in `name`)."""
         self.paths.append(path)
         self.spans.append(span)
         self.names.append(name)
-        self.targets.add(target, extra)
+        self.targets.add(target, extra, where)
+
+    def settle(self, label_names: bool = False) -> None:
+        """Move the samples whose target cannot be stored (`Targets.check`) to the rejections, each
+        with its reason; SourceError when the targets together make no class list. `label_names`:
+        every label is a class name first (`Targets.as_names`)."""
+        if label_names:
+            self.targets.as_names()
+        bad = self.targets.check(self.names)
+        if not bad:
+            return
+        self.rejected += [Rejection(self.names[i], reason) for i, reason in bad.items()]
+        keep = [i for i in range(len(self)) if i not in bad]
+        self.paths, self.spans, self.names = ([column[i] for i in keep]
+                                              for column in (self.paths, self.spans, self.names))
+        self.targets.keep(keep)
 
     def __len__(self) -> int:
         return len(self.paths)

@@ -6,13 +6,13 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from ...errors import SourceError
+from ...errors import OptionError, SourceError
 from ...registry import Entry, Registry
 from ...remote.urls import is_url
 from ..scan import none_accepted
 from .base import SourceOptions, SourceScan
-from .shardlist import is_tar
 from .tables import is_hf_dataset, is_parquet
+from .tarread import is_tar
 
 
 @dataclass(frozen=True)
@@ -21,15 +21,19 @@ class SourceCaps:
 
     urls: bool  # s3://, gs://, http(s):// inputs
     labels_file: bool  # takes its targets from --labels
+    label_column: bool = True  # --label-column names where its label is (a class folder's is its folder)
+    image_column: bool = False  # --image-column names its image column (tables)
 
 
 # An entry's target is `scan(src: str, options: SourceOptions) -> SourceScan`.
 SOURCES: Registry[SourceCaps] = Registry("source", {
-    "folder": Entry("iofeed.prepare.sources.folder:scan", SourceCaps(urls=False, labels_file=False)),
+    "folder": Entry("iofeed.prepare.sources.folder:scan", SourceCaps(urls=False, labels_file=False,
+                                                                     label_column=False)),
     "webdataset": Entry("iofeed.prepare.sources.webdataset:scan", SourceCaps(urls=True, labels_file=False)),
-    "parquet": Entry("iofeed.prepare.sources.tables:scan_parquet", SourceCaps(urls=False, labels_file=False),
-                     extra="parquet"),
-    "hf": Entry("iofeed.prepare.sources.tables:scan_hf", SourceCaps(urls=False, labels_file=False), extra="hf"),
+    "parquet": Entry("iofeed.prepare.sources.tables:scan_parquet",
+                     SourceCaps(urls=False, labels_file=False, image_column=True), extra="parquet"),
+    "hf": Entry("iofeed.prepare.sources.tables:scan_hf", SourceCaps(urls=False, labels_file=False, image_column=True),
+                extra="hf"),
     "labels": Entry("iofeed.prepare.sources.labelfile:scan", SourceCaps(urls=False, labels_file=True)),
 })
 
@@ -73,7 +77,17 @@ def scan_source(src: str | Path, options: SourceOptions, kind: str = "auto") -> 
                           f"(URLs: {', '.join(SOURCES.having('urls'))})")
     if options.labels is not None and not entry.caps.labels_file:
         raise SourceError(f"--labels is for a folder of images, not a {kind} source")
+    if options.image_key and kind != "webdataset":
+        raise SourceError(f"--image-key is for WebDataset shards, not a {kind} source (Parquet: --image-column)")
+    for option, value, cap in (("--label-column", options.label_column, "label_column"),
+                               ("--label-names", "" if options.label_names else None, "label_column"),
+                               ("--image-column", options.image_column, "image_column")):
+        if value is not None and not getattr(entry.caps, cap):
+            given = f"{option} {value}" if value else option
+            raise OptionError(f"{given}: {src} is a {kind} source, where it does not apply ({option} is for "
+                              f"{', '.join(SOURCES.having(cap))} sources)")
     scanned = entry.load()(src, options)
+    scanned.settle(options.label_names)
     if not len(scanned):
         raise none_accepted(f"no images found in {src}", scanned.rejected)
     return scanned

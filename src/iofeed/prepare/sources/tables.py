@@ -47,8 +47,8 @@ def scan_parquet(src: str, options: SourceOptions) -> SourceScan:
     if not files:
         raise SourceError(f"no Parquet files in {src}")
     first = _parquet_file(pq, files[0])
-    features = _hf_features((first.schema_arrow.metadata or {}).get(b"huggingface"))
-    result = _scan_setup(src, "parquet", first.schema_arrow, features, options)
+    features = _hf_features((first.schema_arrow.metadata or {}).get(b"huggingface"), files[0])
+    result = _scan_setup(src, "parquet", first.schema_arrow, features, options, files[0])
 
     def batches(file: Path) -> Iterator[Any]:
         table = _parquet_file(pq, file)
@@ -59,8 +59,10 @@ def scan_parquet(src: str, options: SourceOptions) -> SourceScan:
         try:
             for group in range(table.num_row_groups):
                 yield from table.iter_batches(ROWS_PER_BATCH, row_groups=[group], columns=result.columns)
-        except ValueError as exc:  # pyarrow's ArrowInvalid: a damaged row group
-            raise SourceError(f"cannot read Parquet file {file}: {exc}") from None
+        except (OSError, ValueError) as exc:  # ArrowInvalid, or a page header that does not deserialize
+            reason = " ".join(str(exc).split())  # pyarrow's thrift errors span lines
+            raise SourceError(f"cannot read Parquet file {file}: {reason} (write it again, or leave it out of "
+                              "SRC)") from None
 
     for number, file in enumerate(files):
         _spool_rows(result, str(file), number, batches(file), options)
@@ -90,24 +92,35 @@ def scan_hf(src: str, options: SourceOptions) -> SourceScan:
                           "`save_to_disk`)") from None
     info_path = root / "dataset_info.json"
     features = _saved_json(info_path).get("features", {}) if info_path.is_file() else {}
+    where = info_path
     if not files:
         raise SourceError(f"{src}: {HF_STATE} lists no data files")
     missing = [f for f in files if not f.is_file()]
     if missing:
         raise SourceError(f"{src}: {HF_STATE} lists {missing[0].name}, which is missing (save the dataset again "
                           "with `save_to_disk`)")
-    with pa.memory_map(str(files[0])) as source:
-        schema = pa.ipc.open_stream(source).schema
-    result = _scan_setup(src, "hf", schema, features, options)
+    try:
+        with pa.memory_map(str(files[0])) as source:
+            schema = pa.ipc.open_stream(source).schema
+    except (OSError, ValueError) as exc:  # pyarrow's ArrowInvalid is a ValueError
+        raise _unreadable_arrow(files[0], exc) from None
+    result = _scan_setup(src, "hf", schema, features, options, where)
 
     def batches(file: Path) -> Iterator[Any]:
-        with pa.memory_map(str(file)) as source:
-            for batch in pa.ipc.open_stream(source):
-                yield batch.select(result.columns)
+        try:
+            with pa.memory_map(str(file)) as source:
+                for batch in pa.ipc.open_stream(source):
+                    yield batch.select(result.columns)
+        except (OSError, ValueError, KeyError) as exc:  # damaged, truncated, or another table's file
+            raise _unreadable_arrow(file, exc) from None
 
     for number, file in enumerate(files):
         _spool_rows(result, str(file), number, batches(file), options)
     return result.scan
+
+
+def _unreadable_arrow(path: Path, exc: Exception) -> SourceError:
+    return SourceError(f"cannot read {path}: {exc} (save the dataset again with `save_to_disk`)")
 
 
 def _saved_json(path: Path) -> dict:
@@ -134,7 +147,7 @@ class _Setup:
         return [self.image, self.label, *self.extras]
 
 
-def _scan_setup(src: str, kind: str, schema: Any, features: dict, options: SourceOptions) -> _Setup:
+def _scan_setup(src: str, kind: str, schema: Any, features: Any, options: SourceOptions, where: Path) -> _Setup:
     """The image and label columns of `schema` (given, or found), and the class names if known."""
     names = list(schema.names)
     image = options.image_column or next((n for n in names if _holds_images(schema.field(n).type)), None)
@@ -150,13 +163,7 @@ def _scan_setup(src: str, kind: str, schema: Any, features: dict, options: Sourc
     if _holds_images(schema.field(label).type):
         raise SourceError(f"{src}: column {label!r} holds bytes (images), not labels: name the label column "
                           "with --label-column")
-    feature = features.get(label) or {}
-    class_names = feature.get("names") if feature.get("_type") == "ClassLabel" else None
-    inner = feature.get("feature") or {}
-    if class_names is None and feature.get("_type") == "Sequence" and inner.get("_type") == "ClassLabel":
-        class_names = inner.get("names")
-    if class_names is None and isinstance(feature, list) and feature and feature[0].get("_type") == "ClassLabel":
-        class_names = feature[0].get("names")
+    class_names = _class_names(features, label, where)
     extras = [n for n in names if n not in (image, label) and not _holds_images(schema.field(n).type)]
     return _Setup(SourceScan(root=str(src), kind=kind, targets=Targets(names=class_names)), image, label, extras)
 
@@ -169,14 +176,44 @@ def _holds_images(kind: Any) -> bool:
     return pa.types.is_struct(kind) and kind.get_field_index("bytes") >= 0
 
 
-def _hf_features(metadata: bytes | None) -> dict:
-    """The `features` Hugging Face records in a Parquet file's schema metadata (empty if none)."""
+def _hf_features(metadata: bytes | None, where: Path) -> Any:
+    """The `features` Hugging Face records in a Parquet file's schema metadata (empty if none);
+    SourceError naming the file when the metadata is not what `datasets` writes."""
     if not metadata:
         return {}
     try:
-        return json.loads(metadata).get("info", {}).get("features", {})
-    except ValueError:
-        return {}
+        info = json.loads(metadata).get("info", {})
+        return info.get("features", {})
+    except (ValueError, AttributeError):
+        raise _bad_features(where, "its 'huggingface' schema metadata is not a JSON object with an 'info' "
+                                   "object") from None
+
+
+def _class_names(features: Any, label: str, where: Path) -> list[str] | None:
+    """The class names `features` give the label column (a ClassLabel, or a Sequence or list of
+    one), None when it gives none; SourceError naming `where` when the features are malformed."""
+    if not isinstance(features, dict):
+        raise _bad_features(where, f"its features are a {type(features).__name__}, not an object")
+    feature = features.get(label)
+    if isinstance(feature, dict) and feature.get("_type") in ("Sequence", "List"):  # List: datasets >= 4
+        feature = feature.get("feature")
+    elif isinstance(feature, list) and feature:
+        feature = feature[0]
+    if feature is None or feature == []:
+        return None
+    if not isinstance(feature, dict):
+        raise _bad_features(where, f"the feature of column {label!r} is {json.dumps(feature)[:40]}, not an object")
+    if feature.get("_type") != "ClassLabel":
+        return None
+    names = feature.get("names")
+    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+        raise _bad_features(where, f"the ClassLabel of column {label!r} has names {json.dumps(names)[:40]}, not a "
+                                   "list of strings")
+    return names
+
+
+def _bad_features(where: Path, what: str) -> SourceError:
+    return SourceError(f"{where}: {what} (write the dataset again with `datasets`, or remove its features)")
 
 
 def _spool_rows(setup: _Setup, file: str, number: int, batches: Iterator[Any], options: SourceOptions) -> None:
@@ -193,7 +230,8 @@ def _spool_rows(setup: _Setup, file: str, number: int, batches: Iterator[Any], o
                 name = f"{file}#{row}"
                 row += 1
                 if missing(label):
-                    setup.scan.rejected.append(Rejection(name, f"no label (column {setup.label!r} is null)"))
+                    blank = "null" if label is None else repr(label)  # NaN: pandas' missing value
+                    setup.scan.rejected.append(Rejection(name, f"no label (column {setup.label!r} is {blank})"))
                 elif data:
                     setup.scan.add(str(spool), name, label, extra, (out.tell(), len(data)))
                     out.write(data)

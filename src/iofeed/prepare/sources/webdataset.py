@@ -1,71 +1,71 @@
 """The `webdataset` source: WebDataset tar shards (paths, globs, brace lists, URLs). A sample is
 the members sharing a key; its image is the member whose bytes are an image (jpg, jpeg, png,
-webp, ... by content), its label `cls` (an index or a name), `txt` (a name) or `json` (its
-`label`, or the key `--label-column` names); a `json` member also comes along as the extra."""
+webp, ... by content; several are refused unless `--image-key` picks one), its label `cls` (an
+index or a name), `txt` (a name) or `json` (its `label`, or the key `--label-column` names); a
+`json` member also comes along as the extra."""
 from __future__ import annotations
 
 import json
-import tarfile
 from typing import Any
 
-from ...errors import SourceError
+from ...errors import OptionError
 from ...image.sniff import SNIFF_BYTES, sniff_bytes
 from ...remote.urls import is_url
 from ..scan import Rejection
 from .base import SourceOptions, SourceScan
-from .shardlist import fetch, list_shards
-from .targets import Targets, missing, parse_cell
+from .shardlist import fetch_or_reject, list_shards
+from .targets import Targets, member_label, missing
+from .tarread import Members, read_shard
 
 LABEL_EXTENSIONS = ("cls", "txt", "json")
 DEFAULT_JSON_LABEL = "label"
 
-Members = dict[str, tuple[int, int]]  # extension -> (data offset, size)
-
-
-def split_member(name: str) -> tuple[str, str]:
-    """(key, extension) of a member name as WebDataset reads it: the key runs to the first dot of
-    the base name (folders included), the extension is the rest."""
-    dot = name.find(".", name.rfind("/") + 1)
-    return (name, "") if dot < 0 else (name[:dot], name[dot + 1:])
-
-
-def read_samples(path: str) -> dict[str, Members]:
-    """Every sample of the tar at `path`, by key in order, with its members' data spans."""
-    samples: dict[str, Members] = {}
-    try:
-        with tarfile.open(path, "r:") as tar:
-            for info in tar:
-                if not info.isfile():
-                    continue
-                key, ext = split_member(info.name)
-                samples.setdefault(key, {})[ext] = (info.offset_data, info.size)
-    except (tarfile.TarError, OSError) as exc:
-        raise SourceError(f"unreadable tar shard {path}: {exc} (pass WebDataset .tar shards)") from None
-    return samples
-
 
 def scan(src: str, options: SourceOptions) -> SourceScan:
-    """Every sample of the shards `src` names; remote shards are copied into the spool first."""
-    result = SourceScan(root=str(src), kind="webdataset", targets=Targets())
+    """Every sample of the shards `src` names; remote shards are copied into the spool first, and
+    a shard that cannot be read whole is rejected with the samples it held (see `tarread`)."""
+    result = SourceScan(root=str(src), kind="webdataset", targets=shard_targets(options.label_column))
     for shard in list_shards(src):
-        local = str(fetch(shard, options.spool)) if is_url(shard) else shard
-        with open(local, "rb") as f:
-            for key, members in read_samples(local).items():
+        local = fetch_or_reject(shard, options.spool, result.rejected) if is_url(shard) else shard
+        if local is None:
+            continue
+        read = read_shard(str(local), shard, options.spool)
+        result.rejected += read.rejected
+        if not read.samples:
+            continue
+        with open(read.path, "rb") as f:
+            for key, members in read.samples.items():
                 name = f"{shard}#{key}"
                 try:
-                    image, target, extra = sample_of(f, members, options.label_column)
+                    image, target, extra = sample_of(f, members, options.label_column, options.image_key)
                 except ValueError as exc:
                     result.rejected.append(Rejection(name, str(exc)))
                     continue
-                result.add(local, name, target, extra, members[image])
+                result.add(read.path, name, target, extra, members[image])
     return result
 
 
-def sample_of(f, members: Members, label_key: str | None) -> tuple[str, Any, Any]:
+def shard_targets(label_column: str | None) -> Targets:
+    """The targets of shards read with `label_column`: `json` takes each whole json member as the
+    target (captions, boxes: a dataset without classes)."""
+    return Targets(json_targets=label_column == "json")
+
+
+def image_keys(value: str | tuple[str, ...] | list[str] | None) -> tuple[str, ...] | None:
+    """`--image-key` as extensions by preference ("jpg,png" or a sequence); OptionError when bad."""
+    if value is None:
+        return None
+    keys = tuple(k.strip() for k in (value.split(",") if isinstance(value, str) else value))
+    if not keys or any(not k or k in LABEL_EXTENSIONS or any(c.isspace() or c == "/" for c in k) for k in keys):
+        raise OptionError(f"--image-key {value!r}: give member extensions such as jpg or jpg,png "
+                          f"(not {', '.join(LABEL_EXTENSIONS)})")
+    return keys
+
+
+def sample_of(f, members: Members, label_key: str | None,
+              image_key: tuple[str, ...] | None = None) -> tuple[str, Any, Any]:
     """(image extension, target, extra) of one sample; ValueError with the rejection reason."""
-    image = next((ext for ext in members if ext not in LABEL_EXTENSIONS and _is_image(f, members[ext])), None)
-    if image is None:
-        raise ValueError(f"no image (members: {', '.join(sorted(members)) or 'none'})")
+    image = _image(f, members, image_key)
     extra = None
     if "json" in members:
         try:
@@ -82,16 +82,34 @@ def sample_of(f, members: Members, label_key: str | None) -> tuple[str, Any, Any
 def _target(f, members: Members, extra: Any, label_key: str | None) -> Any:
     """The sample's label: the member or json key `label_key`, else cls, txt, json 'label'."""
     if label_key is not None and label_key in members and label_key != "json":
-        return parse_cell(_read(f, members[label_key]).decode("utf-8", "replace"))
+        return member_label(_read(f, members[label_key]), label_key)
     key = label_key or DEFAULT_JSON_LABEL
     if label_key is None:
         for ext in ("cls", "txt"):
             if ext in members:
-                text = _read(f, members[ext]).decode("utf-8", "replace").strip()
-                return int(text) if ext == "cls" and text.isdigit() else (text or None)
+                return member_label(_read(f, members[ext]), ext)
     if label_key == "json":  # the whole json member is the target (captions, boxes: no class)
         return extra
     return extra.get(key) if isinstance(extra, dict) else None
+
+
+def _image(f, members: Members, image_key: tuple[str, ...] | None) -> str:
+    """The extension of the sample's image: the first of `image_key` present, else its only image
+    member (by content); several images without `image_key` are ambiguous (a mask beside a photo)."""
+    if image_key:
+        chosen = next((ext for ext in image_key if ext in members), None)
+        if chosen is None or not _is_image(f, members[chosen]):
+            what = "none of them" if chosen is None else f"{chosen} is not an image"
+            raise ValueError(f"no image (--image-key {','.join(image_key)}: {what}; members: "
+                             f"{', '.join(sorted(members))})")
+        return chosen
+    images = [ext for ext in members if ext not in LABEL_EXTENSIONS and _is_image(f, members[ext])]
+    if not images:
+        raise ValueError(f"no image (members: {', '.join(sorted(members)) or 'none'})")
+    if len(images) > 1:
+        raise ValueError(f"several images ({', '.join(images)}: choose one with --image-key, e.g. "
+                         f"--image-key {images[-1]})")
+    return images[0]
 
 
 def _is_image(f, span: tuple[int, int]) -> bool:
