@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -33,9 +34,11 @@ def _edit_manifest(out: Path, edit) -> None:
 
 
 def _err_line(capsys) -> str:
+    """The one error line on stderr, beside the progress lines a long step prints in a log."""
     err = capsys.readouterr().err.strip()
-    assert "Traceback" not in err and len(err.splitlines()) == 1, err
-    return err
+    lines = [line for line in err.splitlines() if not re.match(r"^[\w -]+: \d+/\d+ ", line)]
+    assert "Traceback" not in err and len(lines) == 1, err
+    return lines[0]
 
 
 # ------------------------------------------------------------------ 22.4: verify that verifies

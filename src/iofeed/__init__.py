@@ -5,6 +5,7 @@ __version__ = "0.1.0"
 
 from .errors import IofeedError  # noqa: E402
 from .loader import Loader, loader  # noqa: E402
+from .mix import Mix  # noqa: E402
 from .recipe import PRESETS, Recipe  # noqa: E402
 
-__all__ = ["PRESETS", "IofeedError", "Loader", "Recipe", "__version__", "loader"]
+__all__ = ["PRESETS", "IofeedError", "Loader", "Mix", "Recipe", "__version__", "loader"]

@@ -164,6 +164,12 @@ def _cmd_inspect(args: argparse.Namespace) -> None:
     from .remote.dataset import read_manifest
     from .remote.urls import is_url
 
+    if args.mix or args.dataset is None or (args.epoch_samples, args.classes, args.split) != (None, "name", "train"):
+        from .mixinspect import inspect_mixture  # the options only a mixture takes: refused there without --mix
+
+        inspect_mixture(args)
+        return
+
     if is_url(args.dataset):
         if args.verify:
             raise OptionError(f"--verify reads every shard, so it checks local datasets only: verify the folder "
@@ -309,10 +315,16 @@ def build_parser() -> argparse.ArgumentParser:
     index.set_defaults(func=_cmd_index)
 
     inspect = sub.add_parser("inspect", help="print the summary of an iofeed dataset")
-    inspect.add_argument("dataset", help="an iofeed dataset folder, or its s3://, gs:// or http(s):// URL")
+    inspect.add_argument("dataset", nargs="?", help="an iofeed dataset folder, or its s3://, gs:// or http(s):// URL")
     inspect.add_argument("--verify", action="store_true",
                          help="also check every shard's size and sha256, index and sample table against the "
                               "manifest, and decode every JPEG sample (local datasets only)")
+    inspect.add_argument("--mix", action="append", metavar="SOURCE=WEIGHT",
+                         help="instead of a dataset: a mixture's sources with their weights (repeat it), and what "
+                              "an epoch takes from each (see iofeed.Mix)")
+    inspect.add_argument("--epoch-samples", type=int, default=None, help="with --mix: samples per epoch")
+    inspect.add_argument("--classes", choices=("name", "offset"), default="name", help="with --mix: class rule")
+    inspect.add_argument("--split", default="train", help="with --mix: the split (default train)")
     inspect.set_defaults(func=_cmd_inspect)
 
     from .benchmark.feeds import CATALOGUE

@@ -19,6 +19,8 @@ from .backends.select import choice_notes, engine_name, make_engine
 from .backends.skips import DEFAULT_MAX_SKIPPED, EpochSkips, check_scanned
 from .device import usable_device
 from .errors import LoaderStateError
+from .mix import Mix
+from .mixsource import Mixture, check_state
 from .options import LoaderOptions, distributed_rank_world
 from .order import OrderSpec
 from .prepare.scan import reason_kind
@@ -49,6 +51,7 @@ class LoaderStats:
     worker_cpu_seconds: float = 0.0  # CPU time of the workers engine's processes for the batches delivered
     copied_batches: int = 0  # batches copied out of engine memory: the consumer held all the engine could lend
     refilled: int = 0  # skipped samples whose places spare samples of the epoch took (full batches)
+    sources: dict[str, dict[str, Any]] = field(default_factory=dict)  # a Mix: name -> delivered, skipped by reason
 
     @property
     def settings(self) -> dict[str, Any]:
@@ -94,6 +97,7 @@ class LoaderStats:
             "refilled": self.refilled,
             "transform_ms_per_image": self.transform_ms_per_image,
             "transform_cpu_ms_per_image": self.transform_cpu_ms_per_image,
+            "sources": {name: {**s, "skipped": dict(s["skipped"])} for name, s in self.sources.items()},
         }
 
 
@@ -103,9 +107,10 @@ class Loader:
     batches an epoch holds: skipped samples' places go to spare samples (`stats.refilled`)."""
 
     def __init__(self, source: SampleSource, order: OrderSpec, backend: Backend, adapter: Adapter,
-                 options: LoaderOptions, targets: SampleTargets | None = None) -> None:
+                 options: LoaderOptions, targets: SampleTargets | None = None, mixture: Mixture | None = None) -> None:
         self.source, self.order, self.backend, self._adapter = source, order, backend, adapter
         self._targets = targets  # multi-hot labels and extras by sample index (None: class indices only)
+        self.mixture = mixture  # an iofeed.Mix opened: its sources, per-source stats and skip bounds
         self.options = options
         self.image_size = options.image_size
         self._iteration: object | None = None  # token of the live iteration
@@ -161,6 +166,8 @@ class Loader:
         if skips is None or skips.epoch != epoch or start == 0:  # a pass that continues an epoch keeps its count
             skips = self._skips = EpochSkips(epoch, sum(len(b) for b in batches), self.options.max_skipped,
                                              whole=start == 0)
+            if self.mixture is not None:
+                self.mixture.start_epoch(epoch, batches, self.options.max_skipped, whole=start == 0)
         if self._stats_file is not None:
             self._stats_file.started()
         try:
@@ -179,6 +186,8 @@ class Loader:
                 self.stats.wait_seconds += time.perf_counter() - asked
                 self._record(batch)
                 skips.add(batch, self.source.path_of)
+                if self.mixture is not None:
+                    self.mixture.check_skips(batch, self.source.path_of)
                 if self._stats_file is not None:
                     self._stats_file.maybe_write(self._snapshot)
                 batch.key = BatchKey(self.order.seed, epoch, self.order.rank, position)
@@ -224,6 +233,8 @@ class Loader:
             self.stats.skipped[reason_kind(reason)] += 1
             if len(self.stats.skipped_examples) < 20:
                 self.stats.skipped_examples.append(f"{self.source.path_of(index)}: {reason}")
+        if self.mixture is not None:
+            self.mixture.record(batch, self.stats.sources)
 
     def state_dict(self) -> dict[str, Any]:
         """Where the run is, as a small plain dict (ints and strings): the dataset's identity, the
@@ -232,14 +243,19 @@ class Loader:
         from it on any world size, batch size, worker count or engine."""
         o = self.order
         done = min(self._done + (self._position - self._first) * o.batch_size * o.world_size, o.samples)
-        return resume_state(self._fingerprint(), o, Progress(self.epoch, done, self._position))
+        out = resume_state(self._fingerprint(), o, Progress(self.epoch, done, self._position))
+        return out if self.mixture is None else {**out, "mixture": self.mixture.state(o, self.epoch, done)}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Continue from `state_dict()` of a loader over the same data, seed and shuffle: the rest of
         the epoch's global order is shared out among this loader's ranks (each sample exactly once,
         apart from padding to equal batches). OptionError naming the key when the state is
         malformed or of other data or settings."""
-        progress = parse(state, self._fingerprint(), self.order)
+        check_state(state, self.mixture)  # names what differs between two mixtures
+        progress = parse({k: v for k, v in state.items() if k != "mixture"} if isinstance(state, dict) else state,
+                         self._fingerprint(), self.order)
+        if self.mixture is not None:
+            self.mixture.check_positions(state["mixture"], self.order, progress.epoch, progress.samples_done)
         self.epoch, self._done = progress.epoch, progress.samples_done
         self._position = self._first = progress.batches_done
         self._join_group()
@@ -250,7 +266,7 @@ class Loader:
 
     def _fingerprint(self) -> str:
         if not self._identity:
-            self._identity = fingerprint(self.source)
+            self._identity = fingerprint(self.source) if self.mixture is None else self.mixture.identity()
         return self._identity
 
     def _snapshot(self) -> dict[str, Any]:
@@ -261,6 +277,8 @@ class Loader:
         """Update `stats.fetched` from the node's fetch log (streamed datasets)."""
         if self.source.remote is not None:
             self.stats.fetched = self.source.remote.fetched()
+        if self.mixture is not None:
+            self.mixture.count_fetched(self.stats.sources)
 
     def _check_open(self) -> None:
         if self._closed:
@@ -285,7 +303,7 @@ class Loader:
 
 
 def loader(
-    source: str | Path,
+    source: str | Path | Mix,
     *,
     split: str = "train",
     batch_size: int,
@@ -321,7 +339,8 @@ def loader(
 
     Args:
         source: an iofeed dataset (made by `iofeed preprocess`; a path, or a URL: see below) or a
-            folder with one subfolder per class (Caltech-256 layout accepted).
+            folder with one subfolder per class (Caltech-256 layout accepted), or an `iofeed.Mix` of
+            them, weighted (docs/formats.md, "Mixtures"; `stats.sources` counts per source).
         split: the dataset's split to read ("train", "val"); an image folder has one split, read
             whatever the name. `"train"` is shuffled each epoch (see `shuffle`); others are read in order.
         batch_size: samples per batch (an int >= 1). With `drop_last`, it may not exceed the
@@ -450,13 +469,19 @@ def loader(
         batch_transform=batch_transform, sharding=sharding,
     )
     adapter = ADAPTERS[framework].load().from_options(options)  # imports the framework now, not before
-    data = open_source(source, split, cache_dir=options.cache_dir, cache_limit=options.cache_limit)
+    mixture = Mixture(source, split, options) if isinstance(source, Mix) else None
+    data = mixture.data if mixture else open_source(source, split, cache_dir=options.cache_dir,
+                                                    cache_limit=options.cache_limit)
     check_scanned(data.rejected, len(data), options.max_skipped, str(source))
-    order = options.order(len(data), shard_of=data.file_id, streamed=data.remote is not None)
+    order = mixture.order(options) if mixture else options.order(len(data), shard_of=data.file_id,
+                                                                 streamed=data.remote is not None)
     if data.remote is not None:
         data.remote.fit_order(order, readers=options.workers or 1)
-    targets = open_targets(source, split, data) if target != "class" or extras else None
-    loaded = Loader(data, order, make_engine(options, data), adapter, options, targets)
+    targets = None
+    if target != "class" or extras:
+        targets = mixture.targets() if mixture else open_targets(source, split, data)
+    loaded = Loader(data, order, make_engine(options, data), adapter, options, targets, mixture)
     loaded.stats.fixed["decisions"] = choice_notes(options, engine_name(options, data))  # what "auto" decided
-    loaded.stats.fixed["source"] = read_from(source)  # what `iofeed doctor` checks: the data really read
+    read = read_from(source) if mixture is None else [read_from(name) for name in mixture.names]
+    loaded.stats.fixed["source"] = read  # what `iofeed doctor` checks: the data really read
     return adapter.wrap(loaded)

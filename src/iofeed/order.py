@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -32,6 +33,10 @@ def _block(spec: OrderSpec, epoch: int) -> np.ndarray:
     return np.lexsort((rng.random(spec.samples), block))
 
 
+def _mixed(spec: OrderSpec, epoch: int) -> np.ndarray:
+    return spec.plan.order(spec.seed, epoch)  # a mixture's epoch: see `mix.MixPlan`
+
+
 @dataclass(frozen=True)
 class Shuffle:
     """One epoch order: the permutation of all samples, and which end pads a short last round."""
@@ -44,6 +49,7 @@ SHUFFLES: dict[str, Shuffle] = {
     "none": Shuffle(_unshuffled, False),
     "global": Shuffle(_global, False),
     "block": Shuffle(_block, True),
+    "mix": Shuffle(_mixed, False),
 }
 
 
@@ -55,8 +61,8 @@ class OrderSpec:
     it is dealt out.
 
     `shuffle` is "global" (a permutation of all samples), "block" (see `_block`: for streamed
-    datasets; needs `shard_of`, each sample's shard) or "none"; True and False mean
-    "global" and "none".
+    datasets; needs `shard_of`, each sample's shard), "mix" (a mixture's epoch: needs `plan`, a
+    `mix.MixPlan`; `samples` is its epoch length) or "none"; True and False mean "global" and "none".
     """
 
     samples: int
@@ -68,6 +74,7 @@ class OrderSpec:
     world_size: int = 1
     block_shards: int = 8
     shard_of: np.ndarray | None = field(default=None, compare=False, repr=False)
+    plan: Any = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         if isinstance(self.shuffle, bool):
@@ -82,6 +89,8 @@ class OrderSpec:
             raise OptionError(f"{self.samples} samples cannot be shared by {self.world_size} ranks")
         if self.shuffle == "block" and (self.shard_of is None or len(self.shard_of) != self.samples):
             raise OptionError("shuffle='block' needs the shard of every sample")
+        if self.shuffle == "mix" and (self.plan is None or self.plan.epoch_samples != self.samples):
+            raise OptionError("shuffle='mix' is the order of an iofeed.Mix: pass the Mix as the loader's source")
         if self.block_shards < 1:
             raise OptionError(f"block_shards must be >= 1, got {self.block_shards}")
 

@@ -58,6 +58,10 @@ class SampleSource:
         path = display_path(self.files[self.file_id[index]].decode("utf-8", "surrogateescape"))
         return path if self.size[index] < 0 else f"{path}@{int(self.offset[index])}"
 
+    def check_unchanged(self, file_id: int) -> None:
+        """DatasetError when the dataset holding file `file_id` was replaced since it was opened."""
+        check_unchanged(self)
+
     def has_raw(self) -> bool:
         """Whether any sample is stored as raw pixels."""
         return bool((self.encoding == RAW).any())
@@ -188,7 +192,7 @@ def _open_checked(source: SampleSource, file_id: int) -> int:
     """A descriptor of local shard `file_id`, opened before its dataset is checked unchanged."""
     fd = open_regular(source.files[file_id])
     try:
-        check_unchanged(source)
+        source.check_unchanged(file_id)
     except DatasetError:
         os.close(fd)
         raise

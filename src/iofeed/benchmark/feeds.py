@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib.util
 import shutil
+import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,6 +37,8 @@ class FeedCaps:
     recipe: bool = False  # torchvision's reference recipe (`benchmark/recipe.py`) instead of crop + flip
     framework: str = "torch"  # what it yields; other than torch: CPU only, no model, not in the default set
     needs: str = ""  # a module it imports (a feed without it is skipped)
+    mixture: bool = False  # the dataset read as a 3-source iofeed.Mix (`mixed_views`)
+    default: bool = True  # run without `--feeds` (when its framework is torch)
 
 
 _HERE = "iofeed.benchmark.feeds"
@@ -74,6 +77,10 @@ FEEDS: Registry[FeedCaps] = Registry("feed", {
     "grain": Entry("iofeed.benchmark.grain_feed:GrainFeed",
                    FeedCaps("grain", "dataset", "Grain DataLoader over the dataset's JPEG bytes, Pillow decode",
                             framework="numpy", needs="grain")),
+    "iofeed-mix": Entry(f"{_HERE}:IofeedFeed",
+                        FeedCaps("iofeed", "dataset", "iofeed workers engine on a 3-source iofeed.Mix of the dataset "
+                                 "(three names, weights 0.5/0.3/0.2, an epoch of its size): what mixing costs beside "
+                                 "iofeed-dataset", mixture=True, default=False)),
     "iofeed-dali": Entry(f"{_HERE}:IofeedFeed",
                          FeedCaps("iofeed", "dataset", "iofeed DALI backend on the preprocessed dataset", True)),
     "torchvision-recipe": Entry(f"{_HERE}:TorchvisionFeed",
@@ -94,7 +101,8 @@ def baseline_of(name: str) -> str:
 
 
 CATALOGUE = tuple(name for name in FEEDS.names() if name != CEILING)  # the feeds `--feeds` may name
-DEFAULT_FEEDS = tuple(name for name in CATALOGUE if FEEDS.caps(name).framework == "torch")  # without `--feeds`
+DEFAULT_FEEDS = tuple(name for name in CATALOGUE  # without `--feeds`
+                      if FEEDS.caps(name).framework == "torch" and FEEDS.caps(name).default)
 
 
 @dataclass(frozen=True)
@@ -208,9 +216,11 @@ class IofeedFeed:
 
             recipe = {"transform": iofeed_transform(), "batch_transform": mix(spec.classes)}
         self._cache_dir = streaming.get("cache_dir")
+        self._views = tempfile.mkdtemp(prefix="iofeed-mix-") if spec.entry.mixture else None
         try:
+            source = mixed_views(spec.source, self._views) if self._views else spec.source
             self._loader = iofeed.loader(
-                spec.source, split="train", batch_size=spec.batch_size, image_size=spec.image_size,
+                source, split="train", batch_size=spec.batch_size, image_size=spec.image_size,
                 framework="torch", device=spec.device, backend=backend, workers=spec.workers, seed=spec.seed,
                 gpu_augment=spec.entry.gpu_augment, **streaming, **recipe,
             )
@@ -233,8 +243,27 @@ class IofeedFeed:
         self._remove_cache()
 
     def _remove_cache(self) -> None:
-        if self._cache_dir is not None:
-            shutil.rmtree(self._cache_dir, ignore_errors=True)
+        """The feed's own folders: a streamed feed's cache, the mixture feed's symlinks."""
+        for folder in (self._cache_dir, self._views):
+            if folder is not None:
+                shutil.rmtree(folder, ignore_errors=True)
+
+
+def mixed_views(dataset: str, folder: str) -> Any:
+    """`dataset` as a 3-source `iofeed.Mix`: three symlinks to it in `folder`, weighted 0.5/0.3/0.2,
+    an epoch as long as the dataset's train split. The same files and decoding as iofeed-dataset,
+    so the difference between the two feeds is what the mixture costs."""
+    import iofeed
+
+    from ..format.manifest import Manifest
+
+    samples = Manifest.read(Path(dataset)).split("train", dataset).samples
+    views = []
+    for k in range(3):
+        view = Path(folder) / f"source{k}.iof"
+        view.symlink_to(Path(dataset).resolve(), target_is_directory=True)
+        views.append(str(view))
+    return iofeed.Mix(dict(zip(views, (0.5, 0.3, 0.2))), epoch_samples=samples)
 
 
 class SyntheticFeed:

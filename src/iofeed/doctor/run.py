@@ -66,8 +66,10 @@ def run_doctor(source: Path | None = None, command: list[str] | None = None, int
 
 
 def sources_read(loaders: list[dict]) -> list[str]:
-    """The data the traced command's iofeed loaders read (as `samples.read_from` names it), in order."""
-    return list(dict.fromkeys(s["settings"]["source"] for s in loaders if s.get("settings", {}).get("source")))
+    """The data the traced command's iofeed loaders read (as `samples.read_from` names it; each source
+    of a mixture), in order."""
+    read = [s["settings"]["source"] for s in loaders if s.get("settings", {}).get("source")]
+    return list(dict.fromkeys(r for each in read for r in (each if isinstance(each, list) else [each])))
 
 
 def _check_what_was_read(source: Path, read: list[str], checked: DataCheck | None) -> DataCheck | None:
