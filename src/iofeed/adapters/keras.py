@@ -100,7 +100,9 @@ def _torch(options: LoaderOptions) -> tuple[Callable[[Batch], Any], Callable[[Ep
 
     def convert(batch: Batch) -> tuple[Any, Any]:
         images, labels = to_numpy(batch)  # torch keeps a reference to the array: reused once it lets go
-        return torch.from_numpy(normalise(images)), torch.from_numpy(np.array(labels, np.int64))
+        out = torch.from_numpy(normalise(images))
+        batch.release()
+        return out, torch.from_numpy(np.array(labels, np.int64))
 
     return convert, KerasBatches
 
