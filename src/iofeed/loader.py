@@ -51,6 +51,8 @@ class LoaderStats:
     transform_seconds: float = 0.0  # CPU time of the per-sample `transform=`, over `images` delivered
     transform_wall_seconds: float = 0.0  # wall time of the same calls (waits included)
     worker_cpu_seconds: float = 0.0  # CPU time of the workers engine's processes for the batches delivered
+    copied_batches: int = 0  # batches copied out of engine memory: the consumer held all the engine could lend
+    refilled: int = 0  # skipped samples whose places spare samples of the epoch took (full batches)
     sources: dict[str, dict[str, Any]] = field(default_factory=dict)  # a Mix: name -> delivered, skipped by reason
 
     @property
@@ -93,6 +95,8 @@ class LoaderStats:
             "transform_seconds": self.transform_seconds,
             "worker_cpu_seconds": self.worker_cpu_seconds,
             "transform_wall_seconds": self.transform_wall_seconds,
+            "copied_batches": self.copied_batches,
+            "refilled": self.refilled,
             "transform_ms_per_image": self.transform_ms_per_image,
             "transform_cpu_ms_per_image": self.transform_cpu_ms_per_image,
             "sources": {name: {**s, "skipped": dict(s["skipped"])} for name, s in self.sources.items()},
@@ -102,7 +106,7 @@ class LoaderStats:
 class Loader(DataLoaderManners):
     """Batches of one split for one rank. Iterate it once per epoch; `set_epoch` for DDP-style
     control (otherwise each full pass advances the epoch by itself). `len()` is the number of
-    batches an epoch holds at most: a batch whose samples were all skipped is not delivered."""
+    batches an epoch holds: skipped samples' places go to spare samples (`stats.refilled`)."""
 
     def __init__(self, source: SampleSource, order: OrderSpec, backend: Backend, adapter: Adapter,
                  options: LoaderOptions, targets: SampleTargets | None = None, mixture: Mixture | None = None) -> None:
@@ -213,7 +217,10 @@ class Loader(DataLoaderManners):
                     self.set_epoch(epoch + 1)  # stops after len() batches (Lightning) moves on
                     self._count_fetched()
                 if len(batch.indices):  # an empty batch (all skipped) would be a NaN loss: only counted
-                    yield self._deliver(batch)
+                    out, batch = self._deliver(batch), None  # the caller's reference is the only one left
+                    yield out
+                    out = None
+                batch = None  # its lease goes with the caller's last reference, before the next is made
             if start >= len(batches):  # nothing was left of this epoch
                 self.set_epoch(epoch + 1)
         finally:
@@ -248,6 +255,8 @@ class Loader(DataLoaderManners):
             self.stats.transform_seconds += batch.transform_seconds
             self.stats.transform_wall_seconds += batch.transform_wall_seconds
             self.stats.worker_cpu_seconds += batch.cpu_seconds
+            self.stats.copied_batches += batch.copied
+            self.stats.refilled += batch.refilled
         else:
             self.stats.skipped_batches += 1
         for index, reason in batch.skipped:
@@ -314,6 +323,7 @@ class Loader(DataLoaderManners):
                 self._stats_file.write(self._snapshot())
         self._closed = True
         self._fetching.close()
+        getattr(self._adapter, "close", lambda: None)()  # an adapter holding engine memory (CUDA pinning) first
         self.backend.close()
 
     def __enter__(self) -> Loader:
@@ -383,14 +393,16 @@ def loader(
             and False force the random crop or the centre crop; None (default) augments the
             train split only. Every engine does every step or refuses it naming the one that
             can ("area": workers only; `gpu_augment`: bilinear only).
-        framework: "numpy" yields (uint8 NHWC views, int64 labels) — views valid until the next
-            batch; "torch" yields normalised (the recipe's mean/std, else ImageNet's) NCHW tensors
-            (see `memory_format`) and int64 labels on `device`; "tf" returns a `tf.data.Dataset`
-            (`dataset.iofeed_loader` is the Loader) of float32 NHWC images, 0-255 as Keras'
-            `image_dataset_from_directory` gives them unless the recipe has mean/std; "jax"
-            yields `jax.Array`s, NHWC images (normalised float32 by default) and int32 labels,
-            sharded over the batch axis (see `sharding`); "keras" what `model.fit` takes on
-            Keras' backend (float32 0-255 NHWC like "tf"; `take`/`repeat` on every backend). With
+        framework: "numpy" yields (uint8 NHWC arrays, int64 labels) — views of shared memory that
+            stay as delivered while you hold them (kept past the pool: copies, counted in
+            `stats.copied_batches`); "torch" yields normalised (the recipe's mean/std, else
+            ImageNet's) NCHW tensors (see `memory_format`) and int64 labels on `device`; "tf"
+            returns a `tf.data.Dataset` (`dataset.iofeed_loader` is the Loader) of float32 NHWC
+            images, 0-255 as Keras' `image_dataset_from_directory` gives them unless the recipe
+            has mean/std; "jax" yields `jax.Array`s, NHWC images (normalised float32 by default)
+            and int32 labels, sharded over the batch axis (see `sharding`); "keras" what
+            `model.fit` takes on Keras' backend (float32 0-255 NHWC like "tf"; `take`/`repeat`
+            on every backend). With
             `normalize=False` in the recipe, torch and tf hand out uint8 images.
         device: where batches end up: None or "cpu", "cuda", "cuda:N", an ordinal or a
             `torch.device`. The DALI engine decodes there; the torch adapter copies there. A CUDA
@@ -417,8 +429,9 @@ def loader(
         drop_last: drop each rank's last incomplete batch. Default: True for `split="train"`.
         on_error: "skip" a sample that cannot be read (counted in `stats.skipped`, with the
             first few paths in `stats.skipped_examples`), or "raise" a `SampleError` naming it.
-            A batch whose samples were all skipped is not delivered (counted in
-            `stats.skipped_batches`): `len(loader)` is the number of batches at most.
+            A skipped sample's place goes to a spare sample (the rank's later ones, counted in
+            `stats.refilled`), so every rank delivers `len(loader)` full batches (a batch that
+            runs out of spares stays short, or is not delivered: `stats.skipped_batches`).
         max_skipped: the share of an epoch's samples (on this rank) that may be skipped, a fraction
             in 0..1 (default 0.05; 0: any skip raises). Past it, or when an epoch delivers no batch,
             a `SampleError` gives the counts by reason and the first files; for a folder, files

@@ -80,6 +80,7 @@ class JaxAdapter:
         images, labels = to_numpy(batch)
         if self._host is not None:
             images = self._host(images)
+            batch.release()  # normalised into arrays of its own; uint8 batches alias the engine's memory
         images = self._global(images, self.sharding)
         labels = self._global(np.array(labels, np.int32), self._label_sharding)  # a copy: the array is reused
         if self._device_normalise is not None:

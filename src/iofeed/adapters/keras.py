@@ -155,7 +155,9 @@ def _torch(options: LoaderOptions) -> tuple[Callable[[Batch], Any], Callable[[Ep
 
     def convert(batch: Batch) -> tuple[Any, Any]:
         images, labels = to_numpy(batch)  # torch keeps a reference to the array: reused once it lets go
-        images, labels = torch.from_numpy(normalise(images)), torch.from_numpy(np.array(labels))
+        images = torch.from_numpy(normalise(images))
+        batch.release()  # the slot is copied out: the engine may reuse it
+        labels = torch.from_numpy(np.array(labels))
         return (images, labels) if transform is None else transform(images, labels, batch.key)
 
     return convert, KerasBatches

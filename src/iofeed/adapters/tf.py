@@ -44,6 +44,7 @@ class TfAdapter:
             images = self._normalise(images)
         else:  # uint8 kept (normalize=False), or a sample transform's floats: out of the reused slot
             images = np.array(images, copy=True, order="C")
+        batch.release()  # copied: the engine may reuse its memory
         labels = np.array(labels, np.float32 if labels.dtype.kind == "f" else np.int64)  # a copy: the slot is reused
         if self.batch_transform is None:
             return images, labels

@@ -16,13 +16,13 @@ from ..format.shards import INDEX_VERSION
 from ..format.table import new_table, save_table
 from ..format.targets import save_targets
 from ..remote.urls import is_url
-from .output import check_output, spool_dir, written_aside
+from .output import check_inputs, check_output, spool_dir, written_aside
 from .run import REJECTED_NAME, write_rejected
 from .scan import Rejection, none_accepted, reason_kind
 from .sources.shardlist import fetch_or_reject, list_shards
 from .sources.targets import Targets
 from .sources.tarread import Members, read_shard
-from .sources.webdataset import image_keys, sample_of, shard_targets
+from .sources.webdataset import from_txt, image_keys, refuse_captions, sample_of, shard_targets
 
 INDEXED = "webdataset-index"  # `source.kind` of an indexed dataset: shards elsewhere, images as they are
 
@@ -63,26 +63,29 @@ def index_shards(spec: str, out: Path, *, split: str = "train", label_column: st
         plain_name(split)  # the split names the dataset's files
     except ValueError:
         raise OptionError(f"--split {split!r}: a split is a plain name (train, val, ...), without '/'") from None
-    check_output(None, out, overwrite)
     image_key = image_keys(image_key)
     shards = list_shards(spec)
+    check_inputs(out, [shard for shard in shards if not is_url(shard)], "shard")  # the more precise refusal first
+    check_output(None, out, overwrite)
     remote = [is_url(shard) for shard in shards]
     if any(remote) and not all(remote):
         raise SourceError(f"{spec} names local shards ({shards[remote.index(False)]}) and URLs "
                           f"({shards[remote.index(True)]}): the loader reads one or the other, index them separately")
-    targets, scanned, rejected = shard_targets(label_column), [], []
+    targets, scanned, rejected, captions = shard_targets(label_column), [], [], []
     with spool_dir(out) as spool:
         for shard in shards:
             local = fetch_or_reject(shard, Path(spool), rejected) if is_url(shard) else Path(shard)
             if local is None:
                 continue
-            indexed = _index_one(shard, local, label_column, image_key, targets, rejected)
+            indexed = _index_one(shard, local, label_column, image_key, targets, rejected, captions)
             if indexed is not None:
                 scanned.append(indexed)
             if is_url(shard):
                 local.unlink()
     if label_names:
         targets.as_names()
+    else:
+        refuse_captions(captions, spec)
     _settle(targets, scanned, rejected)
     resolved = targets.resolve()
     count = sum(len(s.accepted) for s in scanned)
@@ -128,9 +131,10 @@ def index_shards(spec: str, out: Path, *, split: str = "train", label_column: st
 
 
 def _index_one(shard: str, local: Path, label_column: str | None, image_key: tuple[str, ...] | None,
-               targets: Targets, rejected: list[Rejection]) -> _Shard | None:
-    """One shard's index lines and accepted samples (targets added to `targets`); None when the
-    shard itself is rejected (its samples are in `rejected`)."""
+               targets: Targets, rejected: list[Rejection], captions: list) -> _Shard | None:
+    """One shard's index lines and accepted samples (targets added to `targets`, labels from
+    `txt` members to `captions`); None when the shard itself is rejected (its samples are in
+    `rejected`)."""
     read = read_shard(str(local), shard)
     rejected += read.rejected
     if not read.usable:
@@ -149,8 +153,13 @@ def _index_one(shard: str, local: Path, label_column: str | None, image_key: tup
             except ValueError as exc:
                 rejected.append(Rejection(name, str(exc)))
                 continue
+            if not image:  # left out of its index line: DALI and --verify could not find it
+                rejected.append(Rejection(name, "image member without an extension (a DALI index cannot hold it)"))
+                continue
             targets.add(target, extra)
             accepted.append((*members[image], name))
+            if from_txt(members, label_column):
+                captions.append((name, target))
     digest = hashlib.sha256()
     if is_url(shard):  # the node cache checks its copies against it
         with open(local, "rb") as f:

@@ -76,21 +76,24 @@ class TorchAdapter:
         as_is = isinstance(images, np.ndarray) and images.dtype != np.uint8  # a sample transform's floats
         labels = torch.from_numpy(np.array(batch.labels))  # a copy in its own dtype (int64, multi-hot, soft)
         if isinstance(images, PackedImages):
-            images, labels = self._augment_packed(images, labels)
+            images, labels = self._augment_packed(images, labels, batch)
         elif isinstance(images, np.ndarray):
-            images, labels = self._to_device(torch.from_numpy(images), labels)
+            images, labels = self._to_device(torch.from_numpy(images), labels, batch=batch)
         else:  # a GPU backend's batch, handed over by DLPack
             images = torch.from_dlpack(images).to(self.device)
             (labels,) = self._to_device(labels)
         images = self.normalise(images, as_is)
+        if self.device.type != "cuda":  # for CUDA the copier releases it, once its copy is done
+            batch.release()  # normalised out of the engine's memory
         if self._batch_transform is not None:
             return self._batch_transform(images, labels, batch.key)
         return images, labels
 
-    def _augment_packed(self, packed: PackedImages, labels: Any) -> tuple[Any, Any]:
+    def _augment_packed(self, packed: PackedImages, labels: Any, batch: Batch) -> tuple[Any, Any]:
         """Stored pixels to the device as they are, then crop, resize and flip there."""
         meta = [torch.from_numpy(np.ascontiguousarray(packed.meta[name])) for name in PACKED_META]
-        data, labels, *meta = self._to_device(torch.from_numpy(packed.data[: packed.used_bytes]), labels, *meta)
+        data, labels, *meta = self._to_device(torch.from_numpy(packed.data[: packed.used_bytes]), labels, *meta,
+                                              batch=batch)
         return crop_resize_packed(data, dict(zip(PACKED_META, meta)), self.image_size), labels
 
     def normalise(self, images: Any, as_is: bool = False) -> Any:
@@ -144,13 +147,21 @@ class TorchAdapter:
             self._outputs = [out, *self._outputs[:MAX_RECYCLED - 1]]
         return out
 
-    def _to_device(self, *tensors: Any) -> Any:
-        """Host tensors on the device: as they are on the CPU; for CUDA through `HostToDevice`."""
+    def close(self) -> None:
+        """Let go of the engine memory the CUDA copies pinned in place (the Loader's close, before the engine's)."""
+        if self._copier is not None:
+            self._copier.close()
+
+    def _to_device(self, *tensors: Any, batch: Batch | None = None) -> Any:
+        """Host tensors on the device: as they are on the CPU; for CUDA through `HostToDevice`, which
+        copies `tensors[0]` straight from `batch`'s engine memory when it can, and releases it."""
         if self.device.type != "cuda":
             return tensors
         if self._copier is None:
             self._copier = HostToDevice(self.device)
-        return self._copier.copy(*tensors)
+        if batch is None:
+            return self._copier.copy(*tensors)
+        return self._copier.copy(*tensors, region=batch.region, release=batch.release)
 
 
 MAX_RECYCLED = 6  # the caller's batches and the prefetched ones, and the channels_last scratch
