@@ -100,9 +100,9 @@ def test_a_new_iterator_waits_for_the_old_ones_thread(tmp_path):
     newer one must not read the workers' pipes at the same time (it hung there, both threads
     waiting for the one reply)."""
     for c in range(2):  # large PNGs: each batch takes long enough that the old thread waits in the engine
-        (tmp_path / f"00{c}.class").mkdir()
+        (tmp_path / f"00{c}.class{c}").mkdir()
         for i in range(4):
-            (tmp_path / f"00{c}.class" / f"{i}.png").write_bytes(png_bytes(smooth_rgb(1400, 1400, seed=10 * c + i)))
+            (tmp_path / f"00{c}.class{c}" / f"{i}.png").write_bytes(png_bytes(smooth_rgb(1400, 1400, seed=10 * c + i)))
     options = {"batch_size": 2, "prefetch": 1}
     # the first two batches of each epoch (an older iterator's thread may finish an epoch first:
     # then the newer one starts the next, from its beginning)
