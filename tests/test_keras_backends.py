@@ -18,7 +18,9 @@ pytestmark = [pytest.mark.keras, pytest.mark.slow]  # ~10 s each: a process impo
 def test_keras_fit_on_each_backend(colour_dataset, tmp_path, backend, returned):
     result = run_on_backend("helpers.keras_fit", colour_dataset, tmp_path / "fit.json", backend)
     assert result["backend"] == backend and result["type"].endswith(returned)
-    assert result["epoch"] == 2 and result["images"] == 2 * 32, "each fit epoch is one loader epoch"
+    # Keras on JAX/torch takes a batch from an iterator it then drops: that pass is begun again
+    peeked = 0 if backend == "tensorflow" else 4
+    assert result["epoch"] == 2 and result["images"] == 2 * 32 + peeked, "each fit epoch is one loader epoch"
     assert result["val_epoch"] == 2 and result["val_images"] == 2 * 8, "all of val after each epoch"
     for key in ("loss", "val_loss"):
         values = result["history"][key]

@@ -17,7 +17,7 @@ def run_on_backend(module: str, source: Path, out: Path, backend: str) -> dict:
     keras is first imported); the JSON it wrote."""
     path = os.pathsep.join([str(TESTS.parent / "src"), str(TESTS), os.environ.get("PYTHONPATH", "")])
     run = subprocess.run([sys.executable, "-m", module, str(source), str(out)], capture_output=True, text=True,
-                         timeout=300, env={**os.environ, "PYTHONPATH": path, "KERAS_BACKEND": backend,
+                         timeout=500, env={**os.environ, "PYTHONPATH": path, "KERAS_BACKEND": backend,
                                            "TF_CPP_MIN_LOG_LEVEL": "2"})
     assert run.returncode == 0, run.stderr[-3000:]
     return json.loads(out.read_text())
