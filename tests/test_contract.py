@@ -6,7 +6,7 @@ import functools
 import pytest
 
 import iofeed
-from helpers.contract import CHECKS, ContractData, check_fully_skipped_batches_are_not_delivered
+from helpers.contract import CHECKS, ContractData, check_fully_skipped_batches_are_refilled
 
 # one line per engine: the workers engine, and DALI in its CPU mode (device=None)
 ENGINES = ["workers", pytest.param("dali", marks=pytest.mark.dali)]
@@ -33,6 +33,6 @@ def test_engine_contract(make, data, check):
 
 @pytest.mark.torch
 @pytest.mark.parametrize("make", ENGINES, indirect=True)
-def test_fully_skipped_batches_are_not_delivered_to_torch(make, data):
+def test_fully_skipped_batches_are_refilled_for_torch(make, data):
     pytest.importorskip("torch")
-    check_fully_skipped_batches_are_not_delivered(make, data, framework="torch")
+    check_fully_skipped_batches_are_refilled(make, data, framework="torch")

@@ -2,16 +2,10 @@
 backends, each in a process of its own (KERAS_BACKEND is read when keras is first imported)."""
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
 
-TESTS = Path(__file__).resolve().parent
+from helpers.keras_fit import run_on_backend
 
 pytestmark = [pytest.mark.keras, pytest.mark.slow]  # ~10 s each: a process importing its framework
 
@@ -22,15 +16,11 @@ pytestmark = [pytest.mark.keras, pytest.mark.slow]  # ~10 s each: a process impo
     pytest.param("torch", "KerasBatches", marks=pytest.mark.torch),
 ])
 def test_keras_fit_on_each_backend(colour_dataset, tmp_path, backend, returned):
-    out = tmp_path / "fit.json"
-    path = os.pathsep.join([str(TESTS.parent / "src"), str(TESTS), os.environ.get("PYTHONPATH", "")])
-    run = subprocess.run([sys.executable, "-m", "helpers.keras_fit", str(colour_dataset), str(out)],
-                         capture_output=True, text=True, timeout=300,
-                         env={**os.environ, "PYTHONPATH": path, "KERAS_BACKEND": backend, "TF_CPP_MIN_LOG_LEVEL": "2"})
-    assert run.returncode == 0, run.stderr[-3000:]
-    result = json.loads(out.read_text())
+    result = run_on_backend("helpers.keras_fit", colour_dataset, tmp_path / "fit.json", backend)
     assert result["backend"] == backend and result["type"].endswith(returned)
-    assert result["epoch"] == 2 and result["images"] == 2 * 32, "each fit epoch is one loader epoch"
+    # Keras on JAX/torch takes a batch from an iterator it then drops: that pass is begun again
+    peeked = 0 if backend == "tensorflow" else 4
+    assert result["epoch"] == 2 and result["images"] == 2 * 32 + peeked, "each fit epoch is one loader epoch"
     assert result["val_epoch"] == 2 and result["val_images"] == 2 * 8, "all of val after each epoch"
     for key in ("loss", "val_loss"):
         values = result["history"][key]

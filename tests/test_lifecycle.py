@@ -124,8 +124,8 @@ def test_a_worker_whose_consumer_is_gone_exits_quietly(colour_dataset, capsys):
     import numpy as np
 
     from iofeed.backends.base import BatchKey
-    from iofeed.backends.workers.engine import _Task, _worker_main
     from iofeed.backends.workers.slots import SlotLayout
+    from iofeed.backends.workers.task import Task, worker_main
     from iofeed.image.boxes import Augment
     from iofeed.samples import open_source
 
@@ -133,13 +133,13 @@ def test_a_worker_whose_consumer_is_gone_exits_quietly(colour_dataset, capsys):
     layout = SlotLayout(2, 4, 32)
     block, stale = mmap.mmap(-1, layout.total_bytes), mmap.mmap(-1, 8)
     consumer, worker = mp.Pipe(duplex=True)
-    consumer.send(_Task(1, 0, 0, np.arange(4), BatchKey(0, 0, 0, 0)))
+    consumer.send(Task(1, 0, 0, np.arange(4), BatchKey(0, 0, 0, 0), np.arange(4, 12)))
     consumer.close()  # killed while its task was queued
     sigint = signal.getsignal(signal.SIGINT)  # a worker ignores Ctrl-C and runs torch on one thread: this is
     torch = sys.modules.get("torch")          # pytest's process, whose later subprocesses would inherit that
     threads = torch.get_num_threads() if torch is not None else None
     try:
-        assert _worker_main(block, stale, layout, source, Augment(size=32, train=False), "skip", worker) is None
+        assert worker_main(block, stale, layout, source, Augment(size=32, train=False), "skip", worker) is None
     finally:
         signal.signal(signal.SIGINT, sigint)
         if threads is not None:

@@ -41,6 +41,19 @@ class Recorder(pl.LightningModule):
         return torch.optim.SGD(self.parameters(), lr=0.1)
 
 
+class Validating(Recorder):
+    \"\"\"Records the labels of every validation batch too, per epoch ("sanity" for the sanity check).\"\"\"
+
+    def __init__(self):
+        super().__init__()
+        self.validated = {}
+
+    def validation_step(self, batch, batch_idx):
+        images, labels = batch
+        key = "sanity" if self.trainer.sanity_checking else str(self.current_epoch)
+        self.validated.setdefault(key, []).extend(labels.tolist())
+
+
 def trainer(**options):
     return pl.Trainer(max_epochs=2, accelerator="cpu", logger=False, enable_checkpointing=False,
                       enable_progress_bar=False, enable_model_summary=False, **options)
@@ -69,6 +82,19 @@ def test_trainer_fit_runs_two_epochs_in_new_orders(colour_dataset, recorder):
     assert len(first) == len(second) == steps
     assert first != second, "each epoch in a new order"
     assert sorted(sum(first, [])) == sorted(sum(second, [])) == sorted([0, 1, 2, 3] * 8)
+
+
+def test_the_first_validation_after_the_sanity_check_covers_the_whole_split(colour_dataset, recorder):
+    """Lightning's sanity check takes 2 validation batches (`num_sanity_val_steps=2`, its default)
+    and breaks out: the first validation then covered the split from its third batch on."""
+    model = recorder.Validating()
+    options = {"batch_size": 2, "image_size": 16, "framework": "torch", "workers": 1}
+    with iofeed.loader(colour_dataset, seed=5, **options) as train, \
+            iofeed.loader(colour_dataset, split="val", **options) as val:
+        labels = [int(label) for label in val.source.label]
+        recorder.trainer().fit(model, train_dataloaders=train, val_dataloaders=val)
+    assert model.validated["sanity"] == labels[:4]
+    assert model.validated["0"] == model.validated["1"] == labels, "the whole split, once, at every validation"
 
 
 _DDP = """\

@@ -454,8 +454,10 @@ def test_stats_count_per_source_and_a_broken_small_source_cannot_hide(colour_dat
     with iofeed.loader(mix, batch_size=5, max_skipped=None, **OPTIONS) as ld:
         _epoch(ld)
         stats = ld.stats.as_dict()["sources"]
-    assert stats[str(colour_dataset)] == {"delivered": 40, "skipped": {}}
-    assert stats[str(broken_folder)]["delivered"] == 8 and sum(stats[str(broken_folder)]["skipped"].values()) == 2
+    # each skipped place went to a spare, the next samples of the order, from either source (engine refill)
+    assert stats[str(colour_dataset)]["skipped"] == {} and stats[str(colour_dataset)]["delivered"] >= 40
+    assert stats[str(broken_folder)]["delivered"] >= 8 and sum(stats[str(broken_folder)]["skipped"].values()) == 2
+    assert stats[str(colour_dataset)]["delivered"] + stats[str(broken_folder)]["delivered"] == 50
     assert math.isclose(2 / 50, 0.04), "4% of the epoch: under the 10% bound as a whole"
     with iofeed.loader(mix, batch_size=5, max_skipped=0.1, **OPTIONS) as ld:
         with pytest.raises(SampleError, match=f"^Mix source {broken_folder}: epoch 0 skipped 2 of its 10 samples"):

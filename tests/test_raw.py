@@ -124,7 +124,8 @@ def test_truncated_raw_shard_is_skipped_and_counted(tmp_path, colour_tree):
         shard.write_bytes(shard.read_bytes()[: shard.stat().st_size // 2])  # after open: before, open refuses it
         delivered = sum(len(labels) for _, labels in ld)
         skipped = sum(ld.stats.skipped.values())
-    assert skipped > 0 and delivered + skipped == len(ld.source)
+        refilled = ld.stats.refilled  # spares that took skipped samples' places (those that could be read)
+    assert skipped > 0 and delivered + skipped - refilled == len(ld.source)
 
 
 @pytest.mark.torch
@@ -147,7 +148,7 @@ def test_gpu_augment_matches_the_cpu_path(mixed_dataset, train, device):
     for (i_gpu, on_device, l_gpu), (i_cpu, cpu, l_cpu) in zip(runs[True], runs[False], strict=True):
         assert np.array_equal(i_gpu, i_cpu) and torch.equal(l_gpu, l_cpu)
         assert on_device.shape == cpu.shape == (4, 3, 224, 224)
-        assert on_device.is_contiguous(memory_format=torch.channels_last)
+        assert on_device.is_contiguous()
         blocks = [torch.nn.functional.avg_pool2d(x, 8) for x in (on_device, cpu)]  # another box or flip: far apart
         assert (blocks[0] - blocks[1]).abs().mean() < 0.05
 

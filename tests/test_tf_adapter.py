@@ -1,5 +1,6 @@
-"""The TensorFlow adapter: a tf.data.Dataset with a fixed signature, normalised like the others,
-one loader epoch per iteration, and Keras training on it."""
+"""The TensorFlow adapter: a tf.data.Dataset with a fixed signature, float32 0-255 by default (as
+Keras' `image_dataset_from_directory`) or normalised by the recipe, one loader epoch per iteration,
+and Keras training on it."""
 from __future__ import annotations
 
 import os
@@ -31,12 +32,12 @@ def _dataset(source, **options):
 
 
 def _numpy_epochs(source, epochs, **options):
-    """[(labels, normalised float images)] per batch of each epoch from the numpy loader."""
+    """[(labels, float images on the 0-255 scale)] per batch of each epoch from the numpy loader."""
     options = {"batch_size": 4, "image_size": SIZE, "workers": 1, "seed": 3, **options}
     out = []
     with iofeed.loader(source, **options) as ld:
         for _ in range(epochs):
-            out.append([(np.array(labels), (np.array(images) / 255.0 - MEAN) / STD) for images, labels in ld])
+            out.append([(np.array(labels), np.array(images, np.float32)) for images, labels in ld])
     return out
 
 
@@ -56,8 +57,10 @@ def test_signature_shapes_and_dtypes(colour_dataset):
         for images, labels in dataset:
             assert images.shape == (4, SIZE, SIZE, 3) and images.dtype == tf.float32
             assert labels.shape == (4,) and labels.dtype == tf.int64
-            uint8 = np.clip(np.rint((images.numpy() * STD + MEAN) * 255), 0, 255)
-            assert [label_from_pixels(image) for image in uint8] == labels.numpy().tolist()
+            pixels = images.numpy()
+            assert pixels.min() >= 0 and pixels.max() > 1.5 and np.array_equal(pixels, np.rint(pixels)), \
+                "Keras' convention: the stored pixels as float32 0-255"
+            assert [label_from_pixels(image) for image in pixels] == labels.numpy().tolist()
             batches += 1
         assert batches == len(loader) == 8
     finally:
@@ -97,9 +100,9 @@ def test_a_new_iterator_waits_for_the_old_ones_thread(tmp_path):
     newer one must not read the workers' pipes at the same time (it hung there, both threads
     waiting for the one reply)."""
     for c in range(2):  # large PNGs: each batch takes long enough that the old thread waits in the engine
-        (tmp_path / f"00{c}.class").mkdir()
+        (tmp_path / f"00{c}.class{c}").mkdir()
         for i in range(4):
-            (tmp_path / f"00{c}.class" / f"{i}.png").write_bytes(png_bytes(smooth_rgb(1400, 1400, seed=10 * c + i)))
+            (tmp_path / f"00{c}.class{c}" / f"{i}.png").write_bytes(png_bytes(smooth_rgb(1400, 1400, seed=10 * c + i)))
     options = {"batch_size": 2, "prefetch": 1}
     # the first two batches of each epoch (an older iterator's thread may finish an epoch first:
     # then the newer one starts the next, from its beginning)
@@ -192,7 +195,7 @@ def test_closing_under_a_live_iterator_stops_it_cleanly_with_one_line(colour_dat
 def test_tensorflow_and_torch_share_a_process(colour_dataset):
     with iofeed.loader(colour_dataset, batch_size=4, image_size=SIZE, workers=1, seed=3, framework="torch") as ld:
         torch_images, _ = next(iter(ld))
-    dataset = _dataset(colour_dataset)
+    dataset = _dataset(colour_dataset, augment=iofeed.Recipe(mean=MEAN, std=STD))  # torch's default, asked for
     with dataset.iofeed_loader:
         tf_images, _ = next(iter(dataset))
     np.testing.assert_allclose(torch_images.permute(0, 2, 3, 1).numpy(), tf_images.numpy(), atol=1e-4)

@@ -72,6 +72,7 @@ def test_failures_are_skipped_and_counted_with_the_transform_named(colour_datase
     assert stats.skipped[kind] == len(failing) and len(failing) <= 20  # all of them among the examples
     assert skipped == {source.path_of(i) for i in failing}, "exactly the samples whose seeded draw failed"
     assert set(passing) <= set(delivered) and all(kind in e for e in stats.skipped_examples)
+    assert stats.refilled == stats.skipped[kind] and len(delivered) == 32, "spares took the failed samples' places"
 
 
 def _flaky_draws() -> tuple[list[int], list[int]]:

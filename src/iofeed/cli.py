@@ -63,6 +63,11 @@ def print_preprocess_summary(summary: PreprocessSummary) -> None:
         names = ", ".join(summary.empty_classes[:5]) + (", ..." if len(summary.empty_classes) > 5 else "")
         print(f"  empty classes {len(summary.empty_classes):,} class folders without an image, "
               f"kept as labels with 0 samples: {names}")
+    if summary.several_classes:
+        print(f"  multi-label   {_count(summary.several_classes, 'sample')} with several classes (e.g. "
+              f"{summary.several_example}): the targets are multi_label; load them with target=\"multi_hot\"")
+    if summary.duplicates.line():
+        print(f"  duplicates    {summary.duplicates.line()}")
     for path in summary.stale_removed:
         print(f"  removed       {path} (left by an interrupted run)")
     print(f"  bytes         {_mib(summary.bytes_in)} in, {_mib(summary.bytes_out)} out")

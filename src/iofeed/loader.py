@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import time
 import warnings
 from collections import Counter
@@ -19,6 +20,7 @@ from .backends.select import choice_notes, engine_name, make_engine
 from .backends.skips import DEFAULT_MAX_SKIPPED, EpochSkips, check_scanned
 from .errors import LoaderStateError
 from .gpu.device import usable_device
+from .manners import DataLoaderManners, check_dataloader_arguments
 from .mix import Mix
 from .mixsource import Mixture, check_state
 from .options import LoaderOptions, distributed_rank_world
@@ -49,6 +51,8 @@ class LoaderStats:
     transform_seconds: float = 0.0  # CPU time of the per-sample `transform=`, over `images` delivered
     transform_wall_seconds: float = 0.0  # wall time of the same calls (waits included)
     worker_cpu_seconds: float = 0.0  # CPU time of the workers engine's processes for the batches delivered
+    copied_batches: int = 0  # batches copied out of engine memory: the consumer held all the engine could lend
+    refilled: int = 0  # skipped samples whose places spare samples of the epoch took (full batches)
     sources: dict[str, dict[str, Any]] = field(default_factory=dict)  # a Mix: name -> delivered, skipped by reason
 
     @property
@@ -91,16 +95,18 @@ class LoaderStats:
             "transform_seconds": self.transform_seconds,
             "worker_cpu_seconds": self.worker_cpu_seconds,
             "transform_wall_seconds": self.transform_wall_seconds,
+            "copied_batches": self.copied_batches,
+            "refilled": self.refilled,
             "transform_ms_per_image": self.transform_ms_per_image,
             "transform_cpu_ms_per_image": self.transform_cpu_ms_per_image,
             "sources": {name: {**s, "skipped": dict(s["skipped"])} for name, s in self.sources.items()},
         }
 
 
-class Loader:
+class Loader(DataLoaderManners):
     """Batches of one split for one rank. Iterate it once per epoch; `set_epoch` for DDP-style
     control (otherwise each full pass advances the epoch by itself). `len()` is the number of
-    batches an epoch holds at most: a batch whose samples were all skipped is not delivered."""
+    batches an epoch holds: skipped samples' places go to spare samples (`stats.refilled`)."""
 
     def __init__(self, source: SampleSource, order: OrderSpec, backend: Backend, adapter: Adapter,
                  options: LoaderOptions, targets: SampleTargets | None = None, mixture: Mixture | None = None) -> None:
@@ -114,6 +120,7 @@ class Loader:
         self._closed = False
         self._follow_group = options.rank is None  # rank and world_size from a process group started later
         self.epoch = 0
+        self._pass_start: tuple[int, int, int, int] | None = None  # where a pass left before its end began
         self._position = 0  # batches of `epoch` already delivered (counting those before a resume)
         self._done, self._first = 0, 0  # a resumed epoch: samples of its global order and batches done before
         self._identity = ""  # the source's fingerprint, made when a state first needs it
@@ -133,6 +140,14 @@ class Loader:
             return len(self.order)
         return max(len(self.order), self._first + self.order.batch_count(self._done))
 
+    @property
+    def spilling(self) -> bool:
+        """Whether a resumed epoch holding more than a whole epoch's batches (a larger global batch
+        after the resume) was left where a consumer that took `len()` before `load_state_dict`
+        stops (Lightning): its rest comes at the next pass, and epoch hooks wait for it."""
+        return (self._pass_start is not None and self._done > 0 and len(self) > len(self.order)
+                and self._position >= len(self.order))
+
     def _join_group(self) -> None:
         """Take rank and world_size from torch.distributed once it is initialised, when they were
         not given: Lightning and other trainers start the process group after the loader is made."""
@@ -146,10 +161,18 @@ class Loader:
     def set_epoch(self, epoch: int) -> None:
         """Start `epoch` (from its beginning) at the next iteration."""
         self.epoch, self._position, self._done, self._first = int(epoch), 0, 0, 0
+        self._pass_start = None
 
     def __iter__(self) -> Iterator[Any]:
+        """One pass: after a whole pass, the next epoch; after `set_epoch` or `load_state_dict`,
+        where they put it; after a pass left before its end (`break`, Lightning's sanity check,
+        Keras peeking at a batch), that pass again from where it began, as torch's DataLoader
+        starts a new pass at each `iter()`: an evaluation pass always covers its whole split."""
         self._check_open()
+        if self._pass_start is not None and not self.spilling:
+            self.epoch, self._done, self._first, self._position = self._pass_start
         self._join_group()
+        self._pass_start = (self.epoch, self._done, self._first, self._position)
         epoch, start = self.epoch, self._position
         batches = self.order.batches(epoch, self._done, self._first)
         following = self.order.batches(epoch + 1)  # what the next pass will ask for, unless moved
@@ -194,11 +217,25 @@ class Loader:
                     self.set_epoch(epoch + 1)  # stops after len() batches (Lightning) moves on
                     self._count_fetched()
                 if len(batch.indices):  # an empty batch (all skipped) would be a NaN loss: only counted
-                    yield self._deliver(batch)
+                    out, batch = self._deliver(batch), None  # the caller's reference is the only one left
+                    yield out
+                    out = None
+                batch = None  # its lease goes with the caller's last reference, before the next is made
             if start >= len(batches):  # nothing was left of this epoch
                 self.set_epoch(epoch + 1)
         finally:
             fetching.close()
+
+    def repeat(self, epochs: int | None = None) -> Iterator[Any]:
+        """Passes back to back, each the next epoch: endless (None), or `epochs` of them. For loops
+        that count steps rather than epochs (jit-style JAX, tf.data's `repeat()`): `zip(range(steps),
+        loader.repeat())` takes exactly `steps` batches, and `state_dict()` after any of them
+        resumes exactly (`load_state_dict`, then `repeat()` again). A stream, not a pass: it
+        continues from where the loader stands, also mid-epoch after an earlier `repeat()`."""
+        self._pass_start = None  # continue a pass left early, rather than begin it again as iter() does
+        passes = itertools.count() if epochs is None else range(epochs)
+        for _ in passes:
+            yield from self
 
     def _deliver(self, batch: Batch) -> Any:
         """The adapter's form of `batch`: multi-hot labels for `target="multi_hot"`, and with
@@ -218,6 +255,8 @@ class Loader:
             self.stats.transform_seconds += batch.transform_seconds
             self.stats.transform_wall_seconds += batch.transform_wall_seconds
             self.stats.worker_cpu_seconds += batch.cpu_seconds
+            self.stats.copied_batches += batch.copied
+            self.stats.refilled += batch.refilled
         else:
             self.stats.skipped_batches += 1
         for index, reason in batch.skipped:
@@ -249,6 +288,7 @@ class Loader:
             self.mixture.check_positions(state["mixture"], self.order, progress.epoch, progress.samples_done)
         self.epoch, self._done = progress.epoch, progress.samples_done
         self._position = self._first = progress.batches_done
+        self._pass_start = None  # the next pass resumes from here
         self._join_group()
         if len(self) > len(self.order):
             warnings.warn(f"the resumed epoch holds {len(self)} batches (counting {self._first} done before the "
@@ -283,6 +323,7 @@ class Loader:
                 self._stats_file.write(self._snapshot())
         self._closed = True
         self._fetching.close()
+        getattr(self._adapter, "close", lambda: None)()  # an adapter holding engine memory (CUDA pinning) first
         self.backend.close()
 
     def __enter__(self) -> Loader:
@@ -297,7 +338,7 @@ def loader(
     *,
     split: str = "train",
     batch_size: int,
-    image_size: int = 224,
+    image_size: int | None = None,
     augment: bool | str | Recipe | None = None,
     framework: str = "numpy",
     device: Any = None,
@@ -312,7 +353,7 @@ def loader(
     on_error: str = "skip",
     memory_budget: int | None = None,
     gpu_augment: bool = False,
-    shuffle: str | None = None,
+    shuffle: str | bool | None = None,
     block_shards: int = 8,
     cache_dir: str | Path | None = None,
     cache_limit: int | None = None,
@@ -322,6 +363,12 @@ def loader(
     transform: Any = None,
     batch_transform: Any = None,
     sharding: Any = None,
+    memory_format: str | None = None,
+    pin_memory: bool | None = None,
+    persistent_workers: bool | None = None,
+    prefetch_factor: Any = None,
+    collate_fn: Any = None,
+    generator: Any = None,
 ) -> Any:
     """A loader over an iofeed dataset or an image folder: a `Loader` (numpy, torch) or a
     `tf.data.Dataset` (tf). Every argument is checked before any work starts; a bad one raises a
@@ -335,7 +382,8 @@ def loader(
             whatever the name. `"train"` is shuffled each epoch (see `shuffle`); others are read in order.
         batch_size: samples per batch (an int >= 1). With `drop_last`, it may not exceed the
             samples of the split on this rank (that would be no batch at all).
-        image_size: side of the square output images in pixels (an int >= 8).
+        image_size: side of the square output images in pixels (an int >= 8). Default: the
+            recipe's (`Recipe.from_timm`), else 224.
         augment: the built-in steps, an `iofeed.Recipe` or a preset name: "imagenet" (the default:
             random-resized crop of area 0.08–1 and ratio 3/4–4/3, horizontal flip, bilinear,
             ImageNet mean/std; evaluation: centre crop of 0.875), "finetune" (area 0.35–1),
@@ -345,12 +393,16 @@ def loader(
             and False force the random crop or the centre crop; None (default) augments the
             train split only. Every engine does every step or refuses it naming the one that
             can ("area": workers only; `gpu_augment`: bilinear only).
-        framework: "numpy" yields (uint8 NHWC views, int64 labels) — views valid until the next
-            batch; "torch" yields normalised (the recipe's mean/std) NCHW channels_last tensors and
-            int64 labels on `device`; "tf" returns a `tf.data.Dataset` of normalised float32
-            NHWC images (`dataset.iofeed_loader` is the Loader); "jax" yields `jax.Array`s, NHWC
-            images (normalised float32 by default) and int32 labels, sharded over the batch axis
-            (see `sharding`); "keras" what `model.fit` takes on Keras' backend. With
+        framework: "numpy" yields (uint8 NHWC arrays, int64 labels) — views of shared memory that
+            stay as delivered while you hold them (kept past the pool: copies, counted in
+            `stats.copied_batches`); "torch" yields normalised (the recipe's mean/std, else
+            ImageNet's) NCHW tensors (see `memory_format`) and int64 labels on `device`; "tf"
+            returns a `tf.data.Dataset` (`dataset.iofeed_loader` is the Loader) of float32 NHWC
+            images, 0-255 as Keras' `image_dataset_from_directory` gives them unless the recipe
+            has mean/std; "jax" yields `jax.Array`s, NHWC images (normalised float32 by default)
+            and int32 labels, sharded over the batch axis (see `sharding`); "keras" what
+            `model.fit` takes on Keras' backend (float32 0-255 NHWC like "tf"; `take`/`repeat`
+            on every backend). With
             `normalize=False` in the recipe, torch and tf hand out uint8 images.
         device: where batches end up: None or "cpu", "cuda", "cuda:N", an ordinal or a
             `torch.device`. The DALI engine decodes there; the torch adapter copies there. A CUDA
@@ -377,8 +429,9 @@ def loader(
         drop_last: drop each rank's last incomplete batch. Default: True for `split="train"`.
         on_error: "skip" a sample that cannot be read (counted in `stats.skipped`, with the
             first few paths in `stats.skipped_examples`), or "raise" a `SampleError` naming it.
-            A batch whose samples were all skipped is not delivered (counted in
-            `stats.skipped_batches`): `len(loader)` is the number of batches at most.
+            A skipped sample's place goes to a spare sample (the rank's later ones, counted in
+            `stats.refilled`), so every rank delivers `len(loader)` full batches (a batch that
+            runs out of spares stays short, or is not delivered: `stats.skipped_batches`).
         max_skipped: the share of an epoch's samples (on this rank) that may be skipped, a fraction
             in 0..1 (default 0.05; 0: any skip raises). Past it, or when an epoch delivers no batch,
             a `SampleError` gives the counts by reason and the first files; for a folder, files
@@ -396,7 +449,8 @@ def loader(
             train split of a local dataset or folder), "block" (the default for a streamed train
             split: shards in a shuffled order, samples shuffled within blocks of `block_shards`
             shards, so that only two blocks are live at a time) or "none" (the default for
-            other splits). Every order is a function of (seed, epoch, rank, world_size).
+            other splits); True and False (as torch's DataLoader takes them) mean that default
+            of the train split, and "none". Every order is a function of (seed, epoch, rank, world_size).
         block_shards: shards per block of `shuffle="block"` (an int >= 1).
         cache_dir: the node-local cache of a streamed dataset, shared by every rank of the node
             (default `IOFEED_CACHE`, else ~/.cache/iofeed): a new or empty folder, or one iofeed
@@ -436,6 +490,14 @@ def loader(
             `NamedSharding` splitting the batch axis over every device, `PartitionSpec("batch")`).
             Under `jax.distributed` each process loads `batch_size` samples of its own share and
             the arrays are the global batch of `batch_size * jax.process_count()` rows.
+        memory_format: with `framework="torch"`, "contiguous" (the default: plain NCHW, what a
+            model in PyTorch's default format expects; DDP warns "Grad strides do not match
+            bucket view strides" otherwise) or "channels_last" (NHWC memory: pays with the model
+            converted too, `model.to(memory_format=torch.channels_last)`, under AMP on a GPU).
+        pin_memory, persistent_workers: torch DataLoader's, accepted and ignored: copies to CUDA
+            already go through pinned buffers, and the workers live as long as the loader.
+        prefetch_factor, collate_fn, generator: torch DataLoader's; anything but None is refused
+            naming iofeed's own option (`prefetch=`, `batch_transform=`, `seed=`).
 
     `source` may also be the s3://, gs:// or http(s):// URL of an iofeed dataset (`pip install
     'iofeed[s3]'`, `[gcs]`, `[http]`; credentials and endpoint the standard way): its shards are
@@ -444,17 +506,19 @@ def loader(
     `on_error="skip"` its samples are skipped and counted; `stats.fetched` sums the node's
     downloads since the dataset was opened.
 
-    Breaking out of an epoch and iterating again continues it; `state_dict()` and
-    `load_state_dict()` resume exactly, also on another world size, batch size or engine
+    Each `iter()` is a new pass, as with torch's DataLoader: breaking out of an epoch and
+    iterating again starts that epoch again from its first batch (an evaluation split is always
+    read whole); `state_dict()` and `load_state_dict()` resume exactly, also on another world size, batch size or engine
     (docs/distributed.md); `close()` (or `with`) frees processes and memory.
     """
+    check_dataloader_arguments(pin_memory, persistent_workers, prefetch_factor, collate_fn, generator)
     options = LoaderOptions(
         batch_size=batch_size, split=split, image_size=image_size, augment=augment, framework=framework,
         device=usable_device(device), dtype=dtype, backend=backend, workers=workers, prefetch=prefetch, seed=seed,
         rank=rank, world_size=world_size, drop_last=drop_last, on_error=on_error, memory_budget=memory_budget,
         gpu_augment=gpu_augment, shuffle=shuffle, block_shards=block_shards, cache_dir=cache_dir,
         cache_limit=cache_limit, target=target, extras=extras, max_skipped=max_skipped, transform=transform,
-        batch_transform=batch_transform, sharding=sharding,
+        batch_transform=batch_transform, sharding=sharding, memory_format=memory_format,
     )
     adapter = ADAPTERS[framework].load().from_options(options)  # imports the framework now, not before
     mixture = Mixture(source, split, options) if isinstance(source, Mix) else None

@@ -30,7 +30,7 @@ class LoaderOptions:
 
     batch_size: int
     split: str = "train"
-    image_size: int = 224
+    image_size: int | None = None  # None: the recipe's (Recipe.from_timm), else 224
     augment: bool | str | Recipe | None = None  # see `recipe`
     framework: str = "numpy"
     device: Any = None  # the one device of this loader: the engine decodes and the adapter copies there
@@ -45,7 +45,7 @@ class LoaderOptions:
     on_error: str = "skip"
     memory_budget: int | None = None
     gpu_augment: bool = False
-    shuffle: str | None = None  # None: "block" for a streamed train split, "global" for a local one, else "none"
+    shuffle: str | bool | None = None  # None: True for the train split; True: "block" if streamed, else "global"
     block_shards: int = 8
     cache_dir: str | os.PathLike | None = None
     cache_limit: int | None = None
@@ -56,9 +56,11 @@ class LoaderOptions:
     batch_transform: Any = None  # per batch, in the adapter
     transform_output: Output | None = field(default=None, init=False)  # what `transform` returns, probed
     sharding: Any = None  # framework="jax": how a batch is laid out over devices (None: the batch axis over all)
+    memory_format: str | None = None  # framework="torch": "contiguous" (None) or "channels_last"
 
     def __post_init__(self) -> None:
         check_target_options(self.target, self.extras, self.framework)
+        self._resolve_image_size()
         for name, minimum in (("batch_size", 1), ("image_size", 8), ("seed", 0), ("block_shards", 1)):
             self._integer(name, minimum, optional=False)
         for name, minimum in (("workers", 1), ("prefetch", 1), ("memory_budget", 1), ("world_size", 1), ("rank", 0),
@@ -73,7 +75,7 @@ class LoaderOptions:
         _one_of("framework", self.framework, ADAPTERS.names())
         _one_of("backend", self.backend, (AUTO, *ENGINES.names()))
         _one_of("on_error", self.on_error, ON_ERROR)
-        if self.shuffle is not None:
+        if self.shuffle is not None and not isinstance(self.shuffle, bool):  # True/False as DataLoader takes them
             _one_of("shuffle", self.shuffle, tuple(SHUFFLES))
         if not (self.cache_dir is None or isinstance(self.cache_dir, (str, os.PathLike))):
             raise OptionError(f"cache_dir must be a folder path or None, got {self.cache_dir!r} "
@@ -85,6 +87,15 @@ class LoaderOptions:
         self._check_combinations()
         if self.transform is not None:
             object.__setattr__(self, "transform_output", probe_output(self.transform, self.image_size))
+
+    def _resolve_image_size(self) -> None:
+        """`image_size` from the recipe when it knows the model's input side; the two must agree."""
+        from_recipe = self.recipe.image_size
+        if self.image_size is None:
+            object.__setattr__(self, "image_size", from_recipe or DEFAULT_IMAGE_SIZE)
+        elif from_recipe is not None and self.image_size != from_recipe:
+            raise OptionError(f"image_size={self.image_size!r} disagrees with the recipe's image_size={from_recipe} "
+                              "(the model's input side): drop image_size=")
 
     def _integer(self, name: str, minimum: int, optional: bool) -> None:
         value = getattr(self, name)
@@ -115,6 +126,11 @@ class LoaderOptions:
         if self.sharding is not None and not adapter.sharding:
             raise OptionError(f"sharding= is for framework={_either(ADAPTERS.having('sharding'))}, "
                               f"got framework={self.framework!r} (drop sharding=)")
+        if self.memory_format is not None:
+            if self.framework != "torch":
+                raise OptionError(f"memory_format= is for framework='torch' (NCHW tensors), got framework="
+                                  f"{self.framework!r}: drop memory_format=")
+            _one_of("memory_format", self.memory_format, MEMORY_FORMATS)
         if self.dtype is not None and not adapter.dtype:
             raise OptionError(f"dtype={self.dtype!r} is for framework={_either(ADAPTERS.having('dtype'))}: "
                               f"framework={self.framework!r} has a fixed dtype (drop dtype=)")
@@ -183,9 +199,14 @@ class LoaderOptions:
         drop_last = self.split == "train" if self.drop_last is None else self.drop_last
         shuffle = self.shuffle
         if shuffle is None:
-            shuffle = ("block" if streamed else "global") if self.split == "train" else "none"
+            shuffle = self.split == "train"
+        if isinstance(shuffle, bool):
+            shuffle = ("block" if streamed else "global") if shuffle else "none"
+        # evaluation reads each sample once (ranks may end unevenly), except under JAX: every process
+        # must add the same number of rows to a global batch
+        pad = self.split == "train" or self.framework == "jax"
         spec = OrderSpec(samples, self.batch_size, shuffle=shuffle, drop_last=drop_last, seed=self.seed, rank=rank,
-                         world_size=world_size, block_shards=self.block_shards, shard_of=shard_of)
+                         world_size=world_size, block_shards=self.block_shards, shard_of=shard_of, pad=pad)
         if len(spec) == 0:
             where = " on this rank" if world_size > 1 else ""
             raise OptionError(
@@ -193,6 +214,10 @@ class LoaderOptions:
                 f"{where}: with drop_last=True that is no batch at all; pass drop_last=False, or a batch_size of at "
                 f"most {spec.per_rank}")
         return spec
+
+
+MEMORY_FORMATS = ("contiguous", "channels_last")
+DEFAULT_IMAGE_SIZE = 224
 
 
 def distributed_rank_world() -> tuple[int, int]:

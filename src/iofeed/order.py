@@ -63,6 +63,9 @@ class OrderSpec:
     `shuffle` is "global" (a permutation of all samples), "block" (see `_block`: for streamed
     datasets; needs `shard_of`, each sample's shard), "mix" (a mixture's epoch: needs `plan`, a
     `mix.MixPlan`; `samples` is its epoch length) or "none"; True and False mean "global" and "none".
+    `pad` (training) pads the ranks' shares to equal ones when not `drop_last`, so that every
+    rank steps the same number of times; without it (evaluation) each sample is dealt exactly
+    once and the first `samples % world_size` ranks hold one more.
     """
 
     samples: int
@@ -73,6 +76,7 @@ class OrderSpec:
     rank: int = 0
     world_size: int = 1
     block_shards: int = 8
+    pad: bool = True
     shard_of: np.ndarray | None = field(default=None, compare=False, repr=False)
     plan: Any = field(default=None, compare=False, repr=False)
 
@@ -95,15 +99,17 @@ class OrderSpec:
             raise OptionError(f"block_shards must be >= 1, got {self.block_shards}")
 
     def share(self, remaining: int) -> int:
-        """Samples each rank takes of `remaining` samples of the global order (padded or trimmed so
-        that all ranks are equal)."""
+        """Samples this rank takes of `remaining` samples of the global order (padded or trimmed so
+        that all ranks are equal, unless not `pad`)."""
         if self.drop_last:
             return remaining // self.world_size
+        if not self.pad:
+            return len(range(self.rank, remaining, self.world_size))
         return math.ceil(remaining / self.world_size)
 
     @property
     def per_rank(self) -> int:
-        """Samples each rank sees in a whole epoch."""
+        """Samples this rank sees in a whole epoch."""
         return self.share(self.samples)
 
     def batch_count(self, done: int = 0) -> int:
@@ -131,6 +137,8 @@ class OrderSpec:
         shuffle = SHUFFLES[self.shuffle]
         order = shuffle.order(self, epoch)
         rest = order[min(done, len(order)):]
+        if not (self.pad or self.drop_last):  # each sample once: shares differ by at most one
+            return rest[self.rank :: self.world_size]
         total = self.share(len(rest)) * self.world_size
         if total > len(rest):
             pad = total - len(rest)

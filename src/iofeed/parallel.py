@@ -106,3 +106,11 @@ def resolve_workers(workers: int | None) -> int:
 def worker_pool(workers: int | None) -> Pool:
     """A process pool of `workers` processes (the usable cores by default), safe to use after CUDA."""
     return safe_context().Pool(resolve_workers(workers))
+
+
+def next_message(conn: Any) -> Any:
+    """A worker's next message from its parent: None when the parent said stop (None) or is gone."""
+    try:
+        return conn.recv()
+    except (EOFError, OSError):
+        return None

@@ -7,7 +7,6 @@ import numbers
 from dataclasses import dataclass, replace
 from typing import Any
 
-from .adapters.normalize import IMAGENET_MEAN, IMAGENET_STD
 from .errors import OptionError
 
 INTERPOLATIONS = ("bilinear", "bicubic", "area")
@@ -29,10 +28,13 @@ class Recipe:
     and centre-crop 224). Both resize to `image_size` with `interpolation` ("bilinear",
     "bicubic" or "area"; antialiased when shrinking, as torchvision v2 does). The adapters
     normalise with `mean`/`std` (per channel, on the 0–1 scale only: mean in [0, 1], std in
-    [0.001, 1]; ImageNet's 0–255 values (123.7, ...) are refused with the 0–1 ones to use);
-    `normalize=False` hands out uint8 so that the GPU or your batch transform normalises.
-    Extremes are refused when the recipe is made: scale below 0.001, ratio outside [1/100, 100],
-    crop_fraction below 0.01, or anything not finite.
+    [0.001, 1]; ImageNet's 0–255 values (123.7, ...) are refused with the 0–1 ones to use; both
+    or neither); without them, each framework's own loading convention: ImageNet mean/std for
+    torch and jax (torchvision's `ToTensor` + `Normalize`, flax's ImageNet example), float32
+    0–255 for keras and tf (Keras' `image_dataset_from_directory`, for models that start with
+    `Rescaling(1/255)`). `normalize=False` hands out uint8 so that the GPU or your batch
+    transform normalises. Extremes are refused when the recipe is made: scale below 0.001, ratio
+    outside [1/100, 100], crop_fraction below 0.01, or anything not finite.
     """
 
     train: bool | None = None  # None: augment the train split only
@@ -41,9 +43,10 @@ class Recipe:
     flip: bool = True
     crop_fraction: float = 0.875
     interpolation: str = "bilinear"
-    mean: tuple[float, float, float] = IMAGENET_MEAN
-    std: tuple[float, float, float] = IMAGENET_STD
+    mean: tuple[float, float, float] | None = None  # None (with std): the framework's convention
+    std: tuple[float, float, float] | None = None
     normalize: bool = True
+    image_size: int | None = None  # the model's input side, when the recipe knows it (from_timm); else the loader's
 
     def __post_init__(self) -> None:
         if not (self.train is None or isinstance(self.train, bool)):
@@ -60,8 +63,28 @@ class Recipe:
         object.__setattr__(self, "crop_fraction", float(fraction))
         if self.interpolation not in INTERPOLATIONS:
             raise OptionError(f"Recipe interpolation={self.interpolation!r} is not one of {', '.join(INTERPOLATIONS)}")
-        object.__setattr__(self, "mean", _channels("mean", self.mean, (0.0, 1.0)))
-        object.__setattr__(self, "std", _channels("std", self.std, STD_RANGE))
+        for name, bounds in (("mean", (0.0, 1.0)), ("std", STD_RANGE)):
+            if getattr(self, name) is not None:
+                object.__setattr__(self, name, _channels(name, getattr(self, name), bounds))
+        if (self.mean is None) != (self.std is None):
+            given = "mean" if self.std is None else "std"
+            raise OptionError(f"Recipe {given}= was given without {'std' if given == 'mean' else 'mean'}=: pass "
+                              "both, or neither for the framework's convention (ImageNet mean/std for torch and "
+                              "jax, 0-255 floats for keras and tf)")
+        size = self.image_size
+        if size is not None and (isinstance(size, bool) or not isinstance(size, numbers.Integral) or size < 8):
+            raise OptionError(f"Recipe image_size must be an int >= 8 or None, got {size!r}")
+
+    @classmethod
+    def from_timm(cls, data_config: Any, **changes: Any) -> Recipe:
+        """The recipe of a timm model's data config — the dict `timm.data.resolve_data_config`
+        (or `resolve_model_data_config`) returns: `input_size` (its side becomes `image_size`),
+        `interpolation`, `mean`/`std` and `crop_pct`; the train crop is timm's default
+        (area 0.08-1, ratio 3/4-4/3, flip). `changes` are applied after. timm need not be
+        installed. OptionError naming the key for what iofeed cannot do."""
+        from .timm_config import timm_recipe
+
+        return replace(timm_recipe(cls, data_config), **changes)
 
     @classmethod
     def preset(cls, name: str, **changes: Any) -> Recipe:
@@ -124,7 +147,7 @@ def _channels(name: str, value: Any, bounds: tuple[float, float]) -> tuple[float
 
 # The common recipes. `train` stays None in each: the train split is augmented, others centre-cropped.
 PRESETS: dict[str, Recipe] = {
-    "imagenet": Recipe(),  # torchvision's ImageNet reference: bilinear, ImageNet mean/std (the default)
+    "imagenet": Recipe(),  # torchvision's ImageNet reference: bilinear, the framework's scale (the default)
     "finetune": Recipe(scale=(0.35, 1.0)),  # fine-tuning: milder crops
     "timm": Recipe(interpolation="bicubic"),  # timm's defaults for ImageNet-pretrained models
     "inception": Recipe(interpolation="bicubic", mean=(0.5, 0.5, 0.5), std=(0.5, 0.5, 0.5)),  # [-1, 1] models

@@ -22,6 +22,7 @@ import pytest
 
 from iofeed.errors import OptionError, SampleError
 
+from .images import label_from_pixels
 from .runs import slot_memory
 from .transforms import flaky, jitter, roll_batch
 
@@ -117,13 +118,15 @@ def check_epochs_back_to_back_match_fresh_loaders(make: MakeLoader, data: Contra
 
 
 def check_skips_are_counted(make: MakeLoader, data: ContractData) -> None:
-    """With on_error="skip", unreadable samples are left out and counted, with their paths."""
+    """With on_error="skip", unreadable samples are left out and counted, with their paths; spare
+    samples take their places, so every batch is as full as planned."""
     root, files = corrupt_copy(data)
     with make(root, batch_size=4, drop_last=False, **SMALL) as ld:
         delivered = [i for indices, _, _ in epoch(ld) for i in indices]
         stats = ld.stats
-    assert len(delivered) == len(set(delivered)) == files - len(CORRUPT)
-    assert stats.images == len(delivered) and stats.skipped[CORRUPT_REASON] == len(CORRUPT)
+        bad = {i for i in range(len(ld.source)) if os.path.basename(ld.source.path_of(i)) in CORRUPT}
+    assert len(delivered) == files and set(delivered) == set(range(files)) - bad
+    assert stats.images == len(delivered) and stats.skipped[CORRUPT_REASON] == stats.refilled == len(CORRUPT)
     assert sorted(os.path.basename(e.split(": ")[0]) for e in stats.skipped_examples) == sorted(CORRUPT)
 
 
@@ -138,17 +141,49 @@ def check_raise_names_the_file(make: MakeLoader, data: ContractData) -> None:
     assert "\n" not in message
 
 
-def check_fully_skipped_batches_are_not_delivered(make: MakeLoader, data: ContractData,
-                                                  framework: str = "numpy") -> None:
-    """A batch whose samples were all skipped is counted, never handed out empty (a NaN loss)."""
+def check_fully_skipped_batches_are_refilled(make: MakeLoader, data: ContractData,
+                                             framework: str = "numpy") -> None:
+    """A batch whose samples were all skipped is refilled from spare samples: never handed out
+    empty (a NaN loss), never left out (ranks would deliver different batch counts)."""
     root, files = corrupt_copy(data)
     with make(root, split="val", batch_size=1, framework=framework, **SMALL) as ld:
         sizes = [len(labels) for _, labels in ld]
         stats = ld.stats
-        assert len(ld) == files, "len() is the number of batches at most"
-    assert sizes == [1] * (files - len(CORRUPT))
-    assert stats.batches == files - len(CORRUPT) and stats.skipped_batches == len(CORRUPT)
-    assert stats.skipped[CORRUPT_REASON] == len(CORRUPT)
+        assert len(ld) == files
+    assert sizes == [1] * files
+    assert stats.batches == files and stats.skipped_batches == 0
+    assert stats.skipped[CORRUPT_REASON] == stats.refilled == len(CORRUPT)
+
+
+def keep_two_epochs(ld: Any, snapshot: Callable[[Any], np.ndarray]) -> list[tuple[Any, np.ndarray, np.ndarray]]:
+    """Every batch of two epochs of `ld`, kept as delivered: (images, pixels copied when it arrived,
+    labels copied then). `snapshot(images)` copies a framework's images to numpy."""
+    kept = []
+    for _ in range(2):
+        for images, labels in ld:
+            kept.append((images, snapshot(images), np.array(labels)))
+    return kept
+
+
+def assert_kept_unchanged(kept: list[tuple[Any, np.ndarray, np.ndarray]], snapshot: Callable[[Any], np.ndarray],
+                          slots: int) -> None:
+    """Each kept batch still holds the pixels it arrived with, and more were kept than the engine has slots."""
+    assert len(kept) > slots, f"kept {len(kept)} batches, no more than the {slots} slots: the test shows nothing"
+    changed = [k for k, (images, then, _) in enumerate(kept) if not np.array_equal(snapshot(images), then)]
+    assert not changed, f"{len(changed)} of {len(kept)} kept batches changed after delivery: {changed[:10]}"
+
+
+def check_kept_batches_stay_as_delivered(make: MakeLoader, data: ContractData) -> None:
+    """Batches kept by the consumer (all of two epochs in a list) keep their pixels and labels, and
+    the labels still match the pixels (each class has its own colour)."""
+    with make(data.dataset, batch_size=4, **SMALL) as ld:
+        kept = keep_two_epochs(ld, np.array)
+        slots = ld.stats.settings.get("prefetch_batches", 2) + 1
+        stats = ld.stats
+    assert_kept_unchanged(kept, np.array, slots)
+    for images, _, labels in kept:
+        assert [label_from_pixels(image) for image in images] == labels.tolist()
+    assert stats.copied_batches < len(kept), "an engine copies only what it cannot lend"
 
 
 def check_close_is_idempotent_and_frees_shared_memory(make: MakeLoader, data: ContractData) -> None:
@@ -207,8 +242,8 @@ def check_transform_failures_are_counted(make: MakeLoader, data: ContractData) -
         delivered = [i for indices, _, _ in epoch(ld) for i in indices]
         stats = ld.stats
     kind = "transform helpers.transforms.flaky raised ValueError"
-    assert 0 < stats.skipped[kind] and len(delivered) + stats.skipped[kind] == len(ld.source)
-    assert stats.images == len(delivered) == len(set(delivered))
+    assert 0 < stats.skipped[kind] and stats.refilled == stats.skipped[kind] and len(delivered) == len(ld.source)
+    assert stats.images == len(delivered)
 
 
 CHECKS: tuple[Callable[[MakeLoader, ContractData], None], ...] = (
@@ -217,8 +252,9 @@ CHECKS: tuple[Callable[[MakeLoader, ContractData], None], ...] = (
     check_epochs_back_to_back_match_fresh_loaders,
     check_skips_are_counted,
     check_raise_names_the_file,
-    check_fully_skipped_batches_are_not_delivered,
+    check_fully_skipped_batches_are_refilled,
     check_close_is_idempotent_and_frees_shared_memory,
+    check_kept_batches_stay_as_delivered,
     check_own_transforms_independent_of_worker_count,
     check_own_transforms_resume_mid_epoch,
     check_transform_failures_are_counted,

@@ -1,5 +1,6 @@
 """JAX runs in processes of their own (device count and jax.distributed are fixed at start-up):
-`python -m helpers.jax_runs train SOURCE OUT` or `host SOURCE OUT PROCESS_ID PORT`; results as JSON."""
+`python -m helpers.jax_runs train SOURCE OUT`, `layout SOURCE OUT` or `host SOURCE OUT PROCESS_ID
+PORT`; results as JSON."""
 from __future__ import annotations
 
 import json
@@ -67,9 +68,29 @@ def host(source: str, out: str, process_id: int, port: int) -> None:
     jax.distributed.shutdown()
 
 
+def layout(source: str, out: str) -> None:
+    """A val loader (8 samples) in batches of 6 over 3 devices: whole batches fit, the last (2 rows)
+    does not. Where the error comes: when the loader is made, or after how many batches."""
+    import iofeed
+    from iofeed.errors import OptionError
+
+    result: dict = {"made": False, "batches": 0, "error": None}
+    try:
+        with iofeed.loader(source, split="val", framework="jax", batch_size=6, image_size=SIZE, workers=1) as ld:
+            result["made"] = True
+            for _ in ld:
+                result["batches"] += 1
+    except OptionError as exc:
+        result["error"] = str(exc)
+    with open(out, "w") as f:
+        json.dump(result, f)
+
+
 if __name__ == "__main__":
     command, *args = sys.argv[1:]
     if command == "train":
         train(*args)
+    elif command == "layout":
+        layout(*args)
     else:
         host(args[0], args[1], int(args[2]), int(args[3]))

@@ -3,9 +3,24 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 import sys
+from pathlib import Path
 
 SIZE = 32
+TESTS = Path(__file__).resolve().parents[1]
+
+
+def run_on_backend(module: str, source: Path, out: Path, backend: str) -> dict:
+    """`python -m MODULE SOURCE OUT` in a process of its own with KERAS_BACKEND=`backend` (read when
+    keras is first imported); the JSON it wrote."""
+    path = os.pathsep.join([str(TESTS.parent / "src"), str(TESTS), os.environ.get("PYTHONPATH", "")])
+    run = subprocess.run([sys.executable, "-m", module, str(source), str(out)], capture_output=True, text=True,
+                         timeout=500, env={**os.environ, "PYTHONPATH": path, "KERAS_BACKEND": backend,
+                                           "TF_CPP_MIN_LOG_LEVEL": "2"})
+    assert run.returncode == 0, run.stderr[-3000:]
+    return json.loads(out.read_text())
 
 
 def tiny_classifier(size: int, classes: int = 4) -> object:

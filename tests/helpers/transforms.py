@@ -185,3 +185,22 @@ def maps_a_library_on_red(image: np.ndarray) -> np.ndarray:
     finally:
         resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
     return image
+
+
+class WaitFor:
+    """The identity, once the file `gate` exists: in a loader worker it first touches `entered`, then
+    waits for `gate` (a transform that hangs until the test lets it go); in the caller, which
+    probes transforms, it waits for nothing."""
+
+    def __init__(self, gate: str, entered: str) -> None:
+        self.gate, self.entered = gate, entered
+
+    def __call__(self, image: np.ndarray) -> np.ndarray:
+        import multiprocessing
+        import os
+
+        if multiprocessing.parent_process() is not None:
+            open(self.entered, "a").close()
+            while not os.path.exists(self.gate):
+                time.sleep(0.01)
+        return image

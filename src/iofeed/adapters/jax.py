@@ -11,7 +11,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from ..backends.base import Batch
 from ..errors import OptionError
 from ..options import LoaderOptions
-from .base import EpochLoader
+from ..transforms import BatchTransform
 from .host_float import HostNormaliser
 from .normalize import IMAGENET_AFFINE, Affine, options_affine
 from .numpy import to_numpy
@@ -35,8 +35,10 @@ class JaxAdapter:
     On accelerators the uint8 batch is copied (4x fewer bytes than float32) and normalised there.
     """
 
-    def __init__(self, dtype: Any = None, sharding: Any = None, affine: Affine = IMAGENET_AFFINE) -> None:
+    def __init__(self, dtype: Any = None, sharding: Any = None, affine: Affine = IMAGENET_AFFINE,
+                 batch_transform: Any = None) -> None:
         self.dtype = _dtype(dtype)
+        self._batch_transform = None if batch_transform is None else BatchTransform(batch_transform)
         self.sharding = sharding if sharding is not None else default_sharding()
         if not isinstance(self.sharding, jax.sharding.Sharding):
             raise OptionError(f"sharding must be a jax.sharding.Sharding (e.g. NamedSharding(mesh, "
@@ -52,20 +54,39 @@ class JaxAdapter:
         """The adapter for `options`: its dtype, sharding and the recipe's mean/std (uint8 when the
         recipe has normalize=False)."""
         affine = options_affine(options)
-        return cls(options.dtype if affine is not None else "uint8", options.sharding, affine or IMAGENET_AFFINE)
+        return cls(options.dtype if affine is not None else "uint8", options.sharding, affine or IMAGENET_AFFINE,
+                   options.batch_transform)
 
-    def wrap(self, loader: EpochLoader) -> EpochLoader:
-        """The loader itself."""
+    def wrap(self, loader: Any) -> Any:
+        """The loader itself, once every batch size its epochs hold (a whole batch, and the last
+        one of an epoch without `drop_last`) is known to fit the sharding: the error came at the
+        end of the first evaluation pass before."""
+        order = loader.order
+        sizes = {order.batch_size, 0 if order.drop_last else order.per_rank % order.batch_size} - {0}
+        for rows in sorted(sizes):
+            self._check_rows(rows, loader.image_size, last=rows != order.batch_size)
         return loader
+
+    def _check_rows(self, rows: int, size: int, last: bool) -> None:
+        try:
+            self.sharding.shard_shape((rows * jax.process_count(), size, size, 3))
+        except ValueError as exc:
+            which = " (an epoch's last batch)" if last else ""
+            raise OptionError(f"a batch of {rows} rows{which} cannot be laid out by {self.sharding}: make batch_size "
+                              "and the split's size per rank multiples of the devices on the batch axis, or pass "
+                              f"drop_last=True ({exc})") from None
 
     def __call__(self, batch: Batch) -> tuple[jax.Array, jax.Array]:
         images, labels = to_numpy(batch)
         if self._host is not None:
             images = self._host(images)
+            batch.release()  # normalised into arrays of its own; uint8 batches alias the engine's memory
         images = self._global(images, self.sharding)
         labels = self._global(np.array(labels, np.int32), self._label_sharding)  # a copy: the array is reused
         if self._device_normalise is not None:
             images = self._device_normalise(images)
+        if self._batch_transform is not None:
+            return self._batch_transform(images, labels, batch.key)
         return images, labels
 
     def _global(self, local: np.ndarray, sharding: Any) -> jax.Array:

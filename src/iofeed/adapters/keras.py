@@ -1,6 +1,7 @@
 """Keras 3 adapter: what `model.fit` takes on the backend Keras runs on (TensorFlow, JAX, PyTorch)."""
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -11,9 +12,11 @@ from keras.src.trainers.data_adapters.data_adapter import DataAdapter
 from ..backends.base import Batch
 from ..errors import OptionError
 from ..options import LoaderOptions
+from ..transforms import BatchTransform
 from .base import EpochLoader
 from .host_float import HostNormaliser
-from .normalize import IMAGENET_AFFINE, options_affine
+from .model_scale import check_model_input
+from .normalize import PIXELS_AFFINE, options_affine
 from .numpy import to_numpy
 
 
@@ -45,24 +48,59 @@ class KerasAdapter:
 
 
 class KerasBatches(DataAdapter):
-    """A Loader as Keras' own data adapter (JAX and PyTorch backends): one loader epoch per fit epoch."""
+    """A Loader as Keras' own data adapter (JAX and PyTorch backends): one loader epoch per fit
+    epoch. `take(n)` and `repeat(count)` mean what they mean on the `tf.data.Dataset` the
+    TensorFlow backend gets; other `tf.data` methods are refused in one line naming the fix."""
 
-    def __init__(self, loader: Any) -> None:
+    def __init__(self, loader: Any, limit: int | None = None, passes: int | None = 1) -> None:
         self.iofeed_loader = loader
+        self._limit, self._passes = limit, passes  # batches per pass (None: all); passes (None: endless)
+
+    def take(self, count: int) -> KerasBatches:
+        """The first `count` batches of a pass (tf.data's `take`): each new iteration begins that
+        pass again, so fit's epochs see the same batches (`.iofeed_loader.set_epoch` moves on)."""
+        if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+            raise OptionError(f"take(count) needs an int >= 1, got {count!r}")
+        limit = count if self._limit is None else min(count, self._limit)
+        return KerasBatches(self.iofeed_loader, limit, self._passes)
+
+    def repeat(self, count: int | None = None) -> KerasBatches:
+        """`count` passes back to back, each the loader's next epoch (None: endless; give fit a
+        `steps_per_epoch`), as tf.data's `repeat`."""
+        if count is not None and (isinstance(count, bool) or not isinstance(count, int) or count < 1):
+            raise OptionError(f"repeat(count) needs an int >= 1 or None, got {count!r}")
+        passes = None if count is None or self._passes is None else count * self._passes
+        return KerasBatches(self.iofeed_loader, self._limit, passes)
+
+    def __getattr__(self, name: str) -> Any:
+        if name in TF_DATA_METHODS:
+            raise AttributeError(f"framework='keras' on Keras' {keras.backend.backend()} backend is a Keras data "
+                                 f"adapter, not a tf.data.Dataset: it has take() and repeat() but no .{name}(); "
+                                 "do per-batch work with batch_transform= and per-image work with transform=")
+        raise AttributeError(name)
+
+    def _batches(self) -> Iterator[Any]:
+        passes = itertools.count() if self._passes is None else range(self._passes)
+        for _ in passes:
+            yield from itertools.islice(self.iofeed_loader, self._limit)
 
     def get_numpy_iterator(self) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-        for images, labels in self.iofeed_loader:
+        for images, labels in self._batches():
             yield np.asarray(images), np.asarray(labels)
 
     def get_jax_iterator(self) -> Iterator[Any]:
-        return iter(self.iofeed_loader)
+        return self._batches()
 
     def get_torch_dataloader(self) -> Any:
-        return self.iofeed_loader
+        return self.iofeed_loader if self._limit is None and self._passes == 1 else _Iterable(self._batches)
 
     @property
-    def num_batches(self) -> int:
-        return len(self.iofeed_loader)
+    def num_batches(self) -> int | None:
+        check_model_input(self.iofeed_loader)  # Keras asks for this first, from the model's fit/evaluate
+        if self._passes is None:
+            return None
+        per_pass = len(self.iofeed_loader) if self._limit is None else min(self._limit, len(self.iofeed_loader))
+        return per_pass * self._passes
 
     @property
     def batch_size(self) -> int:
@@ -75,9 +113,24 @@ class KerasBatches(DataAdapter):
     @property
     def partial_batch_size(self) -> int | None:
         order = self.iofeed_loader.order
-        if order.drop_last:
+        if order.drop_last or self._limit is not None:
             return None
         return order.per_rank % order.batch_size or None
+
+
+TF_DATA_METHODS = frozenset({"map", "filter", "batch", "unbatch", "shuffle", "prefetch", "cache", "apply",
+                             "skip", "shard", "flat_map", "interleave", "padded_batch", "rebatch", "with_options",
+                             "as_numpy_iterator", "element_spec", "cardinality", "concatenate", "zip"})
+
+
+class _Iterable:
+    """An iterable whose every `iter()` calls `start()` (what Keras' torch backend iterates)."""
+
+    def __init__(self, start: Callable[[], Iterator[Any]]) -> None:
+        self._start = start
+
+    def __iter__(self) -> Iterator[Any]:
+        return self._start()
 
 
 def _tensorflow(options: LoaderOptions) -> tuple[Callable[[Batch], Any], Callable[[EpochLoader], Any]]:
@@ -90,17 +143,22 @@ def _tensorflow(options: LoaderOptions) -> tuple[Callable[[Batch], Any], Callabl
 def _jax(options: LoaderOptions) -> tuple[Callable[[Batch], Any], Callable[[EpochLoader], Any]]:
     from .jax import JaxAdapter
 
-    return JaxAdapter.from_options(options), KerasBatches
+    adapter = JaxAdapter.from_options(options)
+    return adapter, lambda loader: KerasBatches(adapter.wrap(loader))  # wrap: the layout checked now
 
 
 def _torch(options: LoaderOptions) -> tuple[Callable[[Batch], Any], Callable[[EpochLoader], Any]]:
     import torch
 
-    normalise = HostNormaliser(np.float32, options_affine(options) or IMAGENET_AFFINE)
+    normalise = HostNormaliser(np.float32, options_affine(options) or PIXELS_AFFINE)  # uint8 recipe: 0-255 floats
+    transform = None if options.batch_transform is None else BatchTransform(options.batch_transform)
 
     def convert(batch: Batch) -> tuple[Any, Any]:
         images, labels = to_numpy(batch)  # torch keeps a reference to the array: reused once it lets go
-        return torch.from_numpy(normalise(images)), torch.from_numpy(np.array(labels, np.int64))
+        images = torch.from_numpy(normalise(images))
+        batch.release()  # the slot is copied out: the engine may reuse it
+        labels = torch.from_numpy(np.array(labels))
+        return (images, labels) if transform is None else transform(images, labels, batch.key)
 
     return convert, KerasBatches
 

@@ -17,10 +17,24 @@ def uint8_affine(mean: tuple[float, ...] = IMAGENET_MEAN, std: tuple[float, ...]
 
 
 IMAGENET_AFFINE: Affine = uint8_affine()
+PIXELS_AFFINE: Affine = ((1.0, 1.0, 1.0), (0.0, 0.0, 0.0))  # float32 0-255, as stored
+
+# Each framework's loading convention, for a recipe without mean/std: Keras' and tf.data's
+# `image_dataset_from_directory` hand out float32 0-255 (models start with Rescaling(1/255));
+# torchvision's ToTensor + Normalize and flax's ImageNet example normalise with ImageNet's.
+CONVENTIONS: dict[str, Affine] = {"keras": PIXELS_AFFINE, "tf": PIXELS_AFFINE}
+
+
+def convention_affine(framework: str) -> Affine:
+    """The affine `framework` applies when the recipe names no mean/std."""
+    return CONVENTIONS.get(framework, IMAGENET_AFFINE)
 
 
 def options_affine(options: Any) -> Affine | None:
-    """The affine of a loader's `LoaderOptions` (its recipe's mean and std), or None when the
-    recipe asks for uint8 output (`normalize=False`). Every adapter takes its normalisation here."""
+    """The affine of a loader's `LoaderOptions` (its recipe's mean and std, else the framework's
+    convention), or None when the recipe asks for uint8 output (`normalize=False`). Every adapter
+    takes its normalisation here."""
     recipe = options.recipe
-    return uint8_affine(recipe.mean, recipe.std) if recipe.normalize else None
+    if not recipe.normalize:
+        return None
+    return convention_affine(options.framework) if recipe.mean is None else uint8_affine(recipe.mean, recipe.std)

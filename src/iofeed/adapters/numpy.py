@@ -12,8 +12,8 @@ from .base import EpochLoader
 
 
 def to_numpy(batch: Batch) -> tuple[np.ndarray, np.ndarray]:
-    """(images uint8 NHWC, labels int64). Views into shared memory: copy them to keep them past
-    the next batch. The engine hands over host arrays, since this adapter asks for them."""
+    """(images uint8 NHWC, labels int64), as the engine hands them over (host arrays, since this
+    adapter asks for them): images may lie in engine memory, lent until they are dropped."""
     return batch.images, batch.labels
 
 

@@ -16,6 +16,7 @@ from ..transform_checks import BATCH_RESULT_FIX, batch_result_problem
 from ..transforms import batch_seed, takes, transform_name
 from .base import EpochLoader
 from .host_float import HostNormaliser
+from .model_scale import check_model_input
 from .normalize import Affine, options_affine
 from .numpy import to_numpy
 
@@ -43,6 +44,7 @@ class TfAdapter:
             images = self._normalise(images)
         else:  # uint8 kept (normalize=False), or a sample transform's floats: out of the reused slot
             images = np.array(images, copy=True, order="C")
+        batch.release()  # copied: the engine may reuse its memory
         labels = np.array(labels, np.float32 if labels.dtype.kind == "f" else np.int64)  # a copy: the slot is reused
         if self.batch_transform is None:
             return images, labels
@@ -90,10 +92,10 @@ def to_tf_dataset(loader: EpochLoader, normalised: bool = True, batch_transform:
     next epoch: the Loader advances its epoch after each full pass. An iteration abandoned
     before its end (`take`, `break`, a distribution strategy peeking at one batch) cannot be
     resumed exactly, because prefetching has pulled batches the consumer never saw: the next
-    iteration restarts that epoch from its first batch. A Loader already positioned mid-epoch
-    (`load_state_dict`) before the dataset is made is resumed from there by the first
-    iteration. Iterate one iterator at a time: starting a new one ends the previous one (it waits
-    until the previous one's thread has left the Loader, at most one batch).
+    iteration begins that pass again (the Loader's rule for every `iter()`). A Loader positioned
+    mid-epoch by `load_state_dict` is resumed from there, also after a peeked-at iteration.
+    Iterate one iterator at a time: starting a new one ends the previous one (it waits until the
+    previous one's thread has left the Loader, at most one batch).
 
     The Loader is kept as `dataset.iofeed_loader` (for `set_epoch`, `state_dict`, `stats`);
     datasets derived with further transformations do not carry that attribute, so keep the
@@ -118,9 +120,7 @@ def to_tf_dataset(loader: EpochLoader, normalised: bool = True, batch_transform:
         loader = loader_ref()  # alive: the dataset (kept by its iterators) holds it
         token = object()
         with turn:  # an older iterator's thread may be inside the Loader: wait until it is out
-            if state["active"] is not None:  # the previous iteration did not reach its end
-                loader.set_epoch(loader.epoch)
-            state["active"] = token
+            state["active"] = token  # a pass the previous one left is begun again by the Loader itself
             batches = iter(loader)
         try:
             while True:
@@ -169,5 +169,12 @@ def to_tf_dataset(loader: EpochLoader, normalised: bool = True, batch_transform:
     dataset.iofeed_loader = loader
     # Keras reads `cardinality()` to know an epoch's steps (unknown: "Your input ran out of data" at every
     # fit). Declared, not asserted: a pass with fully skipped batches, or resumed mid-epoch, is shorter.
-    dataset.cardinality = lambda: tf.constant(len(loader), tf.int64)
+    dataset.cardinality = lambda: _cardinality(loader)
     return dataset
+
+
+def _cardinality(loader: EpochLoader) -> Any:
+    """`len(loader)` as TF's cardinality; Keras asks for it from the model's fit, where a model that
+    rescales its own input can be seen (`check_model_input`)."""
+    check_model_input(loader)
+    return tf.constant(len(loader), tf.int64)

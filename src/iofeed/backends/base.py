@@ -9,6 +9,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from ..errors import SampleError
+from .lease import Lease
 
 ON_ERROR = ("skip", "raise")
 SKIP_HINT = " (pass on_error='skip' to skip such samples)"
@@ -16,10 +17,13 @@ SKIP_HINT = " (pass on_error='skip' to skip such samples)"
 
 @dataclass
 class Batch:
-    """One batch. `images` is uint8 NHWC: a numpy array (a view into shared memory, valid until
-    the next batch is asked for) whenever the consumer wants host arrays (`LoaderOptions.host`);
-    otherwise an engine decoding on a GPU hands over a DLPack-capable device tensor. A batch whose
-    samples were all skipped has no images (`indices` empty)."""
+    """One batch. `images` is uint8 NHWC: a numpy array whenever the consumer wants host arrays
+    (`LoaderOptions.host`); otherwise an engine decoding on a GPU hands over a DLPack-capable
+    device tensor. A batch whose samples were all skipped has no images (`indices` empty).
+
+    Images in engine memory that the engine reuses carry a `lease` (`backends/lease.py`): the
+    memory stays this batch's until an adapter that copied it calls `release()`, or the last
+    array over it is dropped. Labels and indices are the batch's own arrays."""
 
     images: Any
     labels: np.ndarray  # int64 class indices (a dataset may also hold float targets: kept as they are)
@@ -29,6 +33,16 @@ class Batch:
     cpu_seconds: float = 0.0  # CPU time the worker took for the whole batch (workers engine)
     key: BatchKey | None = None  # its RNG key, set by the loader (seeds `batch_transform`)
     transform_wall_seconds: float = 0.0  # wall time of the per-sample transform for this batch
+    lease: Lease | None = None  # the engine memory `images` lies in, until released
+    region: tuple[int, int] | None = None  # (address, bytes) of that memory's whole block: pinnable once
+    copied: bool = False  # copied out of engine memory: the consumer held all the engine could lend
+    refilled: int = 0  # skipped samples whose places spare samples took (`backends/refill.py`)
+
+    def release(self) -> None:
+        """Give the engine memory under `images` back now: for an adapter once its copy of them is
+        done (the images must not be read after)."""
+        if self.lease is not None:
+            self.lease.release()
 
 
 class Backend(Protocol):

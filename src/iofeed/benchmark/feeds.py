@@ -230,7 +230,8 @@ class IofeedFeed:
             self._loader = iofeed.loader(
                 source, split="train", batch_size=spec.batch_size, image_size=spec.image_size,
                 framework="torch", device=spec.device, backend=backend, workers=spec.workers, seed=spec.seed,
-                gpu_augment=spec.entry.gpu_augment, **streaming, **recipe,
+                gpu_augment=spec.entry.gpu_augment, memory_format="channels_last",  # the bench's model is
+                **streaming, **recipe,
             )
         except BaseException:
             self._remove_cache()

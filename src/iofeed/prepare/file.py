@@ -1,6 +1,7 @@
 """One source file → what the dataset stores for it (the per-file work every engine runs)."""
 from __future__ import annotations
 
+import hashlib
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -69,6 +70,7 @@ def prepare_file(index: int, path: str, policy: ImagePolicy, span: Span = WHOLE)
         return Prepared(index, None, f"unreadable ({exc.strerror})")
     facts = {
         "bytes_in": len(data),
+        "digest": hashlib.blake2b(data, digest_size=16).hexdigest(),  # images stored twice are reported
         "width_in": decoded.original_size[0],
         "height_in": decoded.original_size[1],
         "mode_in": decoded.original_mode,

@@ -16,13 +16,13 @@ from ..format.shards import INDEX_VERSION
 from ..format.table import new_table, save_table
 from ..format.targets import save_targets
 from ..remote.urls import is_url
-from .output import check_output, spool_dir, written_aside
+from .output import check_inputs, check_output, spool_dir, written_aside
 from .run import REJECTED_NAME, write_rejected
 from .scan import Rejection, none_accepted, reason_kind
 from .sources.shardlist import fetch_or_reject, list_shards
 from .sources.targets import Resolved, Targets
 from .sources.tarread import Members, read_shard
-from .sources.webdataset import image_keys, sample_of, shard_targets
+from .sources.webdataset import from_txt, image_keys, refuse_captions, sample_of, shard_targets
 
 INDEXED = "webdataset-index"  # `source.kind` of an indexed dataset: shards elsewhere, images as they are
 
@@ -62,15 +62,16 @@ def index_shards(spec: str, out: Path, *, split: str = "train", label_column: st
         plain_name(split)  # the split names the dataset's files
     except ValueError:
         raise OptionError(f"--split {split!r}: a split is a plain name (train, val, ...), without '/'") from None
-    check_output(None, out, overwrite)
     image_key = image_keys(image_key)
     shards = list_shards(spec)
+    check_inputs(out, [shard for shard in shards if not is_url(shard)], "shard")  # the more precise refusal first
+    check_output(None, out, overwrite)
     remote = [is_url(shard) for shard in shards]
     if any(remote) and not all(remote):
         raise SourceError(f"{spec} names local shards ({shards[remote.index(False)]}) and URLs "
                           f"({shards[remote.index(True)]}): the loader reads one or the other, index them separately")
     with spool_dir(out) as spool:
-        scanned, resolved, rejected = _scan(shards, Path(spool), label_column, image_key, label_names)
+        scanned, resolved, rejected = _scan(spec, shards, Path(spool), label_column, image_key, label_names)
     count = sum(len(s.accepted) for s in scanned)
     if not count:
         raise none_accepted(f"no sample with an image and a label in {spec}", rejected)
@@ -115,21 +116,24 @@ def index_shards(spec: str, out: Path, *, split: str = "train", label_column: st
                         time.perf_counter() - start)
 
 
-def _scan(shards: list[str], spool: Path | None, label_column: str | None, image_key: tuple[str, ...] | None,
-          label_names: bool) -> tuple[list[_Shard], Resolved, list[Rejection]]:
-    """Every shard read and indexed (URLs copied into `spool` first), targets settled and resolved."""
-    targets, scanned, rejected = shard_targets(label_column), [], []
+def _scan(spec: str, shards: list[str], spool: Path | None, label_column: str | None,
+          image_key: tuple[str, ...] | None, label_names: bool) -> tuple[list[_Shard], Resolved, list[Rejection]]:
+    """Every shard `spec` names read and indexed (URLs copied into `spool` first), targets settled
+    and resolved."""
+    targets, scanned, rejected, captions = shard_targets(label_column), [], [], []
     for shard in shards:
         local = fetch_or_reject(shard, spool, rejected) if is_url(shard) else Path(shard)
         if local is None:
             continue
-        indexed = _index_one(shard, local, label_column, image_key, targets, rejected)
+        indexed = _index_one(shard, local, label_column, image_key, targets, rejected, captions)
         if indexed is not None:
             scanned.append(indexed)
         if is_url(shard):
             local.unlink()
     if label_names:
         targets.as_names()
+    else:
+        refuse_captions(captions, spec)
     _settle(targets, scanned, rejected)
     return scanned, targets.resolve(), rejected
 
@@ -140,13 +144,15 @@ def reread(shards: list[str], source: dict) -> tuple[list[_Shard], Resolved, lis
     identity and accepted samples, the targets resolved, the rejections. IofeedError when they no
     longer read or resolve."""
     image_key = tuple(source["image_key"]) if source.get("image_key") else None
-    return _scan(shards, None, source.get("label_column"), image_key, bool(source.get("label_names")))
+    return _scan(str(source.get("path")), shards, None, source.get("label_column"), image_key,
+                 bool(source.get("label_names")))
 
 
 def _index_one(shard: str, local: Path, label_column: str | None, image_key: tuple[str, ...] | None,
-               targets: Targets, rejected: list[Rejection]) -> _Shard | None:
-    """One shard's index lines and accepted samples (targets added to `targets`); None when the
-    shard itself is rejected (its samples are in `rejected`)."""
+               targets: Targets, rejected: list[Rejection], captions: list) -> _Shard | None:
+    """One shard's index lines and accepted samples (targets added to `targets`, labels from
+    `txt` members to `captions`); None when the shard itself is rejected (its samples are in
+    `rejected`)."""
     read = read_shard(str(local), shard)
     rejected += read.rejected
     if not read.usable:
@@ -165,8 +171,13 @@ def _index_one(shard: str, local: Path, label_column: str | None, image_key: tup
             except ValueError as exc:
                 rejected.append(Rejection(name, str(exc)))
                 continue
+            if not image:  # left out of its index line: DALI and --verify could not find it
+                rejected.append(Rejection(name, "image member without an extension (a DALI index cannot hold it)"))
+                continue
             targets.add(target, extra)
             accepted.append((*members[image], name))
+            if from_txt(members, label_column):
+                captions.append((name, target))
         identity = identity_of(f.fileno(), in_place=not is_url(shard))  # the node cache and the loader check it
     location = shard if is_url(shard) else os.path.abspath(shard)
     return _Shard(location, identity, lines, accepted)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import errno
 import fcntl
 import os
+import re
 import shutil
 import signal
 import tempfile
@@ -24,11 +25,15 @@ from pathlib import Path
 from ..errors import IofeedError, OptionError
 from ..format.files import lock_free
 from ..format.manifest import MANIFEST_NAME
+from .scan import linked_class_folders
 
 PARTIAL = ".partial-"  # `.OUT.partial-PID`: the dataset being written
 SPOOL = ".spool-"  # `.OUT.spool-PID-*`: bytes a source copied out (Parquet cells, remote shards)
 SPOOL_LOCK = ".lock"  # in a spool folder: flock'd by the run using it
 ASIDE = ".replaced-"  # `.OUT.replaced-PID`: the old dataset between the two renames of a swap
+# every file preprocess and index write into a dataset (`docs/formats.md`); --overwrite replaces only these
+DATASET_FILE = re.compile(r"iofeed\.json|rejected\.jsonl|[\w.-]+-samples\.(npy|sources\.jsonl|sources\.txt)"
+                          r"|[\w.-]+-targets\.jsonl|[\w.-]+-\d{6}\.(tar|idx)")
 
 
 class OutputError(IofeedError):
@@ -40,10 +45,12 @@ def check_output(src: Path | None, out: Path, overwrite: bool) -> None:
     contains the current directory, exists without `overwrite`, or is not an iofeed dataset to
     overwrite."""
     out_r, cwd = Path(out).resolve(), Path.cwd().resolve()
-    src_r = Path(src).resolve() if src is not None else None
-    if src_r is not None and (out_r == src_r or out_r in src_r.parents or src_r in out_r.parents):
-        raise OptionError(f"output {out} overlaps the source folder {src} (its files would be lost "
-                          "or read as a class): pick an -o outside SRC")
+    # a class folder linked in from elsewhere is read as part of the source too
+    read = [(Path(src).resolve(), src), *linked_class_folders(src)] if src is not None else []
+    for src_r, shown in read:
+        if out_r == src_r or out_r in src_r.parents or src_r in out_r.parents:
+            raise OptionError(f"output {out} overlaps the source folder {shown} (its files would be lost "
+                              "or read as a class): pick an -o outside SRC")
     if out_r == cwd or out_r in cwd.parents:
         raise OptionError(f"output {out} is or contains the current directory: pick another -o")
     if not os.path.lexists(out):
@@ -56,6 +63,11 @@ def check_output(src: Path | None, out: Path, overwrite: bool) -> None:
     if not (Path(out) / MANIFEST_NAME).is_file():
         raise OptionError(f"output {out} is not an iofeed dataset (no {MANIFEST_NAME}): --overwrite replaces "
                           "only an iofeed dataset (remove it yourself or pick another -o)")
+    foreign = sorted(e.name for e in os.scandir(out) if not e.is_file(follow_symlinks=False)
+                     or not DATASET_FILE.fullmatch(e.name))
+    if foreign:
+        raise OptionError(f"output {out} holds {', '.join(foreign[:3])}{', ...' if len(foreign) > 3 else ''}, which "
+                          "iofeed did not write: --overwrite would delete it with the dataset (move it out first)")
 
 
 def lock_path(out: Path) -> Path:
@@ -172,6 +184,16 @@ def swap_in(staging: Path, out: Path) -> None:
             os.replace(out, aside)
         os.replace(staging, out)
     shutil.rmtree(aside, ignore_errors=True)
+
+
+def check_inputs(out: Path, inputs: list[str | Path], what: str) -> None:
+    """Refuse an `out` holding one of the local files a run reads (a labels file, shards indexed in
+    place): `--overwrite` would delete the user's file, and a dataset would point into itself."""
+    out_r = Path(out).resolve()
+    for path in inputs:
+        if out_r == Path(path).resolve() or out_r in Path(path).resolve().parents:
+            raise OptionError(f"{what} {path} lies inside the output {out} (replacing it would delete the file): "
+                              "move it out, or pick another -o")
 
 
 @contextmanager

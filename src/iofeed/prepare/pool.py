@@ -18,7 +18,7 @@ from multiprocessing.process import BaseProcess
 from typing import Any, TypeVar
 
 from ..errors import WorkerError
-from ..parallel import safe_context
+from ..parallel import next_message, safe_context
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -29,11 +29,8 @@ def _worker_main(func: Callable[[Any], Any], conn: Connection) -> None:
     """Apply `func` to each item of each chunk received; report results or the failing position."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C and stops us
     while True:
-        try:
-            chunk = conn.recv()
-        except (EOFError, OSError):
-            return  # the parent is gone
-        if chunk is None:
+        chunk = next_message(conn)
+        if chunk is None:  # stop, or the parent is gone
             return
         results = []
         for position, item in enumerate(chunk):

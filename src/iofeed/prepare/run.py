@@ -8,6 +8,7 @@ from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -20,9 +21,10 @@ from ..format.table import ENCODINGS, MEMBER_EXTENSIONS, new_table, save_table
 from ..format.targets import save_targets
 from ..progress import progress as progress_bar
 from ..remote.urls import is_url
+from .duplicates import Duplicates, find_duplicates
 from .engines import select_engine
 from .file import Prepared, Task
-from .output import check_output, spool_dir, written_aside
+from .output import check_inputs, check_output, spool_dir, written_aside
 from .scan import Rejection, display_path, none_accepted, reason_kind
 from .sources.base import SourceOptions, SourceScan
 from .sources.registry import scan_source
@@ -48,6 +50,9 @@ class PreprocessSummary:
     seconds: float
     empty_classes: list[str] = field(default_factory=list)  # class folders without an image (no samples)
     stale_removed: list[Path] = field(default_factory=list)  # what interrupted runs had left beside OUT
+    several_classes: int = 0  # samples with more than one class (a multi-label dataset)
+    several_example: str = ""  # the first of them and its classes
+    duplicates: Duplicates = field(default_factory=Duplicates)  # images stored under several samples
 
     @property
     def images_per_sec(self) -> float:
@@ -104,6 +109,8 @@ def preprocess(
         raise OptionError(f"shard size must be at least 64 KiB, got {shard_bytes} bytes")
     if not isinstance(seed, (int, np.integer)) or seed < 0:
         raise OptionError(f"--seed must be an integer >= 0, got {seed!r}")
+    if labels is not None:  # before check_output: the more precise refusal
+        check_inputs(out, [labels], "--labels")
     check_output(src, out, overwrite)
     start = time.perf_counter()
     with spool_dir(out) as spool:
@@ -165,7 +172,20 @@ def _preprocess(scan: SourceScan, src: Path | str, out: Path, start: float, *, p
         seconds=seconds,
         empty_classes=scan.empty_classes,
         stale_removed=stale,
+        **_several_classes(scan, targets),
+        duplicates=find_duplicates([(f["digest"], f["name"], f["split"], f["classes"]) for f in results.facts]),
     )
+
+
+def _several_classes(scan: SourceScan, targets: Resolved) -> dict[str, Any]:
+    """How many samples have several classes, and the first with its class names: one path listed
+    twice with two labels makes the whole dataset multi-label, so the summary says so."""
+    several = [i for i, classes in enumerate(targets.classes) if len(classes) > 1]
+    if not several:
+        return {}
+    first = several[0]
+    names = ", ".join(targets.names[c] for c in targets.classes[first])
+    return {"several_classes": len(several), "several_example": f"{display_path(scan.names[first])}: {names}"}
 
 
 @dataclass
@@ -220,7 +240,8 @@ def _pack(
             row["encoding"] = ENCODINGS.index(prepared.encoding)
             row["width"], row["height"] = prepared.facts["width"], prepared.facts["height"]
             sources[name].append(display_path(rel))
-            facts.append({**prepared.facts, "encoding": prepared.encoding, "stored_bytes": size})
+            facts.append({**prepared.facts, "encoding": prepared.encoding, "stored_bytes": size,
+                          "name": display_path(rel), "split": name, "classes": tuple(classes)})
     splits = {}
     for name, writer in writers.items():
         shards = writer.close()

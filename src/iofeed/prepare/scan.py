@@ -3,11 +3,12 @@ from __future__ import annotations
 
 import os
 import re
+import unicodedata
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..errors import SourceError
+from ..errors import IofeedError, SourceError
 from ..format.manifest import MANIFEST_NAME
 from ..image.sniff import sniff_file
 
@@ -91,19 +92,29 @@ def scan_folder(src: Path) -> FolderScan:
     top-level class. Raises SourceError when no class folder or no image is found.
     """
     root = find_class_root(src)
-    scan = FolderScan(root=root, class_dirs=[])
+    scan = FolderScan(root=root, class_dirs=[], rejected=_beside_caltech(Path(src), root))
     entries = sorted(os.scandir(root), key=lambda e: e.name)
+    real_root, seen = os.path.realpath(root), {}
     for entry in entries:
         if entry.name.startswith("."):
             scan.rejected.append(Rejection(entry.name, "hidden file or folder"))
-        elif entry.is_dir(follow_symlinks=False) and os.path.isfile(os.path.join(entry.path, MANIFEST_NAME)):
+        elif entry.is_dir() and os.path.isfile(os.path.join(entry.path, MANIFEST_NAME)):
             scan.rejected.append(Rejection(entry.name, "an iofeed dataset, not a class folder"))
         elif entry.is_dir(follow_symlinks=False):
             scan.class_dirs.append(entry.name)
+            seen[os.path.realpath(entry.path)] = entry.name
         elif entry.is_symlink() and entry.is_dir():
-            scan.rejected.append(Rejection(entry.name, "symlinked folder (not followed)"))
+            reason = _linked_class_reason(entry, real_root, seen)
+            if reason:
+                scan.rejected.append(Rejection(entry.name, reason))
+            else:
+                scan.class_dirs.append(entry.name)
+        elif entry.is_symlink() and not os.path.exists(entry.path):  # a class folder on a disk not mounted?
+            target = display_path(os.path.realpath(entry.path))
+            scan.rejected.append(Rejection(entry.name, f"broken symlink (to {target}, which is missing)"))
         else:
             scan.rejected.append(Rejection(entry.name, "not in a class folder"))
+    _refuse_lookalike_classes(root, scan.class_dirs)
     for label, folder in enumerate(scan.class_dirs):
         _scan_class(root, folder, label, scan)
     if not scan.class_dirs:
@@ -111,6 +122,73 @@ def scan_folder(src: Path) -> FolderScan:
     if not scan.files:
         raise none_accepted(f"no images found in {root}", scan.rejected)
     return scan
+
+
+def linked_class_folders(src: Path | str) -> list[tuple[Path, str]]:
+    """(where it points, how to show it) of each symlinked folder at the top of a class-folder
+    tree `src` (none when `src` is not a local folder): the scan reads them as classes."""
+    try:
+        root = find_class_root(Path(src))
+        entries = list(os.scandir(root))
+    except (IofeedError, OSError):
+        return []
+    return [(Path(e.path).resolve(), f"{display_path(e.path)} (a link to {display_path(os.path.realpath(e.path))})")
+            for e in entries if e.is_symlink() and e.is_dir() and not e.name.startswith(".")]
+
+
+def _beside_caltech(src: Path, root: Path) -> list[Rejection]:
+    """The folders and images beside `256_ObjectCategories` when it is the class root (a class
+    folder added next to it): not read, so each is a rejection rather than lost without a word."""
+    if root == src:
+        return []
+    beside = sorted((e for e in os.scandir(src) if e.name != CALTECH_SUBFOLDER and not e.name.startswith(".")),
+                    key=lambda e: e.name)
+    return [Rejection(f"../{e.name}", f"beside {CALTECH_SUBFOLDER} (not read: only the class folders in it are)")
+            for e in beside if e.is_dir() or (e.is_file() and not_image(Path(e.path)) is None)]
+
+
+def _refuse_lookalike_classes(root: Path, class_dirs: list[str]) -> None:
+    """SourceError naming two class folders that would be two classes printed with one name: a
+    Caltech number dropped (`001.cat`, `002.cat`), or names that differ only in Unicode
+    normalisation (a macOS NFD copy beside an NFC one)."""
+    seen: dict[str, str] = {}
+    for folder in class_dirs:
+        name = class_name(folder)
+        other = seen.setdefault(unicodedata.normalize("NFC", os.fsencode(name).decode("utf-8", "replace")), folder)
+        if other == folder:
+            continue
+        if class_name(other) == name and name != folder:
+            why = f"would both be the class {ascii(name)} (the number before the dot is dropped, as Caltech's)"
+        else:
+            why = "differ only in Unicode normalisation (NFC/NFD) and would be two classes with one name"
+        raise SourceError(f"class folders {ascii(other)} and {ascii(folder)} in {root} {why}: merge or rename one")
+
+
+def linked_folders(root: Path) -> list[tuple[str, str]]:
+    """(name, where it points) of each symlinked folder at the top of `root` that is followed
+    (`_linked_class_reason`): a labels-file source reads them as the class-folder scan does."""
+    real_root, seen, found = os.path.realpath(root), {}, []
+    for entry in sorted(os.scandir(root), key=lambda e: e.name):
+        if not entry.name.startswith(".") and entry.is_symlink() and entry.is_dir():
+            if _linked_class_reason(entry, real_root, seen) is None:
+                found.append((entry.name, os.path.realpath(entry.path)))
+    return found
+
+
+def _linked_class_reason(entry: os.DirEntry, real_root: str, seen: dict[str, str]) -> str | None:
+    """Why a symlinked class folder at the top of the tree is not followed, or None to follow it
+    (a class folder linked from elsewhere is a class, as ImageNet trees built from links have).
+    One pointing into the source, at a folder holding it, or at a folder another class already
+    reads would duplicate or mislabel images, or loop."""
+    target = os.path.realpath(entry.path)
+    common = os.path.commonpath([target, real_root])
+    if common in (target, real_root):
+        where = "at the source or a folder holding it" if common == target else "inside the source"
+        return f"symlinked folder (not followed: it points {where}, {display_path(target)})"
+    if target in seen:
+        return f"symlinked folder (not followed: the same folder as class {display_path(seen[target])})"
+    seen[target] = entry.name
+    return None
 
 
 def _scan_class(root: Path, rel_dir: str, label: int, scan: FolderScan) -> None:

@@ -129,13 +129,13 @@ class DaliEngine:
 
     def run(self, epoch: int, batches: list[np.ndarray], start: int, rank: int,
             following: list[np.ndarray] | None = None) -> Iterator[Batch]:
-        """Yield `batches[start:]` of `epoch` in order. (`following` is not used: the pipeline
-        is reset between passes, and refills its prefetch queue at each one's start.)"""
+        """Yield `batches[start:]` of `epoch` in order. (`following` gives the last batches their
+        spares; nothing starts on it: the pipeline is reset between passes.)"""
         if self._pipe is None:
             self._build()
         self._settle()
         feed, pending = self._feed, self._feed.pending
-        feed.start(epoch, batches, start, rank)
+        feed.start(epoch, batches, start, rank, following)
         self._state = "running"
         restarts = 0
         while True:
@@ -155,12 +155,13 @@ class DaliEngine:
                     raise WorkerError(f"DALI keeps failing on batch {failed.batch_no}: {_first_line(exc)}") from None
                 self._shutdown()
                 self._build()
-                feed.start(epoch, batches, failed.batch_no, rank)
+                feed.start(epoch, batches, failed.batch_no, rank, following)
                 self._state = "running"
                 continue
             yield from self._unfed(pending)
             planned = pending.popleft()
-            yield Batch(self._host_or_device(images), planned.labels, planned.indices, planned.skipped)
+            yield Batch(self._host_or_device(images), planned.labels, planned.indices, planned.skipped,
+                        refilled=planned.refilled)
 
     def _unfed(self, pending: deque[Planned]) -> Iterator[Batch]:
         """Batches at the head of `pending` that DALI never saw: all skipped (empty), or an error."""
@@ -191,7 +192,9 @@ class DaliEngine:
         DLPack-capable DALI tensor (`__dlpack__` syncs the consumer's stream)."""
         tensor = images.as_tensor()
         if self.device_id is None:
-            return np.asarray(tensor)
+            # the dynamic executor's outputs are the batch's own, so a kept batch stays as it was;
+            # a static executor reuses its output buffers: its batches are copied
+            return np.asarray(tensor) if self._pipe.exec_dynamic else np.array(tensor)
         return np.asarray(tensor.as_cpu()) if self.host else tensor
 
     def _shutdown(self) -> None:

@@ -13,6 +13,7 @@ from ...errors import SampleError, WorkerError
 from ...image.boxes import Augment
 from ...samples import SampleReader, SampleSource
 from ..base import BatchKey, sample_failure
+from ..refill import fill, spares
 from .inputs import encoded_for_dali
 
 
@@ -26,6 +27,7 @@ class Planned:
     skipped: list[tuple[int, str]] = field(default_factory=list)
     fed: bool = False
     error: Exception | None = None
+    refilled: int = 0
 
 
 class Feed:
@@ -41,11 +43,15 @@ class Feed:
         self._reader = SampleReader(source)
         self.pending: deque[Planned] = deque()
         self._batches: list[np.ndarray] = []
+        self._following: list[np.ndarray] | None = None
         self._epoch = self._rank = self._next = 0
 
-    def start(self, epoch: int, batches: list[np.ndarray], start: int, rank: int) -> None:
-        """Feed `batches[start:]` of `epoch` from the next call on."""
+    def start(self, epoch: int, batches: list[np.ndarray], start: int, rank: int,
+              following: list[np.ndarray] | None = None) -> None:
+        """Feed `batches[start:]` of `epoch` from the next call on (`following`: the next epoch's
+        batches, spares for the last ones)."""
         self._epoch, self._batches, self._next, self._rank = epoch, batches, start, rank
+        self._following = following
         self.pending.clear()
 
     def stop(self) -> None:
@@ -74,13 +80,12 @@ class Feed:
         return Planned(batch_no, np.empty(0, np.int64), np.empty(0, np.int64), error=error)
 
     def _prepare(self, batch_no: int) -> tuple[Planned, tuple[list[np.ndarray], ...] | None]:
-        """Read, size and place every sample of batch `batch_no`; same RNG key as the workers engine."""
+        """Read, size and place every sample of batch `batch_no`, spares in skipped ones' places
+        (`refill.fill`); same RNG key as the workers engine."""
         rng = BatchKey(self._seed, self._epoch, self._rank, batch_no).rng()
         encoded, anchors, shapes, starts, ends = [], [], [], [], []
-        delivered: list[int] = []
-        skipped: list[tuple[int, str]] = []
-        for index in self._batches[batch_no]:
-            index = int(index)
+
+        def load(k: int, position: int, index: int, spare: bool) -> str | None:
             reason = self._bad.get(index)
             if reason is None:
                 try:
@@ -88,11 +93,10 @@ class Feed:
                 except SampleError as exc:
                     reason = str(exc)
             if reason is not None:
-                failure = sample_failure(self._on_error, self._source.path_of(index), reason)
+                failure = None if spare else sample_failure(self._on_error, self._source.path_of(index), reason)
                 if failure is not None:
-                    return self._failed(batch_no, failure), None
-                skipped.append((index, reason))
-                continue
+                    raise failure
+                return reason
             (left, top, right, bottom), flip = self._augment.box(width, height, rng)
             x0, y0 = max(0, math.floor(left)), max(0, math.floor(top))
             x1, y1 = min(width, math.ceil(right)), min(height, math.ceil(bottom))
@@ -103,10 +107,15 @@ class Feed:
             x_from, x_to = (right - x0, left - x0) if flip else (left - x0, right - x0)
             starts.append(np.array([top - y0, x_from], np.float32))
             ends.append(np.array([bottom - y0, x_to], np.float32))
-            delivered.append(index)
-        indices = np.asarray(delivered, np.int64)
-        planned = Planned(batch_no, indices, self._source.label[indices], skipped)
-        return planned, ((encoded, anchors, shapes, starts, ends) if delivered else None)
+            return None
+
+        try:
+            filled = fill(self._batches[batch_no], spares(self._batches, batch_no, self._following), load)
+        except SampleError as failure:
+            return self._failed(batch_no, failure), None
+        indices = np.asarray(filled.delivered, np.int64)
+        planned = Planned(batch_no, indices, self._source.label[indices], filled.skipped, refilled=filled.refilled)
+        return planned, ((encoded, anchors, shapes, starts, ends) if filled.delivered else None)
 
     def close(self) -> None:
         self._reader.close()

@@ -3,158 +3,36 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import mmap
+import math
 import signal
-import sys
 import time
-import traceback
 import weakref
 from collections.abc import Iterator
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
 from typing import Any
 
 import numpy as np
 
 from ... import errors
-from ...errors import (
-    IofeedError,
-    LoaderStateError,
-    OptionError,
-    SampleError,
-    StartError,
-    WorkerError,
-    is_out_of_memory,
-    memory_limit_note,
-    out_of_memory,
-)
-from ...format.files import raise_open_limit
-from ...image.boxes import Augment
+from ...errors import LoaderStateError, OptionError, SampleError, StartError, WorkerError, memory_limit_note
 from ...options import LoaderOptions
 from ...parallel import resolve_workers, safe_context
-from ...samples import SampleReader, SampleSource, shrunk_shards
+from ...samples import SampleSource, shrunk_shards
 from ...system import Share, usable_cores
 from ...transforms import SampleTransform
-from ..base import Batch, BatchKey, sample_failure
+from ..base import Batch, BatchKey
+from ..refill import spares
 from .autotune import Window, decide
-from .decode import load_augmented
 from .memory import SharedBlock
 from .packing import PackedLayout
-from .progress import IDLE, READING, TRANSFORMING, Progress, mark, worker_view
+from .pool import SlotPool
+from .progress import TRANSFORMING, Progress
 from .slots import Layout, SlotLayout, default_memory_budget, default_prefetch
+from .task import Done, Task, worker_main
+from .watchdog import Watchdog, stall_bounds
 
 TUNE_SECONDS = 1.0
-
-
-@dataclass(frozen=True)
-class _Task:
-    generation: int
-    batch_no: int
-    slot: int
-    indices: np.ndarray
-    key: BatchKey
-
-
-@dataclass(frozen=True)
-class _Done:
-    generation: int
-    batch_no: int
-    slot: int
-    delivered: np.ndarray
-    skipped: list[tuple[int, str]]
-    error: str | None = None
-    sample_error: bool = False
-    kind: str = ""  # the IofeedError subclass to raise (a dataset replaced, out of descriptors), else WorkerError
-    busy_seconds: float = 0.0
-    stale: bool = False  # left undone: its pass was abandoned
-    transform_seconds: float = 0.0  # CPU time in the user's transform
-    transform_wall_seconds: float = 0.0  # wall time in the user's transform
-    cpu_seconds: float = 0.0  # CPU time of the whole task
-
-
-def _worker_main(
-    block: mmap.mmap, stale: mmap.mmap, layout: Layout, source: SampleSource, augment: Augment, on_error: str,
-    conn: Connection, transform: SampleTransform | None = None, progress: mmap.mmap | None = None,
-) -> None:
-    """Worker loop: take a task, decode its samples into the slot, report. Exits with its parent.
-    `progress` says which sample it is on, and in which step, for the consumer if it dies."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    if "torch" in sys.modules:  # a torchvision transform: one process per core already, no intra-op threads
-        sys.modules["torch"].set_num_threads(1)
-    raise_open_limit(2 * len(source.files) + 64)  # every shard open (and mapped) at once, and its own
-    payload, labels = layout.views(memoryview(block))
-    stale_below = np.frombuffer(stale, np.int64, 1)
-    now = worker_view(progress)
-    reader = SampleReader(source)
-    try:
-        while True:
-            try:
-                task = conn.recv()
-            except (EOFError, OSError):
-                return  # the consumer is gone
-            if task is None:
-                return
-            started, cpu = time.perf_counter(), time.process_time()
-            reader.begin_batch(task.key.epoch)
-            transformed = (transform.cpu_seconds, transform.wall_seconds) if transform else (0.0, 0.0)
-            done = _run_task(task, layout, reader, source, augment, on_error, layout.slot(payload, task.slot),
-                             labels[task.slot], stale_below, transform, now)
-            now[1] = IDLE
-            reader.end_batch()
-            try:
-                conn.send(replace(done, busy_seconds=time.perf_counter() - started,
-                                  cpu_seconds=time.process_time() - cpu,
-                                  transform_seconds=(transform.cpu_seconds - transformed[0]) if transform else 0.0,
-                                  transform_wall_seconds=(transform.wall_seconds - transformed[1]) if transform
-                                  else 0.0))
-            except OSError:  # BrokenPipeError: the consumer is gone (killed, SIGTERM): nothing to report to
-                return
-    finally:
-        del payload, labels, stale_below, now
-        reader.close()
-
-
-def _run_task(
-    task: _Task, layout: Layout, reader: SampleReader, source: SampleSource, augment: Augment, on_error: str,
-    slot_payload: Any, labels: np.ndarray, stale_below: np.ndarray, transform: SampleTransform | None = None,
-    now: np.ndarray | None = None,
-) -> _Done:
-    """Fill one slot; failures become `skipped` entries or an error report, never an exception. A
-    task of a pass the consumer left (generation below `stale_below[0]`) stops at its next sample.
-    With a `transform`, each sample is cropped into a scratch image, transformed, then written."""
-    rng = task.key.rng()
-    delivered: list[int] = []
-    skipped: list[tuple[int, str]] = []
-    scratch = np.empty((augment.size, augment.size, 3), np.uint8) if transform is not None else None
-    now = worker_view(None) if now is None else now
-    for position, index in enumerate(task.indices):
-        if task.generation < stale_below[0]:
-            return _Done(task.generation, task.batch_no, task.slot, np.empty(0, np.int64), [], stale=True)
-        index = int(index)
-        mark(now, index, READING)
-        try:
-            if transform is None:
-                layout.write(slot_payload, len(delivered), reader, source, index, augment, rng)
-            else:
-                load_augmented(reader, source, index, augment, rng, scratch)
-                now[1] = TRANSFORMING
-                slot_payload[len(delivered)] = transform(scratch, task.key, position, source.path_of(index))
-        except SampleError as exc:
-            failure = sample_failure(on_error, source.path_of(index), str(exc))
-            if failure is not None:
-                return _Done(task.generation, task.batch_no, task.slot, np.empty(0, np.int64), [], str(failure), True)
-            skipped.append((index, str(exc)))
-            continue
-        except IofeedError as exc:  # already one line naming the file and the fix
-            return _Done(task.generation, task.batch_no, task.slot, np.empty(0, np.int64), [], str(exc),
-                         kind=type(exc).__name__)
-        except Exception as exc:  # noqa: BLE001 - reported to the consumer in one line
-            error = (out_of_memory(f"in a loader worker while reading {source.path_of(index)} ({_one_line(exc)})")
-                     if is_out_of_memory(exc) else f"{source.path_of(index)}: {_one_line(exc)}")
-            return _Done(task.generation, task.batch_no, task.slot, np.empty(0, np.int64), [], error)
-        labels[len(delivered)] = source.label[index]
-        delivered.append(index)
-    return _Done(task.generation, task.batch_no, task.slot, np.asarray(delivered, np.int64), skipped)
 
 
 @dataclass
@@ -167,7 +45,7 @@ class _Ahead:
     rank: int
     sent: list[np.ndarray] = field(default_factory=list)  # its batches 0, 1, … sent so far
     slots: set[int] = field(default_factory=set)  # the slots they fill
-    ready: dict[int, _Done] = field(default_factory=dict)
+    ready: dict[int, Done] = field(default_factory=dict)
 
     def matches(self, epoch: int, batches: list[np.ndarray], start: int, rank: int) -> bool:
         """Whether a pass of (epoch, batches from start, rank) begins with the batches sent."""
@@ -181,8 +59,9 @@ class _Worker:
 
     proc: Any
     conn: Connection
-    progress: Progress
+    progress: Progress  # which sample and step it is on, and how far it got
     busy: int = 0
+    sent: int = 0  # tasks sent to it, ever
     retiring: bool = False
 
 
@@ -217,6 +96,7 @@ class WorkerEngine:
         self.decisions: list[dict[str, Any]] = []  # the autotuner's: after_seconds, workers, reason
         self._began = time.perf_counter()  # when the workers started (decision times count from it)
         self._found = dict(found or {})  # the usable cores and memory budget, and why
+        self._stall = stall_bounds()  # checked now, before any work: warn and raise after (watchdog)
 
     @property
     def workers(self) -> int:
@@ -243,17 +123,24 @@ class WorkerEngine:
             "shared_memory_bytes": self.layout.total_bytes,
             "decisions": list(self.decisions[-10:]),
             "transform": None if self._transform is None else self._transform.name,
+            **{key: None if math.isinf(value) else value  # None: never (the watchdog)
+               for key, value in zip(("stall_warn_seconds", "stall_seconds"), self._stall)},
             **self._found,
         }
 
     def _depth(self) -> int:
-        """Batches in flight or ready at most: `default_prefetch` of the workers now, within the slots."""
+        """Batches in flight or ready at most: `default_prefetch` of the workers now, within the slots
+        less one (the consumer's batch it is still bound to while it asks for the next)."""
         return min(self.layout.slots - 1, default_prefetch(self.workers)) if self.autotune else self.layout.slots - 1
 
     def _start(self) -> None:
         self._block, self._stale = SharedBlock(self.layout.total_bytes), SharedBlock(8)
         self._payload, self._labels = self.layout.views(self._block.buffer)
+        self._pool = SlotPool(self.layout.slots)
+        self._region = (np.frombuffer(self._block.buffer, np.uint8).ctypes.data, self.layout.total_bytes)
         self._stale_below = np.frombuffer(self._stale.buffer, np.int64, 1)
+        self._watchdog = Watchdog(self._source, None if self._transform is None else self._transform.name,
+                                  self._stall)
         self._finalizer = weakref.finalize(self, _shutdown, self._workers, (self._block, self._stale))
         for _ in range(self._initial):
             self._add_worker()
@@ -264,7 +151,7 @@ class WorkerEngine:
             mine, theirs = ctx.Pipe(duplex=True)
             progress = Progress()
             proc = ctx.Process(
-                target=_worker_main,
+                target=worker_main,
                 args=(self._block, self._stale, self.layout, self._source, self._augment, self._on_error, theirs,
                       self._transform, progress.block),
                 daemon=True,
@@ -295,38 +182,41 @@ class WorkerEngine:
                 worker.conn.send(None)
             worker.conn.close()
             self._workers.remove(worker)
+            self._watchdog.forget(worker.progress)
             worker.proc.join(timeout=5.0)
 
     def run(self, epoch: int, batches: list[np.ndarray], start: int, rank: int,
             following: list[np.ndarray] | None = None) -> Iterator[Batch]:
-        """Yield `batches[start:]` in order; a view stays valid until the next batch is asked for.
-        Once all of them are under way, free slots start on `following` (epoch + 1's batches)."""
+        """Yield `batches[start:]` in order, each lent with its slot (see `SlotPool`). Once all of
+        them are under way, free slots start on `following` (epoch + 1's batches)."""
         if self._block is None:
             self._start()
             self._began = time.perf_counter()
             self._window.reset()  # starting the workers is not the consumer's time
+        pool = self._pool
         ahead, self._ahead = self._ahead, None
         if ahead is not None and ahead.matches(epoch, batches, start, rank):
             generation, ready, submitted = ahead.generation, ahead.ready, len(ahead.sent)
-            free = [slot for slot in range(self.layout.slots) if slot not in ahead.slots]
+            pool.start_pass(in_flight=ahead.slots)
             self.started_ahead += len(ahead.sent)
         else:
             self._generation += 1
             self._stale_below[0] = self._generation  # what earlier passes left queued stops at once
             self._drain()
             generation, ready, submitted = self._generation, {}, start
-            free = list(range(self.layout.slots))
+            pool.start_pass()
         needed = start
         coming = None if following is None else self._new_ahead(epoch + 1, rank)
         if needed >= len(batches):
             self._ahead = coming
         while needed < len(batches):
-            while free and submitted < len(batches) and submitted - needed < self._depth():
+            while submitted < len(batches) and submitted - needed < self._depth() and (slot := pool.take()) is not None:
                 key = BatchKey(self._seed, epoch, rank, submitted)
-                self._send(_Task(generation, submitted, free.pop(), batches[submitted], key))
+                self._send(Task(generation, submitted, slot, batches[submitted], key,
+                                spares(batches, submitted, following)))
                 submitted += 1
             if coming is not None and submitted == len(batches):
-                self._send_ahead(coming, following, free, in_flight=submitted - needed)
+                self._send_ahead(coming, following, submitted - needed)
             asked = time.perf_counter()
             while needed not in ready:
                 done = self._receive()
@@ -339,28 +229,43 @@ class WorkerEngine:
                 raise LoaderStateError.closed()
             if done.error is not None:
                 raise (SampleError if done.sample_error else getattr(errors, done.kind, WorkerError))(done.error)
+            if done.exhausted and len(spare := spares(batches, needed, following)) > done.spares:
+                # started early, it ran out of the spares its own epoch holds: again, with the next epoch's
+                key = BatchKey(self._seed, epoch, rank, needed)
+                self._send(Task(generation, needed, done.slot, batches[needed], key, spare))
+                continue
             self._window.add(len(done.delivered), time.perf_counter() - asked, done.busy_seconds)
-            n = len(done.delivered)
-            images = self.layout.images(self.layout.slot(self._payload, done.slot), n)
             if needed == len(batches) - 1:  # before the last yield: a consumer that stops after
                 self._ahead = coming  # len() batches (Lightning) never resumes this generator
-            yield Batch(images, self._labels[done.slot, :n], done.delivered, done.skipped, done.transform_seconds,
-                        done.cpu_seconds, transform_wall_seconds=done.transform_wall_seconds)
-            free.append(done.slot)
+            yield self._batch(done)
             needed += 1
             if self.autotune and self._window.elapsed() >= TUNE_SECONDS:
                 self._tune()
+
+    def _batch(self, done: Done) -> Batch:
+        """The consumer's batch of a finished task: its images lent with the slot (or copied),
+        labels copied (they are small). Nothing here keeps a reference to the images."""
+        n = len(done.delivered)
+        slot_payload = self.layout.slot(self._payload, done.slot)
+        images, lease = self._pool.hand_out(done.slot, lambda wrap: self.layout.images(slot_payload, n, wrap))
+        return Batch(images, self._labels[done.slot, :n].copy(), done.delivered, done.skipped,
+                     done.transform_seconds, done.cpu_seconds, transform_wall_seconds=done.transform_wall_seconds,
+                     lease=lease, copied=lease is None,
+                     refilled=done.refilled, region=self._region if lease is not None else None)
 
     def _new_ahead(self, epoch: int, rank: int) -> _Ahead:
         self._generation += 1
         return _Ahead(self._generation, epoch, rank)
 
-    def _send_ahead(self, ahead: _Ahead, following: list[np.ndarray], free: list[int], in_flight: int) -> None:
+    def _send_ahead(self, ahead: _Ahead, following: list[np.ndarray], in_flight: int) -> None:
         """Send `following`'s next batches to free slots, within the prefetch depth."""
-        while free and len(ahead.sent) < len(following) and in_flight + len(ahead.sent) < self._depth():
-            batch_no, slot = len(ahead.sent), free.pop()
+        while len(ahead.sent) < len(following) and in_flight + len(ahead.sent) < self._depth():
+            batch_no, slot = len(ahead.sent), self._pool.take()
+            if slot is None:
+                return
             key = BatchKey(self._seed, ahead.epoch, ahead.rank, batch_no)
-            self._send(_Task(ahead.generation, batch_no, slot, following[batch_no], key))
+            spare = spares(following, batch_no, None)  # of its own epoch only: the one after is not known yet
+            self._send(Task(ahead.generation, batch_no, slot, following[batch_no], key, spare))
             ahead.sent.append(following[batch_no])
             ahead.slots.add(slot)
 
@@ -371,23 +276,27 @@ class WorkerEngine:
                                    "workers": decision.workers, "reason": decision.reason})
         self._resize(decision.workers)
 
-    def _send(self, task: _Task) -> None:
+    def _send(self, task: Task) -> None:
         """Give `task` to the least busy worker that is not retiring."""
         worker = min((w for w in self._workers if not w.retiring), key=lambda w: w.busy)
         try:
             worker.conn.send(task)
         except OSError:  # its end of the pipe is gone: it died since the last receive
             self._raise_dead(worker)
+        if worker.busy == 0:
+            self._watchdog.started(worker.progress)  # the time it may take starts now
         worker.busy += 1
+        worker.sent += 1
 
-    def _receive(self) -> _Done:
+    def _receive(self) -> Done:
         """The next finished task; raises WorkerError as soon as a worker dies."""
         while True:
             if self._closed:
                 raise LoaderStateError.closed()
             by_handle = {w.conn: w for w in self._workers} | {w.proc.sentinel: w for w in self._workers}
             try:
-                ready = wait(list(by_handle))
+                self._watch()
+                ready = wait(list(by_handle), timeout=self._watchdog.poll_seconds)
             except (OSError, ValueError):  # a pipe closed by close() on another thread
                 if self._closed:
                     raise LoaderStateError.closed() from None
@@ -403,6 +312,15 @@ class WorkerEngine:
                     self._retire_if_idle(worker)
                     return done
                 self._raise_dead(worker)
+
+    def _watch(self) -> None:
+        """Warn about busy workers that made no progress for a while; past the bound, stop and raise."""
+        try:
+            self._watchdog.check([(w.progress, w.proc.pid, f"worker {k}", w.sent)
+                                  for k, w in enumerate(self._workers) if w.busy])
+        except WorkerError:
+            self.close()
+            raise
 
     def _raise_dead(self, worker: _Worker) -> None:
         if self._closed:  # stopped by close() from another thread, not dead
@@ -466,14 +384,6 @@ _LIMITS = {
     errno.EAGAIN: "the process limit (`ulimit -u`, the container's pids limit) is reached: lower workers",
     errno.ENOMEM: "out of memory: lower workers or batch_size",
 }
-
-
-def _one_line(exc: BaseException) -> str:
-    """An unexpected worker exception as one line: what, and where in iofeed's code it was raised."""
-    frame = traceback.extract_tb(exc.__traceback__)[-1] if exc.__traceback__ else None
-    where = f" (in {frame.filename.rsplit('/', 1)[-1]}:{frame.lineno})" if frame else ""
-    text = " ".join(str(exc).split()) or "no detail"
-    return f"{type(exc).__name__}: {text}{where}"
 
 
 def _death(code: int, doing: str, in_transform: bool) -> str:

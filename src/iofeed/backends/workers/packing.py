@@ -6,6 +6,7 @@ samples of a mixed dataset are decoded at their stored size.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -40,6 +41,10 @@ class PackedImages:
     def used_bytes(self) -> int:
         """Bytes of `data` that hold pixels."""
         return _end(self.meta[-1]) if len(self.meta) else 0
+
+    def copy(self) -> PackedImages:
+        """The same batch in memory of its own (the pixels it uses only)."""
+        return PackedImages(np.array(self.data[: self.used_bytes]), self.meta.copy())
 
 
 def sample_bytes(source: SampleSource) -> np.ndarray:
@@ -103,6 +108,8 @@ class PackedLayout:
         meta[k] = (start, height, width, box, flip)
 
     @staticmethod
-    def images(slot_payload: tuple[np.ndarray, np.ndarray], n: int) -> PackedImages:
-        """The first `n` samples of a slot, for the consumer."""
-        return PackedImages(slot_payload[0], slot_payload[1][:n])
+    def images(slot_payload: tuple[np.ndarray, np.ndarray], n: int,
+               wrap: Callable[[np.ndarray], np.ndarray] = np.asarray) -> PackedImages:
+        """The first `n` samples of a slot, for the consumer: the pixels `wrap`ped (leased), the
+        small per-sample rows copied."""
+        return PackedImages(wrap(slot_payload[0]), slot_payload[1][:n].copy())

@@ -1,6 +1,7 @@
 """The slots workers decode into: a ring of whole batches in one shared-memory block, and its size."""
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -64,9 +65,9 @@ class SlotLayout:
         load_augmented(reader, source, index, augment, rng, slot_payload[k])
 
     @staticmethod
-    def images(slot_payload: np.ndarray, n: int) -> np.ndarray:
-        """The first `n` images of a slot, for the consumer (a view)."""
-        return slot_payload[:n]
+    def images(slot_payload: np.ndarray, n: int, wrap: Callable[[np.ndarray], np.ndarray] = np.asarray) -> np.ndarray:
+        """The first `n` images of a slot, for the consumer: a view, `wrap`ped (leased)."""
+        return wrap(slot_payload[:n])
 
 
 Layout = SlotLayout | PackedLayout

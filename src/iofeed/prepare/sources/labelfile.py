@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from ...errors import OptionError, SourceError
-from ..scan import Rejection, display_path, not_image
+from ..scan import Rejection, display_path, linked_folders, not_image
 from .base import SourceOptions, SourceScan
 from .targets import Targets, missing, parse_cell
 
@@ -88,11 +88,23 @@ class _Files:
 
     def why_not(self, listed: str, fits: list[str], labels: Path, src: str) -> str:
         """The rejection reason of a row whose path names no one file."""
+        if not fits and os.path.lexists(Path(src) / listed):
+            return f"listed in {labels}, but {_unread(Path(src), listed)}"
         if not fits:
             return f"listed in {labels} but not found under {src}"
         if normal_path(listed) in self.by_key:  # two names that differ only in Unicode form (NFC / NFD)
             return f"listed in {labels}, which fits {', '.join(fits)} alike: rename one of them"
         return f"listed in {labels} without an extension, which fits {', '.join(fits)}: list the file's full name"
+
+
+def _unread(src: Path, listed: str) -> str:
+    """Why a file that is there under `src` is not read (hidden, under a link that is not followed)."""
+    parts = Path(listed).parts
+    if any(part.startswith(".") and part not in (".", "..") for part in parts):
+        return "hidden (a name starting with '.': rename it)"
+    if any((src / Path(*parts[:i])).is_symlink() for i in range(1, len(parts))):
+        return "under a symlinked folder that is not followed (one below the top of SRC, or pointing into it)"
+    return "not a regular file"
 
 
 def normal_path(path: str) -> str:
@@ -194,13 +206,16 @@ def _combine(targets: list[Any]) -> Any:
 
 
 def _files_under(root: Path, labels: Path) -> set[str]:
-    """Every regular file under `root` (relative, '/'-separated), hidden ones and `labels` aside."""
+    """Every regular file under `root` (relative, '/'-separated), hidden ones and `labels` aside.
+    A symlinked folder at the top of `root` is followed as a class folder is (`scan.linked_folders`)."""
     found = set()
     skip = labels.resolve()
-    for folder, dirs, names in os.walk(root):
-        dirs[:] = [d for d in dirs if not d.startswith(".")]
-        for name in names:
-            full = Path(folder) / name
-            if not name.startswith(".") and full.resolve() != skip:
-                found.add(display_path(full.relative_to(root).as_posix()))
+    tops = [(root, root)] + [(root / name, Path(target)) for name, target in linked_folders(root)]
+    for top, real in tops:
+        for folder, dirs, names in os.walk(real):
+            dirs[:] = [d for d in dirs if not d.startswith(".")]
+            for name in names:
+                full = Path(folder) / name
+                if not name.startswith(".") and full.resolve() != skip:
+                    found.add(display_path((top / full.relative_to(real)).relative_to(root).as_posix()))
     return found

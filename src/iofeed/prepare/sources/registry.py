@@ -86,8 +86,23 @@ def scan_source(src: str | Path, options: SourceOptions, kind: str = "auto") -> 
             given = f"{option} {value}" if value else option
             raise OptionError(f"{given}: {src} is a {kind} source, where it does not apply ({option} is for "
                               f"{', '.join(SOURCES.having(cap))} sources)")
-    scanned = entry.load()(src, options)
+    try:
+        scanned = entry.load()(src, options)
+    except SourceError as exc:
+        raise _with_shard_hint(exc, src, kind) from None
     scanned.settle(options.label_names)
     if not len(scanned):
         raise none_accepted(f"no images found in {src}", scanned.rejected)
     return scanned
+
+
+def _with_shard_hint(exc: SourceError, src: str, kind: str) -> SourceError:
+    """`exc`, or for a folder read as class folders that holds tar shards at its top (a shard
+    folder with a `logs/` beside the shards), the same error naming the shards and the fix."""
+    if kind != "folder" or not os.path.isdir(src):
+        return exc
+    tars = sorted(e.name for e in os.scandir(src) if e.is_file() and not e.name.startswith(".") and is_tar(e.path))
+    if not tars:
+        return exc
+    return SourceError(f"{exc}; it holds tar shards ({', '.join(tars[:2])}{', ...' if len(tars) > 2 else ''}) beside "
+                       "its folders, so it was read as class folders: pass --source webdataset to read the shards")

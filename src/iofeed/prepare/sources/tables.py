@@ -150,7 +150,11 @@ class _Setup:
 def _scan_setup(src: str, kind: str, schema: Any, features: Any, options: SourceOptions, where: Path) -> _Setup:
     """The image and label columns of `schema` (given, or found), and the class names if known."""
     names = list(schema.names)
-    image = options.image_column or next((n for n in names if _holds_images(schema.field(n).type)), None)
+    found = [n for n in names if _holds_images(schema.field(n).type)]
+    if options.image_column is None and len(found) > 1:  # a mask or a thumbnail beside the photo
+        raise SourceError(f"{src}: several image columns ({', '.join(found)}): choose one with --image-column, "
+                          f"e.g. --image-column {found[0]}")
+    image = options.image_column or (found[0] if found else None)
     if image is None or image not in names:
         raise SourceError(f"{src}: no image column {image or '(binary or {bytes, path})'} among "
                           f"{', '.join(names)} (name it with --image-column)")

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import unicodedata
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from decimal import Decimal
@@ -58,8 +59,8 @@ def member_label(data: bytes, ext: str) -> Any:
     (`+1`, `1.0`, `1e0`), `txt` is a class name, another member (`--label-column`) a cell
     (`parse_cell`). ValueError (the rejection reason) when the bytes are not UTF-8: a replacement
     character would make a new class."""
-    try:
-        text = data.decode("utf-8").strip()
+    try:  # utf-8-sig: a byte-order mark (Windows tools write one) would make `3` the name "\ufeff3"
+        text = data.decode("utf-8-sig").strip()
     except UnicodeDecodeError:
         raise ValueError(f"{NOT_A_CLASS} (its {ext} member is not UTF-8 text)") from None
     if ext == "cls" and _INTEGER.fullmatch(text):
@@ -219,6 +220,13 @@ def _check_values(first: dict[Value, int], name: Callable[[int], str]) -> None:
         raise SourceError(f"labels mix class indices ({_few(ints)}) and class names ({_few(texts)}), e.g. "
                           f"{name(first[ints[0]])}: {ints[0]} and {name(first[texts[0]])}: {texts[0]!r}: give "
                           "every sample an index or every sample a name (--label-names: every label a name)")
+    normal: dict[str, str] = {}
+    for text in texts:
+        other = normal.setdefault(unicodedata.normalize("NFC", text), text)
+        if other != text:
+            raise SourceError(f"class names {ascii(other)} ({name(first[other])}) and {ascii(text)} "
+                              f"({name(first[text])}) differ only in Unicode normalisation (NFC/NFD): they would be "
+                              "two classes printed the same; write them alike")
     if ints and ints[-1] + 1 > dense_limit(len(ints)):
         raise SourceError(f"label {ints[-1]} ({name(first[ints[-1]])}) would make {ints[-1] + 1:,} classes for "
                           f"{len(ints)} distinct labels: integer labels are class indices 0..max, at most "

@@ -6,9 +6,10 @@ index or a name), `txt` (a name) or `json` (its `label`, or the key `--label-col
 from __future__ import annotations
 
 import json
+from collections import Counter
 from typing import Any
 
-from ...errors import OptionError
+from ...errors import OptionError, SourceError
 from ...image.sniff import SNIFF_BYTES, sniff_bytes
 from ...remote.urls import is_url
 from ..scan import Rejection
@@ -25,6 +26,7 @@ def scan(src: str, options: SourceOptions) -> SourceScan:
     """Every sample of the shards `src` names; remote shards are copied into the spool first, and
     a shard that cannot be read whole is rejected with the samples it held (see `tarread`)."""
     result = SourceScan(root=str(src), kind="webdataset", targets=shard_targets(options.label_column))
+    captions: list[tuple[str, Any]] = []
     for shard in list_shards(src):
         local = fetch_or_reject(shard, options.spool, result.rejected) if is_url(shard) else shard
         if local is None:
@@ -42,7 +44,32 @@ def scan(src: str, options: SourceOptions) -> SourceScan:
                     result.rejected.append(Rejection(name, str(exc)))
                     continue
                 result.add(read.path, name, target, extra, members[image])
+                if from_txt(members, options.label_column):
+                    captions.append((name, target))
+    if not options.label_names:
+        refuse_captions(captions, src)
     return result
+
+
+def from_txt(members: Members, label_key: str | None) -> bool:
+    """Whether a sample's label is its free-text `txt` member (no --label-column, no `cls`)."""
+    return label_key is None and "cls" not in members and "txt" in members
+
+
+def refuse_captions(labels: list[tuple[str, Any]], src: str) -> None:
+    """SourceError when the labels taken from `txt` members (sample name, label) look like
+    captions, as img2dataset writes them: at least 2 of them, and more than half the samples with
+    a text no other sample has (each caption would become a class of one sample)."""
+    counts = Counter(label for _, label in labels)
+    single = [(name, label) for name, label in labels if counts[label] == 1]
+    if len(labels) >= 2 and 2 * len(single) > len(labels):
+        name, label = single[0]
+        shown = label if len(str(label)) <= 40 else f"{str(label)[:37]}..."
+        raise SourceError(f"{src}: the txt members look like captions, not class names ({len(single)} of "
+                          f"{len(labels)} samples have a text no other has, e.g. {name}: {shown!r}): pass "
+                          "--label-column json to keep each json as the sample's extra (img2dataset shards), "
+                          "--label-column KEY for a label under KEY in each json, or --label-names to make each "
+                          "text a class")
 
 
 def shard_targets(label_column: str | None) -> Targets:

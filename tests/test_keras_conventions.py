@@ -1,0 +1,32 @@
+"""What a Keras 3 script meets on `framework="keras"`, on each backend (a process each: KERAS_BACKEND
+is read when keras is first imported): float32 0-255 by default for a model that starts with
+`Rescaling(1/255)`, a warning when the recipe normalises for such a model, every batch of the first
+epoch trained, `take`/`repeat` everywhere, and `batch_transform=` applied everywhere."""
+from __future__ import annotations
+
+import pytest
+
+from helpers.keras_fit import run_on_backend
+
+pytestmark = [pytest.mark.keras, pytest.mark.slow]  # a process importing its framework, a few short fits
+
+
+@pytest.mark.parametrize("backend", [
+    pytest.param("tensorflow", marks=pytest.mark.tf),
+    pytest.param("jax", marks=pytest.mark.jax),
+    pytest.param("torch", marks=pytest.mark.torch),
+])
+def test_keras_conventions_on_each_backend(colour_dataset, tmp_path, backend):
+    got = run_on_backend("helpers.keras_conventions", colour_dataset, tmp_path / "conventions.json", backend)
+    assert got["backend"] == backend
+    low, high, dtype = got["pixels"]
+    assert dtype == "float32" and 0 <= low and 128 < high <= 255, "the defaults: float32 0-255, for Rescaling(1/255)"
+    per_epoch, warned = got["fit"]
+    assert per_epoch == [got["len"]] * 2 == [8, 8], "every batch of every epoch (the first lost one on JAX/torch)"
+    assert warned == [], "no 'ran out of data', and no scale warning with the defaults"
+    assert len([w for w in got["normalised"] if "starts with Rescaling" in w]) == 1, "warned once, naming the layer"
+    assert got["take"] == [3, 3] and got["repeat"] == [5, 5]
+    if backend != "tensorflow":
+        assert "no .map()" in got["map"] and "batch_transform=" in got["map"]
+    assert got["zeroed_max"] == 0.0, "batch_transform= applied"
+    assert "batch transform ran and failed" in got["failing"]

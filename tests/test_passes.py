@@ -1,0 +1,87 @@
+"""What a new `iter()` means (a new pass, as with torch's DataLoader) and how an evaluation split is
+shared among ranks (each sample exactly once); checked from the pixels, which encode the label."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import iofeed
+from helpers.images import label_from_pixels
+from iofeed.order import OrderSpec
+
+
+def _pass(ld, batches: int | None = None) -> list[int]:
+    """The sample indices of up to `batches` batches of a new pass, each label checked from its pixels."""
+    seen = []
+    for k, (images, labels) in enumerate(ld, start=1):
+        assert [label_from_pixels(image) for image in np.asarray(images)] == np.asarray(labels).tolist()
+        seen += ld.last_indices.tolist()
+        if k == batches:
+            break
+    return seen
+
+
+def test_an_evaluation_pass_left_early_is_read_whole_by_the_next_iteration(colour_dataset):
+    """Lightning's sanity check takes 2 validation batches and breaks: the first real validation
+    then covered the split from its third batch on."""
+    with iofeed.loader(colour_dataset, split="val", batch_size=2, workers=1) as ld:
+        assert len(_pass(ld, batches=2)) == 4
+        whole = _pass(ld)
+        assert whole == list(range(8)), "every sample of the split, in order, once"
+        assert _pass(ld) == whole
+
+
+def test_a_training_pass_left_early_begins_again_and_a_whole_one_moves_on(colour_dataset):
+    options = {"batch_size": 4, "workers": 1, "seed": 3}
+    with iofeed.loader(colour_dataset, **options) as fresh:
+        epochs = [_pass(fresh), _pass(fresh)]
+    with iofeed.loader(colour_dataset, **options) as ld:
+        assert _pass(ld, batches=3) == epochs[0][:12]
+        assert _pass(ld) == epochs[0], "a new iter() after an abandoned pass: that epoch from its start"
+        assert _pass(ld) == epochs[1], "after a whole pass: the next epoch"
+        assert sorted(epochs[1]) == list(range(32)) and epochs[0] != epochs[1]
+
+
+def test_a_resumed_pass_left_early_resumes_again(colour_dataset):
+    """Only `load_state_dict` (or `set_epoch`) positions a pass mid-epoch: a consumer that peeks
+    at a batch (Keras, a distribution strategy) before the real pass does not lose the resume."""
+    options = {"batch_size": 4, "workers": 1, "seed": 3}
+    with iofeed.loader(colour_dataset, **options) as ld:
+        whole = _pass(ld)
+        ld.set_epoch(0)
+        _pass(ld, batches=3)
+        state = ld.state_dict()
+    with iofeed.loader(colour_dataset, **options) as ld:
+        ld.load_state_dict(state)
+        assert _pass(ld, batches=1) == whole[12:16]
+        assert _pass(ld) == whole[12:], "the resumed rest of the epoch, not the epoch from its start"
+        assert ld.epoch == 1
+
+
+@pytest.mark.parametrize("world", [2, 3, 5])
+@pytest.mark.parametrize("batch_size", [1, 3, 4])
+def test_evaluation_orders_deal_each_sample_once(world, batch_size):
+    """257 samples on 2 ranks scored 258 (sample 0 twice): no padding on evaluation splits."""
+    samples = 257
+    ranks = [OrderSpec(samples, batch_size, shuffle="none", drop_last=False, rank=r, world_size=world, pad=False)
+             for r in range(world)]
+    dealt = [np.concatenate(spec.batches(0)) for spec in ranks]
+    assert sorted(np.concatenate(dealt).tolist()) == list(range(samples))
+    assert [len(spec) for spec in ranks] == [-(-len(d) // batch_size) for d in dealt]
+    assert max(len(d) for d in dealt) - min(len(d) for d in dealt) <= 1
+    done = 2 * batch_size * world  # after k batches on every rank: a prefix of the global order, as for training
+    rest = [np.concatenate(spec.batches(0, done)) for spec in ranks]
+    assert sorted(np.concatenate(rest).tolist()) == list(range(done, samples))
+
+
+def test_the_val_split_is_not_padded_across_ranks_and_train_is(colour_dataset):
+    val = [iofeed.loader(colour_dataset, split="val", batch_size=2, workers=1, rank=r, world_size=3) for r in range(3)]
+    train = [iofeed.loader(colour_dataset, batch_size=4, workers=1, rank=r, world_size=3, drop_last=False)
+             for r in range(3)]
+    try:
+        shares = [_pass(ld) for ld in val]
+        assert sorted(sum(shares, [])) == list(range(8)) and [len(ld) for ld in val] == [2, 2, 1]
+        assert len({len(ld) for ld in train}) == 1, "training keeps equal batches on every rank"
+    finally:
+        for ld in val + train:
+            ld.close()

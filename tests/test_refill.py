@@ -1,0 +1,125 @@
+"""Every rank delivers exactly `len()` batches, as full as planned, whatever is skipped: a skipped
+sample's place goes to a spare one (backends/refill.py), on both engines, and a resume mid-epoch
+still yields exactly the rest of the epoch."""
+from __future__ import annotations
+
+import hashlib
+import os
+
+import numpy as np
+import pytest
+
+import iofeed
+from helpers.images import label_from_pixels, make_colour_tree
+from helpers.runs import state_after
+
+BACKENDS = ["workers", pytest.param("dali", marks=pytest.mark.dali)]
+SMALL = {"image_size": 32, "workers": 1}
+
+
+def _epoch(ld) -> list[tuple[list[int], str]]:
+    """(sample indices, pixel digest) of each batch of the loader's next epoch; labels checked against pixels."""
+    out = []
+    for images, labels in ld:
+        assert [label_from_pixels(image) for image in images] == labels.tolist()
+        out.append((ld.last_indices.tolist(), hashlib.sha256(np.ascontiguousarray(images)).hexdigest()))
+    return out
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_two_ranks_deliver_len_batches_despite_a_truncated_jpeg(tmp_path, backend):
+    """Issue 29.16: batch_size=1 and one truncated JPEG gave rank 0 31 batches and rank 1 30 while
+    len() said 31 for both: DDP's collectives fell out of step."""
+    if backend == "dali":
+        pytest.importorskip("nvidia.dali")
+    root = make_colour_tree(tmp_path / "t", per_class=15, corrupt=1)  # 61 files
+    counts, stats = [], []
+    for rank in (0, 1):
+        with iofeed.loader(root, batch_size=1, rank=rank, world_size=2, drop_last=False, backend=backend,
+                           **SMALL) as ld:
+            batches = _epoch(ld)
+            counts.append((len(batches), len(ld), {len(indices) for indices, _ in batches}))
+            stats.append(ld.stats)
+    assert counts == [(31, 31, {1}), (31, 31, {1})]
+    assert sum(s.skipped["corrupt or truncated image"] for s in stats) == sum(s.refilled for s in stats) == 1
+
+
+def _bad_near_the_end(root, batch_size: int) -> tuple[int, int]:
+    """A seed whose epoch 0 has the corrupt file in the last batch (its refill reaches into the
+    next epoch), and the number of batches."""
+    with iofeed.loader(root, batch_size=batch_size, drop_last=False, max_skipped=0.1, **SMALL) as ld:
+        bad = next(i for i in range(len(ld.source)) if os.path.basename(ld.source.path_of(i)) == "bad0.jpg")
+        for seed in range(200):
+            order = ld.order.__class__(**{**ld.order.__dict__, "seed": seed})
+            if bad in order.batches(0)[-1]:
+                return seed, len(order)
+    raise AssertionError("no seed puts the corrupt file in the last batch")
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_resume_after_a_refill_yields_the_rest_exactly(tmp_path, backend):
+    if backend == "dali":
+        pytest.importorskip("nvidia.dali")
+    root = make_colour_tree(tmp_path / "t", per_class=4, corrupt=1)  # 17 files
+    seed, batches = _bad_near_the_end(root, batch_size=2)
+    options = {"batch_size": 2, "drop_last": False, "seed": seed, "backend": backend, "max_skipped": None, **SMALL}
+    with iofeed.loader(root, **options) as ld:
+        full = _epoch(ld)
+        assert ld.stats.refilled == 1 and len(full) == batches and all(len(i) == 2 for i, _ in full[:-1])
+        ld.set_epoch(0)
+        state = state_after(ld, batches - 3)
+    with iofeed.loader(root, **options) as resumed:
+        resumed.load_state_dict(state)
+        assert _epoch(resumed) == full[batches - 3:]
+        assert resumed.stats.refilled == 1
+
+
+def _gloo_rank(rank: int, world: int, init: str, source: str, out: str) -> None:
+    """One gloo rank: an all-reduce of the batch size at every batch, as DDP's backward does."""
+    import datetime
+    import json
+
+    import torch
+    import torch.distributed as dist
+
+    torch.set_num_threads(1)
+    # a bound on failure only (collectives out of step raise instead of waiting for ever)
+    dist.init_process_group("gloo", init_method=init, rank=rank, world_size=world,
+                            timeout=datetime.timedelta(seconds=120))
+    try:
+        sizes = []
+        with iofeed.loader(source, batch_size=1, framework="torch", drop_last=False, **SMALL) as ld:
+            for _, labels in ld:
+                total = torch.tensor([len(labels)])
+                dist.all_reduce(total)
+                sizes.append(int(total))
+            mine = {"steps": len(sizes), "len": len(ld), "sizes": sizes, "refilled": ld.stats.refilled}
+        gathered: list = [None] * world
+        dist.all_gather_object(gathered, mine)
+        if rank == 0:
+            with open(out, "w") as f:
+                json.dump(gathered, f)
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.torch
+@pytest.mark.slow
+def test_gloo_collectives_stay_in_step_despite_a_truncated_jpeg(tmp_path, monkeypatch):
+    """The issue's own run: two gloo ranks, batch_size=1, one truncated JPEG, an all-reduce per batch."""
+    import json
+
+    import torch
+    import torch.multiprocessing as tmp
+
+    if not torch.distributed.is_available():
+        pytest.skip("torch.distributed is not available")
+    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
+        monkeypatch.delenv(name, raising=False)
+    root = make_colour_tree(tmp_path / "t", per_class=15, corrupt=1)  # 61 files: 31 batches per rank
+    out = tmp_path / "ranks.json"
+    tmp.spawn(_gloo_rank, args=(2, f"file://{tmp_path / 'rendezvous'}", str(root), str(out)), nprocs=2, join=True)
+    ranks = json.loads(out.read_text())
+    assert [(r["steps"], r["len"]) for r in ranks] == [(31, 31), (31, 31)]
+    assert ranks[0]["sizes"] == ranks[1]["sizes"] == [2] * 31, "every step: one sample on each rank"
+    assert sum(r["refilled"] for r in ranks) == 1
