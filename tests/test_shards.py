@@ -11,6 +11,7 @@ import pytest
 from PIL import Image
 
 from iofeed.errors import DatasetError, OptionError
+from iofeed.format.identity import probe_of
 from iofeed.format.shards import ShardInfo, ShardWriter, read_index, read_member
 
 
@@ -36,7 +37,9 @@ def test_round_trip(tmp_path: Path, samples) -> None:
     shards, places = write(tmp_path, samples)
     tar = tmp_path / "train-000000.tar"
     digest = hashlib.sha256(tar.read_bytes()).hexdigest()
-    assert shards == [ShardInfo("train-000000.tar", "train-000000.idx", 7, shards[0].bytes, digest)]
+    with open(tar, "rb") as f:
+        probe = probe_of(f.fileno(), shards[0].bytes)
+    assert shards == [ShardInfo("train-000000.tar", "train-000000.idx", 7, shards[0].bytes, digest, probe)]
     assert tar.stat().st_size == shards[0].bytes and shards[0].bytes % 10240 == 0
     assert sorted(p.name for p in tmp_path.iterdir()) == ["train-000000.idx", "train-000000.tar"]
 

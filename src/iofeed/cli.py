@@ -12,6 +12,7 @@ from .errors import DatasetError, IofeedError, OptionError
 from .format.manifest import IMAGES_AS_IS, Manifest
 
 if TYPE_CHECKING:
+    from .format.verify import Verification
     from .prepare.run import PreprocessSummary
 
 LABEL_NAMES_HELP = ("take every label as a class name as written: booleans (false, true), numbers (1.5), "
@@ -197,15 +198,27 @@ def _cmd_inspect(args: argparse.Namespace) -> None:
         if checked.problems:
             raise DatasetError(f"{dataset} failed verification: {len(checked.problems)} problem(s), first: "
                                f"{checked.problems[0]} (run `iofeed preprocess` again)")
-        unhashed = checked.shards - checked.hashed
-        hashed = ("shard sizes and sha256 match the manifest" if not unhashed else
-                  f"shard sizes match; {_count(unhashed, 'shard')} without a sha256 (written before checksums, "
-                  "or indexed in place) not hashed")
-        raw = checked.samples - checked.decoded
-        decoded = ", ".join(([f"all {checked.decoded:,} JPEG samples decode"] if checked.decoded else [])
-                            + ([f"{raw:,} raw samples have their sizes"] if raw else []))
-        print(f"  verified      {checked.samples:,} samples in {_count(checked.shards, 'shard')}: {hashed}; tables, "
-              f"indexes and labels agree; {decoded}")
+        print(f"  verified      {_verified_line(checked)}")
+
+
+def _verified_line(checked: Verification) -> str:
+    """What a verification without problems checked, exactly: what it read, hashed, decoded and
+    compared, and what it could not (shards at URLs are never fetched)."""
+    local, unhashed = checked.shards - checked.streamed, checked.shards - checked.streamed - checked.hashed
+    parts = ([] if not local else
+             ["shard sizes and sha256 match the manifest" if not unhashed else
+              f"shard sizes match; {_count(unhashed, 'shard')} without a sha256 (written before checksums) not hashed",
+              "tables, indexes and labels agree"])
+    parts += [f"{checked.relabelled:,} labels read again from the shards"] if checked.relabelled else []
+    parts += [f"{checked.targets:,} targets-file rows match their shards"] if checked.targets else []
+    raw = checked.samples - checked.decoded - checked.unread
+    parts += [f"all {checked.decoded:,} JPEG samples decode"] if checked.decoded else []
+    parts += [f"{raw:,} raw samples have their sizes"] if raw > 0 else []
+    if checked.streamed:
+        parts.append(f"{_count(checked.streamed, 'shard')} at URLs ({checked.unread:,} samples) not read: only "
+                     "their index and table rows checked (the node cache checks each one's size and sha256 "
+                     "when it fetches it; verify a local copy to decode them)")
+    return f"{checked.samples:,} samples in {_count(checked.shards, 'shard')}: " + "; ".join(parts)
 
 
 def _cmd_bench(args: argparse.Namespace) -> None:

@@ -15,6 +15,7 @@ import numpy as np
 
 from .errors import DatasetError, FetchError, IofeedError, SampleError, SourceError, WorkerError
 from .format.files import descriptor_error, open_regular, regular_stat
+from .format.identity import check_identity
 from .format.manifest import IMAGES_AS_IS, MANIFEST_NAME, Manifest, SplitInfo
 from .format.table import RAW, load_table, table_problem
 from .prepare.scan import display_path, reason_kind, scan_folder
@@ -112,13 +113,8 @@ def _open_dataset(path: Path, split: str, cache_dir: Path | str | None = None,
         raise SourceError(f"{path} is incomplete: shard {missing[0]} is missing (run `iofeed preprocess` "
                           "or `iofeed index` again)")
     for shard, where in zip(info.shards, locations):  # a FIFO there would block a reader; truncated or replaced
-        if is_url(where):
-            continue  # the node cache checks a streamed shard's size and sha256
-        size = regular_stat(where).st_size
-        if size != shard["bytes"]:
-            raise DatasetError(f"{where} is {size:,} bytes, the manifest says {shard['bytes']:,}: truncated or "
-                               "replaced (`iofeed inspect --verify` lists what else is wrong; run `iofeed "
-                               "preprocess` or `iofeed index` again)")
+        if not is_url(where):  # the node cache checks a streamed shard's size and sha256
+            check_identity(where, shard)
     for shard in info.shards:  # DALI reads the indexes itself
         if os.path.exists(path / shard["index"]):
             regular_stat(path / shard["index"])

@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 
 from .errors import DatasetError, OptionError
+from .format.files import read_regular
 from .format.targets import multi_hot, parse_targets
 from .remote.urls import is_url
 from .samples import SampleSource
@@ -57,10 +58,12 @@ def _read_text(where: str) -> str:
     """The text of a dataset's file at `where` (a path or URL); DatasetError naming it."""
     try:
         if not is_url(where):
-            return Path(where).read_text(encoding="utf-8")
+            return read_regular(where).decode("utf-8")  # a FIFO named like it would block for ever
         from .remote.urls import filesystem
 
         return io.TextIOWrapper(io.BytesIO(filesystem(where).cat_file(where)), "utf-8").read()
+    except DatasetError:
+        raise
     except Exception as exc:  # noqa: BLE001 - storage errors of any library, named by path or URL
         raise DatasetError(f"cannot read {where}: {type(exc).__name__}: {exc}") from None
 

@@ -24,7 +24,7 @@ class SplitInfo:
     """One split: its sample count, shard files and sample table."""
 
     samples: int
-    shards: list[dict[str, Any]]  # ShardInfo fields: name, index, samples, bytes, sha256 (absent in older datasets)
+    shards: list[dict[str, Any]]  # ShardInfo fields (sha256, probe: absent in older datasets)
     table: str  # the .npz sample table file
 
 
@@ -130,9 +130,12 @@ def _check_types(raw: dict) -> None:
                 raise ValueError(f"shard {number} of split {name!r} must be an object, got {_short(shard)}")
             for key, kind in _SHARD_FIELDS.items():
                 _check_field(shard, key, kind, f"shard {number} of split {name!r}")
-            if not isinstance(shard.get("sha256", ""), str):
-                raise ValueError(f'"sha256" of shard {number} of split {name!r} must be a string, '
-                                 f"got {_short(shard['sha256'])}")
+            for key in ("sha256", "probe"):
+                if not isinstance(shard.get(key, ""), str):
+                    raise ValueError(f'"{key}" of shard {number} of split {name!r} must be a string, '
+                                     f"got {_short(shard[key])}")
+            if "mtime_ns" in shard:
+                _check_field(shard, "mtime_ns", _INT, f"shard {number} of split {name!r}")
 
 
 def _check_field(values: dict, key: str, kind: object, what: str) -> None:

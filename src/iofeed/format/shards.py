@@ -23,6 +23,7 @@ from typing import BinaryIO
 
 from ..errors import DatasetError, OptionError
 from .files import read_regular
+from .identity import probe_of
 
 INDEX_VERSION = "v1.2"
 BLOCK = 512
@@ -39,6 +40,7 @@ class ShardInfo:
     samples: int
     bytes: int
     sha256: str = ""  # of the tar, so a copy fetched from object storage can be verified
+    probe: str = ""  # of sampled blocks, checked at every open (`format/identity.py`)
 
 
 @dataclass(frozen=True)
@@ -179,7 +181,12 @@ class ShardWriter:
         tar, idx = self._path(number, ".tar"), self._path(number, ".idx")
         os.replace(self._path(number, ".tar.partial"), tar)
         os.replace(self._path(number, ".idx.partial"), idx)
-        self._shards.append(ShardInfo(tar.name, idx.name, len(self._lines), total, self._digest.hexdigest()))
+        fd = os.open(tar, os.O_RDONLY)
+        try:
+            probe = probe_of(fd, total)
+        finally:
+            os.close(fd)
+        self._shards.append(ShardInfo(tar.name, idx.name, len(self._lines), total, self._digest.hexdigest(), probe))
         self._lines, self._keys, self._size, self._digest = [], set(), 0, hashlib.sha256()
 
     def close(self) -> list[ShardInfo]:

@@ -1,9 +1,9 @@
 """Dataset verification (`iofeed inspect --verify`): every table and shard index against the
-manifest and the shard files, each shard's size and sha256 against the manifest, every label
-member against its table row, and every stored JPEG decoded."""
+manifest and the shard files, each shard's size, probe and sha256 against the manifest, every
+label member against its table row, each split's targets file against the shards
+(`verify_targets.py`), and every stored JPEG decoded."""
 from __future__ import annotations
 
-import hashlib
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -15,9 +15,11 @@ from ..image.fastjpeg import check_strictly, decode_problem
 from ..image.pil import open_rgb
 from ..progress import progress as progress_bar
 from .files import open_regular
+from .identity import probe_of, sha256_of
 from .manifest import Manifest
 from .shards import IndexedSample, read_index
 from .table import ENCODINGS, MEMBER_EXTENSIONS, RAW, load_sources, load_table, table_problem
+from .verify_targets import Found, check_targets, indexed_problems, member_targets
 
 
 @dataclass
@@ -28,6 +30,10 @@ class Verification:
     shards: int = 0
     hashed: int = 0  # shards whose sha256 was checked (datasets written before checksums record none)
     decoded: int = 0  # JPEG samples decoded
+    streamed: int = 0  # shards at URLs: their index and table checked, the shard itself never fetched
+    unread: int = 0  # the samples of those shards
+    relabelled: int = 0  # samples of shards indexed in place whose label was read again from the shard
+    targets: int = 0  # targets-file rows checked against what the shards say
     problems: list[str] = field(default_factory=list)
 
 
@@ -54,15 +60,26 @@ def verify_dataset(path: Path, progress: bool = False) -> Verification:
                                 unlabelled=kind != "class")
         if problem:
             result.problems.append(f"{split}: {problem}")
+        found: Found = [None] * len(table)  # each row's [classes, extra] as its shard's members say
         for number, shard in enumerate(info.shards):
             result.shards += 1
-            rows = table[table["shard"] == number]
-            result.samples += len(rows)
+            where = np.flatnonzero(table["shard"] == number)
+            result.samples += len(where)
             if "url" in shard:
-                result.problems += _check_indexed_shard(path, shard, rows, result)
+                result.problems += _check_indexed_shard(path, shard, table[where], result)
             else:
-                result.problems += _check_shard(path, shard, rows, result, kind)
-            bar.update(len(rows))
+                result.problems += _check_shard(path, shard, table[where], result, kind, (found, where))
+            bar.update(len(where))
+        if any("url" in s for s in info.shards):
+            reread = indexed_problems(manifest, split, table, sources)
+            result.problems += reread.problems
+            result.hashed += reread.hashed
+            result.relabelled += reread.relabelled
+            found = reread.found
+        problems = check_targets(path, manifest, split, len(table), found)
+        result.problems += problems
+        if not problems and manifest.targets.get("files", {}).get(split):
+            result.targets += sum(row is not None for row in found)
     bar.close()
     return result
 
@@ -81,6 +98,8 @@ def _check_indexed_shard(path: Path, shard: dict, rows: np.ndarray, result: Veri
     if len(rows) != shard["samples"]:
         problems.append(f"{where}: the manifest says {shard['samples']} samples, the table has {len(rows)}")
     if "://" in where:
+        result.streamed += 1
+        result.unread += len(rows)
         return problems
     try:
         size = os.stat(where).st_size
@@ -101,7 +120,8 @@ def _check_indexed_shard(path: Path, shard: dict, rows: np.ndarray, result: Veri
     return problems
 
 
-def _check_shard(path: Path, shard: dict, rows: np.ndarray, result: Verification, kind: str = "class") -> list[str]:
+def _check_shard(path: Path, shard: dict, rows: np.ndarray, result: Verification, kind: str,
+                 found: tuple[Found, np.ndarray]) -> list[str]:
     """The problems of one shard: its size and sha256, its index, and each row against its index
     line and its image decoded."""
     tar = path / shard["name"]
@@ -113,7 +133,7 @@ def _check_shard(path: Path, shard: dict, rows: np.ndarray, result: Verification
     except DatasetError as exc:
         return [str(exc)]
     try:
-        return _check_open_shard(fd, tar, shard, rows, entries, result, kind)
+        return _check_open_shard(fd, tar, shard, rows, entries, result, kind, found)
     except OSError as exc:
         return [f"{tar}: {exc.strerror}"]
     finally:
@@ -121,7 +141,7 @@ def _check_shard(path: Path, shard: dict, rows: np.ndarray, result: Verification
 
 
 def _check_open_shard(fd: int, tar: Path, shard: dict, rows: np.ndarray, entries: list[IndexedSample],
-                      result: Verification, kind: str) -> list[str]:
+                      result: Verification, kind: str, found: tuple[Found, np.ndarray]) -> list[str]:
     problems = []
     size = os.fstat(fd).st_size
     if size != shard["bytes"]:
@@ -129,25 +149,25 @@ def _check_open_shard(fd: int, tar: Path, shard: dict, rows: np.ndarray, entries
     recorded = shard.get("sha256")
     if recorded or recorded is not None and not isinstance(recorded, str):  # "" or none: written before checksums
         result.hashed += 1
-        digest = _sha256(fd)
+        digest = sha256_of(fd)
         if digest != recorded:
             problems.append(f"{tar} has sha256 {digest}, the manifest says {recorded!r}: its bytes changed")
+    if not problems and shard.get("probe") and probe_of(fd, size) != shard["probe"]:
+        problems.append(f"{tar}: its sampled blocks do not match the manifest's probe")
     if not len(entries) == len(rows) == shard["samples"]:
         return [*problems, f"{tar}: the manifest says {shard['samples']} samples, the index has {len(entries)} "
                            f"and the table {len(rows)}"]
-    for row, entry in zip(rows, entries):
+    rows_found, where = found
+    for row, entry, at in zip(rows, entries, where):
         problem = _check_row(fd, size, row, entry, kind) or _check_image(fd, row, result)
         if problem:
             problems.append(f"{tar} sample {entry.key}: {problem}")
+            continue
+        try:
+            rows_found[at] = member_targets(fd, entry, kind)
+        except ValueError as exc:
+            problems.append(f"{tar} sample {entry.key}: {exc}")
     return problems
-
-
-def _sha256(fd: int) -> str:
-    digest, offset = hashlib.sha256(), 0
-    while block := os.pread(fd, 1 << 20, offset):
-        digest.update(block)
-        offset += len(block)
-    return digest.hexdigest()
 
 
 def _check_image(fd: int, row: np.void, result: Verification) -> str | None:

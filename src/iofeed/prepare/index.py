@@ -2,7 +2,6 @@
 WebDataset shards, read where they are (local paths or URLs) and never rewritten."""
 from __future__ import annotations
 
-import hashlib
 import os
 import time
 from collections import Counter
@@ -11,6 +10,7 @@ from pathlib import Path
 
 from .. import __version__
 from ..errors import OptionError, SourceError
+from ..format.identity import identity_of
 from ..format.manifest import IMAGES_AS_IS, Manifest, SplitInfo, plain_name
 from ..format.shards import INDEX_VERSION
 from ..format.table import new_table, save_table
@@ -20,7 +20,7 @@ from .output import check_inputs, check_output, spool_dir, written_aside
 from .run import REJECTED_NAME, write_rejected
 from .scan import Rejection, none_accepted, reason_kind
 from .sources.shardlist import fetch_or_reject, list_shards
-from .sources.targets import Targets
+from .sources.targets import Resolved, Targets
 from .sources.tarread import Members, read_shard
 from .sources.webdataset import from_txt, image_keys, refuse_captions, sample_of, shard_targets
 
@@ -41,8 +41,7 @@ class IndexSummary:
 @dataclass
 class _Shard:
     location: str  # the path or URL the loader reads
-    bytes: int
-    sha256: str
+    identity: dict  # bytes, sha256, probe (and mtime_ns for a local shard): format/identity.py
     lines: list[str]  # the wds2idx lines of every sample in the shard
     accepted: list[tuple[int, int, str]]  # (data offset, size, name) of each accepted sample's image
 
@@ -55,8 +54,8 @@ def index_shards(spec: str, out: Path, *, split: str = "train", label_column: st
     reads them (cls, txt, json; the image by `image_key` as preprocess's --image-key; every label
     a class name as written with `label_names`). A shard that cannot be read whole in place
     (damaged, compressed, not a tar) is rejected with its samples and left out of the manifest.
-    Remote shards are read once to index them (and hashed, so the loader's node cache verifies its
-    copies)."""
+    Every shard is hashed and probed (`format/identity.py`), so the loader refuses one changed
+    since, and the node cache verifies its copies of remote ones."""
     start = time.perf_counter()
     out = Path(out)
     try:
@@ -71,23 +70,8 @@ def index_shards(spec: str, out: Path, *, split: str = "train", label_column: st
     if any(remote) and not all(remote):
         raise SourceError(f"{spec} names local shards ({shards[remote.index(False)]}) and URLs "
                           f"({shards[remote.index(True)]}): the loader reads one or the other, index them separately")
-    targets, scanned, rejected, captions = shard_targets(label_column), [], [], []
     with spool_dir(out) as spool:
-        for shard in shards:
-            local = fetch_or_reject(shard, Path(spool), rejected) if is_url(shard) else Path(shard)
-            if local is None:
-                continue
-            indexed = _index_one(shard, local, label_column, image_key, targets, rejected, captions)
-            if indexed is not None:
-                scanned.append(indexed)
-            if is_url(shard):
-                local.unlink()
-    if label_names:
-        targets.as_names()
-    else:
-        refuse_captions(captions, spec)
-    _settle(targets, scanned, rejected)
-    resolved = targets.resolve()
+        scanned, resolved, rejected = _scan(spec, shards, Path(spool), label_column, image_key, label_names)
     count = sum(len(s.accepted) for s in scanned)
     if not count:
         raise none_accepted(f"no sample with an image and a label in {spec}", rejected)
@@ -104,7 +88,7 @@ def index_shards(spec: str, out: Path, *, split: str = "train", label_column: st
             text = "".join(f"{line}\n" for line in [f"{INDEX_VERSION} {len(shard.lines)}", *shard.lines])
             (staging / index).write_text(text, encoding="utf-8")
             infos.append({"name": f"shard-{number:06d}.tar", "index": index, "samples": len(shard.accepted),
-                          "bytes": shard.bytes, "sha256": shard.sha256, "url": shard.location})
+                          **shard.identity, "url": shard.location})
         table_name = f"{split}-samples.npy"
         save_table(staging / table_name, table, names)
         files = {}
@@ -118,16 +102,50 @@ def index_shards(spec: str, out: Path, *, split: str = "train", label_column: st
             image={"encoding": IMAGES_AS_IS, "progressive": None, "colour": None, "shorter_side": None,
                    "quality": None, "raw_max_pixels": None},
             split_policy={"indexed": True},
-            source={"path": str(spec), "kind": INDEXED, "found": count + len(rejected), "accepted": count,
+            source={"path": str(spec), "kind": INDEXED, "label_column": label_column,
+                    "image_key": list(image_key) if image_key else None, "label_names": label_names,
+                    "found": count + len(rejected), "accepted": count,
                     "rejected": len(rejected),
                     "rejected_by_reason": dict(Counter(reason_kind(r.reason) for r in rejected)),
-                    "empty_classes": [], "bytes_in": sum(s.bytes for s in scanned), "modes": {},
+                    "empty_classes": [], "bytes_in": sum(s.identity["bytes"] for s in scanned), "modes": {},
                     "formats": {}, "mean_size": [0.0, 0.0], "median_size": [0.0, 0.0], "max_size": [0, 0]},
             created_by=f"iofeed {__version__}",
             targets=resolved.manifest_entry(files),
         ).write(staging)
     return IndexSummary(out, len(scanned), count, dict(Counter(reason_kind(r.reason) for r in rejected)),
                         time.perf_counter() - start)
+
+
+def _scan(spec: str, shards: list[str], spool: Path | None, label_column: str | None,
+          image_key: tuple[str, ...] | None, label_names: bool) -> tuple[list[_Shard], Resolved, list[Rejection]]:
+    """Every shard `spec` names read and indexed (URLs copied into `spool` first), targets settled
+    and resolved."""
+    targets, scanned, rejected, captions = shard_targets(label_column), [], [], []
+    for shard in shards:
+        local = fetch_or_reject(shard, spool, rejected) if is_url(shard) else Path(shard)
+        if local is None:
+            continue
+        indexed = _index_one(shard, local, label_column, image_key, targets, rejected, captions)
+        if indexed is not None:
+            scanned.append(indexed)
+        if is_url(shard):
+            local.unlink()
+    if label_names:
+        targets.as_names()
+    else:
+        refuse_captions(captions, spec)
+    _settle(targets, scanned, rejected)
+    return scanned, targets.resolve(), rejected
+
+
+def reread(shards: list[str], source: dict) -> tuple[list[_Shard], Resolved, list[Rejection]]:
+    """The local `shards` of an indexed split read again exactly as `index_shards` read them, with
+    the options its manifest's `source` records (for `iofeed inspect --verify`): each shard's
+    identity and accepted samples, the targets resolved, the rejections. IofeedError when they no
+    longer read or resolve."""
+    image_key = tuple(source["image_key"]) if source.get("image_key") else None
+    return _scan(str(source.get("path")), shards, None, source.get("label_column"), image_key,
+                 bool(source.get("label_names")))
 
 
 def _index_one(shard: str, local: Path, label_column: str | None, image_key: tuple[str, ...] | None,
@@ -160,13 +178,9 @@ def _index_one(shard: str, local: Path, label_column: str | None, image_key: tup
             accepted.append((*members[image], name))
             if from_txt(members, label_column):
                 captions.append((name, target))
-    digest = hashlib.sha256()
-    if is_url(shard):  # the node cache checks its copies against it
-        with open(local, "rb") as f:
-            for block in iter(lambda: f.read(8 << 20), b""):
-                digest.update(block)
+        identity = identity_of(f.fileno(), in_place=not is_url(shard))  # the node cache and the loader check it
     location = shard if is_url(shard) else os.path.abspath(shard)
-    return _Shard(location, local.stat().st_size, digest.hexdigest() if is_url(shard) else "", lines, accepted)
+    return _Shard(location, identity, lines, accepted)
 
 
 def _unindexable(key: str, members: Members) -> str | None:

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import os
 
+from ...errors import DatasetError
+from ...format.files import open_regular
 from ...image.fastjpeg import decode_problem
 from ...parallel import worker_pool
 from ...samples import SampleSource
@@ -22,10 +24,12 @@ def check_file(path: bytes, offset: int = 0, size: int = -1) -> str | None:
     data that engine refuses, and the two engines would deliver different samples.
     """
     try:
-        with open(path, "rb") as f:
+        with os.fdopen(open_regular(path), "rb") as f:  # a FIFO put in a folder would block for ever
             data = f.read() if size < 0 else os.pread(f.fileno(), size, offset)
     except OSError as exc:
         return f"unreadable ({exc.strerror})"
+    except DatasetError:
+        return "not a regular file"
     return decode_problem(data)
 
 

@@ -9,6 +9,7 @@ import bz2
 import gzip
 import lzma
 import os
+import stat
 import tarfile
 import tempfile
 import zlib
@@ -82,7 +83,15 @@ def is_tar(path: str | Path) -> bool:
 
 def read_shard(path: str, name: str, spool: Path | None = None) -> ShardRead:
     """Every sample of the tar at `path` (`name` is how rejections call it: its path or URL). A
-    compressed tar is copied out uncompressed into `spool`, or rejected when there is none."""
+    compressed tar is copied out uncompressed into `spool`, or rejected when there is none; a FIFO
+    or a device named like a shard is rejected by name, never opened (a read would wait for ever)."""
+    try:
+        regular = stat.S_ISREG(os.stat(path).st_mode)
+    except OSError:
+        regular = True  # said below, as an unreadable shard
+    if not regular:
+        return _rejected_whole(path, name, "not a regular file (a FIFO or a device: reading it would block)",
+                               count=False)
     kind = compression(path)
     if kind is not None:
         if spool is None:
