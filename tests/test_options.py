@@ -183,9 +183,12 @@ def test_a_torch_dtype_that_is_not_floating_point_is_refused(colour_dataset):
     ({"RANK": "-1", "WORLD_SIZE": "2"}, "RANK='-1'"),
     ({"RANK": "0", "WORLD_SIZE": "0"}, "WORLD_SIZE='0'"),
     ({"RANK": "3", "WORLD_SIZE": "2"}, "RANK=3 is outside 0..1"),
+    ({"RANK": "1"}, "RANK='1' is set without WORLD_SIZE"),
 ])
 def test_bad_rank_variables_are_one_line_errors_naming_them(colour_dataset, monkeypatch, env, says):
-    """Issue 22.15: a raw ValueError from int() named neither the variable nor the fix."""
+    """Issue 22.15: a raw ValueError from int() named neither the variable nor the fix; issue 29: RANK
+    alone was taken as (0, 1), so every process read the whole split."""
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
     for name, value in env.items():
         monkeypatch.setenv(name, value)
     with pytest.raises(OptionError, match=re.escape(says)):

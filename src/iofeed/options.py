@@ -229,6 +229,10 @@ def distributed_rank_world() -> tuple[int, int]:
     jax = sys.modules.get("jax")
     if jax is not None and jax.distributed.is_initialized():
         return jax.process_index(), jax.process_count()
+    if "RANK" in os.environ and "WORLD_SIZE" not in os.environ:
+        # Taken as (0, 1), every process would read the whole split: duplicates with no word.
+        raise OptionError(f"environment variable RANK={os.environ['RANK']!r} is set without WORLD_SIZE: set both "
+                          "(torchrun does), unset RANK, or pass rank= and world_size=")
     if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
         rank, world_size = _env_count("RANK", 0), _env_count("WORLD_SIZE", 1)
         if rank >= world_size:
