@@ -18,6 +18,7 @@ MODULES = {
     "jax": "jax",
     "keras": "keras",
     "grain": "grain",
+    "timm": "timm",
 }
 
 
