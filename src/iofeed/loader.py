@@ -1,6 +1,7 @@
 """`iofeed.loader(...)`: one loader interface over the backends, with framework adapters."""
 from __future__ import annotations
 
+import copy
 import dataclasses
 import itertools
 import time
@@ -125,6 +126,7 @@ class Loader(DataLoaderManners):
         self._done, self._first = 0, 0  # a resumed epoch: samples of its global order and batches done before
         self._identity = ""  # the source's fingerprint, made when a state first needs it
         self._skips: EpochSkips | None = None  # the skips of the epoch in progress, against max_skipped
+        self._skips_at_start: tuple[Any, Any] = (None, None)  # those (and a Mix's) when the pass began
         self.last_indices = np.empty(0, np.int64)  # sample indices of the latest batch, for auditing
         self.stats = LoaderStats(skipped=Counter(source.rejected), live=backend.describe)
         self.stats.fixed = {"samples": len(source), "rank": order.rank, "world_size": order.world_size,
@@ -171,6 +173,7 @@ class Loader(DataLoaderManners):
         self._check_open()
         if self._pass_start is not None and not self.spilling:
             self.epoch, self._done, self._first, self._position = self._pass_start
+            self._restore_skips()  # the pass left early is read again: its skips must not count twice
         self._join_group()
         self._pass_start = (self.epoch, self._done, self._first, self._position)
         epoch, start = self.epoch, self._position
@@ -187,6 +190,7 @@ class Loader(DataLoaderManners):
                                              whole=start == 0)
             if self.mixture is not None:
                 self.mixture.start_epoch(epoch, batches, self.options.max_skipped, whole=start == 0)
+        self._skips_at_start = copy.deepcopy((skips, self.mixture.skips if self.mixture is not None else None))
         if self._stats_file is not None:
             self._stats_file.started()
         try:
@@ -225,6 +229,13 @@ class Loader(DataLoaderManners):
                 self.set_epoch(epoch + 1)
         finally:
             fetching.close()
+
+    def _restore_skips(self) -> None:
+        """The epoch's skip counts (and a Mix's per source) as they were when the pass began."""
+        skips, by_source = copy.deepcopy(self._skips_at_start)
+        self._skips = skips
+        if self.mixture is not None and by_source is not None:
+            self.mixture.skips = by_source
 
     def repeat(self, epochs: int | None = None) -> Iterator[Any]:
         """Passes back to back, each the next epoch: endless (None), or `epochs` of them. For loops
