@@ -221,10 +221,11 @@ class Loader(DataLoaderManners):
                     self.set_epoch(epoch + 1)  # stops after len() batches (Lightning) moves on
                     self._count_fetched()
                 if len(batch.indices):  # an empty batch (all skipped) would be a NaN loss: only counted
-                    out, batch = self._deliver(batch), None  # the caller's reference is the only one left
-                    yield out
-                    out = None
-                batch = None  # its lease goes with the caller's last reference, before the next is made
+                    held, batch = [batch], None
+                    # no local keeps the delivered batch while this pass is suspended: its lease goes with
+                    # the caller's last reference, also when a trainer keeps the iterator of a pass it left
+                    yield self._deliver(held.pop())
+                batch = None
             if start >= len(batches):  # nothing was left of this epoch
                 self.set_epoch(epoch + 1)
         finally:
