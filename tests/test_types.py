@@ -103,7 +103,7 @@ def run_mypy(program: Path) -> tuple[dict[str, str], dict[str, list[str]]]:
 @pytest.mark.torch
 @pytest.mark.jax
 @pytest.mark.tf
-@pytest.mark.slow  # a cold mypy cache analyses torch, jax and tensorflow's stubs: ~20 s; warm: ~2 s
+@pytest.mark.slow  # a cold mypy cache reads torch, jax and the tensorflow stubs: ~20 s; warm: ~2 s
 def test_revealed_loader_types_are_what_the_docs_say_each_framework_gives(tmp_path: Path) -> None:
     program = tmp_path / "uses_iofeed.py"
     program.write_text(PROGRAM)
