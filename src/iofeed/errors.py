@@ -1,6 +1,8 @@
 """Errors iofeed raises: each message names the bad value and what to do about it."""
 from __future__ import annotations
 
+from types import ModuleType
+
 
 class IofeedError(Exception):
     """Base of every error iofeed raises on purpose (the CLI prints it on one line)."""
@@ -30,7 +32,7 @@ class MissingDependencyError(IofeedError, ImportError):
     """An optional dependency (torch, tensorflow, DALI...) is not installed."""
 
 
-def require(module: str, extra: str):
+def require(module: str, extra: str) -> ModuleType:
     """Import an optional module, or raise a one-line error with the install command."""
     import importlib
 

@@ -10,7 +10,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar, overload
 
 import numpy as np
 
@@ -35,6 +35,23 @@ from .samples import SampleSource, open_source, read_from
 from .statsfile import StatsWriter
 from .targets import SampleTargets, open_targets
 
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
+    from .loader_types import (
+        JaxBatch,
+        JaxExtrasBatch,
+        KerasData,
+        LoaderKeywords,
+        NumpyBatch,
+        NumpyExtrasBatch,
+        TfDataset,
+        TorchBatch,
+        TorchExtrasBatch,
+    )
+
+BatchT = TypeVar("BatchT")  # what one iteration step yields: (images, labels[, extras]) of the framework
+
 
 @dataclass
 class LoaderStats:
@@ -43,7 +60,7 @@ class LoaderStats:
     images: int = 0
     batches: int = 0
     skipped_batches: int = 0  # batches not delivered: every sample of them was skipped
-    skipped: Counter = field(default_factory=Counter)  # reason kind -> count (includes the source scan)
+    skipped: Counter[str] = field(default_factory=Counter)  # reason kind -> count (includes the source scan)
     skipped_examples: list[str] = field(default_factory=list)  # first few "path: reason"
     wait_seconds: float = 0.0  # time the consumer spent waiting for the next batch
     fixed: dict[str, Any] = field(default_factory=dict)  # the loader's settings that do not change
@@ -104,7 +121,7 @@ class LoaderStats:
         }
 
 
-class Loader(DataLoaderManners):
+class Loader(DataLoaderManners, Generic[BatchT]):
     """Batches of one split for one rank. Iterate it once per epoch; `set_epoch` for DDP-style
     control (otherwise each full pass advances the epoch by itself). `len()` is the number of
     batches an epoch holds: skipped samples' places go to spare samples (`stats.refilled`)."""
@@ -165,7 +182,7 @@ class Loader(DataLoaderManners):
         self.epoch, self._position, self._done, self._first = int(epoch), 0, 0, 0
         self._pass_start = None
 
-    def __iter__(self) -> Iterator[Any]:
+    def __iter__(self) -> Iterator[BatchT]:
         """One pass: after a whole pass, the next epoch; after `set_epoch` or `load_state_dict`,
         where they put it; after a pass left before its end (`break`, Lightning's sanity check,
         Keras peeking at a batch), that pass again from where it began, as torch's DataLoader
@@ -238,7 +255,7 @@ class Loader(DataLoaderManners):
         if self.mixture is not None and by_source is not None:
             self.mixture.skips = by_source
 
-    def repeat(self, epochs: int | None = None) -> Iterator[Any]:
+    def repeat(self, epochs: int | None = None) -> Iterator[BatchT]:
         """Passes back to back, each the next epoch: endless (None), or `epochs` of them. For loops
         that count steps rather than epochs (jit-style JAX, tf.data's `repeat()`): `zip(range(steps),
         loader.repeat())` takes exactly `steps` batches, and `state_dict()` after any of them
@@ -338,13 +355,42 @@ class Loader(DataLoaderManners):
         getattr(self._adapter, "close", lambda: None)()  # an adapter holding engine memory (CUDA pinning) first
         self.backend.close()
 
-    def __enter__(self) -> Loader:
+    def __enter__(self) -> Loader[BatchT]:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
 
 
+# The overloads tell a type checker what `framework=` (and `extras=`) give; the keywords they share are
+# `LoaderKeywords`. A framework named by a plain `str` falls through to the last one: Any.
+@overload
+def loader(source: str | Path | Mix, *, batch_size: int, framework: Literal["numpy"] = ...,
+           extras: Literal[False] = ..., **options: Unpack[LoaderKeywords]) -> Loader[NumpyBatch]: ...
+@overload
+def loader(source: str | Path | Mix, *, batch_size: int, framework: Literal["numpy"] = ...,
+           extras: Literal[True], **options: Unpack[LoaderKeywords]) -> Loader[NumpyExtrasBatch]: ...
+@overload
+def loader(source: str | Path | Mix, *, batch_size: int, framework: Literal["torch"],
+           extras: Literal[False] = ..., **options: Unpack[LoaderKeywords]) -> Loader[TorchBatch]: ...
+@overload
+def loader(source: str | Path | Mix, *, batch_size: int, framework: Literal["torch"],
+           extras: Literal[True], **options: Unpack[LoaderKeywords]) -> Loader[TorchExtrasBatch]: ...
+@overload
+def loader(source: str | Path | Mix, *, batch_size: int, framework: Literal["jax"],
+           extras: Literal[False] = ..., **options: Unpack[LoaderKeywords]) -> Loader[JaxBatch]: ...
+@overload
+def loader(source: str | Path | Mix, *, batch_size: int, framework: Literal["jax"],
+           extras: Literal[True], **options: Unpack[LoaderKeywords]) -> Loader[JaxExtrasBatch]: ...
+@overload
+def loader(source: str | Path | Mix, *, batch_size: int, framework: Literal["tf"],
+           extras: Literal[False] = ..., **options: Unpack[LoaderKeywords]) -> TfDataset: ...
+@overload
+def loader(source: str | Path | Mix, *, batch_size: int, framework: Literal["keras"],
+           extras: Literal[False] = ..., **options: Unpack[LoaderKeywords]) -> KerasData: ...
+@overload
+def loader(source: str | Path | Mix, *, batch_size: int, framework: str = ..., extras: bool = ...,
+           **options: Unpack[LoaderKeywords]) -> Any: ...
 def loader(
     source: str | Path | Mix,
     *,
@@ -535,7 +581,8 @@ def loader(
     )
     adapter = ADAPTERS[framework].load().from_options(options)  # imports the framework now, not before
     mixture = Mixture(source, split, options) if isinstance(source, Mix) else None
-    data = mixture.data if mixture else open_source(source, split, cache_dir=options.cache_dir,
+    path = "" if isinstance(source, Mix) else source  # a dataset or folder: what the rest opens
+    data = mixture.data if mixture else open_source(path, split, cache_dir=options.cache_dir,
                                                     cache_limit=options.cache_limit)
     check_scanned(data.rejected, len(data), options.max_skipped, str(source))
     order = mixture.order(options) if mixture else options.order(len(data), shard_of=data.file_id,
@@ -544,9 +591,9 @@ def loader(
         data.remote.fit_order(order, readers=options.workers or 1)
     targets = None
     if target != "class" or extras:
-        targets = mixture.targets() if mixture else open_targets(source, split, data)
-    loaded = Loader(data, order, make_engine(options, data), adapter, options, targets, mixture)
+        targets = mixture.targets() if mixture else open_targets(path, split, data)
+    loaded: Loader[Any] = Loader(data, order, make_engine(options, data), adapter, options, targets, mixture)
     loaded.stats.fixed["decisions"] = choice_notes(options, engine_name(options, data), data)  # what "auto" decided
-    read = read_from(source) if mixture is None else [read_from(name) for name in mixture.names]
+    read = read_from(path) if mixture is None else [read_from(name) for name in mixture.names]
     loaded.stats.fixed["source"] = read  # what `iofeed doctor` checks: the data really read
     return adapter.wrap(loaded)

@@ -4,9 +4,12 @@
 right, otherwise refused in one line naming what to use)."""
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from .errors import OptionError
+
+if TYPE_CHECKING:
+    from .order import OrderSpec
 
 
 class EpochOwner(Protocol):
@@ -83,7 +86,7 @@ class DataLoaderManners:
     """What scripts written for torch's DataLoader read on it, for `Loader` (which has `order`,
     `source`, `backend`, `epoch` and `set_epoch`)."""
 
-    order: Any
+    order: OrderSpec
     backend: Any
 
     @property

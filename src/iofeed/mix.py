@@ -39,7 +39,7 @@ class Mix:
             if key in seen:
                 raise OptionError(f"Mix lists {name!r} twice: give each source once, with its total weight")
             seen[key] = name
-        weights = {}
+        weights: dict[str, float] = {}
         for name, weight in zip(names, self.weights.values()):
             if isinstance(weight, bool) or not isinstance(weight, numbers.Real) or not math.isfinite(weight) \
                     or weight <= 0:
@@ -68,7 +68,7 @@ class Mix:
         return hash((tuple(self.weights.items()), self.epoch_samples, self.classes))
 
 
-class _Weights(dict):
+class _Weights(dict[str, float]):
     """A Mix's weights: a dict that refuses changes (the Mix is frozen), and pickles as one."""
 
     def _frozen(self, *args: object, **kwargs: object) -> None:
@@ -76,7 +76,7 @@ class _Weights(dict):
 
     __setitem__ = __delitem__ = __ior__ = clear = pop = popitem = setdefault = update = _frozen  # type: ignore
 
-    def __reduce__(self) -> tuple:
+    def __reduce__(self) -> tuple[type[_Weights], tuple[dict[str, float]]]:
         return _Weights, (dict(self),)
 
 

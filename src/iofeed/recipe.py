@@ -84,7 +84,8 @@ class Recipe:
         installed. OptionError naming the key for what iofeed cannot do."""
         from .timm_config import timm_recipe
 
-        return replace(timm_recipe(cls, data_config), **changes)
+        recipe: Recipe = timm_recipe(cls, data_config)
+        return replace(recipe, **changes)
 
     @classmethod
     def preset(cls, name: str, **changes: Any) -> Recipe:
@@ -136,7 +137,8 @@ def _channels(name: str, value: Any, bounds: tuple[float, float]) -> tuple[float
         values = ()
     low, high = bounds
     if len(values) == 3 and all(_real(v) and low <= v <= high for v in values):
-        return tuple(float(v) for v in values)
+        first, second, third = (float(v) for v in values)
+        return first, second, third
     if len(values) == 3 and all(_real(v) and math.isfinite(v) and 1 < v <= 255 * high for v in values):
         scaled = ", ".join(f"{v / 255:.4g}" for v in values)
         raise OptionError(f"Recipe {name}={value!r} looks like the 0-255 scale; Recipe takes the 0-1 scale (the "

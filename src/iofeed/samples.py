@@ -79,7 +79,7 @@ def read_from(source: Path | str) -> str:
     return str(source) if is_url(str(source)) else str(Path(source).resolve())
 
 
-def open_source(source: Path | str, split: str = "train", *, cache_dir: Path | str | None = None,
+def open_source(source: Path | str, split: str = "train", *, cache_dir: str | os.PathLike[str] | None = None,
                 cache_limit: int | None = None) -> SampleSource:
     """Open an iofeed dataset's split — a path, or an s3://, gs:// or http(s):// URL whose shards are
     fetched into the node cache at `cache_dir`, bounded by `cache_limit` bytes — or scan an image

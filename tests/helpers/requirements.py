@@ -19,6 +19,7 @@ MODULES = {
     "keras": "keras",
     "grain": "grain",
     "timm": "timm",
+    "mypy": "mypy.api",
 }
 
 
