@@ -56,6 +56,22 @@ def test_dropped_batches_give_their_slots_back(colour_dataset):
         assert ld.stats.batches == 8 and ld.stats.copied_batches == 1
 
 
+def test_abandoned_iterators_still_referenced_hold_no_slot(colour_dataset):
+    """Keras and Lightning keep the iterator of a pass they left (a peek, the sanity check) after
+    dropping its batch: the suspended pass still held that batch's slot, and two of them left the
+    next passes copying every batch out of a pool they had emptied."""
+    with iofeed.loader(colour_dataset, **SMALL) as ld:
+        peeks = [iter(ld), iter(ld)]
+        for it in peeks:
+            images, labels = next(it)
+            assert label_from_pixels(images[0]) == labels[0]
+        del images, labels
+        for images, labels in ld:
+            assert label_from_pixels(images[0]) == labels[0]
+        assert ld.stats.batches == 2 + 8 and ld.stats.copied_batches == 0
+        assert len(peeks) == 2  # still referenced, like a trainer's fetcher
+
+
 @pytest.mark.torch
 @pytest.mark.parametrize("augment", ["imagenet", "uint8"])
 def test_torch_cpu(colour_dataset, augment):

@@ -2,11 +2,14 @@
 shared among ranks (each sample exactly once); checked from the pixels, which encode the label."""
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 
 import iofeed
-from helpers.images import label_from_pixels
+from helpers.images import label_from_pixels, make_colour_tree
+from helpers.runs import state_after
 from iofeed.order import OrderSpec
 
 
@@ -85,3 +88,23 @@ def test_the_val_split_is_not_padded_across_ranks_and_train_is(colour_dataset):
     finally:
         for ld in val + train:
             ld.close()
+
+
+def test_a_resumed_pass_left_early_counts_its_skips_once(tmp_path):
+    """A resumed pass (Keras peeking, a `break`) that read the truncated JPEG and was begun again
+    counted that skip twice, and a bound it met once raised SampleError on the next pass."""
+    root = make_colour_tree(tmp_path / "t", per_class=4, corrupt=1)  # 17 files
+    options = {"batch_size": 2, "workers": 1, "image_size": 32, "seed": 0}
+    with iofeed.loader(root, max_skipped=None, **options) as ld:
+        bad = next(i for i in range(len(ld.source)) if os.path.basename(ld.source.path_of(i)) == "bad0.jpg")
+        at = next(k for k, batch in enumerate(ld.order.batches(0)) if bad in batch)
+        assert at >= 2, "the seed must put the truncated JPEG past the resume point"
+        ld.set_epoch(0)
+        state = state_after(ld, 1)
+    with iofeed.loader(root, max_skipped=0.1, **options) as ld:  # one skip of the 14 left passes, two do not
+        ld.load_state_dict(state)
+        rest = len(ld) - 1
+        assert 1 <= 0.1 * rest * 2 < 2
+        _pass(ld, batches=at)  # through the truncated JPEG's batch, then left
+        assert len(_pass(ld)) == rest * 2, "the resumed rest of the epoch again, its skip counted once"
+        assert sum(ld.stats.skipped.values()) == 2, "stats count every read, the bound the epoch's"

@@ -74,6 +74,24 @@ def test_resume_after_a_refill_yields_the_rest_exactly(tmp_path, backend):
         assert resumed.stats.refilled == 1
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_an_evaluation_split_scores_each_readable_sample_once_despite_a_truncated_jpeg(tmp_path, backend):
+    """An evaluation split deals each sample once: a spare in the skipped sample's place was scored
+    twice (there and in its own batch), so a metric summed over ranks counted it twice."""
+    if backend == "dali":
+        pytest.importorskip("nvidia.dali")
+    root = make_colour_tree(tmp_path / "t", per_class=4, corrupt=1)  # 17 files
+    seen, refilled, skipped = [], 0, 0
+    for rank in (0, 1):
+        with iofeed.loader(root, split="val", batch_size=3, rank=rank, world_size=2, backend=backend,
+                           max_skipped=None, **SMALL) as ld:
+            bad = next(i for i in range(len(ld.source)) if os.path.basename(ld.source.path_of(i)) == "bad0.jpg")
+            seen += [index for indices, _ in _epoch(ld) for index in indices]
+            refilled, skipped = refilled + ld.stats.refilled, skipped + sum(ld.stats.skipped.values())
+    assert sorted(seen) == [i for i in range(17) if i != bad], "every readable sample once, none twice"
+    assert (refilled, skipped) == (0, 1)
+
+
 def _gloo_rank(rank: int, world: int, init: str, source: str, out: str) -> None:
     """One gloo rank: an all-reduce of the batch size at every batch, as DDP's backward does."""
     import datetime

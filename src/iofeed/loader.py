@@ -1,6 +1,7 @@
 """`iofeed.loader(...)`: one loader interface over the backends, with framework adapters."""
 from __future__ import annotations
 
+import copy
 import dataclasses
 import itertools
 import time
@@ -125,6 +126,7 @@ class Loader(DataLoaderManners):
         self._done, self._first = 0, 0  # a resumed epoch: samples of its global order and batches done before
         self._identity = ""  # the source's fingerprint, made when a state first needs it
         self._skips: EpochSkips | None = None  # the skips of the epoch in progress, against max_skipped
+        self._skips_at_start: tuple[Any, Any] = (None, None)  # those (and a Mix's) when the pass began
         self.last_indices = np.empty(0, np.int64)  # sample indices of the latest batch, for auditing
         self.stats = LoaderStats(skipped=Counter(source.rejected), live=backend.describe)
         self.stats.fixed = {"samples": len(source), "rank": order.rank, "world_size": order.world_size,
@@ -171,6 +173,7 @@ class Loader(DataLoaderManners):
         self._check_open()
         if self._pass_start is not None and not self.spilling:
             self.epoch, self._done, self._first, self._position = self._pass_start
+            self._restore_skips()  # the pass left early is read again: its skips must not count twice
         self._join_group()
         self._pass_start = (self.epoch, self._done, self._first, self._position)
         epoch, start = self.epoch, self._position
@@ -187,6 +190,7 @@ class Loader(DataLoaderManners):
                                              whole=start == 0)
             if self.mixture is not None:
                 self.mixture.start_epoch(epoch, batches, self.options.max_skipped, whole=start == 0)
+        self._skips_at_start = copy.deepcopy((skips, self.mixture.skips if self.mixture is not None else None))
         if self._stats_file is not None:
             self._stats_file.started()
         try:
@@ -217,14 +221,22 @@ class Loader(DataLoaderManners):
                     self.set_epoch(epoch + 1)  # stops after len() batches (Lightning) moves on
                     self._count_fetched()
                 if len(batch.indices):  # an empty batch (all skipped) would be a NaN loss: only counted
-                    out, batch = self._deliver(batch), None  # the caller's reference is the only one left
-                    yield out
-                    out = None
-                batch = None  # its lease goes with the caller's last reference, before the next is made
+                    held, batch = [batch], None
+                    # no local keeps the delivered batch while this pass is suspended: its lease goes with
+                    # the caller's last reference, also when a trainer keeps the iterator of a pass it left
+                    yield self._deliver(held.pop())
+                batch = None
             if start >= len(batches):  # nothing was left of this epoch
                 self.set_epoch(epoch + 1)
         finally:
             fetching.close()
+
+    def _restore_skips(self) -> None:
+        """The epoch's skip counts (and a Mix's per source) as they were when the pass began."""
+        skips, by_source = copy.deepcopy(self._skips_at_start)
+        self._skips = skips
+        if self.mixture is not None and by_source is not None:
+            self.mixture.skips = by_source
 
     def repeat(self, epochs: int | None = None) -> Iterator[Any]:
         """Passes back to back, each the next epoch: endless (None), or `epochs` of them. For loops
@@ -431,7 +443,8 @@ def loader(
             first few paths in `stats.skipped_examples`), or "raise" a `SampleError` naming it.
             A skipped sample's place goes to a spare sample (the rank's later ones, counted in
             `stats.refilled`), so every rank delivers `len(loader)` full batches (a batch that
-            runs out of spares stays short, or is not delivered: `stats.skipped_batches`).
+            runs out of spares stays short, or is not delivered: `stats.skipped_batches`). An
+            evaluation split that deals each sample once takes no spares: the batch stays short.
         max_skipped: the share of an epoch's samples (on this rank) that may be skipped, a fraction
             in 0..1 (default 0.05; 0: any skip raises). Past it, or when an epoch delivers no batch,
             a `SampleError` gives the counts by reason and the first files; for a folder, files

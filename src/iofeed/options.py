@@ -192,19 +192,33 @@ class LoaderOptions:
             return True
         return str(self.device).split(":")[0] == "cuda"
 
+    @property
+    def deals_once(self) -> bool:
+        """Whether an epoch deals each sample exactly once: evaluation (no padding) without
+        `drop_last`. A skipped sample's place then stays empty: a spare there would be scored twice."""
+        return not self._pad and not self._drop_last
+
+    @property
+    def _drop_last(self) -> bool:
+        return self.split == "train" if self.drop_last is None else self.drop_last
+
+    @property
+    def _pad(self) -> bool:
+        # evaluation reads each sample once (ranks may end unevenly), except under JAX: every process
+        # must add the same number of rows to a global batch
+        return self.split == "train" or self.framework == "jax"
+
     def order(self, samples: int, shard_of: np.ndarray | None = None, streamed: bool = False) -> OrderSpec:
         """The epoch order of `samples` (in shards `shard_of`, for a block order; `streamed` when they
         come from object storage) for this rank; OptionError when it would hold no batch."""
         rank, world_size = (self.rank, self.world_size) if self.rank is not None else distributed_rank_world()
-        drop_last = self.split == "train" if self.drop_last is None else self.drop_last
+        drop_last = self._drop_last
         shuffle = self.shuffle
         if shuffle is None:
             shuffle = self.split == "train"
         if isinstance(shuffle, bool):
             shuffle = ("block" if streamed else "global") if shuffle else "none"
-        # evaluation reads each sample once (ranks may end unevenly), except under JAX: every process
-        # must add the same number of rows to a global batch
-        pad = self.split == "train" or self.framework == "jax"
+        pad = self._pad
         spec = OrderSpec(samples, self.batch_size, shuffle=shuffle, drop_last=drop_last, seed=self.seed, rank=rank,
                          world_size=world_size, block_shards=self.block_shards, shard_of=shard_of, pad=pad)
         if len(spec) == 0:

@@ -146,13 +146,27 @@ def check_fully_skipped_batches_are_refilled(make: MakeLoader, data: ContractDat
     """A batch whose samples were all skipped is refilled from spare samples: never handed out
     empty (a NaN loss), never left out (ranks would deliver different batch counts)."""
     root, files = corrupt_copy(data)
-    with make(root, split="val", batch_size=1, framework=framework, **SMALL) as ld:
+    with make(root, split="train", batch_size=1, drop_last=False, framework=framework, **SMALL) as ld:
         sizes = [len(labels) for _, labels in ld]
         stats = ld.stats
         assert len(ld) == files
     assert sizes == [1] * files
     assert stats.batches == files and stats.skipped_batches == 0
     assert stats.skipped[CORRUPT_REASON] == stats.refilled == len(CORRUPT)
+
+
+def check_evaluation_skips_are_left_out(make: MakeLoader, data: ContractData) -> None:
+    """An evaluation split scores each readable sample once: a batch whose samples were all
+    skipped is counted, never handed out empty (a NaN loss) nor refilled (a sample scored twice)."""
+    root, files = corrupt_copy(data)
+    with make(root, split="val", batch_size=1, **SMALL) as ld:
+        delivered = [i for indices, _, _ in epoch(ld) for i in indices]
+        stats = ld.stats
+        assert len(ld) == files, "len() is the number of batches at most"
+        bad = {i for i in range(len(ld.source)) if os.path.basename(ld.source.path_of(i)) in CORRUPT}
+    assert delivered == sorted(set(range(files)) - bad), "each readable sample once, in order"
+    assert stats.batches == files - len(CORRUPT) and stats.skipped_batches == len(CORRUPT)
+    assert stats.skipped[CORRUPT_REASON] == len(CORRUPT) and stats.refilled == 0
 
 
 def keep_two_epochs(ld: Any, snapshot: Callable[[Any], np.ndarray]) -> list[tuple[Any, np.ndarray, np.ndarray]]:
@@ -253,6 +267,7 @@ CHECKS: tuple[Callable[[MakeLoader, ContractData], None], ...] = (
     check_skips_are_counted,
     check_raise_names_the_file,
     check_fully_skipped_batches_are_refilled,
+    check_evaluation_skips_are_left_out,
     check_close_is_idempotent_and_frees_shared_memory,
     check_kept_batches_stay_as_delivered,
     check_own_transforms_independent_of_worker_count,

@@ -36,6 +36,17 @@ def spares(batches: list[np.ndarray], batch_no: int, following: list[np.ndarray]
     return np.concatenate(parts).astype(np.int64) if parts else np.empty(0, np.int64)
 
 
+def no_spares(batches: list[np.ndarray], batch_no: int, following: list[np.ndarray] | None) -> np.ndarray:
+    """None: an evaluation split deals each sample once, and a spare in a skipped sample's place
+    would be scored twice (once there, once in its own batch). Its batch stays short."""
+    return np.empty(0, np.int64)
+
+
+def spares_of(deals_once: bool) -> Callable[[list[np.ndarray], int, list[np.ndarray] | None], np.ndarray]:
+    """The spares rule of an order: `spares`, or `no_spares` when it deals each sample once."""
+    return no_spares if deals_once else spares
+
+
 def fill(planned: np.ndarray, spare: np.ndarray, load: Callable[[int, int, int, bool], str | None]) -> Filled:
     """Load `planned` in order with `load(k, position, index, is_spare)`: put sample `index` at place
     `k`, returning None, or the reason it cannot be read (or

@@ -61,7 +61,7 @@ class DaliEngine:
         self.hw_decoder_load = hw_decoder_load
         self._bad = validate_folder(source, self.threads)  # index -> reason; DALI failures are added
         self._checked = len(source) if source.kind == "folder" or not source.validated else 0
-        self._feed = Feed(source, self._augment, self._seed, options.on_error, self._bad)
+        self._feed = Feed(source, self._augment, self._seed, options.on_error, self._bad, options.deals_once)
         self._on_error = options.on_error
         self._pipe: Any = None
         self._state = "idle"  # "running": an epoch may have outputs queued; "ended": needs reset()

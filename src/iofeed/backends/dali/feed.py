@@ -14,7 +14,7 @@ from ...image.boxes import Augment
 from ...sample_reader import SampleReader
 from ...samples import SampleSource
 from ..base import BatchKey, sample_failure
-from ..refill import fill, spares
+from ..refill import fill, spares_of
 from .inputs import encoded_for_dali
 
 
@@ -39,8 +39,10 @@ class Feed:
     samples skipped) are planned but not fed, and an error stops the feeding.
     """
 
-    def __init__(self, source: SampleSource, augment: Augment, seed: int, on_error: str, bad: dict[int, str]) -> None:
+    def __init__(self, source: SampleSource, augment: Augment, seed: int, on_error: str, bad: dict[int, str],
+                 deals_once: bool = False) -> None:
         self._source, self._augment, self._seed, self._on_error, self._bad = source, augment, seed, on_error, bad
+        self._spares = spares_of(deals_once)  # evaluation: no spares (each sample scored once)
         self._reader = SampleReader(source)
         self.pending: deque[Planned] = deque()
         self._batches: list[np.ndarray] = []
@@ -111,7 +113,7 @@ class Feed:
             return None
 
         try:
-            filled = fill(self._batches[batch_no], spares(self._batches, batch_no, self._following), load)
+            filled = fill(self._batches[batch_no], self._spares(self._batches, batch_no, self._following), load)
         except SampleError as failure:
             return self._failed(batch_no, failure), None
         indices = np.asarray(filled.delivered, np.int64)

@@ -19,7 +19,7 @@ from ...parallel import resolve_workers, safe_context
 from ...samples import SampleSource, shrunk_shards
 from ...transforms import SampleTransform
 from ..base import Batch, BatchKey
-from ..refill import spares
+from ..refill import spares_of
 from .ahead import Ahead
 from .autotune import WindowMeter, decide
 from .memory import SharedBlock
@@ -49,6 +49,7 @@ class WorkerEngine:
             source, options.augmentation, options.on_error, options.seed)
         self._transform = (None if options.transform is None
                            else SampleTransform(options.transform, options.transform_output))
+        self._spares = spares_of(options.deals_once)
         self.max_workers, self.autotune = resolve_workers(options.workers), options.workers is None
         self._initial = 1 if self.autotune else self.max_workers
         self.layout = layout
@@ -178,7 +179,7 @@ class WorkerEngine:
             while submitted < len(batches) and submitted - needed < self._depth() and (slot := pool.take()) is not None:
                 key = BatchKey(self._seed, epoch, rank, submitted)
                 self._send(Task(generation, submitted, slot, batches[submitted], key,
-                                spares(batches, submitted, following)))
+                                self._spares(batches, submitted, following)))
                 submitted += 1
             if coming is not None and submitted == len(batches):
                 self._send_ahead(coming, following, submitted - needed)
@@ -194,7 +195,7 @@ class WorkerEngine:
                 raise LoaderStateError.closed()
             if done.error is not None:
                 raise (SampleError if done.sample_error else getattr(errors, done.kind, WorkerError))(done.error)
-            if done.exhausted and len(spare := spares(batches, needed, following)) > done.spares:
+            if done.exhausted and len(spare := self._spares(batches, needed, following)) > done.spares:
                 # started early, it ran out of the spares its own epoch holds: again, with the next epoch's
                 key = BatchKey(self._seed, epoch, rank, needed)
                 self._send(Task(generation, needed, done.slot, batches[needed], key, spare))
@@ -229,7 +230,7 @@ class WorkerEngine:
             if slot is None:
                 return
             key = BatchKey(self._seed, ahead.epoch, ahead.rank, batch_no)
-            spare = spares(following, batch_no, None)  # of its own epoch only: the one after is not known yet
+            spare = self._spares(following, batch_no, None)  # of its own epoch only: the one after is not known yet
             self._send(Task(ahead.generation, batch_no, slot, following[batch_no], key, spare))
             ahead.sent.append(following[batch_no])
             ahead.slots.add(slot)
