@@ -193,7 +193,7 @@ def test_a_shard_that_failed_in_one_epoch_is_read_in_the_next(served, tmp_path: 
 # --- item 7: a read-only cached file of the wrong size is not served ------------------------
 
 def test_a_read_only_cached_file_of_the_wrong_size_is_fetched_again(served, tmp_path: Path) -> None:
-    """`_trusted` serves a read-only file without hashing it: its size is the one check left, so a
+    """`shardref.trusted` serves a read-only file without hashing it: its size is the one check left, so a
     read-only file cut short (or grown) under a shard's cached name must not be served."""
     server, dataset = served
     shard = Manifest.read(dataset).splits["train"].shards[0]

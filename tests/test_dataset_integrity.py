@@ -16,7 +16,8 @@ from iofeed.format.manifest import Manifest
 from iofeed.format.table import load_sources
 from iofeed.format.verify import verify_dataset
 from iofeed.prepare.run import ImagePolicy, preprocess
-from iofeed.samples import SampleReader, open_source
+from iofeed.sample_reader import SampleReader
+from iofeed.samples import open_source
 
 
 def _edit_manifest(out: Path, edit) -> None:

@@ -18,7 +18,8 @@ from iofeed.format.manifest import Manifest
 from iofeed.format.table import RAW, load_sources
 from iofeed.image.pil import open_rgb, resize_shorter
 from iofeed.prepare.run import ImagePolicy, preprocess
-from iofeed.samples import SampleReader, open_source
+from iofeed.sample_reader import SampleReader
+from iofeed.samples import open_source
 
 MIXED_THRESHOLD = 30_000  # the colour tree's stored images span 22,400–46,536 pixels
 

@@ -533,7 +533,8 @@ def test_a_download_becomes_its_shard_under_the_eviction_lock(dataset: Path, tmp
     the cache reached 1.04x its limit with two workers streaming the stand-in."""
     import fcntl
 
-    from iofeed.remote.cache import EVICT_LOCK, ShardCache, ShardRef
+    from iofeed.remote.cache import ShardCache, ShardRef
+    from iofeed.remote.cache_dir import EVICT_LOCK
 
     shard = _shards(dataset)[0]
     server = CountingServer(dataset.parent)

@@ -241,9 +241,8 @@ def one_torch_thread() -> Iterator[None]:
 class BatchTransform:
     """`batch_transform=` in the consumer: seeded per batch from its key (torch's RNG on `cuda`,
     a torch.device, included), the caller's own random streams restored after. On the CPU it
-    runs on one torch thread: torch's intra-op threads spin between kernels and took the
-    workers' cores (MixUp of 64 images at 224 px: 1.69 CPU ms per image with 2 threads, 0.65
-    with one, on 2 cores)."""
+    runs on one torch thread: torch's intra-op threads spin between kernels and take the
+    workers' cores (measured: docs/architecture.md, "Why the code is as it is")."""
 
     def __init__(self, fn: Any, cuda: Any = None) -> None:
         self.fn, self.cuda, self.name = fn, cuda, transform_name(fn)

@@ -16,9 +16,9 @@ def affine_per_image(source: np.ndarray, out: np.ndarray, scale: np.ndarray, shi
     """out[i] = source[i] * scale + shift, one image at a time, on this thread.
 
     On the CPU this runs in the training process beside the loader's workers: numpy keeps it
-    on one thread (torch's intra-op threads spin between kernels and took the workers' cores:
-    the consumer used 115% of a core for 0.29 ms per image; here 0.15 ms on one core), and one
-    image at a time keeps its three passes in the core's cache."""
+    on one thread (torch's intra-op threads spin between kernels and take the workers' cores;
+    measured: docs/architecture.md, "Why the code is as it is"), and one image at a time keeps
+    its three passes in the core's cache."""
     for image, row in zip(source, out):
         row[...] = image
         row *= scale

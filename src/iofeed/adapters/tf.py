@@ -85,8 +85,8 @@ def to_tf_dataset(loader: EpochLoader, normalised: bool = True, batch_transform:
     that `from_generator` hands to TensorFlow without a copy; `.prefetch(2)` overlaps it with
     the training step. tf.data's autotuning is off (nothing to tune, and its start-up slowed each
     new iterator), which datasets derived from this one inherit. (Normalising with TF ops in a
-    `.map` cost ~3x the torch adapter's CPU per image: a copy out of the slot, another into TF,
-    and TF's thread pool on the workers' cores; see docs/architecture.md.)
+    `.map` costs a copy out of the slot, another into TF, and TF's thread pool on the workers'
+    cores; measured: docs/architecture.md, "Why the code is as it is".)
 
     Every new iteration of the dataset (each Keras epoch, each `for` loop) runs the loader's
     next epoch: the Loader advances its epoch after each full pass. An iteration abandoned

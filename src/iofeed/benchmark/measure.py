@@ -96,10 +96,9 @@ class MemoryWatch:
     """A background thread summing the memory of the watched feed's processes (PSS where the
     kernel gives it — shared pages counted once — else RSS) and keeping each feed's peak.
 
-    Reading PSS costs ~2 ms per process with PyTorch loaded, ~20 ms for a JPEG worker and
-    ~90 ms for a worker that maps 5 GiB of raw shards (the kernel walks its page tables): sampled
-    once a second inside timed windows, that took 10% of a 2-core machine from the raw feed
-    alone. So it samples only outside them: in the background during warm-up and drains, and
+    Reading PSS is slow for a process that maps much memory (the kernel walks its page tables):
+    sampled inside timed windows it takes CPU from the feed measured (docs/architecture.md, "Why
+    the code is as it is"). So it samples only outside them: in the background during warm-up and drains, and
     at each window's edges (loaders allocate their buffers up front; growth over a window
     shows in the sample after it).
     """

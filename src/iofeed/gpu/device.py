@@ -1,8 +1,8 @@
 """Which device a loader works on: the user's `device` resolved once, to "cpu" or "cuda:N".
 
-`device="cuda"` names no GPU, and DALI, the adapter's constants and the copies used to pick one
-each at a different time (under torchrun, a loader built before `torch.cuda.set_device` decoded
-every rank on GPU 0). `loader()` resolves it here, once, and gives engine and adapter the result.
+`device="cuda"` names no GPU: DALI, the adapter's constants and the copies must not each pick
+one at a different time (docs/architecture.md, "Why the code is as it is"). `loader()` resolves
+it here, once, and gives engine and adapter the result.
 """
 from __future__ import annotations
 

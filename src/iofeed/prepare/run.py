@@ -6,7 +6,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -14,27 +14,23 @@ import numpy as np
 
 from .. import __version__
 from ..errors import IofeedError, OptionError
-from ..format.manifest import Manifest, SplitInfo
+from ..format.manifest import Manifest
 from ..format.policy import ImagePolicy
-from ..format.shards import ShardWriter
-from ..format.table import ENCODINGS, MEMBER_EXTENSIONS, new_table, save_table
-from ..format.targets import save_targets
-from ..progress import progress as progress_bar
 from ..remote.urls import is_url
 from .duplicates import Duplicates, find_duplicates
 from .engines import select_engine
 from .file import Prepared, Task
 from .output import check_inputs, check_output, spool_dir, written_aside
+from .pack import pack
 from .scan import Rejection, display_path, none_accepted, reason_kind
 from .sources.base import SourceOptions, SourceScan
 from .sources.registry import scan_source
 from .sources.targets import Resolved
 from .sources.webdataset import image_keys
 from .splits import validation_mask, write_order
+from .stats import source_stats
 
 REJECTED_NAME = "rejected.jsonl"
-CLASSES_MEMBER = "classes.json"  # a multi-label sample's class indices, a JSON list
-EXTRA_MEMBER = "json"  # a sample's extra, any JSON value (WebDataset's metadata convention)
 
 
 @dataclass
@@ -141,7 +137,7 @@ def _preprocess(scan: SourceScan, src: Path | str, out: Path, start: float, *, p
     }
     orders = {name: order for name, order in orders.items() if len(order)}
     with written_aside(src, out, overwrite) as (staging, stale):
-        results = _pack(scan, targets, orders, policy, staging, shard_bytes, progress, run_engine)
+        results = pack(scan, targets, orders, policy, staging, shard_bytes, progress, run_engine)
         rejected = scan.rejected + results.rejected
         if strict and rejected:
             _fail_strict(rejected)
@@ -157,7 +153,7 @@ def _preprocess(scan: SourceScan, src: Path | str, out: Path, start: float, *, p
                    "shorter_side": policy.shorter_side, "quality": policy.quality,
                    "raw_max_pixels": policy.raw_max_pixels if policy.format == "mixed" else None},
             split_policy={"seed": seed, "val_per_class": val_per_class, "val_fraction": val_fraction},
-            source=_source_stats(scan, results.facts, rejected),
+            source=source_stats(scan, results.facts, rejected),
             created_by=f"iofeed {__version__}",
             targets=results.targets,
         )
@@ -188,75 +184,6 @@ def _several_classes(scan: SourceScan, targets: Resolved) -> dict[str, Any]:
     return {"several_classes": len(several), "several_example": f"{display_path(scan.names[first])}: {names}"}
 
 
-@dataclass
-class _PackResult:
-    splits: dict[str, SplitInfo]
-    rejected: list[Rejection]
-    facts: list[dict]
-    targets: dict
-
-
-def _pack(
-    scan: SourceScan,
-    targets: Resolved,
-    orders: dict[str, np.ndarray],
-    policy: ImagePolicy,
-    staging: Path,
-    shard_bytes: int,
-    progress: bool,
-    run_engine: Callable[[list[Task]], AbstractContextManager[Iterator[Prepared]]],
-) -> _PackResult:
-    """Prepare every file in parallel, in write order, and append it to its split's shards."""
-    writers = {name: ShardWriter(staging, name, max_bytes=shard_bytes) for name in orders}
-    tables = {name: new_table(len(order)) for name, order in orders.items()}
-    sources: dict[str, list[str]] = {name: [] for name in orders}
-    tasks = [(int(i), scan.paths[i], policy, scan.spans[i]) for order in orders.values() for i in order]
-    side = {name: [] for name in orders}  # per split, each row's classes and extra (multi-label or extras)
-    kind = targets.kind
-    split_of = {int(i): name for name, order in orders.items() for i in order}
-    rejected: list[Rejection] = []
-    facts: list[dict] = []
-    with run_engine(tasks) as results:
-        for prepared in progress_bar(results, total=len(tasks), unit="img", desc="preprocess", disable=not progress):
-            rel = scan.names[prepared.index]
-            if prepared.data is None:
-                rejected.append(Rejection(rel, prepared.reason or "unknown"))
-                continue
-            name = split_of[prepared.index]
-            label = targets.label(prepared.index)
-            classes, extra = targets.classes[prepared.index], targets.extras[prepared.index]
-            members = {MEMBER_EXTENSIONS[prepared.encoding]: prepared.data}
-            if kind == "class":
-                members["cls"] = str(label).encode()
-            elif kind == "multi_label":
-                members[CLASSES_MEMBER] = json.dumps(classes).encode()
-            if extra is not None:
-                members[EXTRA_MEMBER] = json.dumps(extra).encode()
-            shard, offset, size = writers[name].add(f"{prepared.index:07d}", members)
-            if targets.side_file:
-                side[name].append([classes, extra])
-            row = tables[name][len(sources[name])]
-            row["shard"], row["offset"], row["size"], row["label"] = shard, offset, size, label
-            row["encoding"] = ENCODINGS.index(prepared.encoding)
-            row["width"], row["height"] = prepared.facts["width"], prepared.facts["height"]
-            sources[name].append(display_path(rel))
-            facts.append({**prepared.facts, "encoding": prepared.encoding, "stored_bytes": size,
-                          "name": display_path(rel), "split": name, "classes": tuple(classes)})
-    splits = {}
-    for name, writer in writers.items():
-        shards = writer.close()
-        table_name = f"{name}-samples.npy"
-        save_table(staging / table_name, tables[name][: len(sources[name])], sources[name])
-        splits[name] = SplitInfo(
-            samples=len(sources[name]), shards=[asdict(s) for s in shards], table=table_name
-        )
-    files = {}
-    if targets.side_file:
-        for name, rows in side.items():
-            files[name] = save_targets(staging, name, rows)
-    return _PackResult(splits, rejected, facts, targets.manifest_entry(files))
-
-
 def write_rejected(path: Path, rejected: list[Rejection]) -> None:
     """One JSON line per rejected input, sorted by path."""
     lines = [
@@ -278,43 +205,3 @@ def _fail_empty(root: str, rejected: list[Rejection]) -> None:
     """SourceError: every file was rejected, so there is no dataset to write (OUT is left as it was)."""
     raise none_accepted(f"every file in {display_path(root)} was rejected, nothing written: fix the files and run "
                         "again", rejected)
-
-
-def _source_stats(scan: SourceScan, facts: list[dict], rejected: list[Rejection]) -> dict:
-    """Statistics of the input a user would want to see in `iofeed inspect`."""
-    modes = Counter(f["mode_in"] for f in facts)
-    widths = np.array([f["width_in"] for f in facts] or [0])
-    heights = np.array([f["height_in"] for f in facts] or [0])
-    return {
-        "path": display_path(str(scan.root)),
-        "kind": scan.kind,
-        "found": len(scan) + len(scan.rejected),
-        "accepted": len(facts),
-        "rejected": len(rejected),
-        "rejected_by_reason": dict(Counter(reason_kind(r.reason) for r in rejected)),
-        "empty_classes": scan.empty_classes,
-        "bytes_in": int(sum(f["bytes_in"] for f in facts)),
-        "modes": dict(modes),
-        "formats": dict(Counter(f["format_in"] for f in facts)),
-        "progressive": sum(f["progressive_in"] for f in facts),
-        "exif_rotated": sum(f["oriented"] for f in facts),
-        "kept_original_bytes": sum(f["kept_original"] for f in facts),
-        "mean_size": [float(widths.mean()), float(heights.mean())],
-        "median_size": [float(np.median(widths)), float(np.median(heights))],
-        "max_size": [int(widths.max()), int(heights.max())],
-        "stored": _storage_stats(facts),
-    }
-
-
-def _storage_stats(facts: list[dict]) -> dict:
-    """Samples and bytes stored per encoding, and the estimated size of the all-JPEG form."""
-    stored = {enc: [f for f in facts if f["encoding"] == enc] for enc in ENCODINGS}
-    raw_bytes = sum(f["stored_bytes"] for f in stored["raw"])
-    sampled = [f for f in stored["raw"] if "jpeg_bytes" in f]
-    ratio = sum(f["jpeg_bytes"] for f in sampled) / max(sum(f["stored_bytes"] for f in sampled), 1)
-    jpeg_bytes = sum(f["stored_bytes"] for f in stored["jpeg"])
-    return {
-        "samples": {enc: len(group) for enc, group in stored.items()},
-        "bytes": {"jpeg": jpeg_bytes, "raw": raw_bytes},
-        "as_jpeg_bytes_estimate": int(jpeg_bytes + raw_bytes * ratio),
-    }

@@ -25,127 +25,29 @@ from __future__ import annotations
 import errno
 import fcntl
 import hashlib
-import json
 import os
 import stat as stat_module
 import threading
 import time
 import warnings
-from collections.abc import Iterator
-from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import CacheWriteError, FetchError
-from ..format.files import lock_free
-from .cache_dir import EVICT_LOCK, FAILED, FETCH_LOG, LOCK, PART, entries, is_part, is_shard
-from .retry import Mismatch, RetryPolicy, TooSlow, describe, policy_from_env, with_retries
-from .urls import filesystem, scheme
+from .cache_dir import FAILED, LOCK, PART
+from .download import Cancelled, download
+from .eviction import evict_for, eviction_lock, remove_stale_parts
+from .fetch_log import fetches_since, log_fetch, log_offset
+from .retry import RetryPolicy, describe, policy_from_env, with_retries
+from .shardref import WRITABLE, ShardRef, check_bytes, trusted
+from .urls import filesystem
 
-CHUNK = 4 << 20
+__all__ = ["Cancelled", "ShardCache", "ShardRef", "eviction_lock", "remove_stale_parts"]
+
 ROOM_WAIT_SECONDS = 10.0  # how long a fetch waits for leases to end before exceeding the limit
 HASH_RATE = 50 << 20  # bytes/s a slow host at least hashes when checking a download
 COARSE_MTIME = 0.05  # s: file times come from the kernel's coarse clock, a few ms behind time.time()
-WRITABLE = 0o222  # a cached shard with any write bit set has not been verified (by this iofeed)
 _warned_room: set[str] = set()  # cache roots whose "too small" warning this process has given
-
-
-class Cancelled(Exception):
-    """A download stopped because its requester went away (a closed loader's prefetcher)."""
-
-
-@dataclass(frozen=True)
-class ShardRef:
-    """One remote shard: its URL, and the size and checksum the manifest records for it."""
-
-    url: str
-    bytes: int
-    sha256: str = ""  # empty for datasets written before checksums: verified by size only
-
-    @property
-    def cached_name(self) -> str:
-        """The file name of its verified copy."""
-        tag = self.sha256[:16] if self.sha256 else f"size{self.bytes}"
-        return f"{self.url.rsplit('/', 1)[-1]}~{tag}"
-
-
-@contextmanager
-def _flocked(path: Path, mode: int) -> Iterator[int]:
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
-    try:
-        fcntl.flock(fd, mode)
-        yield fd
-    finally:
-        os.close(fd)
-
-
-def eviction_lock(root: Path) -> AbstractContextManager[int]:
-    """The node-wide lock of the cache at `root`, under which cache files appear, are renamed and
-    are evicted: what is read under it is a consistent view of the cache's size."""
-    return _flocked(root / EVICT_LOCK, fcntl.LOCK_EX)
-
-
-def _part_is_orphan(path: str) -> bool:
-    """A part file with no writer left: its process is gone, or (a PID reused since, or one of
-    another PID namespace) nobody holds its shard's download lock, which a writer holds throughout."""
-    name = os.path.basename(path)
-    pid = name.rsplit(PART, 1)[1].split("-")[0]
-    try:
-        os.kill(int(pid), 0)
-    except ProcessLookupError:
-        return True
-    except (ValueError, PermissionError):
-        pass
-    return lock_free(os.path.join(os.path.dirname(path), name.split(PART)[0] + LOCK)) is not False
-
-
-def remove_stale_parts(root: Path) -> int:
-    """Delete the part files of downloads whose writer is gone (see `_part_is_orphan`); how many."""
-    removed = 0
-    with eviction_lock(root):
-        for name, path, _ in list(entries(root)):
-            if is_part(name) and _part_is_orphan(path):
-                Path(path).unlink(missing_ok=True)
-                removed += 1
-    return removed
-
-
-def _try_evict(path: str) -> bool:
-    """Delete a cached shard unless someone holds a lease on it."""
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except FileNotFoundError:
-        return True
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        os.close(fd)
-        return False
-    try:
-        os.unlink(path)
-    finally:
-        os.close(fd)  # closing drops the lock: a reader blocked on it sees the file unlinked
-    return True
-
-
-def _trusted(stat: os.stat_result, size: int) -> bool:
-    """Whether a cached file can be served as is: a regular file of the right size, still linked,
-    made read-only by the download that verified it."""
-    return (stat_module.S_ISREG(stat.st_mode) and stat.st_nlink > 0 and stat.st_size == size
-            and not stat.st_mode & WRITABLE)
-
-
-def _check_bytes(fd: int, ref: ShardRef) -> str | None:
-    """What is wrong with the bytes of `fd` against `ref` (size, then sha256), or None."""
-    digest, offset = hashlib.sha256(), 0
-    while chunk := os.pread(fd, CHUNK, offset):
-        digest.update(chunk)
-        offset += len(chunk)
-    if offset != ref.bytes:
-        return f"{offset} bytes where iofeed.json records {ref.bytes}"
-    if ref.sha256 and digest.hexdigest() != ref.sha256:
-        return f"sha256 {digest.hexdigest()[:16]}... where iofeed.json records {ref.sha256[:16]}..."
-    return None
 
 
 @dataclass
@@ -193,7 +95,7 @@ class ShardCache:
                 return None  # missing, or a symbolic link: fetched (again) in its place
             raise
         fcntl.flock(fd, fcntl.LOCK_SH)
-        if not _trusted(os.fstat(fd), size):  # evicted while we waited, damaged, or never verified
+        if not trusted(os.fstat(fd), size):  # evicted while we waited, damaged, or never verified
             os.close(fd)
             return None
         return fd
@@ -220,9 +122,9 @@ class ShardCache:
             return False
         try:
             stat = os.fstat(fd)
-            if _trusted(stat, ref.bytes):
+            if trusted(stat, ref.bytes):
                 return True
-            if stat_module.S_ISREG(stat.st_mode) and stat.st_size == ref.bytes and _check_bytes(fd, ref) is None:
+            if stat_module.S_ISREG(stat.st_mode) and stat.st_size == ref.bytes and check_bytes(fd, ref) is None:
                 os.fchmod(fd, stat.st_mode & ~WRITABLE & 0o7777)
                 return True
         finally:
@@ -329,7 +231,7 @@ class ShardCache:
             self._mark_failed(failed, message)
             raise FetchError(message) from None
         failed.unlink(missing_ok=True)
-        self._log(ref, time.perf_counter() - started)
+        log_fetch(self.directory, ref.url, ref.bytes, time.perf_counter() - started)
 
     def _reserve(self, part: Path, ref: ShardRef) -> int:
         """Make room for the shard (evicting unleased shards, oldest use first) and create the part
@@ -339,7 +241,7 @@ class ShardCache:
         deadline = began + ROOM_WAIT_SECONDS
         while True:
             with eviction_lock(self.root):
-                fits, used = self._evict_for(ref.bytes)
+                fits, used = evict_for(self.root, self.limit, ref.bytes)
                 if fits or time.monotonic() > deadline:
                     try:
                         fd = os.open(part, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
@@ -369,93 +271,15 @@ class ShardCache:
             "room (an epoch may run many times slower): raise cache_limit, or use smaller shards "
             "(`iofeed preprocess --shard-mb`) or a smaller block_shards", RuntimeWarning, stacklevel=2)
 
-    def _evict_for(self, size: int) -> tuple[bool, int]:
-        """Evict until `size` more bytes fit under the limit; whether they do, and the bytes held."""
-        shards, used = [], 0
-        for name, path, stat in entries(self.root):
-            if is_part(name) and _part_is_orphan(path):
-                Path(path).unlink(missing_ok=True)
-            elif is_shard(name) or is_part(name):
-                used += stat.st_size
-                if is_shard(name):
-                    shards.append((stat.st_mtime, path, stat.st_size))
-        for _, path, bytes_ in sorted(shards):
-            if used + size <= self.limit:
-                break
-            if _try_evict(path):
-                used -= bytes_
-        return used + size <= self.limit, used
-
     def _download(self, ref: ShardRef, fd: int, last_data: list[float], cancel: threading.Event) -> None:
-        """Stream `ref` into `fd`, then check what the disk holds (flushed, read back: a short write or
-        a disk error cannot pass) against the manifest's size and sha256; `last_data` gets the time
-        of the last bytes received (time spent streaming is not spent from the budget)."""
-        written = 0
-        fs = filesystem(ref.url, self.settings, self.retry)
-        started = time.monotonic()
-        deadline = started + self.retry.stall_seconds + ref.bytes / self.retry.min_rate
-        if cancel.is_set():
-            raise Cancelled(ref.url)
-        with fs.open(ref.url, "rb", **scheme(ref.url).stream) as remote:
-            while chunk := remote.read(CHUNK):
-                if cancel.is_set():
-                    raise Cancelled(ref.url)
-                last_data[0] = time.monotonic()
-                if last_data[0] > deadline and written + len(chunk) < ref.bytes:
-                    last_data[0] = 0.0  # a trickle earns no credit: its time is spent from the budget
-                    raise TooSlow(f"{written + len(chunk):,} of {ref.bytes:,} bytes in {deadline - started:.0f} s, "
-                                  f"below {self.retry.min_rate:,.0f} bytes/s")
-                if written + len(chunk) > ref.bytes:
-                    raise Mismatch(f"larger than the {ref.bytes} bytes iofeed.json records (replaced after upload?)")
-                self._write_all(ref, fd, chunk, written)
-                written += len(chunk)
-        if written != ref.bytes:
-            raise Mismatch(f"{written} bytes where iofeed.json records {ref.bytes} (truncated: upload it again)")
-        try:
-            os.fdatasync(fd)
-            problem = _check_bytes(fd, ref)
-        except OSError as exc:
-            raise self._write_error(ref, exc, "writing into") from None
-        if problem is not None:
-            raise Mismatch(f"checksum differs from iofeed.json ({problem}: corrupt or replaced, upload it again)")
-
-    def _write_all(self, ref: ShardRef, fd: int, data: bytes, offset: int) -> None:
-        """Write all of `data` at `offset` (a short write is continued; a failed one is a CacheWriteError)."""
-        view = memoryview(data)
-        try:
-            while view:
-                done = os.pwrite(fd, view, offset)
-                if done == 0:
-                    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-                view, offset = view[done:], offset + done
-        except OSError as exc:
-            raise self._write_error(ref, exc, "writing into") from None
-
-    def _log(self, ref: ShardRef, seconds: float) -> None:
-        """Record one download in the dataset folder's fetch log (read by `fetches_since`)."""
-        line = json.dumps({"url": ref.url, "bytes": ref.bytes, "seconds": round(seconds, 4), "pid": os.getpid()})
-        try:
-            fd = os.open(self.directory / FETCH_LOG, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-            try:
-                os.write(fd, (line + "\n").encode())
-            finally:
-                os.close(fd)
-        except OSError:
-            pass  # a full disk loses a line of statistics, not the shard that is already in place
+        """One attempt at streaming `ref` into `fd` (`download.py`), write errors named as the cache's."""
+        download(ref, fd, filesystem(ref.url, self.settings, self.retry), self.retry, last_data, cancel,
+                 lambda exc, doing: self._write_error(ref, exc, doing))
 
     def log_offset(self) -> int:
         """The current end of the fetch log."""
-        try:
-            return (self.directory / FETCH_LOG).stat().st_size
-        except FileNotFoundError:
-            return 0
+        return log_offset(self.directory)
 
     def fetches_since(self, offset: int) -> list[dict]:
         """Downloads of this dataset on this node logged after `offset` (by any process)."""
-        try:
-            with open(self.directory / FETCH_LOG, "rb") as f:
-                f.seek(offset)
-                text = f.read().decode()
-        except FileNotFoundError:
-            return []
-        return [json.loads(line) for line in text.splitlines() if line.strip()]
+        return fetches_since(self.directory, offset)

@@ -90,8 +90,8 @@ class RemoteShards:
 
     def _warn_small(self, shards: int, what: str, also: str) -> None:
         """Warn (with the numbers) when the cache cannot hold `shards` of the largest at once:
-        fetches then wait for leases to end, and an epoch runs many times slower (measured: 1.3 s
-        to 23-41 s on the tiny dataset over loopback HTTP)."""
+        fetches then wait for leases to end, and an epoch runs many times slower (measured:
+        docs/architecture.md, "Why the code is as it is")."""
         need = min(shards * self.largest, sum(ref.bytes for ref in self.refs))
         if self.cache.limit < need:
             warnings.warn(

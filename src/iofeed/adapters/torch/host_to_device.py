@@ -17,9 +17,9 @@ class HostToDevice:
     which the current stream then waits for, from pinned memory:
 
     - the engine's own memory (the workers engine's slots), registered as pinned once per block
-      (`cudaHostRegister`) and copied straight from the slot: no host copy of the batch (issue
-      30 §2, ~38 MB per batch at 256 images). The slot's lease is released once the copy's event
-      has completed (looked at on each call), not before;
+      (`cudaHostRegister`) and copied straight from the slot: no host copy of the batch. The
+      slot's lease is released once the copy's event has completed (looked at on each call), not
+      before;
     - otherwise (memory that cannot be registered) staged in pinned buffers: two sets alternate,
       a set refilled only after its last copies finished, the lease released once staged.
     """

@@ -11,7 +11,8 @@ import numpy as np
 
 from ...errors import SampleError, WorkerError
 from ...image.boxes import Augment
-from ...samples import SampleReader, SampleSource
+from ...sample_reader import SampleReader
+from ...samples import SampleSource
 from ..base import BatchKey, sample_failure
 from ..refill import fill, spares_of
 from .inputs import encoded_for_dali

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass
 
 HEADROOM = 1.2  # decode capacity kept above the consumer's rate
@@ -52,3 +53,29 @@ def decide(window: Window, max_workers: int) -> Decision:
     starved = (" (the maximum, still waiting: preprocess or decode on the GPU)"
                if wait_share > WAIT_SHARE_TO_GROW else "")
     return Decision(window.workers, f"keep {window.workers}{starved}: {facts}")
+
+
+class WindowMeter:
+    """Delivered images, consumer wait and worker busy time since the window began."""
+
+    def __init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
+        self._start = time.perf_counter()
+        self._images = 0
+        self._wait = self._busy = 0.0
+
+    def add(self, images: int, wait: float, busy: float) -> None:
+        self._images += images
+        self._wait += wait
+        self._busy += busy
+
+    def elapsed(self) -> float:
+        return time.perf_counter() - self._start
+
+    def close(self, workers: int) -> Window:
+        """The finished window; a new one begins."""
+        window = Window(self._images, self.elapsed(), self._wait, self._busy, workers)
+        self.reset()
+        return window

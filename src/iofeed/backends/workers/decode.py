@@ -11,7 +11,8 @@ from ...image.boxes import Augment
 from ...image.fastjpeg import decode_rgb_array, plain_jpeg_size
 from ...image.pil import check_pixels, decode_rgb, open_image
 from ...image.resize import crop_resize_into
-from ...samples import SampleReader, SampleSource
+from ...sample_reader import SampleReader
+from ...samples import SampleSource
 
 
 def load_augmented(

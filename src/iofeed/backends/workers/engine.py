@@ -2,67 +2,36 @@
 from __future__ import annotations
 
 import contextlib
-import errno
 import math
 import signal
 import time
 import weakref
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
 from typing import Any
 
 import numpy as np
 
 from ... import errors
-from ...errors import LoaderStateError, OptionError, SampleError, StartError, WorkerError, memory_limit_note
+from ...errors import LoaderStateError, SampleError, WorkerError
 from ...options import LoaderOptions
 from ...parallel import resolve_workers, safe_context
 from ...samples import SampleSource, shrunk_shards
-from ...system import Share, usable_cores
 from ...transforms import SampleTransform
 from ..base import Batch, BatchKey
 from ..refill import spares_of
-from .autotune import Window, decide
+from .ahead import Ahead
+from .autotune import WindowMeter, decide
 from .memory import SharedBlock
-from .packing import PackedLayout
 from .pool import SlotPool
+from .process import WorkerProcess, death, shutdown, start_error
 from .progress import TRANSFORMING, Progress
-from .slots import Layout, SlotLayout, default_memory_budget, default_prefetch
+from .sizing import engine_layout
+from .slots import Layout, default_prefetch
 from .task import Done, Task, worker_main
 from .watchdog import Watchdog, stall_bounds
 
 TUNE_SECONDS = 1.0
-
-
-@dataclass
-class _Ahead:
-    """The next epoch's first batches, sent to the workers while this epoch's last ones decode, so
-    that a new epoch (a new iterator: each Keras epoch) starts on decoded batches."""
-
-    generation: int
-    epoch: int
-    rank: int
-    sent: list[np.ndarray] = field(default_factory=list)  # its batches 0, 1, … sent so far
-    slots: set[int] = field(default_factory=set)  # the slots they fill
-    ready: dict[int, Done] = field(default_factory=dict)
-
-    def matches(self, epoch: int, batches: list[np.ndarray], start: int, rank: int) -> bool:
-        """Whether a pass of (epoch, batches from start, rank) begins with the batches sent."""
-        return ((epoch, rank, start) == (self.epoch, self.rank, 0) and len(self.sent) <= len(batches)
-                and all(np.array_equal(a, b) for a, b in zip(self.sent, batches)))
-
-
-@dataclass
-class _Worker:
-    """One worker process, its pipe, and the tasks it has not answered yet."""
-
-    proc: Any
-    conn: Connection
-    progress: Progress  # which sample and step it is on, and how far it got
-    busy: int = 0
-    sent: int = 0  # tasks sent to it, ever
-    retiring: bool = False
 
 
 class WorkerEngine:
@@ -85,15 +54,15 @@ class WorkerEngine:
         self._initial = 1 if self.autotune else self.max_workers
         self.layout = layout
         self._generation = 0
-        self._ahead: _Ahead | None = None  # the next epoch's batches under way
+        self._ahead: Ahead | None = None  # the next epoch's batches under way
         self.started_ahead = 0  # batches begun during the pass before theirs, and used
         self.stopped_early = 0  # tasks of abandoned passes that workers left undone
-        self._workers: list[_Worker] = []
+        self._workers: list[WorkerProcess] = []
         self._block: SharedBlock | None = None
         self._stale: SharedBlock | None = None  # one int64: tasks of generations below it stop early
         self._finalizer: weakref.finalize | None = None
         self._closed = False
-        self._window = _WindowMeter()
+        self._window = WindowMeter()
         self.decisions: list[dict[str, Any]] = []  # the autotuner's: after_seconds, workers, reason
         self._began = time.perf_counter()  # when the workers started (decision times count from it)
         self._found = dict(found or {})  # the usable cores and memory budget, and why
@@ -142,7 +111,7 @@ class WorkerEngine:
         self._stale_below = np.frombuffer(self._stale.buffer, np.int64, 1)
         self._watchdog = Watchdog(self._source, None if self._transform is None else self._transform.name,
                                   self._stall)
-        self._finalizer = weakref.finalize(self, _shutdown, self._workers, (self._block, self._stale))
+        self._finalizer = weakref.finalize(self, shutdown, self._workers, (self._block, self._stale))
         for _ in range(self._initial):
             self._add_worker()
 
@@ -160,13 +129,9 @@ class WorkerEngine:
             proc.start()
             progress.sent()
         except (OSError, EOFError) as exc:  # a limit of the machine, not a bug: say which
-            cause = (f"{exc.strerror} ({_LIMITS.get(exc.errno, 'a limit of this machine')})" if isinstance(exc, OSError)
-                     else "the fork server that starts workers ended (out of open files or processes? check "
-                          "`ulimit -n` and `ulimit -u`)")
-            raise StartError(f"cannot start a loader worker: {cause}; {len(self._workers)} worker(s) were "
-                             "running") from None
+            raise start_error(exc, len(self._workers)) from None
         theirs.close()
-        self._workers.append(_Worker(proc, mine, progress))
+        self._workers.append(WorkerProcess(proc, mine, progress))
 
     def _resize(self, count: int) -> None:
         """Grow to `count` workers at once, or retire the surplus as they become idle."""
@@ -177,7 +142,7 @@ class WorkerEngine:
             worker.retiring = True
             self._retire_if_idle(worker)
 
-    def _retire_if_idle(self, worker: _Worker) -> None:
+    def _retire_if_idle(self, worker: WorkerProcess) -> None:
         if worker.retiring and worker.busy == 0:
             with contextlib.suppress(OSError):  # a retiring worker that died needs no goodbye
                 worker.conn.send(None)
@@ -254,11 +219,11 @@ class WorkerEngine:
                      lease=lease, copied=lease is None,
                      refilled=done.refilled, region=self._region if lease is not None else None)
 
-    def _new_ahead(self, epoch: int, rank: int) -> _Ahead:
+    def _new_ahead(self, epoch: int, rank: int) -> Ahead:
         self._generation += 1
-        return _Ahead(self._generation, epoch, rank)
+        return Ahead(self._generation, epoch, rank)
 
-    def _send_ahead(self, ahead: _Ahead, following: list[np.ndarray], in_flight: int) -> None:
+    def _send_ahead(self, ahead: Ahead, following: list[np.ndarray], in_flight: int) -> None:
         """Send `following`'s next batches to free slots, within the prefetch depth."""
         while len(ahead.sent) < len(following) and in_flight + len(ahead.sent) < self._depth():
             batch_no, slot = len(ahead.sent), self._pool.take()
@@ -323,7 +288,7 @@ class WorkerEngine:
             self.close()
             raise
 
-    def _raise_dead(self, worker: _Worker) -> None:
+    def _raise_dead(self, worker: WorkerProcess) -> None:
         if self._closed:  # stopped by close() from another thread, not dead
             raise LoaderStateError.closed()
         proc = worker.proc
@@ -337,7 +302,7 @@ class WorkerEngine:
         cause = (f": {shrunk[0]}{f' (and {len(shrunk) - 1} more)' if len(shrunk) > 1 else ''}; a shard was "
                  "truncated while the loader read it (run `iofeed preprocess` again, not while it is read)"
                  if shrunk else "")
-        raise WorkerError(f"loader worker (pid {proc.pid}) {_death(code, doing, in_transform and not shrunk)}{cause}")
+        raise WorkerError(f"loader worker (pid {proc.pid}) {death(code, doing, in_transform and not shrunk)}{cause}")
 
     def _drain(self) -> None:
         """Wait for tasks of an abandoned epoch (told to stop early), so that their slots can be reused."""
@@ -353,100 +318,11 @@ class WorkerEngine:
             self._finalizer = None
 
 
-class _WindowMeter:
-    """Delivered images, consumer wait and worker busy time since the window began."""
-
-    def __init__(self) -> None:
-        self.reset()
-
-    def reset(self) -> None:
-        self._start = time.perf_counter()
-        self._images = 0
-        self._wait = self._busy = 0.0
-
-    def add(self, images: int, wait: float, busy: float) -> None:
-        self._images += images
-        self._wait += wait
-        self._busy += busy
-
-    def elapsed(self) -> float:
-        return time.perf_counter() - self._start
-
-    def close(self, workers: int) -> Window:
-        """The finished window; a new one begins."""
-        window = Window(self._images, self.elapsed(), self._wait, self._busy, workers)
-        self.reset()
-        return window
-
-
-_LIMITS = {
-    errno.EMFILE: "raise the open-file limit, e.g. `ulimit -n 4096`",
-    errno.ENFILE: "the system's open-file table is full",
-    errno.EAGAIN: "the process limit (`ulimit -u`, the container's pids limit) is reached: lower workers",
-    errno.ENOMEM: "out of memory: lower workers or batch_size",
-}
-
-
-def _death(code: int, doing: str, in_transform: bool) -> str:
-    """How a worker with exit status `code` died `doing` (' while ... sample X'), and what to do."""
-    if code == -signal.SIGKILL:
-        return (f"was killed (SIGKILL){doing}: if the system ran out of memory, lower workers or batch_size"
-                f"{memory_limit_note()}")
-    if code < 0:
-        culprit = ": the crash is in the transform or a library it calls" if in_transform else ""
-        return f"died with signal {signal.Signals(-code).name}{doing}{culprit}{memory_limit_note()}"
-    if in_transform:
-        return (f"exited with status {code}{doing}: the transform ended its worker (os._exit or sys.exit; nothing "
-                "is printed): a transform must return the image or raise an exception")
-    if code == 1:  # an exception outside any sample: multiprocessing printed its traceback
-        return f"exited with status 1{doing}: its traceback is printed above (stderr)"
-    return f"exited with status {code}{doing}: something in it called os._exit or sys.exit (nothing is printed)"
-
-
-def _shutdown(workers: list[_Worker], blocks: tuple[SharedBlock, ...]) -> None:
-    """Stop workers (politely, then by force) and give up the shared blocks (views keep their memory)."""
-    for worker in workers:
-        try:
-            worker.conn.send(None)
-        except (OSError, ValueError):
-            pass
-    for worker in workers:
-        worker.proc.join(timeout=1.0)
-        if worker.proc.is_alive():
-            worker.proc.kill()
-            worker.proc.join(timeout=1.0)
-        worker.conn.close()
-        worker.progress.close()
-    for block in blocks:
-        block.release()
-
-
 def make_worker_engine(source: SampleSource, options: LoaderOptions) -> WorkerEngine:
     """A workers engine: `workers=None` autotunes up to this rank's usable cores; slots fit
     `memory_budget` (default: a quarter of this rank's usable memory).
 
     With `gpu_augment`, packed slots carry stored pixels and crop boxes for augmenting on the
     device instead of augmented images."""
-    cores = usable_cores()
-    max_workers, prefetch, batch_size = resolve_workers(options.workers), options.prefetch, options.batch_size
-    budget = (default_memory_budget() if options.memory_budget is None
-              else Share(options.memory_budget, "memory_budget argument"))
-    def layout(slots: int) -> Layout:
-        if options.gpu_augment:
-            return PackedLayout.for_source(source, slots, batch_size)
-        output = options.transform_output
-        if output is None:
-            return SlotLayout(slots, batch_size, options.image_size)
-        return SlotLayout(slots, batch_size, options.image_size, output.shape, output.dtype.str)
-
-    slot_bytes = layout(1).total_bytes
-    wanted = (default_prefetch(max_workers) if prefetch is None else prefetch) + 1
-    slots = min(wanted, budget.amount // slot_bytes)
-    if slots < 2:
-        raise OptionError(
-            f"memory_budget={budget.amount:,} bytes ({budget.because}) holds fewer than 2 batches of "
-            f"{slot_bytes:,} bytes: raise it, or lower batch_size or image_size"
-        )
-    found = {"usable_cores": cores.amount, "cores_because": cores.because,
-             "memory_budget": budget.amount, "memory_because": budget.because}
-    return WorkerEngine(source, options, layout(slots), found)
+    layout, found = engine_layout(source, options)
+    return WorkerEngine(source, options, layout, found)

@@ -15,7 +15,8 @@ from ...errors import OptionError, SampleError
 from ...format.table import RAW
 from ...image.boxes import Augment
 from ...image.pil import open_rgb
-from ...samples import SampleReader, SampleSource
+from ...sample_reader import SampleReader
+from ...samples import SampleSource
 
 _META = np.dtype([("offset", np.int64), ("height", np.int64), ("width", np.int64),
                   ("box", np.float32, 4), ("flip", np.bool_)])

@@ -7,7 +7,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from ...image.boxes import Augment
-from ...samples import SampleReader, SampleSource
+from ...sample_reader import SampleReader
+from ...samples import SampleSource
 from ...system import Share, usable_memory
 from .decode import load_augmented
 from .packing import PackedLayout

@@ -17,7 +17,8 @@ from ...errors import IofeedError, SampleError, is_out_of_memory, out_of_memory
 from ...format.files import raise_open_limit
 from ...image.boxes import Augment
 from ...parallel import next_message
-from ...samples import SampleReader, SampleSource
+from ...sample_reader import SampleReader
+from ...samples import SampleSource
 from ...transforms import SampleTransform
 from ..base import BatchKey, sample_failure
 from ..refill import fill

@@ -1,0 +1,98 @@
+"""Prepared files packed in write order into each split's WebDataset shards, its sample table and
+its targets side file."""
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+
+from ..format.manifest import SplitInfo
+from ..format.policy import ImagePolicy
+from ..format.shards import ShardWriter
+from ..format.table import ENCODINGS, MEMBER_EXTENSIONS, new_table, save_table
+from ..format.targets import save_targets
+from ..progress import progress as progress_bar
+from .file import Prepared, Task
+from .scan import Rejection, display_path
+from .sources.base import SourceScan
+from .sources.targets import Resolved
+
+CLASSES_MEMBER = "classes.json"  # a multi-label sample's class indices, a JSON list
+EXTRA_MEMBER = "json"  # a sample's extra, any JSON value (WebDataset's metadata convention)
+
+
+@dataclass
+class PackResult:
+    """What packing wrote: each split's shards and table, the files rejected while preparing, each
+    written sample's facts, and the manifest's targets entry."""
+
+
+    splits: dict[str, SplitInfo]
+    rejected: list[Rejection]
+    facts: list[dict]
+    targets: dict
+
+
+def pack(
+    scan: SourceScan,
+    targets: Resolved,
+    orders: dict[str, np.ndarray],
+    policy: ImagePolicy,
+    staging: Path,
+    shard_bytes: int,
+    progress: bool,
+    run_engine: Callable[[list[Task]], AbstractContextManager[Iterator[Prepared]]],
+) -> PackResult:
+    """Prepare every file in parallel, in write order, and append it to its split's shards."""
+    writers = {name: ShardWriter(staging, name, max_bytes=shard_bytes) for name in orders}
+    tables = {name: new_table(len(order)) for name, order in orders.items()}
+    sources: dict[str, list[str]] = {name: [] for name in orders}
+    tasks = [(int(i), scan.paths[i], policy, scan.spans[i]) for order in orders.values() for i in order]
+    side = {name: [] for name in orders}  # per split, each row's classes and extra (multi-label or extras)
+    kind = targets.kind
+    split_of = {int(i): name for name, order in orders.items() for i in order}
+    rejected: list[Rejection] = []
+    facts: list[dict] = []
+    with run_engine(tasks) as results:
+        for prepared in progress_bar(results, total=len(tasks), unit="img", desc="preprocess", disable=not progress):
+            rel = scan.names[prepared.index]
+            if prepared.data is None:
+                rejected.append(Rejection(rel, prepared.reason or "unknown"))
+                continue
+            name = split_of[prepared.index]
+            label = targets.label(prepared.index)
+            classes, extra = targets.classes[prepared.index], targets.extras[prepared.index]
+            members = {MEMBER_EXTENSIONS[prepared.encoding]: prepared.data}
+            if kind == "class":
+                members["cls"] = str(label).encode()
+            elif kind == "multi_label":
+                members[CLASSES_MEMBER] = json.dumps(classes).encode()
+            if extra is not None:
+                members[EXTRA_MEMBER] = json.dumps(extra).encode()
+            shard, offset, size = writers[name].add(f"{prepared.index:07d}", members)
+            if targets.side_file:
+                side[name].append([classes, extra])
+            row = tables[name][len(sources[name])]
+            row["shard"], row["offset"], row["size"], row["label"] = shard, offset, size, label
+            row["encoding"] = ENCODINGS.index(prepared.encoding)
+            row["width"], row["height"] = prepared.facts["width"], prepared.facts["height"]
+            sources[name].append(display_path(rel))
+            facts.append({**prepared.facts, "encoding": prepared.encoding, "stored_bytes": size,
+                          "name": display_path(rel), "split": name, "classes": tuple(classes)})
+    splits = {}
+    for name, writer in writers.items():
+        shards = writer.close()
+        table_name = f"{name}-samples.npy"
+        save_table(staging / table_name, tables[name][: len(sources[name])], sources[name])
+        splits[name] = SplitInfo(
+            samples=len(sources[name]), shards=[asdict(s) for s in shards], table=table_name
+        )
+    files = {}
+    if targets.side_file:
+        for name, rows in side.items():
+            files[name] = save_targets(staging, name, rows)
+    return PackResult(splits, rejected, facts, targets.manifest_entry(files))
