@@ -46,7 +46,6 @@ __all__ = ["Cancelled", "ShardCache", "ShardRef", "eviction_lock", "remove_stale
 
 ROOM_WAIT_SECONDS = 10.0  # how long a fetch waits for leases to end before exceeding the limit
 HASH_RATE = 50 << 20  # bytes/s a slow host at least hashes when checking a download
-COARSE_MTIME = 0.05  # s: file times come from the kernel's coarse clock, a few ms behind time.time()
 _warned_room: set[str] = set()  # cache roots whose "too small" warning this process has given
 
 
@@ -143,10 +142,13 @@ class ShardCache:
         """The reason another process recorded for this shard's failure while this one was asking for
         it (since `asked`: the failed download is the one it waited for), within the retry budget; a
         note written before it asked is an earlier try's (an earlier epoch's, or another run's) and
-        counts for nothing, nor does an empty note: the shard is then tried again."""
+        counts for nothing, nor does an empty note: the shard is then tried again. The note's time is
+        the failure's own `time.time()` (`_mark_failed` sets it), so no slack is needed: a slack let a
+        note written just before asking (a failure of the previous epoch, or of the next epoch's batches
+        begun ahead during it) skip the shard in an epoch that started after the server recovered."""
         try:
             noted = failed.stat().st_mtime
-            if noted < max(self.opened_at, asked - COARSE_MTIME) or time.time() - noted > self.retry.budget:
+            if noted < max(self.opened_at, asked) or time.time() - noted > self.retry.budget:
                 return None
             text = failed.read_text(encoding="utf-8").strip()
         except (OSError, UnicodeDecodeError):
@@ -156,10 +158,14 @@ class ShardCache:
     @staticmethod
     def _mark_failed(failed: Path, message: str) -> None:
         """Record a failure for the other processes (whole or not at all: written aside, renamed;
-        a cache too full for it only loses the shortcut)."""
+        a cache too full for it only loses the shortcut). Its mtime is set to the failure's time on
+        the clock of `asked` (`time.time()`): the kernel's own file times come from a coarser clock, a
+        few ms behind, and the slack that made up for it let an older note pass for a newer one."""
         aside = failed.with_name(f"{failed.name}-{os.getpid()}-{threading.get_ident()}")
         try:
+            now = time.time_ns()
             aside.write_text(message, encoding="utf-8")
+            os.utime(aside, ns=(now, now))
             os.replace(aside, failed)
         except OSError:
             aside.unlink(missing_ok=True)
