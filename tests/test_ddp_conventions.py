@@ -109,6 +109,7 @@ def _train_rank(rank: int, world: int, init: str, source: str, out: str, memory_
         dist.all_gather_object(gathered, messages)
         if rank == 0:
             Path(out).write_text(json.dumps(gathered))
+        dist.barrier()  # neither rank tears the group down while the other still talks through it
     finally:
         del model
         dist.destroy_process_group()
