@@ -4,7 +4,8 @@ from __future__ import annotations
 __version__ = "0.1.0"
 
 from .errors import IofeedError  # noqa: E402
-from .loader import Loader, loader  # noqa: E402
+from .loader import Loader  # noqa: E402
+from .loader_api import loader  # noqa: E402
 from .mix import Mix  # noqa: E402
 from .recipe import PRESETS, Recipe  # noqa: E402
 
