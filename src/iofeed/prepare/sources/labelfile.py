@@ -28,7 +28,8 @@ from typing import Any
 from ...errors import OptionError, SourceError
 from ..scan import Rejection, display_path, linked_folders, not_image
 from .base import SourceOptions, SourceScan
-from .targets import Targets, missing, parse_cell
+from .label_cells import missing, parse_cell
+from .targets import Targets
 
 PATH_KEYS = ("path", "file", "filename", "image", "ImageId")
 Row = tuple[str, Any, Any, int]  # (listed path, target, extra, line number)

@@ -16,7 +16,8 @@ import numpy as np
 from ...errors import SourceError, require
 from ..scan import Rejection
 from .base import SourceOptions, SourceScan
-from .targets import Targets, missing
+from .label_cells import missing
+from .targets import Targets
 
 DEFAULT_LABEL = "label"
 PARQUET_MAGIC = b"PAR1"

@@ -24,50 +24,12 @@ Value = int | str
 DENSE_FLOOR = 1 << 16  # integer labels may make up to this many classes, however few are used
 DENSE_FACTOR = 8  # ... or up to this multiple of the distinct integers used (sparse ids are refused)
 NOT_A_CLASS = "label not a class"
-_INTEGER = re.compile(r"[+-]?[0-9]{1,4000}")  # int() refuses more than 4300 digits
-_NUMBER = re.compile(r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?")
 _INDEX_TEXT = re.compile(r"-?(0|[1-9][0-9]{0,3999})")  # an integer as written ("3", not "03" or "+3")
 
 
 def is_class(value: Any) -> bool:
     """Whether `value` names one class: an integer (not bool) or a string."""
     return isinstance(value, str) or (isinstance(value, int) and not isinstance(value, bool))
-
-
-def missing(target: Any) -> bool:
-    """Whether a sample's target is absent: None (JSON null, a null cell), NaN (pandas' missing
-    value) or blank text (an empty CSV cell, an empty `txt`); such a sample is rejected with
-    "no label", never made a class."""
-    return (target is None or (isinstance(target, float) and math.isnan(target))
-            or (isinstance(target, str) and not target.strip()))
-
-
-def parse_cell(text: str) -> Any:
-    """A label as written in a text cell: JSON when it reads as JSON (`[1, 2]`, `{"a": 1}`, `7`,
-    `0.5`), else the text itself (a class name; `007` and `3a` stay text)."""
-    text = text.strip()
-    if text[:1] in '[{"-0123456789' or text in ("true", "false", "null"):
-        try:
-            return json.loads(text)
-        except ValueError:
-            return text
-    return text
-
-
-def member_label(data: bytes, ext: str) -> Any:
-    """The label of a WebDataset member: a `cls` number is the integer it equals however written
-    (`+1`, `1.0`, `1e0`), `txt` is a class name, another member (`--label-column`) a cell
-    (`parse_cell`). ValueError (the rejection reason) when the bytes are not UTF-8: a replacement
-    character would make a new class."""
-    try:  # utf-8-sig: a byte-order mark (Windows tools write one) would make `3` the name "\ufeff3"
-        text = data.decode("utf-8-sig").strip()
-    except UnicodeDecodeError:
-        raise ValueError(f"{NOT_A_CLASS} (its {ext} member is not UTF-8 text)") from None
-    if ext == "cls" and _INTEGER.fullmatch(text):
-        return int(text)
-    if ext == "cls" and _NUMBER.fullmatch(text):
-        return float(text)
-    return (text or None) if ext in ("cls", "txt") else parse_cell(text)
 
 
 def dense_limit(distinct: int) -> int:

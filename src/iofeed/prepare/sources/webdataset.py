@@ -14,8 +14,9 @@ from ...image.sniff import SNIFF_BYTES, sniff_bytes
 from ...remote.urls import is_url
 from ..scan import Rejection
 from .base import SourceOptions, SourceScan
+from .label_cells import member_label, missing
 from .shardlist import fetch_or_reject, list_shards
-from .targets import Targets, member_label, missing
+from .targets import Targets
 from .tarread import Members, read_shard
 
 LABEL_EXTENSIONS = ("cls", "txt", "json")
