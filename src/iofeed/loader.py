@@ -20,7 +20,7 @@ from .loader_stats import LoaderStats
 from .manners import DataLoaderManners
 from .mixsource import Mixture, check_state
 from .options import LoaderOptions, distributed_rank_world
-from .order import OrderSpec
+from .order import OrderSpec, valid_rows
 from .prepare.scan import reason_kind
 from .remote.prefetch import NoPrefetch, Prefetcher, prefetcher_for
 from .resume import Progress, fingerprint, parse
@@ -56,6 +56,7 @@ class Loader(DataLoaderManners, Generic[BatchT]):
         self._skips: EpochSkips | None = None  # the skips of the epoch in progress, against max_skipped
         self._skips_at_start: tuple[Any, Any] = (None, None)  # those (and a Mix's) when the pass began
         self.last_indices = np.empty(0, np.int64)  # sample indices of the latest batch, for auditing
+        self.last_valid = np.empty(0, bool)  # per row of it: False for a repeat (padding, a spare; see valid_rows)
         self.stats = LoaderStats(skipped=Counter(source.rejected), live=backend.describe)
         self.stats.fixed = {"samples": len(source), "rank": order.rank, "world_size": order.world_size,
                             "batch_size": order.batch_size, "image_size": options.image_size}
@@ -107,6 +108,7 @@ class Loader(DataLoaderManners, Generic[BatchT]):
         epoch, start = self.epoch, self._position
         batches = self.order.batches(epoch, self._done, self._first)
         following = self.order.batches(epoch + 1)  # what the next pass will ask for, unless moved
+        owned = self.order.own_samples(batches, self._done)
         token = self._iteration = object()
         self._fetching.close()  # an older iteration left suspended (tf, Lightning) holds no pins from now on
         fetching = self._fetching = prefetcher_for(self.source, batches, start,
@@ -149,6 +151,7 @@ class Loader(DataLoaderManners, Generic[BatchT]):
                     self.set_epoch(epoch + 1)  # stops after len() batches (Lightning) moves on
                     self._count_fetched()
                 if len(batch.indices):  # an empty batch (all skipped) would be a NaN loss: only counted
+                    self.last_valid = valid_rows(batch.indices, owned[position - 1])
                     held, batch = [batch], None
                     # no local keeps the delivered batch while this pass is suspended: its lease goes with
                     # the caller's last reference, also when a trainer keeps the iterator of a pass it left

@@ -107,6 +107,22 @@ class OrderSpec:
             return len(range(self.rank, remaining, self.world_size))
         return math.ceil(remaining / self.world_size)
 
+    def own_rows(self, done: int = 0) -> int:
+        """Of this rank's samples for the rest of an epoch whose first `done` samples are done, how
+        many are its own: past them come the rows that pad its share (repeats of samples dealt
+        already, at most one per rank), none without `pad` or with `drop_last`."""
+        remaining = max(self.samples - done, 0)
+        return min(self.share(remaining), len(range(self.rank, remaining, self.world_size)))
+
+    def own_samples(self, batches: list[np.ndarray], done: int = 0) -> list[np.ndarray]:
+        """Per entry of `batches(epoch, done, first)`, the samples that are the batch's own: all
+        but the padding (`own_rows`)."""
+        left, owned = self.own_rows(done), []
+        for planned in batches:
+            owned.append(planned[: max(left, 0)])
+            left -= len(planned)
+        return owned
+
     @property
     def per_rank(self) -> int:
         """Samples this rank sees in a whole epoch."""
@@ -155,3 +171,12 @@ class OrderSpec:
         rest = [indices[i : i + self.batch_size] for i in range(0, len(indices), self.batch_size)]
         return [_DONE] * first + rest
 
+
+def valid_rows(delivered: np.ndarray, own: np.ndarray) -> np.ndarray:
+    """Per row of a delivered batch, whether it scores a sample for the first time: a row of one of
+    the batch's `own` samples (`OrderSpec.own_samples`), the first such row. False for padding
+    (a repeat that evens the ranks' shares) and for a spare in a skipped sample's place (its own
+    batch delivers it too)."""
+    valid = np.isin(delivered, own)
+    valid[np.setdiff1d(np.arange(len(delivered)), np.unique(delivered, return_index=True)[1])] = False
+    return valid

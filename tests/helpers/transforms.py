@@ -204,3 +204,12 @@ class WaitFor:
             while not os.path.exists(self.gate):
                 time.sleep(0.01)
         return image
+
+
+def fails_on_sample_three(image: np.ndarray) -> np.ndarray:
+    """A ValueError for pixel-coded sample 3 (`pixelcode.decode`), any other image as it is."""
+    from helpers.pixelcode import decode
+
+    if decode(image)[1] == 3:
+        raise ValueError("sample 3 refused")
+    return image

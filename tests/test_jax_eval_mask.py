@@ -1,0 +1,95 @@
+"""JAX evaluation over several processes: each process must add the same number of rows to a
+global batch, so a split that does not divide among them is padded, and `loader.last_valid` marks
+the repeats (the padding, and a spare in a skipped sample's place). Masked, every sample of the
+split is scored exactly once; the pixels say which sample each row holds (`pixelcode.py`). Two
+processes are simulated by two loaders with rank and world_size given, as `jax.distributed`
+would set them."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import iofeed
+from helpers.adversarial import build
+from helpers.pixelcode import Source, decode
+from helpers.transforms import fails_on_sample_three
+from iofeed.format.manifest import Manifest
+from iofeed.order import OrderSpec, valid_rows
+from iofeed.prepare.run import preprocess
+
+EVAL = iofeed.Recipe(train=False, crop_fraction=1.0)
+SAMPLES = 9  # over 2 processes: 5 + 4, padded to 5 + 5
+
+
+@pytest.fixture(scope="module")
+def coded_val(tmp_path_factory) -> tuple[Path, Source]:
+    """9 pixel-coded samples of 3 classes, all in the val split."""
+    root = tmp_path_factory.mktemp("coded")
+    source = build("folder", "clean", root, count=SAMPLES)
+    out = root / "coded.iof"
+    preprocess(source.spec, out, val_fraction=1.0, shard_bytes=1 << 16, progress=False, workers=1)
+    return out, source
+
+
+def _rows(dataset: Path, world: int, **options) -> list[tuple[int, str, bool]]:
+    """(sample from the pixels, class delivered, valid) of every row every process delivered."""
+    classes, rows = Manifest.read(dataset).classes, []
+    for rank in range(world):
+        with iofeed.loader(str(dataset), split="val", framework="jax", dtype="uint8", batch_size=2, image_size=32,
+                           workers=1, augment=EVAL, rank=rank, world_size=world, **options) as ld:
+            for images, labels in ld:
+                valid = ld.last_valid
+                assert valid.dtype == bool and len(valid) == len(labels)
+                rows += [(decode(image)[1], classes[int(label)], bool(ok))
+                         for image, label, ok in zip(np.asarray(images), np.asarray(labels), valid, strict=True)]
+    return rows
+
+
+@pytest.mark.jax
+def test_masked_evaluation_over_two_processes_scores_each_sample_once(coded_val):
+    dataset, source = coded_val
+    rows = _rows(dataset, world=2)
+    assert len(rows) == SAMPLES + 1, "one padding row evens the shares"
+    assert all(source.kept()[sample] == name for sample, name, _ in rows), "labels as the pixels say"
+    assert sorted(sample for sample, _, _ in rows) != list(range(SAMPLES)), "unmasked, one sample twice"
+    assert sorted(sample for sample, _, ok in rows if ok) == list(range(SAMPLES))
+
+
+@pytest.mark.jax
+def test_a_spare_in_a_skipped_samples_place_is_masked(coded_val):
+    """Sample 3's transform raises: a spare (a later sample of the pass, scored in its own batch too)
+    keeps the batch full; masked, sample 3 is missing and no other sample counts twice."""
+    dataset, source = coded_val
+    rows = _rows(dataset, world=2, transform=fails_on_sample_three, max_skipped=0.5)
+    assert 3 not in {sample for sample, _, _ in rows}
+    assert len(rows) == SAMPLES + 1, "full batches: the spare took sample 3's place"
+    assert all(source.kept()[sample] == name for sample, name, _ in rows)
+    assert sorted(sample for sample, _, ok in rows if ok) == [s for s in range(SAMPLES) if s != 3]
+
+
+@pytest.mark.parametrize("shuffle", ["none", "global"])
+@pytest.mark.parametrize(("samples", "world", "batch", "done"), [
+    (9, 2, 2, 0), (8, 3, 2, 0), (23, 4, 3, 0), (23, 4, 3, 5), (10, 5, 4, 7), (12, 4, 2, 0)])
+def test_own_samples_cover_the_rest_of_an_epoch_exactly_once(samples, world, batch, done, shuffle):
+    """Over every rank, the rows `own_samples` keeps are the epoch's order past `done`, each once,
+    whatever the padding; `valid_rows` keeps exactly those rows of the batches as planned."""
+    owned, padded = [], 0
+    for rank in range(world):
+        spec = OrderSpec(samples, batch, shuffle, drop_last=False, seed=1, rank=rank, world_size=world)
+        batches = spec.batches(2, done, first=3)
+        own = spec.own_samples(batches, done)
+        assert [len(o) for o in own[:3]] == [0, 0, 0], "batches delivered before a resume own nothing"
+        for planned, mine in zip(batches, own, strict=True):
+            valid = valid_rows(planned, mine)
+            owned += planned[valid].tolist()
+            padded += int((~valid).sum())
+    rest = OrderSpec(samples, batch, shuffle, drop_last=False, seed=1).rank_indices(2, done)
+    assert sorted(owned) == sorted(rest.tolist())
+    assert padded == -(samples - done) % world
+
+
+def test_valid_rows_keeps_the_first_row_of_a_sample_delivered_twice():
+    """A spare from the next epoch may be one of the batch's own samples: it counts once."""
+    assert valid_rows(np.array([5, 7, 5, 9]), np.array([5, 9])).tolist() == [True, False, False, True]
