@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 import iofeed
+from helpers.gloo import report, reports
 
 pytestmark = pytest.mark.slow  # ~5 s each: processes started, torch imported
 
@@ -35,8 +36,6 @@ def _check_shards(per_rank: list[dict], total: int) -> None:
 
 def _ddp_worker(rank: int, world: int, init: str, source: str, out: str) -> None:
     """One DDP rank: read an epoch with the rank taken from the process group, train a few steps."""
-    import gc
-
     import torch
     import torch.distributed as dist
 
@@ -45,10 +44,7 @@ def _ddp_worker(rank: int, world: int, init: str, source: str, out: str) -> None
     try:
         _ddp_epoch(rank, world, source, out)
     finally:
-        # DDP's reducer holds the group: let it go while the interpreter is alive, or Gloo's threads
-        # may be torn down at exit ("terminate called without an active exception", 1 run in ~15)
-        gc.collect()
-        dist.destroy_process_group()
+        dist.destroy_process_group()  # DDP keeps the group's threads alive to the exit: see helpers/gloo.py
 
 
 def _ddp_epoch(rank: int, world: int, source: str, out: str) -> None:
@@ -80,10 +76,7 @@ def _ddp_epoch(rank: int, world: int, source: str, out: str) -> None:
     checksum = float(sum(p.detach().double().sum() for p in model.parameters()))
     mine = {"rank": rank, "settings": settings, "indices": indices, "batches": batches, "losses": losses,
             "labels_ok": labels_ok, "checksum": checksum}
-    gathered: list = [None] * world
-    dist.all_gather_object(gathered, mine)
-    if rank == 0:
-        Path(out).write_text(json.dumps(gathered))
+    report(out, rank, mine)
     dist.barrier()
 
 
@@ -100,7 +93,7 @@ def test_ddp_two_ranks_shard_from_the_process_group(colour_dataset, tmp_path, mo
     init = f"file://{tmp_path / 'rendezvous'}"
     tmp.spawn(_ddp_worker, args=(2, init, str(colour_dataset), str(out)), nprocs=2, join=True)
 
-    per_rank = json.loads(out.read_text())
+    per_rank = reports(out, 2)
     assert [r["rank"] for r in per_rank] == [0, 1]
     assert [r["settings"] for r in per_rank] == [{"rank": r, "world_size": 2} for r in range(2)]
     total = len(iofeed.loader(colour_dataset, batch_size=4, workers=1).source)
