@@ -34,16 +34,19 @@ def coded_val(tmp_path_factory) -> tuple[Path, Source]:
 
 
 def _rows(dataset: Path, world: int, **options) -> list[tuple[int, str, bool]]:
-    """(sample from the pixels, class delivered, valid) of every row every process delivered."""
+    """(sample from the pixels, class delivered, valid) of every row every process delivered, the
+    mask laid out as the labels are (the line docs/frameworks/jax.md gives)."""
+    import jax
+
     classes, rows = Manifest.read(dataset).classes, []
     for rank in range(world):
         with iofeed.loader(str(dataset), split="val", framework="jax", dtype="uint8", batch_size=2, image_size=32,
                            workers=1, augment=EVAL, rank=rank, world_size=world, **options) as ld:
             for images, labels in ld:
-                valid = ld.last_valid
-                assert valid.dtype == bool and len(valid) == len(labels)
-                rows += [(decode(image)[1], classes[int(label)], bool(ok))
-                         for image, label, ok in zip(np.asarray(images), np.asarray(labels), valid, strict=True)]
+                valid = jax.make_array_from_process_local_data(labels.sharding, ld.last_valid)
+                assert valid.dtype == bool and valid.shape == labels.shape and valid.sharding == labels.sharding
+                rows += [(decode(image)[1], classes[int(label)], bool(ok)) for image, label, ok
+                         in zip(np.asarray(images), np.asarray(labels), np.asarray(valid), strict=True)]
     return rows
 
 
