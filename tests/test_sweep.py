@@ -44,6 +44,28 @@ def test_a_symlinked_class_folder_at_the_top_is_a_class_not_dropped(tmp_path):
     assert sum(name.startswith("004.colour3/") for name in stored) == 3
 
 
+def test_doctor_checks_the_classes_and_files_preprocess_reads_through_a_class_link(tmp_path):
+    """`iofeed doctor`'s own walk skipped a class folder linked in at the top, which preprocess
+    reads as a class: a quarter of the data was neither counted nor checked. It now samples the
+    files of the preprocess scan (its links, and nothing a link that repeats the source reaches)."""
+    from iofeed.doctor.data import check_data
+
+    elsewhere = make_colour_tree(tmp_path / "elsewhere", per_class=3)
+    (elsewhere / "004.colour3" / "notes.jpg").write_bytes(b"not an image\n")
+    src = tmp_path / "src"
+    src.mkdir()
+    for folder in sorted(elsewhere.iterdir())[:3]:
+        os.rename(folder, src / folder.name)
+    os.symlink(elsewhere / "004.colour3", src / "004.colour3")
+    os.symlink(src / "001.colour0", src / "005.alias")  # preprocess rejects it: no second label
+    check = check_data(src, decode_sample=0)
+    summary = preprocess(src, tmp_path / "out.iof", val_fraction=0, progress=False, workers=1)
+    assert summary.rejected == {"not an image": 1, "symlinked folder": 1}
+    assert check.total == check.sampled == len(_stored(summary.out)) + 1 == 13
+    assert check.formats == {"jpeg": 12, "not an image": 1}
+    assert check.bad == ["004.colour3/notes.jpg: not an image"]
+
+
 def test_a_symlinked_class_folder_that_would_repeat_images_is_named_not_followed(tmp_path):
     """A link back into the source (or at it) would give another class's images a second label, or
     loop; two links to one folder would store its images twice: each is rejected with the reason."""
