@@ -179,6 +179,23 @@ def test_v7_and_compressed_tars_in_a_shard_folder_are_read_or_named(tmp_path, co
 
 
 @pytest.mark.parametrize("command", COMMANDS)
+def test_a_tar_beside_its_compressed_copy_is_refused_naming_both(tmp_path, command, capsys):
+    """`b.tar` beside `b.tar.gz` (what `gzip -k` leaves) in a shard folder: preprocess read both, so
+    each of b's samples was stored twice (index took the copy's samples for rejections). Refused
+    naming both files; the glob the refusal suggests reads each sample once."""
+    write_tar(tmp_path / "wds" / "a.tar", samples(0, 4))
+    plain = write_tar(tmp_path / "wds" / "b.tar", samples(4, 4))
+    (tmp_path / "wds" / "b.tar.gz").write_bytes(gzip.compress(plain.read_bytes()))
+    out = tmp_path / "ds.iof"
+    assert main([command, str(tmp_path / "wds"), "-o", str(out)]) != 0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"{plain} and {plain}.gz look like two copies of one shard" in err[0], err
+    assert not out.exists()
+    ds = run(command, str(tmp_path / "wds" / "*.tar"), out)
+    assert keys(kept(ds)) == [f"s{i:04d}" for i in range(8)] and rejected(ds) == []
+
+
+@pytest.mark.parametrize("command", COMMANDS)
 def test_a_sample_with_two_images_is_rejected_naming_them_unless_image_key_chooses(tmp_path, command):
     mask = png_bytes(Image.new("RGB", (36, 28), CLASS_COLOURS[3]))
     members = samples(0, 2) + [("s0002.png", mask)] + sample_members(2, label=1)

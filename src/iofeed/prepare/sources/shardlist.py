@@ -17,6 +17,7 @@ from ..scan import Rejection
 
 _GROUP = re.compile(r"\{([^{}]*)\}")
 _RANGE = re.compile(r"^(\d+)\.\.(\d+)$")
+_COMPRESSED_NAME = re.compile(r"(\.tar\.(gz|bz2|xz)|\.tgz|\.tbz2?|\.txz)$")  # a compressed tar's name
 MAX_NAMES = 1_000_000  # shards one pattern may name: far above any dataset, far below a MemoryError
 
 
@@ -90,7 +91,24 @@ def list_shards(spec: str) -> list[str]:
     if not found:
         raise SourceError(f"no tar shards in {spec}")
     _check_once(spec, found)
+    _check_twins(found)
     return found
+
+
+def _check_twins(shards: list[str]) -> None:
+    """SourceError naming `x.tar` and `x.tar.gz` (or .tgz, .bz2, .xz) when both are listed: one
+    is the other compressed (a `gzip -k` or `gunzip -k` left both), so reading both would store
+    each sample twice, and reading one of them silently would drop the other's samples if they
+    differ. The user knows which one is meant."""
+    seen: dict[str, str] = {}
+    for shard in shards:
+        stem = _COMPRESSED_NAME.sub(".tar", shard)
+        other = seen.setdefault(stem, shard)
+        if other != shard:
+            first, second = sorted((other, shard), key=len)
+            raise SourceError(f"{first} and {second} look like two copies of one shard ({os.path.basename(stem)}, "
+                              "compressed): reading both would store its samples twice; name the one to read (a "
+                              "glob such as DIR/*.tar) or move the other away")
 
 
 def _check_once(spec: str, shards: list[str]) -> None:
