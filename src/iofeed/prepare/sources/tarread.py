@@ -9,16 +9,19 @@ import bz2
 import gzip
 import lzma
 import os
+import shutil
 import stat
 import tarfile
 import tempfile
 import zlib
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
+from ...errors import SourceError
+from ...remote.cache_dir import RESERVE_BYTES, RESERVE_SHARE, disk_reserve
 from ..scan import Rejection
 
 BLOCK = 512  # a tar block: headers and data start on these
@@ -81,9 +84,10 @@ def is_tar(path: str | Path) -> bool:
     return header_ok(head) or compression(path) is not None
 
 
-def read_shard(path: str, name: str, spool: Path | None = None) -> ShardRead:
+def read_shard(path: str, name: str, spool: Path | None = None, room: int | None = None) -> ShardRead:
     """Every sample of the tar at `path` (`name` is how rejections call it: its path or URL). A
-    compressed tar is copied out uncompressed into `spool`, or rejected when there is none; a FIFO
+    compressed tar is copied out uncompressed into `spool` (at most `room` bytes, by default the
+    spool disk's free space less a reserve: `spool_room`), or rejected when there is none; a FIFO
     or a device named like a shard is rejected by name, never opened (a read would wait for ever)."""
     try:
         regular = stat.S_ISREG(os.stat(path).st_mode)
@@ -97,7 +101,7 @@ def read_shard(path: str, name: str, spool: Path | None = None) -> ShardRead:
         if spool is None:
             return _rejected_whole(path, name, f"compressed tar ({kind}: shards are read in place by offset; "
                                    "decompress it and index the .tar)")
-        path = _decompressed(path, kind, spool)
+        path = _decompressed(path, name, kind, spool, room)
     result = ShardRead(path)
     try:
         entries, damage = _members(path)
@@ -200,15 +204,51 @@ def _keys_anyway(path: str) -> list[str]:
     return list(keys)
 
 
-def _decompressed(path: str, kind: str, spool: Path) -> str:
-    """An uncompressed copy of the compressed tar at `path`, in `spool`."""
+def spool_room(spool: Path, disk_usage: Callable[[Path], Any] = shutil.disk_usage) -> int:
+    """Bytes a decompressed copy may take in `spool`: its disk's free space now (earlier copies
+    already taken) less the reserve the node cache also leaves (`disk_reserve`), at least 0."""
+    free = disk_usage(spool).free
+    return max(free - disk_reserve(free), 0)
+
+
+def _decompressed(path: str, name: str, kind: str, spool: Path, room: int | None) -> str:
+    """An uncompressed copy of the compressed tar at `path`, in `spool`, of at most `room` bytes
+    (None: `spool_room`). SourceError naming the shard (`name`) and the bound when it would pass
+    it (a huge shard, or a zip bomb), or when the disk fails the write; no partial copy is left."""
     spool.mkdir(parents=True, exist_ok=True)
+    room = spool_room(spool) if room is None else room
     fd, target = tempfile.mkstemp(suffix=".tar", dir=spool)
-    opener = next(opener for name, opener in COMPRESSED.values() if name == kind)
-    with os.fdopen(fd, "wb") as out, opener(path, "rb") as src:
-        try:
-            for piece in iter(lambda: src.read1(1 << 16), b""):  # read1: a cut stream keeps what came before
+    opener = next(opener for label, opener in COMPRESSED.values() if label == kind)
+    written = 0
+    try:
+        with os.fdopen(fd, "wb") as out, opener(path, "rb") as src:
+            for piece in _pieces(src):
+                written += len(piece)
+                if written > room:
+                    raise SourceError(
+                        f"{name}: decompressed, it passes {room:,} bytes, the room for it beside the output in "
+                        f"{spool.parent} (free disk less max({RESERVE_BYTES >> 30} GiB, {RESERVE_SHARE:.0%})): "
+                        "free disk there, or decompress it where there is room and pass the .tar")
                 out.write(piece)
-        except DECOMPRESS_ERRORS:
-            pass  # a damaged stream: what came out is read, and ends without its marker
+    except OSError as exc:  # the write: the disk filled up (the reads' errors end `_pieces`)
+        Path(target).unlink(missing_ok=True)
+        raise SourceError(f"{name}: decompressing it into {spool.parent} failed after {written:,} bytes "
+                          f"({exc.strerror or exc}): free disk there, or decompress it where there is room and "
+                          "pass the .tar") from None
+    except BaseException:
+        Path(target).unlink(missing_ok=True)
+        raise
     return target
+
+
+def _pieces(src: Any) -> Iterator[bytes]:
+    """The decompressed bytes of `src` in pieces, up to where a damaged stream breaks (read1: a cut
+    stream keeps what came before; what came out is read, and ends without its marker)."""
+    while True:
+        try:
+            piece = src.read1(1 << 16)  # a gzip, bz2 or lzma file
+        except DECOMPRESS_ERRORS:
+            return
+        if not piece:
+            return
+        yield piece
