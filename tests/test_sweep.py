@@ -169,16 +169,17 @@ def test_a_class_folder_beside_256_object_categories_is_a_rejection_not_lost(tmp
     assert len(stored) == 8 and all(label == coded for label, coded in stored.values())
 
 
-def _caption_shards(folder: Path, captions: list[str]) -> Path:
-    """One shard as img2dataset writes it: jpg + txt caption + json, pixels coding the sample's colour."""
+def _caption_shards(folder: Path, captions: list[str], with_json: bool = True) -> Path:
+    """One shard as img2dataset writes it: jpg + txt caption + json (unless not `with_json`),
+    pixels coding the sample's colour."""
     import webdataset as wds
 
     folder.mkdir(parents=True, exist_ok=True)
     with wds.TarWriter(str(folder / "00000.tar")) as sink:
         for i, caption in enumerate(captions):
             colour = np.full((48, 64, 3), CLASS_COLOURS[i % 4], np.uint8)
-            sink.write({"__key__": f"{i:09d}", "jpg": jpeg_bytes(Image.fromarray(colour)), "txt": caption,
-                        "json": {"caption": caption, "key": f"{i:09d}"}})
+            sample = {"__key__": f"{i:09d}", "jpg": jpeg_bytes(Image.fromarray(colour)), "txt": caption}
+            sink.write({**sample, "json": {"caption": caption, "key": f"{i:09d}"}} if with_json else sample)
     return folder
 
 
@@ -257,6 +258,44 @@ def test_txt_class_names_shared_by_samples_are_classes(tmp_path):
     for name, (image, labels, _) in read_dataset(out).items():
         i = int(name.rsplit("#", 1)[1])
         assert classes[labels[0]] == names[i] and label_from_pixels(image) == i % 4
+
+
+# class names as few-shot, face and ImageNet-named sets write them: 6 of 8 samples a class of their own
+SINGLETON_CLASSES = ["n01440764", "golden retriever", "West Highland white terrier", "Black_footed_Albatross",
+                     "great white shark, white shark, man-eater, man-eating shark, Carcharodon carcharias",
+                     "鲤鱼", "golden retriever", "tench, Tinca tinca"]
+
+
+@pytest.mark.parametrize("command", ["preprocess", "index"])
+def test_txt_class_names_of_one_sample_each_are_classes_not_captions(tmp_path, command, capsys):
+    """The caption rule counted texts only: a real txt-labelled set whose classes mostly have one
+    sample (6 of 8 here) was refused as captions. Names are told from sentences by their words."""
+    shards = _caption_shards(tmp_path / "wds", SINGLETON_CLASSES, with_json=False)
+    out = tmp_path / "out.iof"
+    split = ["--val-fraction", "0"] if command == "preprocess" else []
+    assert main([command, str(shards / "00000.tar"), "-o", str(out), *split]) == 0, capsys.readouterr().err
+    classes = Manifest.read(out).classes
+    assert sorted(classes) == sorted(set(SINGLETON_CLASSES))
+    if command == "preprocess":
+        stored = read_dataset(out)
+        assert len(stored) == 8
+        for name, (image, labels, _) in stored.items():
+            i = int(name.rsplit("#", 1)[1])
+            assert [classes[c] for c in labels] == [SINGLETON_CLASSES[i]] and label_from_pixels(image) == i % 4
+
+
+@pytest.mark.parametrize("captions", [
+    [f"a dog number {i} on the grass" for i in range(6)],
+    [f"一只可爱的小猫坐在红色的沙发上看着窗外的小鸟{i}" for i in range(6)],  # no spaces: told by its width
+    [f"red car, parked on a wet street at night {i}" for i in range(6)],
+], ids=["short", "chinese", "clauses"])
+def test_captions_are_still_refused_by_their_words_or_width(tmp_path, captions, capsys):
+    """Sentences stay captions under the rule by words: a short English one, one written without
+    spaces, one whose first clause is a name-like pair."""
+    shards = _caption_shards(tmp_path / "wds", captions)
+    assert main(["preprocess", str(shards), "-o", str(tmp_path / "out.iof")]) != 0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "look like captions" in err[0] and "6 of 6 samples" in err[0], err
 
 
 def _tar(path: Path, members: list[tuple[str, bytes]]) -> Path:
