@@ -200,7 +200,8 @@ def test_a_compressed_tar_past_the_spool_s_room_is_refused_leaving_no_partial_co
     compressed shard into its spool without a bound, so a bomb or a huge shard filled the disk.
     It stops at the spool disk's room (free space less a reserve; here injected), in one line
     naming the shard and the bound, and removes what it had written."""
-    from iofeed.prepare.sources.tarread import read_shard, spool_room
+    from iofeed.prepare.sources.spool import spool_room
+    from iofeed.prepare.sources.tarread import read_shard
 
     plain = write_tar(tmp_path / "b.tar", [*samples(0, 2), ("s0002.bin", bytes(1 << 20))])
     bomb = tmp_path / "wds" / "b.tar.gz"
@@ -222,6 +223,23 @@ def test_a_compressed_tar_past_the_spool_s_room_is_refused_leaving_no_partial_co
     assert spool_room(spool, lambda _: Disk()) == 1 << 30  # 3 GiB free less the 2 GiB reserve
     Disk.free = 1 << 30
     assert spool_room(spool, lambda _: Disk()) == 0
+
+
+@pytest.mark.storage
+def test_a_remote_shard_past_the_spool_s_room_is_refused_leaving_no_partial_copy(tmp_path, monkeypatch):
+    """The same bound for a shard downloaded into the spool (preprocess and index of URLs): it was
+    copied whole, however large."""
+    from iofeed.prepare.sources.shardlist import fetch
+
+    shard = write_tar(tmp_path / "wds" / "big.tar", [*samples(0, 2), ("s0002.bin", bytes(1 << 20))])
+    spool = tmp_path / "spool"
+    with served(tmp_path / "wds", "http", monkeypatch) as url:
+        with pytest.raises(SourceError) as refused:
+            fetch(f"{url}/big.tar", spool, room=512 << 10)
+        assert str(refused.value).startswith(f"{url}/big.tar: downloaded, it passes 524,288 bytes")
+        assert list(spool.iterdir()) == []
+        copy = fetch(f"{url}/big.tar", spool, room=shard.stat().st_size)
+    assert copy.read_bytes() == shard.read_bytes()
 
 
 @pytest.mark.parametrize("command", COMMANDS)

@@ -9,7 +9,6 @@ import bz2
 import gzip
 import lzma
 import os
-import shutil
 import stat
 import tarfile
 import tempfile
@@ -20,9 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from ...errors import SourceError
-from ...remote.cache_dir import RESERVE_BYTES, RESERVE_SHARE, disk_reserve
 from ..scan import Rejection
+from .spool import copy_within, spool_room
 
 BLOCK = 512  # a tar block: headers and data start on these
 Members = dict[str, tuple[int, int]]  # extension -> (data offset, size)
@@ -204,40 +202,16 @@ def _keys_anyway(path: str) -> list[str]:
     return list(keys)
 
 
-def spool_room(spool: Path, disk_usage: Callable[[Path], Any] = shutil.disk_usage) -> int:
-    """Bytes a decompressed copy may take in `spool`: its disk's free space now (earlier copies
-    already taken) less the reserve the node cache also leaves (`disk_reserve`), at least 0."""
-    free = disk_usage(spool).free
-    return max(free - disk_reserve(free), 0)
-
-
 def _decompressed(path: str, name: str, kind: str, spool: Path, room: int | None) -> str:
-    """An uncompressed copy of the compressed tar at `path`, in `spool`, of at most `room` bytes
-    (None: `spool_room`). SourceError naming the shard (`name`) and the bound when it would pass
-    it (a huge shard, or a zip bomb), or when the disk fails the write; no partial copy is left."""
+    """An uncompressed copy of the compressed tar at `path`, in `spool`, within `room` bytes (None:
+    `spool_room`); SourceError naming the shard (`name`) past it (`copy_within`)."""
     spool.mkdir(parents=True, exist_ok=True)
     room = spool_room(spool) if room is None else room
-    fd, target = tempfile.mkstemp(suffix=".tar", dir=spool)
     opener = next(opener for label, opener in COMPRESSED.values() if label == kind)
-    written = 0
-    try:
-        with os.fdopen(fd, "wb") as out, opener(path, "rb") as src:
-            for piece in _pieces(src):
-                written += len(piece)
-                if written > room:
-                    raise SourceError(
-                        f"{name}: decompressed, it passes {room:,} bytes, the room for it beside the output in "
-                        f"{spool.parent} (free disk less max({RESERVE_BYTES >> 30} GiB, {RESERVE_SHARE:.0%})): "
-                        "free disk there, or decompress it where there is room and pass the .tar")
-                out.write(piece)
-    except OSError as exc:  # the write: the disk filled up (the reads' errors end `_pieces`)
-        Path(target).unlink(missing_ok=True)
-        raise SourceError(f"{name}: decompressing it into {spool.parent} failed after {written:,} bytes "
-                          f"({exc.strerror or exc}): free disk there, or decompress it where there is room and "
-                          "pass the .tar") from None
-    except BaseException:
-        Path(target).unlink(missing_ok=True)
-        raise
+    with opener(path, "rb") as src:
+        fd, target = tempfile.mkstemp(suffix=".tar", dir=spool)
+        os.close(fd)
+        copy_within(_pieces(src), Path(target), room, name, "decompressed")
     return target
 
 
