@@ -547,9 +547,9 @@ def test_the_bench_mix_feed_reads_the_dataset_as_three_sources(colour_dataset):
     from iofeed.benchmark.feeds import DEFAULT_FEEDS, FeedSpec, open_feed
 
     feed = open_feed(FeedSpec("iofeed-mix", str(colour_dataset), 1, 4, 32, "cpu"))
-    views = Path(feed._views)
+    mixture = feed.loader.mixture
+    views = Path(mixture.names[0]).parent  # the feed's folder of symlinks
     try:
-        mixture = feed._loader.mixture
         assert mixture.sizes == [32, 32, 32] and list(mixture.plan.counts) == [16, 10, 6], "one epoch of 32"
         stream = feed.batches()
         batches = [next(stream) for _ in range(9)]  # past the end of an epoch (8 batches)
