@@ -66,10 +66,11 @@ def test_progress_counts_the_samples_every_rank_dealt():
     assert all(at.progress(_spec(4, 4, r)) == Progress(0, 48, 3) for r, at in enumerate(ranks)), "one state"
 
 
+@pytest.mark.parametrize("shuffle", ["global", "block"])
 @pytest.mark.parametrize("world, batch", [(2, 4), (3, 5), (8, 4), (4, 3), (1, 1)])
-def test_resumed_on_another_world_and_batch_size_deals_the_rest_once(world, batch):
-    before = [_pass(EpochPosition(), _spec(4, 4, rank), count=3) for rank in range(4)]
-    orders = [_spec(world, batch, rank) for rank in range(world)]
+def test_resumed_on_another_world_and_batch_size_deals_the_rest_once(world, batch, shuffle):
+    before = [_pass(EpochPosition(), _spec(4, 4, rank, shuffle=shuffle), count=3) for rank in range(4)]
+    orders = [_spec(world, batch, rank, shuffle=shuffle) for rank in range(world)]
     ranks = [_resumed(Progress(0, 48, 3)) for _ in orders]
     lengths = [at.length(order) for at, order in zip(ranks, orders)]
     assert not any(at.under_way for at in ranks), "no batch since the resume: the group may still be joined"
