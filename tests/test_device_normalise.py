@@ -83,6 +83,19 @@ def test_tf_device_path_gives_the_host_paths_pixels_and_labels(colour_dataset, t
 
 
 @pytest.mark.tf
+def test_tf_device_path_batches_kept_stay_as_delivered(colour_dataset, tf_on_device):
+    """Issue 30 §1 on the device path: two epochs kept (more than the engine's slots) stay as they came."""
+    from helpers.contract import assert_kept_unchanged, keep_two_epochs
+
+    dataset = iofeed.loader(colour_dataset, batch_size=4, image_size=SIZE, workers=1, seed=2, prefetch=2,
+                            framework="tf", augment=RECIPE)
+    with dataset.iofeed_loader as loader:
+        assert loader.stats.settings["normalise_on"] == "/cpu:0"
+        kept = keep_two_epochs(dataset, lambda x: np.array(x.numpy()))
+        assert_kept_unchanged(kept, lambda x: x.numpy(), loader.stats.settings["prefetch_batches"] + 1)
+
+
+@pytest.mark.tf
 def test_tf_device_path_keeps_keras_default_0_255_floats(colour_dataset, tf_on_device):
     """No mean/std in the recipe: the device map's float32 0-255 are the stored pixels."""
     got, settings, _ = _tf_epochs(colour_dataset, 1)
@@ -147,6 +160,7 @@ def test_keras_torch_device_path_gives_the_host_paths_pixels_and_fits(colour_dat
     assert device["pixel_labels"] == device["labels"], "each image's pixels still say its label"
     assert device["types"] == ["torch.float32 cpu (4, 32, 32, 3)"] and host["types"] == device["types"]
     assert device["max_difference"] <= 1e-5
+    assert device["changed"] == host["changed"] == 0, "batches kept to the end of the epoch stay as delivered"
     assert got["fit_steps"] == 3 and all(np.isfinite(got["fit_loss"]))
 
 

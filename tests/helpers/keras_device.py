@@ -1,6 +1,6 @@
 """`python -m helpers.keras_device SOURCE OUT` with KERAS_BACKEND=torch: `framework="keras"` on the
 host path and on the device path (Keras' device forced to "cpu", as "cuda" would be with a GPU),
-batch by batch, then a short `fit` on the device path; as JSON."""
+batch by batch (each batch kept to the end of the epoch), then a short `fit` on the device path; as JSON."""
 from __future__ import annotations
 
 import json
@@ -23,7 +23,7 @@ def epoch(source: str, **options) -> tuple[dict, list[np.ndarray], str | None]:
     data = iofeed.loader(source, batch_size=4, image_size=SIZE, workers=1, seed=3, framework="keras",
                          augment=iofeed.Recipe(mean=MEAN, std=STD), **options)
     out: dict = {"labels": [], "types": set(), "pixel_labels": []}
-    images_seen = []
+    images_seen, kept = [], []
     with data.iofeed_loader as loader:
         for images, labels in loader:
             out["labels"].append(labels.tolist())
@@ -31,6 +31,8 @@ def epoch(source: str, **options) -> tuple[dict, list[np.ndarray], str | None]:
             pixels = (images.numpy() * np.array(STD) + np.array(MEAN)) * 255.0
             out["pixel_labels"].append([label_from_pixels(image) for image in pixels])
             images_seen.append(images.numpy().copy())
+            kept.append(images)  # held past the engine's slots: must not change
+        out["changed"] = sum(not np.array_equal(images.numpy(), then) for images, then in zip(kept, images_seen))
         where = loader.stats.settings.get("normalise_on")
     out["types"] = sorted(out["types"])
     return out, images_seen, where
