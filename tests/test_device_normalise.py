@@ -96,6 +96,25 @@ def test_tf_device_path_batches_kept_stay_as_delivered(colour_dataset, tf_on_dev
 
 
 @pytest.mark.tf
+def test_tf_device_path_restarts_an_abandoned_pass_and_stops_at_close(colour_dataset, tf_on_device):
+    """The Loader's rules hold through `copy_to_device`: a peeked-at pass is begun again, each full
+    pass is the next epoch, and closing ends a live iterator cleanly with one warning line."""
+    dataset = iofeed.loader(colour_dataset, batch_size=4, image_size=SIZE, workers=1, seed=3, framework="tf")
+    with dataset.iofeed_loader as loader:
+        assert loader.stats.settings["normalise_on"] == "/cpu:0"
+        peeked = [labels.numpy().tolist() for _, labels in dataset.take(1)]
+        passes = [[labels.numpy().tolist() for _, labels in dataset] for _ in range(2)]
+        assert loader.epoch == 2 and [len(p) for p in passes] == [8, 8]
+    assert peeked[0] == passes[0][0] and passes[0] != passes[1]
+    dataset = iofeed.loader(colour_dataset, batch_size=4, image_size=SIZE, workers=1, seed=3, framework="tf")
+    iterator = iter(dataset)
+    next(iterator)
+    with pytest.warns(UserWarning, match="this loader was closed.*the tf dataset stops here"):
+        dataset.iofeed_loader.close()
+        assert len(list(iterator)) <= 2 and list(iter(dataset)) == []
+
+
+@pytest.mark.tf
 def test_tf_device_path_keeps_keras_default_0_255_floats(colour_dataset, tf_on_device):
     """No mean/std in the recipe: the device map's float32 0-255 are the stored pixels."""
     got, settings, _ = _tf_epochs(colour_dataset, 1)
