@@ -183,6 +183,23 @@ def test_keras_torch_device_path_gives_the_host_paths_pixels_and_fits(colour_dat
     assert got["fit_steps"] == 3 and all(np.isfinite(got["fit_loss"]))
 
 
+def test_doctor_names_host_normalisation_while_the_gpu_waits():
+    """`iofeed doctor` reads `normalise_on` from the loaders' stats: host normalisation beside a GPU
+    and a waiting loop is named, with the device paths as advice; not without a GPU, a wait, or on
+    a device."""
+    from iofeed.doctor.patterns import host_normalise_finding
+
+    def stats(where, wait=4.0):
+        return {"images": 1000, "wait_seconds": wait, "elapsed_seconds": 10.0, "settings": {"normalise_on": where}}
+
+    finding = host_normalise_finding([stats("/gpu:0"), stats("host")], gpus=1)
+    assert finding is not None and finding.code == "host-normalise" and finding.heuristic
+    assert "40% of 10 s" in finding.evidence[1] and any("CUDA_VISIBLE_DEVICES" in a for a in finding.advice)
+    assert host_normalise_finding([stats("host")], gpus=0) is None, "no GPU: nothing waits for it"
+    assert host_normalise_finding([stats("host", wait=1.0)], gpus=1) is None, "the loop hardly waits"
+    assert host_normalise_finding([stats("/gpu:0"), stats(None)], gpus=1) is None
+
+
 @pytest.mark.torch
 @pytest.mark.gpu
 def test_keras_torch_cuda_path_normalises_the_uint8_batch_on_the_gpu(colour_dataset):
