@@ -19,7 +19,7 @@ from .errors import LoaderStateError
 from .loader_stats import LoaderStats
 from .manners import DataLoaderManners
 from .mixsource import Mixture, check_state
-from .options import LoaderOptions, distributed_rank_world
+from .options import LoaderOptions
 from .order import OrderSpec
 from .prepare.scan import reason_kind
 from .remote.prefetch import NoPrefetch, Prefetcher, prefetcher_for
@@ -47,7 +47,7 @@ class Loader(DataLoaderManners, Generic[BatchT]):
         self._iteration: object | None = None  # token of the live iteration
         self._fetching: Prefetcher | NoPrefetch = NoPrefetch()  # the live iteration's downloads and pins
         self._closed = False
-        self._follow_group = options.rank is None  # rank and world_size from a process group started later
+        self._follow_group = options.follows_group  # rank and world_size from a process group started later
         self.epoch = 0
         self._pass_start: tuple[int, int, int, int] | None = None  # where a pass left before its end began
         self._position = 0  # batches of `epoch` already delivered (counting those before a resume)
@@ -83,7 +83,7 @@ class Loader(DataLoaderManners, Generic[BatchT]):
         not given: Lightning and other trainers start the process group after the loader is made."""
         if not self._follow_group or self._position > self._first:
             return
-        rank, world_size = distributed_rank_world()
+        rank, world_size = self.options.placement()
         if (rank, world_size) != (self.order.rank, self.order.world_size):
             self.order = dataclasses.replace(self.order, rank=rank, world_size=world_size)
             self.stats.fixed.update(rank=rank, world_size=world_size)
@@ -114,10 +114,10 @@ class Loader(DataLoaderManners, Generic[BatchT]):
         position = start  # batches of this pass's epoch delivered (self._position restarts when it completes)
         skips = self._skips
         if skips is None or skips.epoch != epoch or start == 0:  # a pass that continues an epoch keeps its count
-            skips = self._skips = EpochSkips(epoch, sum(len(b) for b in batches), self.options.max_skipped,
+            skips = self._skips = EpochSkips(epoch, sum(len(b) for b in batches), self.options.skips.max_skipped,
                                              whole=start == 0)
             if self.mixture is not None:
-                self.mixture.start_epoch(epoch, batches, self.options.max_skipped, whole=start == 0)
+                self.mixture.start_epoch(epoch, batches, self.options.skips.max_skipped, whole=start == 0)
         self._skips_at_start = copy.deepcopy((skips, self.mixture.skips if self.mixture is not None else None))
         if self._stats_file is not None:
             self._stats_file.started()

@@ -26,17 +26,14 @@ class TfAdapter:
     TensorFlow takes without copying, and `iofeed.loader` returns `to_tf_dataset(loader, ...)`, an
     explicit wrapper over the Loader followed by the `batch_transform` if any."""
 
-    def __init__(self, affine: Affine | None, batch_transform: Any = None,
-                 sample: tuple[tuple[int, ...], Any] | None = None) -> None:
+    def __init__(self, affine: Affine | None, batch_transform: Any = None) -> None:
         self._normalise = None if affine is None else HostNormaliser(np.float32, affine)
-        self.batch_transform, self.sample = batch_transform, sample
+        self.batch_transform = batch_transform
 
     @classmethod
     def from_options(cls, options: LoaderOptions) -> TfAdapter:
-        """The adapter for `options`: normalisation, batch transform, a sample transform's output."""
-        output = options.transform_output
-        return cls(options_affine(options), options.batch_transform,
-                   None if output is None else (output.shape, tf.as_dtype(output.dtype)))
+        """The adapter for `options`: normalisation and batch transform."""
+        return cls(options_affine(options), options.batch_transform)
 
     def __call__(self, batch: Batch) -> tuple[np.ndarray, ...]:
         images, labels = to_numpy(batch)
@@ -51,8 +48,10 @@ class TfAdapter:
         return images, labels, batch_seed(batch.key)  # the batch transform's seed rides along
 
     def wrap(self, loader: EpochLoader) -> tf.data.Dataset:
-        """The dataset over `loader`."""
-        return to_tf_dataset(loader, self._normalise is not None, self.batch_transform, self.sample)
+        """The dataset over `loader`, its element spec from what the engine's sample transform returns."""
+        output = loader.backend.sample_output
+        sample = None if output is None else (output.shape, tf.as_dtype(output.dtype))
+        return to_tf_dataset(loader, self._normalise is not None, self.batch_transform, sample)
 
 
 PREFETCH = 2  # batches TensorFlow holds ready: the workers' own slots are the deeper buffer
