@@ -43,9 +43,9 @@ PROGRAM = textwrap.dedent('''
         reveal_type(iofeed.loader("d.iof", batch_size=8, framework="numpy", extras=True))  # numpy_extras
         reveal_type(iofeed.loader("d.iof", batch_size=8, framework="torch", seed=1, device="cpu"))  # torch
         reveal_type(iofeed.loader("d.iof", batch_size=8, framework="torch", extras=True))  # torch_extras
-        reveal_type(iofeed.loader("d.iof", batch_size=8, framework="torch", order=iofeed.Order(seed=1),
-                                  resources=iofeed.Resources(workers=2), cache=iofeed.Cache(limit=1 << 30),
-                                  skips=iofeed.Skips(max_skipped=None)))  # torch_objects
+        reveal_type(iofeed.loader(  # torch_objects
+            "d.iof", batch_size=8, framework="torch", order=iofeed.Order(seed=1), resources=iofeed.Resources(workers=2),
+            cache=iofeed.Cache(limit=1 << 30), skips=iofeed.Skips(max_skipped=None)))
         reveal_type(iofeed.loader("d.iof", batch_size=8, framework="jax"))  # jax
         reveal_type(iofeed.loader("d.iof", batch_size=8, framework="jax", extras=True))  # jax_extras
         reveal_type(iofeed.loader("d.iof", batch_size=8, framework="tf"))  # tf
