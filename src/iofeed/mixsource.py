@@ -36,6 +36,11 @@ class MixedSource(SampleSource):
         """DatasetError when the dataset holding `file_id` was replaced since it was opened."""
         check_unchanged(self.parts[int(self.file_part[file_id])])
 
+    def part_of(self, index: int) -> int:
+        """The source (its position in the Mix) holding sample `index`: a skipped sample's place
+        goes to a spare of its own source first (`refill.fill`), keeping the shares exact."""
+        return int(self.file_part[self.file_id[index]])
+
 
 def merge_classes(names: list[str], lists: list[list[str]], how: str) -> tuple[list[str], list[np.ndarray]]:
     """The mixture's class list and, per source, its class index -> the mixture's. "name" merges

@@ -24,7 +24,7 @@ from ..format.table import RAW
 from ..image.pil import encode_jpeg, is_progressive, open_rgb, resize_shorter
 from ..image.sniff import SNIFF_BYTES, sniff_bytes
 from ..prepare.file import prepare_file
-from ..prepare.scan import display_path, find_class_root
+from ..prepare.scan import display_path, scan_folder
 from ..samples import is_iofeed_dataset, open_source
 from .finding import Finding
 
@@ -131,24 +131,18 @@ def _check_sample(source: Path | str, sample: int, decode_sample: int, decode_bu
     check.shorter_side = {"mean": float(side.mean()), **{f"p{q}": float(np.percentile(side, q)) for q in (5, 50, 95)}}
     check.large_share = float((side >= LARGE_SIDE).mean())
     check.megapixels_mean = float(np.mean(pixels)) / 1e6
-    check.decode = _decode_rates(readable[:decode_sample], decode_budget_s, resized=kind == "folder")
+    check.decode = _decode_rates(readable, decode_sample, decode_budget_s, resized=kind == "folder")
     check.findings = _findings(check)
     return check
 
 
 def _folder_items(path: Path) -> list[_Item]:
-    """Every non-hidden file under the class folders (names only: nothing is read yet)."""
-    root = find_class_root(path)
-    paths = []
-    for top in sorted(os.scandir(root), key=lambda e: e.name):
-        if top.name.startswith(".") or not top.is_dir(follow_symlinks=False):
-            continue
-        for folder, dirs, files in os.walk(top.path):
-            dirs[:] = [d for d in dirs if not d.startswith(".")]
-            paths += [os.path.join(folder, f) for f in files if not f.startswith(".")]
-    if not paths:
-        raise SourceError(f"no files in class folders under {root} (expected one subfolder per class)")
-    return [_Item(display_path(os.path.relpath(p, root)), partial(open, p, "rb"), _size(p), path=p) for p in paths]
+    """Every file `iofeed preprocess` would read from the class-folder tree `path` (names only:
+    nothing is read yet): the same scan, so the same classes (symlinked class folders followed,
+    look-alike names refused) and the same files."""
+    scan = scan_folder(path, sniff=False)
+    paths = [(display_path(rel), str(scan.root / rel)) for rel in scan.files]
+    return [_Item(name, partial(open, file, "rb"), _size(file), path=file) for name, file in paths]
 
 
 def _size(path: str) -> int:
@@ -175,23 +169,24 @@ def _read_at(path: str, offset: int, size: int) -> BinaryIO:
         return io.BytesIO(f.read(size))
 
 
-def _decode_rates(items: list[_Item], budget_s: float, resized: bool) -> dict[str, float]:
+def _decode_rates(items: list[_Item], limit: int, budget_s: float, resized: bool) -> dict[str, float]:
     """Pillow decode rate on one core for the images as they are and, with `resized`, as
-    `preprocess` would write them (and the rate of `preprocess`'s own per-file work), over as
-    many of `items` as fit in `budget_s`. Every step runs once untimed first: first calls
+    `preprocess` would write them (and the rate of `preprocess`'s own per-file work), over up to
+    `limit` of `items` that decode (one that does not is passed over), as many as fit in
+    `budget_s`. Every step runs once untimed first: first calls
     import codecs and the resize kernel (PyTorch's: seconds), which `preprocess` workers pay
     once (its fork server imports PyTorch before they start), not per image."""
     policy = ImagePolicy()
     orig_s = small_s = prep_s = 0.0
     done = 0
     start = perf_counter()
-    if items:
+    if items and limit:
         encode_jpeg(resize_shorter(Image.new("RGB", (2 * TARGET_SIDE, 2 * TARGET_SIDE)), TARGET_SIDE), policy.quality)
         _time_one(items[0], resized, policy)
     startup_s = perf_counter() - start
     start = perf_counter()
     for item in items:
-        if perf_counter() - start > budget_s:
+        if done >= limit or perf_counter() - start > budget_s:
             break
         times = _time_one(item, resized, policy)
         if times is None:

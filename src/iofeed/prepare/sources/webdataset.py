@@ -6,6 +6,8 @@ index or a name), `txt` (a name) or `json` (its `label`, or the key `--label-col
 from __future__ import annotations
 
 import json
+import re
+import unicodedata
 from collections import Counter
 from typing import Any
 
@@ -19,6 +21,9 @@ from .targets import Targets, member_label, missing
 from .tarread import Members, read_shard
 
 LABEL_EXTENSIONS = ("cls", "txt", "json")
+CAPTION_WORDS = 5  # class names run to 4 words ("West Highland white terrier"); captions are longer
+CAPTION_WIDTH = 40  # columns: "American Staffordshire terrier" is 30
+_CLAUSES = re.compile(r"[,;\uff0c\uff1b\u3001]")  # comma, semicolon, and their CJK forms
 DEFAULT_JSON_LABEL = "label"
 
 
@@ -58,18 +63,33 @@ def from_txt(members: Members, label_key: str | None) -> bool:
 
 def refuse_captions(labels: list[tuple[str, Any]], src: str) -> None:
     """SourceError when the labels taken from `txt` members (sample name, label) look like
-    captions, as img2dataset writes them: at least 2 of them, and more than half the samples with
-    a text no other sample has (each caption would become a class of one sample)."""
+    captions, as img2dataset writes them: at least 2 of them, more than half the samples with a
+    text no other sample has (each caption would become a class of one sample), and most of those
+    texts reading as sentences (`reads_as_caption`). Class names pass however few samples each
+    has (a few-shot set, a face set of one picture per person)."""
     counts = Counter(label for _, label in labels)
     single = [(name, label) for name, label in labels if counts[label] == 1]
-    if len(labels) >= 2 and 2 * len(single) > len(labels):
-        name, label = single[0]
+    sentences = [(name, label) for name, label in single if reads_as_caption(label)]
+    if len(labels) >= 2 and 2 * len(single) > len(labels) and 2 * len(sentences) > len(single):
+        name, label = sentences[0]
         shown = label if len(str(label)) <= 40 else f"{str(label)[:37]}..."
         raise SourceError(f"{src}: the txt members look like captions, not class names ({len(single)} of "
                           f"{len(labels)} samples have a text no other has, e.g. {name}: {shown!r}): pass "
                           "--label-column json to keep each json as the sample's extra (img2dataset shards), "
                           "--label-column KEY for a label under KEY in each json, or --label-names to make each "
                           "text a class")
+
+
+def reads_as_caption(text: Any) -> bool:
+    """Whether a `txt` label reads as a sentence, not a class name: one of its parts between commas
+    or semicolons has CAPTION_WORDS words, or is CAPTION_WIDTH columns wide (a wide character, as
+    Chinese or Japanese are written without spaces, counts two). Class names are short, and a list
+    of synonyms ("great white shark, white shark, man-eater, ...", as ImageNet names) is short parts."""
+    for part in _CLAUSES.split(str(text)):
+        width = sum(2 if unicodedata.east_asian_width(c) in "WF" else 1 for c in part.strip())
+        if len(part.split()) >= CAPTION_WORDS or width >= CAPTION_WIDTH:
+            return True
+    return False
 
 
 def shard_targets(label_column: str | None) -> Targets:
