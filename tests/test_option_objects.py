@@ -51,15 +51,16 @@ def test_an_object_prints_only_what_differs_from_its_default():
     assert Order(seed=3) == Order(seed=3) and hash(Order(seed=3)) == hash(Order(seed=3))
 
 
-def _epoch(**options) -> tuple[list[np.ndarray], list[np.ndarray], list[np.ndarray], LoaderOptions]:
-    """Images, labels and sample indices of one epoch of the colour dataset's train split."""
+def _epoch(**options) -> tuple[list[np.ndarray], list[np.ndarray], list[np.ndarray], LoaderOptions, dict]:
+    """Images, labels and sample indices of one epoch of the colour dataset's train split, the
+    loader's options and what its stats say it was asked for."""
     images, labels, indices = [], [], []
     with iofeed.loader(options.pop("source"), **SMALL, **options) as ld:
         for batch_images, batch_labels in ld:
             images.append(batch_images.copy())
             labels.append(batch_labels.copy())
             indices.append(ld.last_indices.copy())
-        return images, labels, indices, ld.options
+        return images, labels, indices, ld.options, ld.stats.settings["options"]
 
 
 def test_flat_keywords_and_objects_give_identical_batches(colour_dataset):
@@ -68,10 +69,12 @@ def test_flat_keywords_and_objects_give_identical_batches(colour_dataset):
     grouped = _epoch(source=colour_dataset, order=Order(seed=3, shuffle=True, drop_last=False),
                      resources=Resources(workers=1, prefetch=2), skips=Skips(on_error="raise", max_skipped=0.5))
     other_seed = _epoch(source=colour_dataset, order=Order(seed=4, drop_last=False), resources=Resources(workers=1))
-    (images, labels, indices, options), (g_images, g_labels, g_indices, g_options) = flat, grouped
+    (images, labels, indices, options, asked), (g_images, g_labels, g_indices, g_options, g_asked) = flat, grouped
     assert len(images) == 8 and sum(map(len, labels)) == 32, "the whole train split, the last batch kept"
     assert options.order == g_options.order == Order(seed=3, shuffle=True, drop_last=False)
     assert options.resources == g_options.resources and options.skips == g_options.skips == Skips("raise", 0.5)
+    assert asked == g_asked and asked["seed"] == 3 and asked["workers"] == 1, "recorded by loader() keyword"
+    assert asked["cache_dir"] is None and "order" not in asked and "shuffle" in asked
     for a, b in zip(images, g_images, strict=True):
         assert np.array_equal(a, b)
     for a, b, batch in zip(labels, g_labels, images, strict=True):

@@ -10,7 +10,7 @@ from .adapters.registry import ADAPTERS
 from .backends.select import choice_notes, engine_name, make_engine
 from .backends.skips import check_scanned
 from .loader import Loader
-from .loader_stats import described
+from .loader_stats import json_value
 from .manners import check_dataloader_arguments
 from .mix import Mix
 from .mixsource import Mixture
@@ -239,5 +239,6 @@ def loader(
     loaded.stats.fixed["decisions"] = choice_notes(options, engine_name(options, data), data)  # what "auto" decided
     read = read_from(path) if mixture is None else [read_from(name) for name in mixture.names]
     loaded.stats.fixed["source"] = read  # what `iofeed doctor` checks: the data really read
-    loaded.stats.fixed["options"] = described(options)  # what it was asked for, beside what the engine made of it
+    asked = {name: json_value(value) for name, value in options.keywords().items()}  # by loader() keyword
+    loaded.stats.fixed["options"] = asked  # what it was asked for, beside what the engine made of it
     return adapter.wrap(loaded)

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import os
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 import numpy as np
@@ -14,7 +14,7 @@ from .errors import OptionError
 from .gpu.device import usable_device
 from .image.boxes import Augment
 from .option_checks import either, flag, integer, one_of, short_repr
-from .option_groups import Cache, Order, Resources, Skips, checked_group
+from .option_groups import FLAT, GROUPS, Cache, Order, Resources, Skips, checked_group
 from .order import OrderSpec
 from .recipe import Recipe, recipe_of
 from .targets import check_target_options
@@ -74,6 +74,12 @@ class LoaderOptions:
 
     def __repr__(self) -> str:
         return short_repr(self)
+
+    def keywords(self) -> dict[str, Any]:
+        """Every option by its `loader()` keyword, the grouped ones by their flat spellings
+        (`seed`, `workers`, `cache_dir`, ...): what `stats.settings["options"]` records."""
+        plain = {f.name: getattr(self, f.name) for f in fields(self) if f.init and f.name not in GROUPS}
+        return {**plain, **{name: getattr(getattr(self, group), field) for name, (group, field) in FLAT.items()}}
 
     def _resolve_image_size(self) -> None:
         """`image_size` from the recipe when it knows the model's input side; the two must agree."""
