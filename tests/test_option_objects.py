@@ -75,6 +75,7 @@ def test_flat_keywords_and_objects_give_identical_batches(colour_dataset):
     assert options.resources == g_options.resources and options.skips == g_options.skips == Skips("raise", 0.5)
     assert asked == g_asked and asked["seed"] == 3 and asked["workers"] == 1, "recorded by loader() keyword"
     assert asked["cache_dir"] is None and "order" not in asked and "shuffle" in asked
+    assert set(asked) == {*options.keywords()} and not set(asked) & {"order", "resources", "cache", "skips"}
     for a, b in zip(images, g_images, strict=True):
         assert np.array_equal(a, b)
     for a, b, batch in zip(labels, g_labels, images, strict=True):

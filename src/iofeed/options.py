@@ -76,10 +76,15 @@ class LoaderOptions:
         return short_repr(self)
 
     def keywords(self) -> dict[str, Any]:
-        """Every option by its `loader()` keyword, the grouped ones by their flat spellings
-        (`seed`, `workers`, `cache_dir`, ...): what `stats.settings["options"]` records."""
-        plain = {f.name: getattr(self, f.name) for f in fields(self) if f.init and f.name not in GROUPS}
-        return {**plain, **{name: getattr(getattr(self, group), field) for name, (group, field) in FLAT.items()}}
+        """Every option by its `loader()` keyword, a grouped one by its flat spelling (`seed`,
+        `workers`, `cache_dir`, ...) or, without one, as `group.field`: what
+        `stats.settings["options"]` records, one schema whichever spelling was passed."""
+        flat = {target: name for name, target in FLAT.items()}
+        out = {f.name: getattr(self, f.name) for f in fields(self) if f.init and f.name not in GROUPS}
+        for group in GROUPS:
+            for f in fields(getattr(self, group)):
+                out[flat.get((group, f.name), f"{group}.{f.name}")] = getattr(getattr(self, group), f.name)
+        return out
 
     def _resolve_image_size(self) -> None:
         """`image_size` from the recipe when it knows the model's input side; the two must agree."""
