@@ -19,7 +19,7 @@ from .errors import LoaderStateError
 from .loader_stats import LoaderStats
 from .manners import DataLoaderManners
 from .mixsource import Mixture, check_state
-from .options import LoaderOptions, distributed_rank_world
+from .options import LoaderOptions
 from .order import OrderSpec
 from .remote.prefetch import NoPrefetch, Prefetcher, prefetcher_for
 from .resume import fingerprint, parse
@@ -45,10 +45,10 @@ class Loader(DataLoaderManners, Generic[BatchT]):
         self._iteration: object | None = None  # token of the live iteration
         self._fetching: Prefetcher | NoPrefetch = NoPrefetch()  # the live iteration's downloads and pins
         self._closed = False
-        self._follow_group = options.rank is None  # rank and world_size from a process group started later
+        self._follow_group = options.follows_group  # rank and world_size from a process group started later
         self._at = EpochPosition()  # epoch, batches delivered, a resume's offsets, where a pass began
         self._identity = ""  # the source's fingerprint, made when a state first needs it
-        self._accounting = BatchAccounting(source, backend.describe, options.max_skipped, mixture)
+        self._accounting = BatchAccounting(source, backend.describe, options.skips.max_skipped, mixture)
         self.stats.fixed = {"samples": len(source), "rank": order.rank, "world_size": order.world_size,
                             "batch_size": order.batch_size, "image_size": options.image_size}
 
@@ -96,7 +96,7 @@ class Loader(DataLoaderManners, Generic[BatchT]):
         not given: Lightning and other trainers start the process group after the loader is made."""
         if not self._follow_group or self._at.under_way:
             return
-        rank, world_size = distributed_rank_world()
+        rank, world_size = self.options.placement()
         if (rank, world_size) != (self.order.rank, self.order.world_size):
             self.order = dataclasses.replace(self.order, rank=rank, world_size=world_size)
             self.stats.fixed.update(rank=rank, world_size=world_size)

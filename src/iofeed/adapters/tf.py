@@ -39,21 +39,28 @@ class TfAdapter:
     a GPU) each batch is handed over as uint8 (4x fewer bytes over the bus) and normalised there;
     on the host ("host") with numpy into a float32 array TensorFlow takes without copying."""
 
-    def __init__(self, affine: Affine | None, batch_transform: Any = None,
-                 sample: tuple[tuple[int, ...], Any] | None = None, normalise_on: str | None = AUTO) -> None:
-        floats = sample is not None and sample[1] != tf.uint8  # a sample transform's floats pass as they are
-        self.affine = None if floats else affine
-        device = gpu_device() if normalise_on == AUTO else normalise_on
+    def __init__(self, affine: Affine | None, batch_transform: Any = None, normalise_on: str | None = AUTO) -> None:
+        self._affine, self._asked = affine, normalise_on
+        self.batch_transform = batch_transform
+        self.affine: Affine | None = None
+        self.normalise_on: str | None = None
+        self.sample: tuple[tuple[int, ...], Any] | None = None
+        self._normalise: HostNormaliser | None = None
+
+    def _decide(self, sample: tuple[tuple[int, ...], Any] | None) -> None:
+        """Where batches are normalised, once what the engine's sample transform returns is known
+        (`sample`: its shape and dtype): a transform's floats pass as they are."""
+        floats = sample is not None and sample[1] != tf.uint8
+        self.affine = None if floats else self._affine
+        device = gpu_device() if self._asked == AUTO else self._asked
         self.normalise_on = None if self.affine is None else device or HOST
         self._normalise = HostNormaliser(np.float32, self.affine) if self.normalise_on == HOST else None
-        self.batch_transform, self.sample = batch_transform, sample
+        self.sample = sample
 
     @classmethod
     def from_options(cls, options: LoaderOptions) -> TfAdapter:
-        """The adapter for `options`: normalisation, batch transform, a sample transform's output."""
-        output = options.transform_output
-        return cls(options_affine(options), options.batch_transform,
-                   None if output is None else (output.shape, tf.as_dtype(output.dtype)))
+        """The adapter for `options`: normalisation and batch transform."""
+        return cls(options_affine(options), options.batch_transform)
 
     def __call__(self, batch: Batch) -> tuple[np.ndarray, ...]:
         images, labels = to_numpy(batch)
@@ -68,7 +75,10 @@ class TfAdapter:
         return images, labels, batch_seed(batch.key)  # the batch transform's seed rides along
 
     def wrap(self, loader: EpochLoader) -> tf.data.Dataset:
-        """The dataset over `loader`; `stats.settings["normalise_on"]` says where it normalises."""
+        """The dataset over `loader`, its element spec from what the engine's sample transform returns;
+        `stats.settings["normalise_on"]` says where it normalises."""
+        output = loader.backend.sample_output
+        self._decide(None if output is None else (output.shape, tf.as_dtype(output.dtype)))
         record_normalise_on(loader, self.normalise_on)
         return to_tf_dataset(loader, self.normalise_on, self.affine, self.batch_transform, self.sample)
 
