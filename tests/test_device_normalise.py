@@ -99,6 +99,8 @@ def test_tf_device_path_batches_kept_stay_as_delivered(colour_dataset, tf_on_dev
 def test_tf_device_path_restarts_an_abandoned_pass_and_stops_at_close(colour_dataset, tf_on_device):
     """The Loader's rules hold through `copy_to_device`: a peeked-at pass is begun again, each full
     pass is the next epoch, and closing ends a live iterator cleanly with one warning line."""
+    from iofeed.adapters.tf import PREFETCH
+
     dataset = iofeed.loader(colour_dataset, batch_size=4, image_size=SIZE, workers=1, seed=3, framework="tf")
     with dataset.iofeed_loader as loader:
         assert loader.stats.settings["normalise_on"] == "/cpu:0"
@@ -111,7 +113,9 @@ def test_tf_device_path_restarts_an_abandoned_pass_and_stops_at_close(colour_dat
     next(iterator)
     with pytest.warns(UserWarning, match="this loader was closed.*the tf dataset stops here"):
         dataset.iofeed_loader.close()
-        assert len(list(iterator)) <= 2 and list(iter(dataset)) == []
+        rest, again = list(iterator), list(iter(dataset))
+    # made before the close: the prefetch buffer, and one batch in each of the copy and the map stages
+    assert len(rest) <= PREFETCH + 2 and again == [], (len(rest), len(again))
 
 
 @pytest.mark.tf
