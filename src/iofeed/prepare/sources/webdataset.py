@@ -83,11 +83,14 @@ def refuse_captions(labels: list[tuple[str, Any]], src: str) -> None:
 def reads_as_caption(text: Any) -> bool:
     """Whether a `txt` label reads as a sentence, not a class name: one of its parts between commas
     or semicolons has CAPTION_WORDS words, or is CAPTION_WIDTH columns wide (a wide character, as
-    Chinese or Japanese are written without spaces, counts two). Class names are short, and a list
-    of synonyms ("great white shark, white shark, man-eater, ...", as ImageNet names) is short parts."""
+    Chinese or Japanese are written without spaces, counts two) with a space or a wide character
+    in it. Class names are short, a list of synonyms ("great white shark, white shark, man-eater,
+    ...", as ImageNet names) is short parts, and one long token of a script with spaces is a name
+    or an identifier, not a sentence (iNaturalist's "02913_Plantae_Tracheophyta_..._novae-angliae")."""
     for part in _CLAUSES.split(str(text)):
-        width = sum(2 if unicodedata.east_asian_width(c) in "WF" else 1 for c in part.strip())
-        if len(part.split()) >= CAPTION_WORDS or width >= CAPTION_WIDTH:
+        widths = [2 if unicodedata.east_asian_width(c) in "WF" else 1 for c in part.strip()]
+        words = len(part.split())
+        if words >= CAPTION_WORDS or (sum(widths) >= CAPTION_WIDTH and (words > 1 or 2 in widths)):
             return True
     return False
 
