@@ -19,30 +19,30 @@ def spool_room(spool: Path, disk_usage: Callable[[Path], Any] = shutil.disk_usag
     return max(free - disk_reserve(free), 0)
 
 
-def copy_within(pieces: Iterable[bytes], target: Path, room: int, name: str, done: str) -> int:
+def copy_within(pieces: Iterable[bytes], target: Path, room: int, name: str, copied: str) -> int:
     """Write `pieces` to `target`, at most `room` bytes; the bytes written. SourceError naming the
-    shard (`name`, the copy `done` to it: "decompressed") and the bound when it would pass it (a
+    shard (`name`, how it is copied: "decompressed", "downloaded") and the bound when it would pass it (a
     huge shard, a zip bomb), or the write's cause when the disk fails it (a full disk is no
     damaged shard); the partial copy is removed. Errors reading `pieces` pass through as they are."""
     written = 0
-    fix = f"free disk there, or put the shard where there is room ({done}) and pass its path"
+    fix = f"free disk there, or put the shard where there is room ({copied}) and pass its path"
     out = open(target, "wb")
     try:
         for piece in pieces:
             written += len(piece)
             if written > room:
                 raise SourceError(
-                    f"{name}: {done}, it passes {room:,} bytes, the room for it beside the output in "
+                    f"{name}: {copied}, it passes {room:,} bytes, the room for it beside the output in "
                     f"{target.parent.parent} (free disk less max({RESERVE_BYTES >> 30} GiB, "
                     f"{RESERVE_SHARE:.0%})): {fix}")
             try:
                 out.write(piece)
             except OSError as exc:
-                raise _write_failed(exc, name, done, target, written - len(piece), fix) from None
+                raise _write_failed(exc, name, copied, target, written - len(piece), fix) from None
         try:
             out.flush()  # a full disk may refuse only the buffered tail: still the disk's failure
         except OSError as exc:
-            raise _write_failed(exc, name, done, target, written, fix) from None
+            raise _write_failed(exc, name, copied, target, written, fix) from None
     except BaseException:
         with contextlib.suppress(OSError):  # a tail the disk refused fails the close again
             out.close()
@@ -52,7 +52,7 @@ def copy_within(pieces: Iterable[bytes], target: Path, room: int, name: str, don
     return written
 
 
-def _write_failed(exc: OSError, name: str, done: str, target: Path, at: int, fix: str) -> SourceError:
+def _write_failed(exc: OSError, name: str, copied: str, target: Path, at: int, fix: str) -> SourceError:
     """The one-line error of a write to `target` that the disk failed (`at` bytes were written before)."""
-    return SourceError(f"{name}: writing it {done} beside the output in {target.parent.parent} "
+    return SourceError(f"{name}: writing it {copied} beside the output in {target.parent.parent} "
                        f"failed after {at:,} bytes ({exc.strerror or exc}): {fix}")
