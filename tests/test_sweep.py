@@ -316,7 +316,8 @@ def test_txt_class_names_of_one_long_token_are_classes_not_captions(tmp_path, ca
     [f"a dog number {i} on the grass" for i in range(6)],
     [f"一只可爱的小猫坐在红色的沙发上看着窗外的小鸟{i}" for i in range(6)],  # no spaces: told by its width
     [f"red car, parked on a wet street at night {i}" for i in range(6)],
-], ids=["short", "chinese", "clauses"])
+    [f"a tabby cat {i}, asleep on the sofa" for i in range(6)],  # every clause short: told by its articles
+], ids=["short", "chinese", "clauses", "short-clauses"])
 def test_captions_are_still_refused_by_their_words_or_width(tmp_path, captions, capsys):
     """Sentences stay captions under the rule by words: a short English one, one written without
     spaces, one whose first clause is a name-like pair."""
