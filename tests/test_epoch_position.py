@@ -167,3 +167,32 @@ def test_a_pass_that_finds_its_epoch_delivered_moves_to_the_next():
     at = _resumed(Progress(3, SAMPLES, 7))
     assert at.length(order) == 7
     assert _pass(at, order) == [] and (at.epoch, at.position) == (4, 0)
+
+
+def test_set_epoch_during_a_pass_holds_for_the_state_and_the_next_pass():
+    """`set_epoch(3)` while a pass of epoch 0 still delivers (a `repeat()` stream): its later batches
+    overwrote the position (a state then said epoch 3 with 12 samples done, so a resume skipped 12
+    samples epoch 3 never dealt), and its end moved on to epoch 1, dropping the `set_epoch`."""
+    order = _spec(4, 4)
+    at = EpochPosition()
+    run = at.begin(order)
+    at.advance(run), at.advance(run)
+    at.set_epoch(3)
+    assert not at.advance(run) and at.progress(order) == Progress(3, 0, 0), "epoch 3, nothing of it done"
+    ends = [at.advance(run) for _ in range(4)]
+    assert ends == [False] * 3 + [True], "the old pass still ends at its own last batch"
+    at.complete(run)
+    assert (at.epoch, at.position, at.progress(order)) == (3, 0, Progress(3, 0, 0))
+    assert _pass(at, order) == order.rank_indices(3).tolist()[:26] and at.epoch == 4
+
+
+def test_a_resume_during_a_pass_is_not_overwritten_by_its_later_batches():
+    order = _spec(4, 4)
+    at = EpochPosition()
+    run = at.begin(order)
+    at.advance(run)
+    at.resume(Progress(2, 48, 3))
+    at.advance(run)
+    assert at.progress(order) == Progress(2, 48, 3)
+    whole = _pass(EpochPosition(epoch=2), order)
+    assert _pass(at, order) == whole[12:], "the resumed rest of epoch 2"

@@ -284,11 +284,40 @@ def test_txt_class_names_of_one_sample_each_are_classes_not_captions(tmp_path, c
             assert [classes[c] for c in labels] == [SINGLETON_CLASSES[i]] and label_from_pixels(image) == i % 4
 
 
+# iNaturalist 2021's class names: the taxonomy joined by underscores, one token 60 to 90 columns wide
+INAT_CLASSES = ["00000_Animalia_Annelida_Clitellata_Haplotaxida_Lumbricidae_Lumbricus_terrestris",
+                "02913_Plantae_Tracheophyta_Magnoliopsida_Asterales_Asteraceae_Symphyotrichum_novae-angliae",
+                "03176_Animalia_Arthropoda_Insecta_Lepidoptera_Nymphalidae_Danaus_plexippus",
+                "04410_Animalia_Chordata_Aves_Passeriformes_Turdidae_Turdus_migratorius",
+                "05312_Fungi_Basidiomycota_Agaricomycetes_Agaricales_Amanitaceae_Amanita_muscaria",
+                "07001_Plantae_Tracheophyta_Pinopsida_Pinales_Pinaceae_Pinus_strobus",
+                "04410_Animalia_Chordata_Aves_Passeriformes_Turdidae_Turdus_migratorius",
+                "09652_Animalia_Chordata_Mammalia_Carnivora_Canidae_Vulpes_vulpes"]
+
+
+def test_txt_class_names_of_one_long_token_are_classes_not_captions(tmp_path, capsys):
+    """A long name without spaces (iNaturalist's taxonomy path, 6 of 8 samples a class of their own)
+    read as a sentence by its width, which stands in for words only where a script has no spaces:
+    the set was refused as captions."""
+    shards = _caption_shards(tmp_path / "wds", INAT_CLASSES, with_json=False)
+    out = tmp_path / "out.iof"
+    assert main(["preprocess", str(shards / "00000.tar"), "-o", str(out), "--val-fraction", "0"]) == 0, \
+        capsys.readouterr().err
+    classes = Manifest.read(out).classes
+    assert sorted(classes) == sorted(set(INAT_CLASSES))
+    stored = read_dataset(out)
+    assert len(stored) == 8
+    for name, (image, labels, _) in stored.items():
+        i = int(name.rsplit("#", 1)[1])
+        assert [classes[c] for c in labels] == [INAT_CLASSES[i]] and label_from_pixels(image) == i % 4
+
+
 @pytest.mark.parametrize("captions", [
     [f"a dog number {i} on the grass" for i in range(6)],
     [f"一只可爱的小猫坐在红色的沙发上看着窗外的小鸟{i}" for i in range(6)],  # no spaces: told by its width
     [f"red car, parked on a wet street at night {i}" for i in range(6)],
-], ids=["short", "chinese", "clauses"])
+    [f"a tabby cat {i}, asleep on the sofa" for i in range(6)],  # every clause short: told by its articles
+], ids=["short", "chinese", "clauses", "short-clauses"])
 def test_captions_are_still_refused_by_their_words_or_width(tmp_path, captions, capsys):
     """Sentences stay captions under the rule by words: a short English one, one written without
     spaces, one whose first clause is a name-like pair."""

@@ -225,6 +225,23 @@ def test_a_compressed_tar_past_the_spool_s_room_is_refused_leaving_no_partial_co
     assert spool_room(spool, lambda _: Disk()) == 0
 
 
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs Linux's /dev/full, a disk always full")
+def test_a_full_disk_refusing_only_the_buffered_tail_is_said_as_the_disk_s_failure(tmp_path):
+    """Pieces smaller than the write buffer (a decompressed stream's last ones) reach the disk only
+    when the file is flushed: a full disk then raised a bare OSError past the spool's own message
+    (for a download: taken for the storage's error, the shard rejected as unreadable)."""
+    from iofeed.prepare.sources.spool import copy_within
+
+    (tmp_path / "spool").mkdir()
+    full = tmp_path / "spool" / "000000.tar"
+    full.symlink_to("/dev/full")  # writes fail with ENOSPC; removing the link leaves the device be
+    with pytest.raises(SourceError) as refused:
+        copy_within([b"x" * 100, b"y" * 100], full, 1 << 20, "s3://bucket/a.tar", "downloaded")
+    assert str(refused.value).startswith(f"s3://bucket/a.tar: writing it downloaded beside the output in {tmp_path} "
+                                         "failed after 200 bytes (No space left on device)")
+    assert "\n" not in str(refused.value) and not os.path.lexists(full), "the partial copy removed"
+
+
 @pytest.mark.storage
 def test_a_remote_shard_past_the_spool_s_room_is_refused_leaving_no_partial_copy(tmp_path, monkeypatch):
     """The same bound for a shard downloaded into the spool (preprocess and index of URLs): it was

@@ -14,14 +14,15 @@ from .resume import Progress
 @dataclass
 class Pass:
     """One pass: its epoch, the batch it began at, its batches (entries before a resume empty, see
-    `OrderSpec.batches`), the next epoch's (which the engine may start early), and the batches of
-    the epoch delivered so far, counted by the pass itself."""
+    `OrderSpec.batches`), the next epoch's (which the engine may start early), the batches of
+    the epoch delivered so far, counted by the pass itself, and the position's `moves` it began at."""
 
     epoch: int
     start: int
     batches: list[np.ndarray] = field(repr=False)
     following: list[np.ndarray] = field(repr=False)
     position: int = 0
+    moves: int = 0
 
 
 @dataclass
@@ -30,13 +31,16 @@ class EpochPosition:
     `epoch` delivered, those before a resume included; a resumed epoch had `done` samples of its
     global order done by a run that counted `first` batches per rank (zero for an epoch begun
     here). `pass_start` is where the pass under way began: set from `begin` until the epoch
-    completes or the position is moved, so that a pass left before its end is begun again."""
+    completes or the position is moved, so that a pass left before its end is begun again.
+    `moves` counts `set_epoch` and `resume` calls: a pass begun before the latest one delivers
+    its batches without moving the position, which stays where the caller put it."""
 
     epoch: int = 0
     position: int = 0
     done: int = 0
     first: int = 0
     pass_start: tuple[int, int, int, int] | None = None
+    moves: int = 0
 
     def length(self, order: OrderSpec) -> int:
         """Batches the epoch holds at most: a resumed one may hold more than `len(order)` (those
@@ -61,7 +65,13 @@ class EpochPosition:
         return self.position > self.first
 
     def set_epoch(self, epoch: int) -> None:
-        """`epoch` from its beginning."""
+        """`epoch` from its beginning, also when called during a pass (whose batches then no
+        longer count here: see `advance`)."""
+        self._start(epoch)
+        self.moves += 1
+
+    def _start(self, epoch: int) -> None:
+        """`epoch` from its beginning, as the position moves itself (an epoch completed)."""
         self.epoch, self.position, self.done, self.first = int(epoch), 0, 0, 0
         self.pass_start = None
 
@@ -81,18 +91,25 @@ class EpochPosition:
         """A pass from here: its batches under `order`, and `pass_start` set to here."""
         self.pass_start = (self.epoch, self.done, self.first, self.position)
         return Pass(self.epoch, self.position, order.batches(self.epoch, self.done, self.first),
-                    order.batches(self.epoch + 1), self.position)
+                    order.batches(self.epoch + 1), self.position, self.moves)
+
+    def _moved_since(self, run: Pass) -> bool:
+        """`set_epoch` or `resume` was called after `run` began: the position is the caller's."""
+        return run.moves != self.moves
 
     def advance(self, run: Pass) -> bool:
         """`run` delivered its next batch; whether that was the epoch's last (`complete` then). The
-        pass counts its own batches: a position moved meanwhile (`set_epoch`) is overwritten."""
+        pass counts its own batches; a position moved meanwhile (`set_epoch`, `resume`) stays where
+        it was put: a state saved then resumes there, and the next pass begins there."""
         run.position += 1
-        self.position = run.position
+        if not self._moved_since(run):
+            self.position = run.position
         return run.position == len(run.batches)
 
     def complete(self, run: Pass) -> None:
-        """`run`'s epoch is delivered: the next epoch from its beginning."""
-        self.set_epoch(run.epoch + 1)
+        """`run`'s epoch is delivered: the next epoch from its beginning (unless moved meanwhile)."""
+        if not self._moved_since(run):
+            self._start(run.epoch + 1)
 
     def end(self, run: Pass) -> None:
         """`run`'s stream ended: a pass that found nothing left of its epoch moves on to the next."""
@@ -110,3 +127,4 @@ class EpochPosition:
         self.epoch, self.done = progress.epoch, progress.samples_done
         self.position = self.first = progress.batches_done
         self.pass_start = None
+        self.moves += 1

@@ -2,6 +2,7 @@
 shard fetched, a compressed tar decompressed), and copies that stop past it, leaving nothing."""
 from __future__ import annotations
 
+import contextlib
 import shutil
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -18,29 +19,40 @@ def spool_room(spool: Path, disk_usage: Callable[[Path], Any] = shutil.disk_usag
     return max(free - disk_reserve(free), 0)
 
 
-def copy_within(pieces: Iterable[bytes], target: Path, room: int, name: str, done: str) -> int:
+def copy_within(pieces: Iterable[bytes], target: Path, room: int, name: str, copied: str) -> int:
     """Write `pieces` to `target`, at most `room` bytes; the bytes written. SourceError naming the
-    shard (`name`, the copy `done` to it: "decompressed") and the bound when it would pass it (a
+    shard (`name`, how it is copied: "decompressed", "downloaded") and the bound when it would pass it (a
     huge shard, a zip bomb), or the write's cause when the disk fails it (a full disk is no
     damaged shard); the partial copy is removed. Errors reading `pieces` pass through as they are."""
     written = 0
-    fix = f"free disk there, or put the shard where there is room ({done}) and pass its path"
+    fix = f"free disk there, or put the shard where there is room ({copied}) and pass its path"
+    out = open(target, "wb")
     try:
-        with open(target, "wb") as out:
-            for piece in pieces:
-                written += len(piece)
-                if written > room:
-                    raise SourceError(
-                        f"{name}: {done}, it passes {room:,} bytes, the room for it beside the output in "
-                        f"{target.parent.parent} (free disk less max({RESERVE_BYTES >> 30} GiB, "
-                        f"{RESERVE_SHARE:.0%})): {fix}")
-                try:
-                    out.write(piece)
-                except OSError as exc:
-                    raise SourceError(f"{name}: writing it {done} beside the output in {target.parent.parent} "
-                                      f"failed after {written - len(piece):,} bytes ({exc.strerror or exc}): "
-                                      f"{fix}") from None
+        for piece in pieces:
+            written += len(piece)
+            if written > room:
+                raise SourceError(
+                    f"{name}: {copied}, it passes {room:,} bytes, the room for it beside the output in "
+                    f"{target.parent.parent} (free disk less max({RESERVE_BYTES >> 30} GiB, "
+                    f"{RESERVE_SHARE:.0%})): {fix}")
+            try:
+                out.write(piece)
+            except OSError as exc:
+                raise _write_failed(exc, name, copied, target, written - len(piece), fix) from None
+        try:
+            out.flush()  # a full disk may refuse only the buffered tail: still the disk's failure
+        except OSError as exc:
+            raise _write_failed(exc, name, copied, target, written, fix) from None
     except BaseException:
+        with contextlib.suppress(OSError):  # a tail the disk refused fails the close again
+            out.close()
         target.unlink(missing_ok=True)
         raise
+    out.close()
     return written
+
+
+def _write_failed(exc: OSError, name: str, copied: str, target: Path, at: int, fix: str) -> SourceError:
+    """The one-line error of a write to `target` that the disk failed (`at` bytes were written before)."""
+    return SourceError(f"{name}: writing it {copied} beside the output in {target.parent.parent} "
+                       f"failed after {at:,} bytes ({exc.strerror or exc}): {fix}")

@@ -24,6 +24,7 @@ LABEL_EXTENSIONS = ("cls", "txt", "json")
 CAPTION_WORDS = 5  # class names run to 4 words ("West Highland white terrier"); captions are longer
 CAPTION_WIDTH = 40  # columns: "American Staffordshire terrier" is 30
 _CLAUSES = re.compile(r"[,;\uff0c\uff1b\u3001]")  # comma, semicolon, and their CJK forms
+ARTICLES = frozenset({"a", "an", "the"})  # in most English captions; in few class names ("hen of the woods")
 DEFAULT_JSON_LABEL = "label"
 
 
@@ -83,11 +84,19 @@ def refuse_captions(labels: list[tuple[str, Any]], src: str) -> None:
 def reads_as_caption(text: Any) -> bool:
     """Whether a `txt` label reads as a sentence, not a class name: one of its parts between commas
     or semicolons has CAPTION_WORDS words, or is CAPTION_WIDTH columns wide (a wide character, as
-    Chinese or Japanese are written without spaces, counts two). Class names are short, and a list
-    of synonyms ("great white shark, white shark, man-eater, ...", as ImageNet names) is short parts."""
+    Chinese or Japanese are written without spaces, counts two) with a space or a wide character
+    in it; or the whole text has CAPTION_WORDS words, an English article among them ("a tabby cat,
+    asleep on the sofa": short clauses). Class names are short, a list of synonyms ("great white
+    shark, white shark, man-eater, ...", as ImageNet names) is short parts without articles, and
+    one long token of a script with spaces is a name or an identifier, not a sentence
+    (iNaturalist's "02913_Plantae_Tracheophyta_..._novae-angliae")."""
+    words = [word.strip(".,;:!?\"'()").lower() for word in str(text).split()]
+    if len(words) >= CAPTION_WORDS and not ARTICLES.isdisjoint(words):
+        return True
     for part in _CLAUSES.split(str(text)):
-        width = sum(2 if unicodedata.east_asian_width(c) in "WF" else 1 for c in part.strip())
-        if len(part.split()) >= CAPTION_WORDS or width >= CAPTION_WIDTH:
+        widths = [2 if unicodedata.east_asian_width(c) in "WF" else 1 for c in part.strip()]
+        count = len(part.split())
+        if count >= CAPTION_WORDS or (sum(widths) >= CAPTION_WIDTH and (count > 1 or 2 in widths)):
             return True
     return False
 
