@@ -29,7 +29,7 @@ def gpu_device() -> str | None:
     """"/gpu:0" when TensorFlow sees one GPU: the device normalises there. None (the host) without
     one, and with several: a tf.distribute strategy feeds those, splitting each batch over its
     replicas from the host itself."""
-    return "/gpu:0" if len(tf.config.list_physical_devices("GPU")) == 1 else None
+    return "/gpu:0" if len(tf.config.get_visible_devices("GPU")) == 1 else None
 
 
 class TfAdapter:
