@@ -47,7 +47,7 @@ def _dtype(array) -> str:
 
 def _counted_windows(spec: FeedSpec, windows: int = 2) -> list[tuple[int, int, int]]:
     """(reported images, really delivered images, batches) of each timed window, drains included."""
-    if spec.entry.needs_dali:
+    if "nvidia.dali" in spec.entry.needs:
         pytest.importorskip("nvidia.dali")
     try:
         feed = open_feed(spec)
@@ -307,6 +307,7 @@ def test_resnet50_bench_fits_every_feed_on_the_gpu(tmp_path, capsys):
     none runs out of memory (hosts hand back their cache between windows), and each records its
     peak reservation. 320 JPEGs of 160-1190 px: one batch of 256 per epoch."""
     from iofeed.benchmark.feeds import DEFAULT_FEEDS, FEEDS, dali_installed
+    from iofeed.benchmark.sources import SOURCES
 
     tree = make_colour_tree(tmp_path / "tree", per_class=80)
     out = tmp_path / "gpu.json"
@@ -321,9 +322,9 @@ def test_resnet50_bench_fits_every_feed_on_the_gpu(tmp_path, capsys):
     def missing(name: str) -> str | None:
         """What this host lacks to run feed `name` (a GPU host has neither DALI nor moto and s3fs)."""
         caps = FEEDS.caps(name)
-        if caps.needs_dali and not dali_installed():
+        if "nvidia.dali" in caps.needs and not dali_installed():
             return "DALI"
-        if caps.stream and not all(importlib.util.find_spec(m) for m in ("moto", "s3fs")):
+        if SOURCES[caps.source].served and not all(importlib.util.find_spec(m) for m in ("moto", "s3fs")):
             return "moto" if importlib.util.find_spec("moto") is None else "s3fs"  # the endpoint checks moto first
         return None
 

@@ -64,13 +64,32 @@ def test_the_loader_resolves_cuda_under_torchrun_before_building_anything(colour
 
 def test_dali_takes_the_local_rank_gpu_when_cuda_is_not_initialised(monkeypatch):
     from iofeed.gpu import streams as dali
+    from iofeed.options import LoaderOptions
     torch = sys.modules.get("torch")
     started = torch is not None and torch.cuda.is_initialized()  # then the current device wins
     monkeypatch.setitem(sys.modules, "pynvml", four_gpus())
     monkeypatch.setenv("LOCAL_RANK", "2")
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
-    assert dali.cuda_device_id("cuda") == (torch.cuda.current_device() if started else 2)
+    device = LoaderOptions(batch_size=4, device="cuda").device
+    assert dali.cuda_device_id(device) == (torch.cuda.current_device() if started else 2)
     assert dali.cuda_device_id("cuda:1") == 1 and dali.cuda_device_id("cpu") is None
+
+
+def test_the_device_is_resolved_once_in_the_options_and_dali_takes_that_one(monkeypatch):
+    """DALI used to resolve `device="cuda"` again when it built its pipeline: a LOCAL_RANK (or current
+    device) that changed in between put its decoding on another GPU than the adapter's copies."""
+    from iofeed.gpu import streams as dali
+    from iofeed.options import LoaderOptions
+
+    torch = sys.modules.get("torch")
+    started = torch is not None and torch.cuda.is_initialized()  # then the current device wins
+    monkeypatch.setitem(sys.modules, "pynvml", four_gpus())
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    options = LoaderOptions(batch_size=4, device="cuda")
+    monkeypatch.setenv("LOCAL_RANK", "3")
+    want = torch.cuda.current_device() if started else 1
+    assert options.device == f"cuda:{want}" and dali.cuda_device_id(options.device) == want
 
 
 # ---------------------------------------------------------------- NVML's numbering

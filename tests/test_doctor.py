@@ -285,6 +285,22 @@ def test_record_sees_the_gpu_work():
     assert summarize(trace)["active_window"] is not None
 
 
+def test_data_check_names_a_truncated_jpeg_whose_header_reads(tmp_path):
+    """A JPEG cut in half keeps its header: the header pass counts it as a JPEG, and the decode
+    pass, which did fail on it, passed it over unsaid, so doctor found nothing wrong with a file
+    preprocess rejects and a DataLoader fails on mid-epoch."""
+    src = tmp_path / "src"
+    make_image_tree(src, classes=2, per_class=4)
+    cut = sorted(src.rglob("*.jpg"))[0]
+    cut.write_bytes(cut.read_bytes()[: cut.stat().st_size // 2])
+    check = check_data(src, decode_sample=100)
+    name = cut.relative_to(src).as_posix()
+    assert check.formats == {"jpeg": 8}, "the header pass reads it"
+    assert len(check.bad) == 1 and check.bad[0].startswith(f"{name}: corrupt or truncated image"), check.bad
+    assert check.decode["images"] == 7, "timed over the 7 that decode"
+    assert [f.code for f in check.findings if f.code == "bad-files"] == ["bad-files"]
+
+
 def test_data_check_counts_quirky_jpegs(quirky_tree):
     src, _, _ = quirky_tree
     check = check_data(src, decode_sample=10)

@@ -17,6 +17,7 @@ from iofeed.adapters.registry import ADAPTERS, AdapterCaps
 from iofeed.backends import select
 from iofeed.backends.registry import ENGINES
 from iofeed.errors import MissingDependencyError, OptionError
+from iofeed.gpu import nvml as gpu_nvml
 from iofeed.options import LoaderOptions
 from iofeed.prepare.run import ImagePolicy, preprocess
 from iofeed.registry import Entry
@@ -61,7 +62,7 @@ def test_numpy_integers_are_integers(colour_dataset):
                        seed=np.int16(3)) as ld:
         images, labels = next(iter(ld))
         assert images.shape == (4, 32, 32, 3) and len(labels) == 4
-        assert type(ld.stats.settings["batch_size"]) is int and type(ld.options.seed) is int
+        assert type(ld.stats.settings["batch_size"]) is int and type(ld.options.order.seed) is int
 
 
 def test_a_batch_larger_than_the_split_with_drop_last_says_so(colour_dataset):
@@ -137,6 +138,7 @@ def test_auto_decides_from_capabilities(colour_dataset, raw_source, monkeypatch)
     jpeg, dali = open_source(colour_dataset), ENGINES.caps("dali")
     monkeypatch.setattr(select, "gpu_present", lambda: True)
     monkeypatch.setattr(select, "_installed", lambda module: True)
+    monkeypatch.setattr(gpu_nvml, "visible_gpu_count", lambda: 2)  # LoaderOptions resolves device= against it
     assert select.fits(dali, LoaderOptions(4, device="cuda"), jpeg)
     assert select.fits(dali, LoaderOptions(4, device="cuda:1", framework="torch"), jpeg)
     assert not select.fits(dali, LoaderOptions(4), jpeg) and not select.fits(dali, LoaderOptions(4, device="cpu"), jpeg)
@@ -151,6 +153,7 @@ def test_auto_decides_from_capabilities(colour_dataset, raw_source, monkeypatch)
 
 def test_auto_without_dali_installed(colour_dataset, monkeypatch):
     monkeypatch.setattr(select, "gpu_present", lambda: True)
+    monkeypatch.setattr(gpu_nvml, "visible_gpu_count", lambda: 1)
     monkeypatch.setitem(sys.modules, "nvidia.dali", None)
     assert not select.fits(ENGINES.caps("dali"), LoaderOptions(4, device="cuda"), open_source(colour_dataset))
 

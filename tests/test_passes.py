@@ -61,6 +61,35 @@ def test_a_resumed_pass_left_early_resumes_again(colour_dataset):
         assert ld.epoch == 1
 
 
+def test_set_epoch_during_a_repeat_stream_is_where_the_state_and_the_next_pass_are(colour_dataset):
+    """`set_epoch(3)` two batches into a `repeat()` stream: the stream's pass of epoch 0 delivers its
+    rest, a state saved meanwhile resumes epoch 3 from its start (it said 12 samples of epoch 3
+    done: a resume lost them), and the stream goes on with epoch 3 (it went on with epoch 1)."""
+    options = {"batch_size": 4, "workers": 1, "seed": 3}
+    with iofeed.loader(colour_dataset, **options) as fresh:
+        epoch0 = _pass(fresh)
+        fresh.set_epoch(3)
+        epoch3 = _pass(fresh)
+    with iofeed.loader(colour_dataset, **options) as ld:
+        stream, seen = ld.repeat(), []
+        for _ in range(2):
+            next(stream)
+            seen += ld.last_indices.tolist()
+        ld.set_epoch(3)
+        next(stream)
+        seen += ld.last_indices.tolist()
+        state = ld.state_dict()
+        assert (state["epoch"], state["samples_done"]) == (3, 0)
+        for _ in range(5 + 8):  # the rest of epoch 0's pass, then a whole pass
+            images, labels = next(stream)
+            assert [label_from_pixels(image) for image in np.asarray(images)] == np.asarray(labels).tolist()
+            seen += ld.last_indices.tolist()
+        assert seen == epoch0 + epoch3, "epoch 0 whole, then epoch 3"
+    with iofeed.loader(colour_dataset, **options) as ld:
+        ld.load_state_dict(state)
+        assert _pass(ld) == epoch3
+
+
 @pytest.mark.parametrize("world", [2, 3, 5])
 @pytest.mark.parametrize("batch_size", [1, 3, 4])
 def test_evaluation_orders_deal_each_sample_once(world, batch_size):

@@ -141,3 +141,23 @@ def test_gloo_collectives_stay_in_step_despite_a_truncated_jpeg(tmp_path, monkey
     assert [(r["steps"], r["len"]) for r in ranks] == [(31, 31), (31, 31)]
     assert ranks[0]["sizes"] == ranks[1]["sizes"] == [2] * 31, "every step: one sample on each rank"
     assert sum(r["refilled"] for r in ranks) == 1
+
+
+def test_a_skipped_place_goes_to_a_spare_of_the_same_part_first_then_to_any():
+    """A mixture's skipped sample (`part_of`: its source) takes the first spare of its own source
+    that loads, passing over other sources' spares, which stay for later skips; with none of its
+    own it takes the next spare, as without parts."""
+    from iofeed.backends.refill import fill
+
+    def load(k: int, position: int, index: int, spare: bool) -> str | None:
+        return "truncated" if index in (1, 13) else None
+
+    def odd_even(index: int) -> int:  # two parts: odd and even samples
+        return index % 2
+
+    spare = np.array([10, 13, 12, 15, 14])
+    assert fill(np.array([0, 1, 2]), spare, load).delivered == [0, 10, 2]
+    filled = fill(np.array([0, 1, 2, 3]), spare, load, odd_even)  # 13 does not load: 15 takes 1's place
+    assert filled.delivered == [0, 15, 2, 3] and filled.refilled == 1 and not filled.exhausted
+    filled = fill(np.array([1, 4, 1]), np.array([10, 12, 13]), load, odd_even)  # no odd spare loads: even ones
+    assert filled.delivered == [10, 4, 12] and filled.refilled == 2 and not filled.exhausted

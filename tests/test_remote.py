@@ -422,16 +422,17 @@ def test_bench_streams_beside_local_disk(dataset: Path, tmp_path: Path, capsys, 
 def test_a_failed_bench_removes_its_streaming_cache_too(dataset: Path, tmp_path: Path, capsys, monkeypatch) -> None:
     """A bench that fails once the streaming feeds have fetched shards leaves no cache folder behind."""
     pytest.importorskip("torch")
+    from contextlib import ExitStack
+
     import iofeed.benchmark.run as bench_run
-    from iofeed.benchmark.stream import stream_options
+    from iofeed.benchmark.sources import SOURCES
 
     made: list[Path] = []
 
     def failing_measure(runs, *args, **kwargs):
-        for run in runs:
-            if run.spec.entry.stream:
-                made.append(Path(stream_options(run.spec.source, run.spec.entry.stream,
-                                                Path(run.spec.cache_root))["cache_dir"]))
+        for run in runs:  # each streaming feed's cache, made as its feed makes it, never removed by the feed
+            if SOURCES[run.spec.entry.source].served:
+                made.append(Path(SOURCES[run.spec.entry.source].make(run.spec, ExitStack())[1]["cache_dir"]))
         if not any(made[-1].rglob("*.tar~*")):  # the warm feed's, fetched before it starts
             raise RuntimeError("nothing fetched")
         raise RuntimeError("a feed crashed")

@@ -44,6 +44,28 @@ def test_a_symlinked_class_folder_at_the_top_is_a_class_not_dropped(tmp_path):
     assert sum(name.startswith("004.colour3/") for name in stored) == 3
 
 
+def test_doctor_checks_the_classes_and_files_preprocess_reads_through_a_class_link(tmp_path):
+    """`iofeed doctor`'s own walk skipped a class folder linked in at the top, which preprocess
+    reads as a class: a quarter of the data was neither counted nor checked. It now samples the
+    files of the preprocess scan (its links, and nothing a link that repeats the source reaches)."""
+    from iofeed.doctor.data import check_data
+
+    elsewhere = make_colour_tree(tmp_path / "elsewhere", per_class=3)
+    (elsewhere / "004.colour3" / "notes.jpg").write_bytes(b"not an image\n")
+    src = tmp_path / "src"
+    src.mkdir()
+    for folder in sorted(elsewhere.iterdir())[:3]:
+        os.rename(folder, src / folder.name)
+    os.symlink(elsewhere / "004.colour3", src / "004.colour3")
+    os.symlink(src / "001.colour0", src / "005.alias")  # preprocess rejects it: no second label
+    check = check_data(src, decode_sample=0)
+    summary = preprocess(src, tmp_path / "out.iof", val_fraction=0, progress=False, workers=1)
+    assert summary.rejected == {"not an image": 1, "symlinked folder": 1}
+    assert check.total == check.sampled == len(_stored(summary.out)) + 1 == 13
+    assert check.formats == {"jpeg": 12, "not an image": 1}
+    assert check.bad == ["004.colour3/notes.jpg: not an image"]
+
+
 def test_a_symlinked_class_folder_that_would_repeat_images_is_named_not_followed(tmp_path):
     """A link back into the source (or at it) would give another class's images a second label, or
     loop; two links to one folder would store its images twice: each is rejected with the reason."""
@@ -147,16 +169,17 @@ def test_a_class_folder_beside_256_object_categories_is_a_rejection_not_lost(tmp
     assert len(stored) == 8 and all(label == coded for label, coded in stored.values())
 
 
-def _caption_shards(folder: Path, captions: list[str]) -> Path:
-    """One shard as img2dataset writes it: jpg + txt caption + json, pixels coding the sample's colour."""
+def _caption_shards(folder: Path, captions: list[str], with_json: bool = True) -> Path:
+    """One shard as img2dataset writes it: jpg + txt caption + json (unless not `with_json`),
+    pixels coding the sample's colour."""
     import webdataset as wds
 
     folder.mkdir(parents=True, exist_ok=True)
     with wds.TarWriter(str(folder / "00000.tar")) as sink:
         for i, caption in enumerate(captions):
             colour = np.full((48, 64, 3), CLASS_COLOURS[i % 4], np.uint8)
-            sink.write({"__key__": f"{i:09d}", "jpg": jpeg_bytes(Image.fromarray(colour)), "txt": caption,
-                        "json": {"caption": caption, "key": f"{i:09d}"}})
+            sample = {"__key__": f"{i:09d}", "jpg": jpeg_bytes(Image.fromarray(colour)), "txt": caption}
+            sink.write({**sample, "json": {"caption": caption, "key": f"{i:09d}"}} if with_json else sample)
     return folder
 
 
@@ -235,6 +258,73 @@ def test_txt_class_names_shared_by_samples_are_classes(tmp_path):
     for name, (image, labels, _) in read_dataset(out).items():
         i = int(name.rsplit("#", 1)[1])
         assert classes[labels[0]] == names[i] and label_from_pixels(image) == i % 4
+
+
+# class names as few-shot, face and ImageNet-named sets write them: 6 of 8 samples a class of their own
+SINGLETON_CLASSES = ["n01440764", "golden retriever", "West Highland white terrier", "Black_footed_Albatross",
+                     "great white shark, white shark, man-eater, man-eating shark, Carcharodon carcharias",
+                     "鲤鱼", "golden retriever", "tench, Tinca tinca"]
+
+
+@pytest.mark.parametrize("command", ["preprocess", "index"])
+def test_txt_class_names_of_one_sample_each_are_classes_not_captions(tmp_path, command, capsys):
+    """The caption rule counted texts only: a real txt-labelled set whose classes mostly have one
+    sample (6 of 8 here) was refused as captions. Names are told from sentences by their words."""
+    shards = _caption_shards(tmp_path / "wds", SINGLETON_CLASSES, with_json=False)
+    out = tmp_path / "out.iof"
+    split = ["--val-fraction", "0"] if command == "preprocess" else []
+    assert main([command, str(shards / "00000.tar"), "-o", str(out), *split]) == 0, capsys.readouterr().err
+    classes = Manifest.read(out).classes
+    assert sorted(classes) == sorted(set(SINGLETON_CLASSES))
+    if command == "preprocess":
+        stored = read_dataset(out)
+        assert len(stored) == 8
+        for name, (image, labels, _) in stored.items():
+            i = int(name.rsplit("#", 1)[1])
+            assert [classes[c] for c in labels] == [SINGLETON_CLASSES[i]] and label_from_pixels(image) == i % 4
+
+
+# iNaturalist 2021's class names: the taxonomy joined by underscores, one token 60 to 90 columns wide
+INAT_CLASSES = ["00000_Animalia_Annelida_Clitellata_Haplotaxida_Lumbricidae_Lumbricus_terrestris",
+                "02913_Plantae_Tracheophyta_Magnoliopsida_Asterales_Asteraceae_Symphyotrichum_novae-angliae",
+                "03176_Animalia_Arthropoda_Insecta_Lepidoptera_Nymphalidae_Danaus_plexippus",
+                "04410_Animalia_Chordata_Aves_Passeriformes_Turdidae_Turdus_migratorius",
+                "05312_Fungi_Basidiomycota_Agaricomycetes_Agaricales_Amanitaceae_Amanita_muscaria",
+                "07001_Plantae_Tracheophyta_Pinopsida_Pinales_Pinaceae_Pinus_strobus",
+                "04410_Animalia_Chordata_Aves_Passeriformes_Turdidae_Turdus_migratorius",
+                "09652_Animalia_Chordata_Mammalia_Carnivora_Canidae_Vulpes_vulpes"]
+
+
+def test_txt_class_names_of_one_long_token_are_classes_not_captions(tmp_path, capsys):
+    """A long name without spaces (iNaturalist's taxonomy path, 6 of 8 samples a class of their own)
+    read as a sentence by its width, which stands in for words only where a script has no spaces:
+    the set was refused as captions."""
+    shards = _caption_shards(tmp_path / "wds", INAT_CLASSES, with_json=False)
+    out = tmp_path / "out.iof"
+    assert main(["preprocess", str(shards / "00000.tar"), "-o", str(out), "--val-fraction", "0"]) == 0, \
+        capsys.readouterr().err
+    classes = Manifest.read(out).classes
+    assert sorted(classes) == sorted(set(INAT_CLASSES))
+    stored = read_dataset(out)
+    assert len(stored) == 8
+    for name, (image, labels, _) in stored.items():
+        i = int(name.rsplit("#", 1)[1])
+        assert [classes[c] for c in labels] == [INAT_CLASSES[i]] and label_from_pixels(image) == i % 4
+
+
+@pytest.mark.parametrize("captions", [
+    [f"a dog number {i} on the grass" for i in range(6)],
+    [f"一只可爱的小猫坐在红色的沙发上看着窗外的小鸟{i}" for i in range(6)],  # no spaces: told by its width
+    [f"red car, parked on a wet street at night {i}" for i in range(6)],
+    [f"a tabby cat {i}, asleep on the sofa" for i in range(6)],  # every clause short: told by its articles
+], ids=["short", "chinese", "clauses", "short-clauses"])
+def test_captions_are_still_refused_by_their_words_or_width(tmp_path, captions, capsys):
+    """Sentences stay captions under the rule by words: a short English one, one written without
+    spaces, one whose first clause is a name-like pair."""
+    shards = _caption_shards(tmp_path / "wds", captions)
+    assert main(["preprocess", str(shards), "-o", str(tmp_path / "out.iof")]) != 0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "look like captions" in err[0] and "6 of 6 samples" in err[0], err
 
 
 def _tar(path: Path, members: list[tuple[str, bytes]]) -> Path:

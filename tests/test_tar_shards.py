@@ -179,6 +179,87 @@ def test_v7_and_compressed_tars_in_a_shard_folder_are_read_or_named(tmp_path, co
 
 
 @pytest.mark.parametrize("command", COMMANDS)
+def test_a_tar_beside_its_compressed_copy_is_refused_naming_both(tmp_path, command, capsys):
+    """`b.tar` beside `b.tar.gz` (what `gzip -k` leaves) in a shard folder: preprocess read both, so
+    each of b's samples was stored twice (index took the copy's samples for rejections). Refused
+    naming both files; the glob the refusal suggests reads each sample once."""
+    write_tar(tmp_path / "wds" / "a.tar", samples(0, 4))
+    plain = write_tar(tmp_path / "wds" / "b.tar", samples(4, 4))
+    (tmp_path / "wds" / "b.tar.gz").write_bytes(gzip.compress(plain.read_bytes()))
+    out = tmp_path / "ds.iof"
+    assert main([command, str(tmp_path / "wds"), "-o", str(out)]) != 0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"{plain} and {plain}.gz look like two copies of one shard" in err[0], err
+    assert not out.exists()
+    ds = run(command, str(tmp_path / "wds" / "*.tar"), out)
+    assert keys(kept(ds)) == [f"s{i:04d}" for i in range(8)] and rejected(ds) == []
+
+
+def test_a_compressed_tar_past_the_spool_s_room_is_refused_leaving_no_partial_copy(tmp_path):
+    """A gzip of zeros, a zip bomb in small (1 MiB of tar from 1 KiB): preprocess decompressed any
+    compressed shard into its spool without a bound, so a bomb or a huge shard filled the disk.
+    It stops at the spool disk's room (free space less a reserve; here injected), in one line
+    naming the shard and the bound, and removes what it had written."""
+    from iofeed.prepare.sources.spool import spool_room
+    from iofeed.prepare.sources.tarread import read_shard
+
+    plain = write_tar(tmp_path / "b.tar", [*samples(0, 2), ("s0002.bin", bytes(1 << 20))])
+    bomb = tmp_path / "wds" / "b.tar.gz"
+    bomb.parent.mkdir()
+    bomb.write_bytes(gzip.compress(plain.read_bytes()))
+    assert bomb.stat().st_size < 8 << 10
+    spool = tmp_path / "spool"
+    with pytest.raises(SourceError) as refused:
+        read_shard(str(bomb), str(bomb), spool, room=512 << 10)
+    assert "\n" not in str(refused.value) and str(refused.value).startswith(f"{bomb}: decompressed, it passes 524,288")
+    assert list(spool.iterdir()) == []
+    read = read_shard(str(bomb), str(bomb), spool, room=plain.stat().st_size)
+    assert sorted(read.samples) == ["s0000", "s0001", "s0002"] and read.rejected == []
+    assert Path(read.path).read_bytes() == plain.read_bytes()
+
+    class Disk:
+        free = 3 << 30
+
+    assert spool_room(spool, lambda _: Disk()) == 1 << 30  # 3 GiB free less the 2 GiB reserve
+    Disk.free = 1 << 30
+    assert spool_room(spool, lambda _: Disk()) == 0
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs Linux's /dev/full, a disk always full")
+def test_a_full_disk_refusing_only_the_buffered_tail_is_said_as_the_disk_s_failure(tmp_path):
+    """Pieces smaller than the write buffer (a decompressed stream's last ones) reach the disk only
+    when the file is flushed: a full disk then raised a bare OSError past the spool's own message
+    (for a download: taken for the storage's error, the shard rejected as unreadable)."""
+    from iofeed.prepare.sources.spool import copy_within
+
+    (tmp_path / "spool").mkdir()
+    full = tmp_path / "spool" / "000000.tar"
+    full.symlink_to("/dev/full")  # writes fail with ENOSPC; removing the link leaves the device be
+    with pytest.raises(SourceError) as refused:
+        copy_within([b"x" * 100, b"y" * 100], full, 1 << 20, "s3://bucket/a.tar", "downloaded")
+    assert str(refused.value).startswith(f"s3://bucket/a.tar: writing it downloaded beside the output in {tmp_path} "
+                                         "failed after 200 bytes (No space left on device)")
+    assert "\n" not in str(refused.value) and not os.path.lexists(full), "the partial copy removed"
+
+
+@pytest.mark.storage
+def test_a_remote_shard_past_the_spool_s_room_is_refused_leaving_no_partial_copy(tmp_path, monkeypatch):
+    """The same bound for a shard downloaded into the spool (preprocess and index of URLs): it was
+    copied whole, however large."""
+    from iofeed.prepare.sources.shardlist import fetch
+
+    shard = write_tar(tmp_path / "wds" / "big.tar", [*samples(0, 2), ("s0002.bin", bytes(1 << 20))])
+    spool = tmp_path / "spool"
+    with served(tmp_path / "wds", "http", monkeypatch) as url:
+        with pytest.raises(SourceError) as refused:
+            fetch(f"{url}/big.tar", spool, room=512 << 10)
+        assert str(refused.value).startswith(f"{url}/big.tar: downloaded, it passes 524,288 bytes")
+        assert list(spool.iterdir()) == []
+        copy = fetch(f"{url}/big.tar", spool, room=shard.stat().st_size)
+    assert copy.read_bytes() == shard.read_bytes()
+
+
+@pytest.mark.parametrize("command", COMMANDS)
 def test_a_sample_with_two_images_is_rejected_naming_them_unless_image_key_chooses(tmp_path, command):
     mask = png_bytes(Image.new("RGB", (36, 28), CLASS_COLOURS[3]))
     members = samples(0, 2) + [("s0002.png", mask)] + sample_members(2, label=1)

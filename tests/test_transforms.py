@@ -16,6 +16,7 @@ from helpers.runs import slot_memory
 from iofeed.backends import select
 from iofeed.backends.base import BatchKey
 from iofeed.errors import OptionError, SampleError, WorkerError
+from iofeed.gpu import nvml as gpu_nvml
 from iofeed.options import LoaderOptions
 from iofeed.transforms import SAMPLE_STREAM, Output, SampleTransform, _seeds, preserved_globals, seed_globals
 
@@ -78,7 +79,7 @@ def test_failures_are_skipped_and_counted_with_the_transform_named(colour_datase
 def _flaky_draws() -> tuple[list[int], list[int]]:
     """The train samples on which `T.flaky` fails and those it lets through in epoch 0 (seed 5,
     batches of 4, one rank): its draw replayed from the seeds iofeed gives each (batch, position)."""
-    spec = LoaderOptions(batch_size=4, seed=5, drop_last=False).order(32)
+    spec = LoaderOptions(batch_size=4, order=iofeed.Order(seed=5, drop_last=False)).order_spec(32)
     draws: tuple[list[int], list[int]] = ([], [])
     for batch_no, indices in enumerate(spec.batches(0)):
         for position, index in enumerate(indices.tolist()):
@@ -215,6 +216,7 @@ def test_bad_transforms_are_one_line_errors_before_any_work(colour_dataset, monk
 def test_auto_picks_workers_for_a_transform_and_says_so(colour_dataset, monkeypatch):
     monkeypatch.setattr(select, "gpu_present", lambda: True)
     monkeypatch.setattr(select, "_installed", lambda module: True)
+    monkeypatch.setattr(gpu_nvml, "visible_gpu_count", lambda: 1)  # LoaderOptions resolves device= against it
     options = LoaderOptions(batch_size=4, device="cuda:0", transform=T.jitter)
     source = iofeed.samples.open_source(colour_dataset, "train")
     assert select.engine_name(options, source) == "workers"

@@ -43,6 +43,9 @@ PROGRAM = textwrap.dedent('''
         reveal_type(iofeed.loader("d.iof", batch_size=8, framework="numpy", extras=True))  # numpy_extras
         reveal_type(iofeed.loader("d.iof", batch_size=8, framework="torch", seed=1, device="cpu"))  # torch
         reveal_type(iofeed.loader("d.iof", batch_size=8, framework="torch", extras=True))  # torch_extras
+        reveal_type(iofeed.loader(  # torch_objects
+            "d.iof", batch_size=8, framework="torch", order=iofeed.Order(seed=1), resources=iofeed.Resources(workers=2),
+            cache=iofeed.Cache(limit=1 << 30), skips=iofeed.Skips(max_skipped=None)))
         reveal_type(iofeed.loader("d.iof", batch_size=8, framework="jax"))  # jax
         reveal_type(iofeed.loader("d.iof", batch_size=8, framework="jax", extras=True))  # jax_extras
         reveal_type(iofeed.loader("d.iof", batch_size=8, framework="tf"))  # tf
@@ -58,6 +61,7 @@ PROGRAM = textwrap.dedent('''
         iofeed.loader("d.iof", batch_size=8, framework="keras").iofeed_loader.close()  # KERAS_LOADER
         iofeed.loader("d.iof", batch_size=8, sed=1)  # MISSPELT
         iofeed.loader("d.iof", batch_size=8, workers="4")  # WRONG_TYPE
+        iofeed.loader("d.iof", batch_size=8, order=iofeed.Resources(workers=2))  # WRONG_OBJECT
 ''')
 
 
@@ -70,7 +74,8 @@ def expected(t: dict[str, str]) -> dict[str, str]:
     dataset = f"tensorflow.data.Dataset[tuple[{tft}, {tft}]]"
     return {
         "numpy": loader_of(numpy, numpy), "numpy_extras": loader_of(numpy, numpy, "list[Any]"),
-        "torch": loader_of(torch, torch), "torch_extras": loader_of(torch, torch, "list[Any]"),
+        "torch": loader_of(torch, torch), "torch_objects": loader_of(torch, torch),
+        "torch_extras": loader_of(torch, torch, "list[Any]"),
         "jax": loader_of(jax, jax), "jax_extras": loader_of(jax, jax, "list[Any]"),
         "tf": dataset, "keras": f"{dataset} | iofeed.adapters.keras.KerasBatches",
         "any_name": "Any", "torch_images": torch, "torch_with": loader_of(torch, torch),
@@ -111,19 +116,24 @@ def test_revealed_loader_types_are_what_the_docs_say_each_framework_gives(tmp_pa
     assert "Any" not in {revealed[p] for p in ("NDARRAY", "TENSOR", "JAX_ARRAY", "TF_TENSOR")}, revealed
     want = expected(revealed)
     assert {tag: revealed.get(tag) for tag in want} == want
-    assert set(errors) == {"MISSPELT", "WRONG_TYPE"}, errors  # every other line type-checks, strictly
+    assert set(errors) == {"MISSPELT", "WRONG_TYPE", "WRONG_OBJECT"}, errors  # every other line type-checks, strictly
     assert any('did you mean "seed"' in e for e in errors["MISSPELT"]), errors["MISSPELT"]
 
 
 def test_loader_keywords_are_the_signatures_own() -> None:
     """The overloads' shared keywords (`LoaderKeywords`) name every other keyword of `loader`, with
-    the same annotation: a keyword added to the signature alone fails here, not in users' editors."""
+    the same annotation, and each flat spelling of a grouped option with its field's annotation: a
+    keyword added to the signature (or the flat table) alone fails here, not in users' editors."""
     from iofeed.loader_types import LoaderKeywords
+    from iofeed.option_groups import FLAT, GROUPS
 
     params = inspect.signature(iofeed.loader).parameters
-    signature = {name: p.annotation for name, p in params.items() if name not in CHOOSERS}
+    signature = {name: p.annotation for name, p in params.items()
+                 if name not in CHOOSERS and p.kind is not inspect.Parameter.VAR_KEYWORD}
+    flat = {name: GROUPS[group].__annotations__[field] for name, (group, field) in FLAT.items()}
     typed = {name: ref.__forward_arg__ for name, ref in LoaderKeywords.__annotations__.items()}
-    assert typed == signature
+    assert len(flat) == 11 and not set(flat) & set(signature)
+    assert typed == {**signature, **flat}
 
 
 def test_types_import_no_framework_at_runtime() -> None:

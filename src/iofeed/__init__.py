@@ -7,6 +7,8 @@ from .errors import IofeedError  # noqa: E402
 from .loader import Loader  # noqa: E402
 from .loader_api import loader  # noqa: E402
 from .mix import Mix  # noqa: E402
+from .option_groups import Cache, Order, Resources, Skips  # noqa: E402
 from .recipe import PRESETS, Recipe  # noqa: E402
 
-__all__ = ["PRESETS", "IofeedError", "Loader", "Mix", "Recipe", "__version__", "loader"]
+__all__ = ["PRESETS", "Cache", "IofeedError", "Loader", "Mix", "Order", "Recipe", "Resources", "Skips", "__version__",
+           "loader"]

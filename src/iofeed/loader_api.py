@@ -2,17 +2,19 @@
 engine and the adapter; its `@overload`s tell a type checker what each framework hands out."""
 from __future__ import annotations
 
+import inspect
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, overload
 
 from .adapters.registry import ADAPTERS
 from .backends.select import choice_notes, engine_name, make_engine
-from .backends.skips import DEFAULT_MAX_SKIPPED, check_scanned
-from .gpu.device import usable_device
+from .backends.skips import check_scanned
 from .loader import Loader
+from .loader_stats import json_value
 from .manners import check_dataloader_arguments
 from .mix import Mix
 from .mixsource import Mixture
+from .option_groups import Cache, Order, Resources, Skips, checked_group, with_flat
 from .options import LoaderOptions
 from .recipe import Recipe
 from .samples import open_source, read_from
@@ -74,31 +76,25 @@ def loader(
     device: Any = None,
     dtype: Any = None,
     backend: str = "auto",
-    workers: int | None = None,
-    prefetch: int | None = None,
-    seed: int = 0,
     rank: int | None = None,
     world_size: int | None = None,
-    drop_last: bool | None = None,
-    on_error: str = "skip",
-    memory_budget: int | None = None,
     gpu_augment: bool = False,
-    shuffle: str | bool | None = None,
-    block_shards: int = 8,
-    cache_dir: str | Path | None = None,
-    cache_limit: int | None = None,
     target: str = "class",
     extras: bool = False,
-    max_skipped: float | None = DEFAULT_MAX_SKIPPED,
     transform: Any = None,
     batch_transform: Any = None,
     sharding: Any = None,
     memory_format: str | None = None,
+    order: Order | None = None,
+    resources: Resources | None = None,
+    cache: Cache | None = None,
+    skips: Skips | None = None,
     pin_memory: bool | None = None,
     persistent_workers: bool | None = None,
     prefetch_factor: Any = None,
     collate_fn: Any = None,
     generator: Any = None,
+    **flat: Any,
 ) -> Any:
     """A loader over an iofeed dataset or an image folder: a `Loader` (numpy, torch) or a
     `tf.data.Dataset` (tf). Every argument is checked before any work starts; a bad one raises a
@@ -109,8 +105,8 @@ def loader(
             folder with one subfolder per class (Caltech-256 layout accepted), or an `iofeed.Mix` of
             them, weighted (docs/formats.md, "Mixtures"; `stats.sources` counts per source).
         split: the dataset's split to read ("train", "val"); an image folder has one split, read
-            whatever the name. `"train"` is shuffled each epoch (see `shuffle`); others are read in order.
-        batch_size: samples per batch (an int >= 1). With `drop_last`, it may not exceed the
+            whatever the name. `"train"` is shuffled each epoch (see `Order.shuffle`); others are read in order.
+        batch_size: samples per batch (an int >= 1). With `Order.drop_last`, it may not exceed the
             samples of the split on this rank (that would be no batch at all).
         image_size: side of the square output images in pixels (an int >= 8). Default: the
             recipe's (`Recipe.from_timm`), else 224.
@@ -143,51 +139,14 @@ def loader(
         backend: "workers" (CPU processes), "dali" (NVIDIA DALI; JPEG datasets and folders only)
             or "auto": DALI when `device` is a CUDA device, a GPU is present and DALI is
             installed and can read the source, else workers.
-        workers: worker processes (workers engine) or threads (DALI). None autotunes the workers
-            engine: one worker at first, then the count that keeps the consumer from waiting, up
-            to the usable cores — CPU affinity and cgroup quota, shared among the node's local ranks
-            (`LOCAL_WORLD_SIZE`); see `stats.settings["decisions"]` and `["cores_because"]`; for
-            DALI, the usable cores.
-        prefetch: batches made ahead (an int >= 1). Default: two per worker, at least 8 (workers
-            engine, within `memory_budget`); 2 for DALI.
-        seed: seed of the shuffle and of the augmentation (an int >= 0): the order and the
-            crops are a function of (seed, epoch, rank, batch), whatever the engine or workers.
         rank, world_size: this process's share of each epoch (pass both, or neither): every
             rank gets the same number of batches, disjoint but for padding. Default: from an
             initialised torch.distributed group, else an initialised jax.distributed (process index
             and count), else RANK/WORLD_SIZE, else (0, 1).
-        drop_last: drop each rank's last incomplete batch. Default: True for `split="train"`.
-        on_error: "skip" a sample that cannot be read (counted in `stats.skipped`, with the
-            first few paths in `stats.skipped_examples`), or "raise" a `SampleError` naming it.
-            A skipped sample's place goes to a spare sample (the rank's later ones, counted in
-            `stats.refilled`), so every rank delivers `len(loader)` full batches (a batch that
-            runs out of spares stays short, or is not delivered: `stats.skipped_batches`). An
-            evaluation split that deals each sample once takes no spares: the batch stays short.
-        max_skipped: the share of an epoch's samples (on this rank) that may be skipped, a fraction
-            in 0..1 (default 0.05; 0: any skip raises). Past it, or when an epoch delivers no batch,
-            a `SampleError` gives the counts by reason and the first files; for a folder, files
-            its scan rejected inside class folders are held to it when the loader is made. None:
-            skips are counted, never raised.
-        memory_budget: bytes of memory for the workers engine's batch slots (an int >= 1;
-            anonymous shared memory, not limited by /dev/shm). Default: a quarter of the memory
-            this process may use (available RAM, capped by the cgroup limit), shared among local
-            ranks; see `stats.settings["memory_because"]`.
         gpu_augment: with `framework="torch"`, the workers engine and an iofeed dataset (best
             made with `--format raw`): workers only gather each sample's stored pixels; the crop,
             resize and flip run on `device`.
 
-        shuffle: the epoch order: "global" (a permutation of all samples; the default for the
-            train split of a local dataset or folder), "block" (the default for a streamed train
-            split: shards in a shuffled order, samples shuffled within blocks of `block_shards`
-            shards, so that only two blocks are live at a time) or "none" (the default for
-            other splits); True and False (as torch's DataLoader takes them) mean that default
-            of the train split, and "none". Every order is a function of (seed, epoch, rank, world_size).
-        block_shards: shards per block of `shuffle="block"` (an int >= 1).
-        cache_dir: the node-local cache of a streamed dataset, shared by every rank of the node
-            (default `IOFEED_CACHE`, else ~/.cache/iofeed): a new or empty folder, or one iofeed
-            marked as its cache (a non-empty folder without the mark is refused); ignored for local paths.
-        cache_limit: bytes the cache may hold (an int >= 1; default: what it holds plus the free
-            disk less max(2 GiB, 5% of the free disk)); it must hold the shards the order keeps live.
         target: "class" (int64 class indices) or "multi_hot" (float32 (batch, classes) vectors, 1
             for each class of a multi-label sample; a single-label dataset gives one-hot rows).
         extras: with True each batch is (images, labels, extras), `extras` the list of the
@@ -203,12 +162,13 @@ def loader(
             Before each call Python's `random`, numpy's global RNG and torch's RNG are seeded
             from (seed, epoch, rank, batch, position), and a callable with an `rng` parameter
             gets a seeded `numpy.random.Generator`: the same pixels whatever the worker count,
-            and exact resume. A transform that raises follows `on_error` (skipped and counted
+            and exact resume. A transform that raises follows `Skips.on_error` (skipped and counted
             under "transform NAME raised ...", or a `SampleError` naming the file). uint8
             output is normalised by the adapter; float32 output is handed over as it is. Its
             wall time per image is `stats.transform_ms_per_image` (CPU time:
             `stats.transform_cpu_ms_per_image`). Workers engine only (`backend="auto"`
-            picks it; "dali" and `gpu_augment` refuse it).
+            picks it; "dali" and `gpu_augment` refuse it). The workers engine probes it when the
+            loader is made: a wrong shape or dtype is refused then, naming the transform.
         batch_transform: your own per-batch step `(images, labels) -> (images, labels)`, run in
             this process on each batch where it ends up (on `device`, after normalisation):
             torchvision v2 `MixUp`/`CutMix` (labels become soft), kornia on GPU tensors, or for
@@ -229,12 +189,22 @@ def loader(
             already go through pinned buffers, and the workers live as long as the loader.
         prefetch_factor, collate_fn, generator: torch DataLoader's; anything but None is refused
             naming iofeed's own option (`prefetch=`, `batch_transform=`, `seed=`).
+        order: the epoch order, an `iofeed.Order` (see it for its fields).
+        resources: what the engine may use on this machine, an `iofeed.Resources`.
+        cache: the node cache of a streamed dataset, an `iofeed.Cache`.
+        skips: what happens to samples that cannot be read, an `iofeed.Skips`.
+        **flat: the grouped fields by their flat names, as earlier versions took them: `shuffle`,
+            `seed`, `drop_last`, `block_shards` (Order), `workers`, `prefetch`, `memory_budget`
+            (Resources), `cache_dir`, `cache_limit` (Cache), `on_error`, `max_skipped` (Skips):
+            `seed=3` is `order=iofeed.Order(seed=3)`. One given with its object's field set to
+            another value is refused naming both; a keyword that is no option is refused naming
+            the close matches.
 
     `source` may also be the s3://, gs:// or http(s):// URL of an iofeed dataset (`pip install
     'iofeed[s3]'`, `[gcs]`, `[http]`; credentials and endpoint the standard way): its shards are
-    fetched whole, ahead of decoding, into `cache_dir`, and each is checked against the size and
+    fetched whole, ahead of decoding, into the node cache (`iofeed.Cache`), and each is checked against the size and
     sha256 its manifest records. A shard that cannot be fetched after retries raises, or with
-    `on_error="skip"` its samples are skipped and counted; `stats.fetched` sums the node's
+    `Skips(on_error="skip")` its samples are skipped and counted; `stats.fetched` sums the node's
     downloads since the dataset was opened.
 
     Each `iter()` is a new pass, as with torch's DataLoader: breaking out of an epoch and
@@ -243,29 +213,32 @@ def loader(
     (docs/distributed.md); `close()` (or `with`) frees processes and memory.
     """
     check_dataloader_arguments(pin_memory, persistent_workers, prefetch_factor, collate_fn, generator)
+    given = {"order": order, "resources": resources, "cache": cache, "skips": skips}
+    groups = with_flat({name: checked_group(name, value) for name, value in given.items()}, flat,
+                       [n for n in inspect.signature(loader).parameters if n != "flat"])
     options = LoaderOptions(
         batch_size=batch_size, split=split, image_size=image_size, augment=augment, framework=framework,
-        device=usable_device(device), dtype=dtype, backend=backend, workers=workers, prefetch=prefetch, seed=seed,
-        rank=rank, world_size=world_size, drop_last=drop_last, on_error=on_error, memory_budget=memory_budget,
-        gpu_augment=gpu_augment, shuffle=shuffle, block_shards=block_shards, cache_dir=cache_dir,
-        cache_limit=cache_limit, target=target, extras=extras, max_skipped=max_skipped, transform=transform,
-        batch_transform=batch_transform, sharding=sharding, memory_format=memory_format,
+        device=device, dtype=dtype, backend=backend, rank=rank, world_size=world_size, gpu_augment=gpu_augment,
+        target=target, extras=extras, transform=transform, batch_transform=batch_transform, sharding=sharding,
+        memory_format=memory_format, **groups,
     )
-    adapter = ADAPTERS[framework].load().from_options(options)  # imports the framework now, not before
-    mixture = Mixture(source, split, options) if isinstance(source, Mix) else None
+    adapter = ADAPTERS[options.framework].load().from_options(options)  # imports the framework now, not before
+    mixture = Mixture(source, options.split, options) if isinstance(source, Mix) else None
     path = "" if isinstance(source, Mix) else source  # a dataset or folder: what the rest opens
-    data = mixture.data if mixture else open_source(path, split, cache_dir=options.cache_dir,
-                                                    cache_limit=options.cache_limit)
-    check_scanned(data.rejected, len(data), options.max_skipped, str(source))
-    order = mixture.order(options) if mixture else options.order(len(data), shard_of=data.file_id,
-                                                                 streamed=data.remote is not None)
+    data = mixture.data if mixture else open_source(path, options.split, cache_dir=options.cache.dir,
+                                                            cache_limit=options.cache.limit)
+    check_scanned(data.rejected, len(data), options.skips.max_skipped, str(source))
+    spec = mixture.order(options) if mixture else options.order_spec(len(data), shard_of=data.file_id,
+                                                                     streamed=data.remote is not None)
     if data.remote is not None:
-        data.remote.fit_order(order, readers=options.workers or 1)
+        data.remote.fit_order(spec, readers=options.resources.workers or 1)
     targets = None
-    if target != "class" or extras:
-        targets = mixture.targets() if mixture else open_targets(path, split, data)
-    loaded: Loader[Any] = Loader(data, order, make_engine(options, data), adapter, options, targets, mixture)
+    if options.target != "class" or options.extras:
+        targets = mixture.targets() if mixture else open_targets(path, options.split, data)
+    loaded: Loader[Any] = Loader(data, spec, make_engine(options, data), adapter, options, targets, mixture)
     loaded.stats.fixed["decisions"] = choice_notes(options, engine_name(options, data), data)  # what "auto" decided
     read = read_from(path) if mixture is None else [read_from(name) for name in mixture.names]
     loaded.stats.fixed["source"] = read  # what `iofeed doctor` checks: the data really read
+    asked = {name: json_value(value) for name, value in options.keywords().items()}  # by loader() keyword
+    loaded.stats.fixed["options"] = asked  # what it was asked for, beside what the engine made of it
     return adapter.wrap(loaded)

@@ -1,10 +1,14 @@
 """`LoaderStats`: what a loader delivered and skipped, how long its consumer waited, its settings."""
 from __future__ import annotations
 
+import dataclasses
+import os
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
+
+from .transforms import transform_name
 
 
 @dataclass
@@ -73,3 +77,24 @@ class LoaderStats:
             "transform_cpu_ms_per_image": self.transform_cpu_ms_per_image,
             "sources": {name: {**s, "skipped": dict(s["skipped"])} for name, s in self.sources.items()},
         }
+
+
+def described(options: Any) -> dict[str, Any]:
+    """A loader's options object as plain JSON values, for `stats.settings["options"]`: each option
+    given to the loader by its name, numbers, strings, booleans and None as they are, a tuple as a
+    list, an option object by its own options, a callable (a transform) by its name, anything else
+    (a device, a dtype, a sharding) as its text."""
+    return {f.name: json_value(getattr(options, f.name)) for f in dataclasses.fields(options) if f.init}
+
+
+def json_value(value: Any) -> Any:
+    """`value` as `described` records it."""
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, os.PathLike):
+        return os.fspath(value)
+    if isinstance(value, (list, tuple)):
+        return [json_value(item) for item in value]
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return described(value)
+    return transform_name(value) if callable(value) else str(value)

@@ -3,7 +3,7 @@ its `@overload`s name, and the keywords every overload shares (`LoaderKeywords`)
 types are imported for type checkers only: importing iofeed imports no framework."""
 from __future__ import annotations
 
-from pathlib import Path
+import os
 from typing import TYPE_CHECKING, Any, TypedDict
 
 if TYPE_CHECKING:
@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from numpy.typing import NDArray
 
     from .adapters.keras import KerasBatches
+    from .option_groups import Cache, Order, Resources, Skips
     from .recipe import Recipe
 
     # Labels are int64 class indices, or float32 rows with target="multi_hot"; a `batch_transform`
@@ -32,7 +33,8 @@ if TYPE_CHECKING:
 
 class LoaderKeywords(TypedDict, total=False):
     """`iofeed.loader`'s keywords but `batch_size`, `framework` and `extras` (which choose the
-    result's type), with the types of its signature (tests/test_types.py keeps them equal)."""
+    result's type), with the types of its signature, and the flat spellings of the grouped
+    options with their fields' types (tests/test_types.py keeps both equal)."""
 
     split: str
     image_size: int | None
@@ -40,27 +42,32 @@ class LoaderKeywords(TypedDict, total=False):
     device: Any
     dtype: Any
     backend: str
-    workers: int | None
-    prefetch: int | None
-    seed: int
     rank: int | None
     world_size: int | None
-    drop_last: bool | None
-    on_error: str
-    memory_budget: int | None
     gpu_augment: bool
-    shuffle: str | bool | None
-    block_shards: int
-    cache_dir: str | Path | None
-    cache_limit: int | None
     target: str
-    max_skipped: float | None
     transform: Any
     batch_transform: Any
     sharding: Any
     memory_format: str | None
+    order: Order | None
+    resources: Resources | None
+    cache: Cache | None
+    skips: Skips | None
     pin_memory: bool | None
     persistent_workers: bool | None
     prefetch_factor: Any
     collate_fn: Any
     generator: Any
+    # the flat spellings (option_groups.FLAT), typed as their fields
+    shuffle: str | bool | None
+    seed: int
+    drop_last: bool | None
+    block_shards: int
+    workers: int | None
+    prefetch: int | None
+    memory_budget: int | None
+    cache_dir: str | os.PathLike[str] | None
+    cache_limit: int | None
+    on_error: str
+    max_skipped: float | None

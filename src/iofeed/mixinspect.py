@@ -8,6 +8,7 @@ from pathlib import Path
 from .errors import OptionError
 from .mix import Mix
 from .mixsource import Mixture
+from .option_groups import Cache, Skips
 from .options import LoaderOptions
 
 
@@ -45,7 +46,8 @@ def parse_mix(items: list[str], epoch_samples: int | None, classes: str) -> Mix:
 
 def print_mixture(mix: Mix, split: str = "train", cache_dir: str | Path | None = None) -> None:
     """Each source's samples, weight, samples per epoch and how often its pass comes round."""
-    mixture = Mixture(mix, split, LoaderOptions(batch_size=1, split=split, cache_dir=cache_dir, max_skipped=None))
+    mixture = Mixture(mix, split, LoaderOptions(batch_size=1, split=split, cache=Cache(dir=cache_dir),
+                                                  skips=Skips(max_skipped=None)))
     rule = "merged by name" if mix.classes == "name" else "one source after another (offset)"
     print(f"{mix}")
     print(f"  split         {split}: {len(mixture.data):,} samples, {len(mixture.data.classes):,} classes {rule}")

@@ -36,6 +36,11 @@ class MixedSource(SampleSource):
         """DatasetError when the dataset holding `file_id` was replaced since it was opened."""
         check_unchanged(self.parts[int(self.file_part[file_id])])
 
+    def part_of(self, index: int) -> int:
+        """The source (its position in the Mix) holding sample `index`: a skipped sample's place
+        goes to a spare of its own source first (`refill.fill`), keeping the shares exact."""
+        return int(self.file_part[self.file_id[index]])
+
 
 def merge_classes(names: list[str], lists: list[list[str]], how: str) -> tuple[list[str], list[np.ndarray]]:
     """The mixture's class list and, per source, its class index -> the mixture's. "name" merges
@@ -97,7 +102,7 @@ class Mixture:
 
     def __init__(self, mix: Mix, split: str, options: LoaderOptions) -> None:
         self.mix, self.split, self.names = mix, split, mix.names
-        parts = [open_source(name, split, cache_dir=options.cache_dir, cache_limit=options.cache_limit)
+        parts = [open_source(name, split, cache_dir=options.cache.dir, cache_limit=options.cache.limit)
                  for name in self.names]
         folders = [name for name, part in zip(self.names, parts) if part.kind == "folder"]
         if split != "train" and folders:  # a folder has no splits: its training images would pass for val
@@ -112,15 +117,16 @@ class Mixture:
         self.sizes = [len(p) for p in parts]
         self.bases = np.cumsum([0, *self.sizes])
         total = mix.epoch_samples or sum(self.sizes)
-        block = [options.shuffle == "block" or (options.shuffle is None and p.remote is not None) for p in parts]
+        block = [options.order.shuffle == "block" or (options.order.shuffle is None and p.remote is not None)
+                 for p in parts]
         self.plan = MixPlan(tuple(self.sizes), tuple(shares(list(mix.weights.values()), total)),
-                            tuple(p.file_id if b else None for p, b in zip(parts, block)), options.block_shards)
+                            tuple(p.file_id if b else None for p, b in zip(parts, block)), options.order.block_shards)
         unread = [name for name, count in zip(self.names, self.plan.counts) if not count]
         if split == "train" and unread:  # a source listed but never read is a mistake, not a choice
             raise OptionError(f"Mix: the weight of {unread[0]} gives it none of an epoch's {total} samples: raise "
                               "its weight or epoch_samples, or leave it out")
         for name, part in zip(self.names, parts):  # a folder's scan rejections, held to the bound per source
-            check_scanned(part.rejected, len(part), options.max_skipped, name)
+            check_scanned(part.rejected, len(part), options.skips.max_skipped, name)
         self.skips: list[EpochSkips] = []
 
     def source_of(self, indices: np.ndarray) -> np.ndarray:
@@ -131,11 +137,11 @@ class Mixture:
         """The train split's mixture order (the weighted epoch); other splits read each source's
         split whole, one source after another (weights do not apply), in the loader's order."""
         if self.split != "train":
-            return options.order(len(self.data), shard_of=self.data.file_id)
-        if options.shuffle == "none":
+            return options.order_spec(len(self.data), shard_of=self.data.file_id)
+        if options.order.shuffle == "none":
             raise OptionError("shuffle='none' does not apply to a Mix's train split (its sources are interleaved by a "
                               "seeded shuffle): leave shuffle out, or pass 'global' or 'block'")
-        base = options.order(self.plan.epoch_samples)
+        base = options.order_spec(self.plan.epoch_samples)
         return dataclasses.replace(base, shuffle="mix", plan=self.plan)
 
     def targets(self) -> SampleTargets:

@@ -1,32 +1,34 @@
 """`LoaderOptions`: every setting of `iofeed.loader` but the source, validated once, before any work."""
 from __future__ import annotations
 
-import numbers
 import os
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 import numpy as np
 
 from .adapters.registry import ADAPTERS
-from .backends.base import ON_ERROR
 from .backends.registry import AUTO, ENGINES
-from .backends.skips import DEFAULT_MAX_SKIPPED, check_max_skipped
 from .errors import OptionError
+from .gpu.device import usable_device
 from .image.boxes import Augment
-from .order import SHUFFLES, OrderSpec
+from .option_checks import either, flag, integer, one_of, short_repr
+from .option_groups import FLAT, GROUPS, Cache, Order, Resources, Skips, checked_group
+from .order import OrderSpec
 from .recipe import Recipe, recipe_of
 from .targets import check_target_options
-from .transforms import Output, check_batch_transform, check_sample_transform, probe_output
+from .transforms import check_batch_transform, check_sample_transform
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class LoaderOptions:
-    """The loader's settings (see `iofeed.loader` for each). Built once by `loader()` and handed
-    whole to the engine and the adapter; a bad value raises a one-line OptionError here, before
-    any file is opened or any shared memory made. Integers may be numpy integers (kept as int);
-    booleans are not integers here."""
+    """The loader's settings (see `iofeed.loader` for each, and the four objects for theirs). Built
+    once by `loader()` and handed whole to the engine and the adapter; a bad value raises a one-line
+    OptionError here, before any file is opened or any shared memory made, and no user code runs
+    here (the workers engine probes `transform`). `device` is resolved here, once, to "cpu" or
+    "cuda:N"; rank and world size come from `placement()`. Integers may be numpy integers (kept as
+    int); booleans are not integers here."""
 
     batch_size: int
     split: str = "train"
@@ -36,57 +38,53 @@ class LoaderOptions:
     device: Any = None  # the one device of this loader: the engine decodes and the adapter copies there
     dtype: Any = None
     backend: str = AUTO
-    workers: int | None = None
-    prefetch: int | None = None
-    seed: int = 0
     rank: int | None = None
     world_size: int | None = None
-    drop_last: bool | None = None
-    on_error: str = "skip"
-    memory_budget: int | None = None
     gpu_augment: bool = False
-    shuffle: str | bool | None = None  # None: True for the train split; True: "block" if streamed, else "global"
-    block_shards: int = 8
-    cache_dir: str | os.PathLike | None = None
-    cache_limit: int | None = None
     target: str = "class"  # "multi_hot": float32 (batch, classes) labels (targets.py)
     extras: bool = False  # each batch also carries its samples' extras (any JSON)
-    max_skipped: float | None = DEFAULT_MAX_SKIPPED  # share of an epoch's samples that may be skipped
     transform: Any = None  # per sample, in the workers (see `iofeed.transforms`)
     batch_transform: Any = None  # per batch, in the adapter
-    transform_output: Output | None = field(default=None, init=False)  # what `transform` returns, probed
     sharding: Any = None  # framework="jax": how a batch is laid out over devices (None: the batch axis over all)
     memory_format: str | None = None  # framework="torch": "contiguous" (None) or "channels_last"
+    order: Order = field(default_factory=Order)
+    resources: Resources = field(default_factory=Resources)
+    cache: Cache = field(default_factory=Cache)
+    skips: Skips = field(default_factory=Skips)
 
     def __post_init__(self) -> None:
+        for name in ("order", "resources", "cache", "skips"):
+            object.__setattr__(self, name, checked_group(name, getattr(self, name)))
+        object.__setattr__(self, "device", usable_device(self.device))  # once: engine and adapter take this one
         check_target_options(self.target, self.extras, self.framework)
         self._resolve_image_size()
-        for name, minimum in (("batch_size", 1), ("image_size", 8), ("seed", 0), ("block_shards", 1)):
-            self._integer(name, minimum, optional=False)
-        for name, minimum in (("workers", 1), ("prefetch", 1), ("memory_budget", 1), ("world_size", 1), ("rank", 0),
-                              ("cache_limit", 1)):
-            self._integer(name, minimum, optional=True)
-        for name in ("drop_last", "gpu_augment"):
-            value = getattr(self, name)
-            if not (isinstance(value, bool) or (value is None and name != "gpu_augment")):
-                raise OptionError(f"{name} must be True or False, got {value!r}")
+        for name, minimum in (("batch_size", 1), ("image_size", 8)):
+            object.__setattr__(self, name, integer(name, getattr(self, name), minimum))
+        for name, minimum in (("world_size", 1), ("rank", 0)):
+            object.__setattr__(self, name, integer(name, getattr(self, name), minimum, optional=True))
+        flag("gpu_augment", self.gpu_augment)
         if not isinstance(self.split, str) or not self.split:
             raise OptionError(f"split must be a split name such as 'train' or 'val', got {self.split!r}")
-        _one_of("framework", self.framework, ADAPTERS.names())
-        _one_of("backend", self.backend, (AUTO, *ENGINES.names()))
-        _one_of("on_error", self.on_error, ON_ERROR)
-        if self.shuffle is not None and not isinstance(self.shuffle, bool):  # True/False as DataLoader takes them
-            _one_of("shuffle", self.shuffle, tuple(SHUFFLES))
-        if not (self.cache_dir is None or isinstance(self.cache_dir, (str, os.PathLike))):
-            raise OptionError(f"cache_dir must be a folder path or None, got {self.cache_dir!r} "
-                              f"({type(self.cache_dir).__name__})")
-        object.__setattr__(self, "max_skipped", check_max_skipped(self.max_skipped))
+        one_of("framework", self.framework, ADAPTERS.names())
+        one_of("backend", self.backend, (AUTO, *ENGINES.names()))
         self._check_placement()
         check_sample_transform(self.transform)
         check_batch_transform(self.batch_transform)
         self._check_combinations()
-        if self.transform is not None:
-            object.__setattr__(self, "transform_output", probe_output(self.transform, self.image_size))
+
+    def __repr__(self) -> str:
+        return short_repr(self)
+
+    def keywords(self) -> dict[str, Any]:
+        """Every option by its `loader()` keyword, a grouped one by its flat spelling (`seed`,
+        `workers`, `cache_dir`, ...) or, without one, as `group.field`: what
+        `stats.settings["options"]` records, one schema whichever spelling was passed."""
+        flat = {target: name for name, target in FLAT.items()}
+        out = {f.name: getattr(self, f.name) for f in fields(self) if f.init and f.name not in GROUPS}
+        for group in GROUPS:
+            for f in fields(getattr(self, group)):
+                out[flat.get((group, f.name), f"{group}.{f.name}")] = getattr(getattr(self, group), f.name)
+        return out
 
     def _resolve_image_size(self) -> None:
         """`image_size` from the recipe when it knows the model's input side; the two must agree."""
@@ -96,17 +94,6 @@ class LoaderOptions:
         elif from_recipe is not None and self.image_size != from_recipe:
             raise OptionError(f"image_size={self.image_size!r} disagrees with the recipe's image_size={from_recipe} "
                               "(the model's input side): drop image_size=")
-
-    def _integer(self, name: str, minimum: int, optional: bool) -> None:
-        value = getattr(self, name)
-        if value is None and optional:
-            return
-        if not isinstance(value, numbers.Integral) or isinstance(value, bool):
-            kind = "an int" + (" or None" if optional else "")
-            raise OptionError(f"{name} must be {kind}, got {value!r} ({type(value).__name__})")
-        if value < minimum:
-            raise OptionError(f"{name} must be >= {minimum}, got {value}")
-        object.__setattr__(self, name, int(value))
 
     def _check_placement(self) -> None:
         if (self.rank is None) != (self.world_size is None):
@@ -119,20 +106,20 @@ class LoaderOptions:
     def _check_combinations(self) -> None:
         adapter = ADAPTERS.caps(self.framework)
         if self.gpu_augment and not (adapter.packs and (self.backend == AUTO or ENGINES.caps(self.backend).packs)):
-            raise OptionError(f"gpu_augment=True needs framework={_either(ADAPTERS.having('packs'))} and "
-                              f"backend={_either((AUTO, *ENGINES.having('packs')))}, got framework={self.framework!r}"
+            raise OptionError(f"gpu_augment=True needs framework={either(ADAPTERS.having('packs'))} and "
+                              f"backend={either((AUTO, *ENGINES.having('packs')))}, got framework={self.framework!r}"
                               f", backend={self.backend!r}")
         self._check_recipe()
         if self.sharding is not None and not adapter.sharding:
-            raise OptionError(f"sharding= is for framework={_either(ADAPTERS.having('sharding'))}, "
+            raise OptionError(f"sharding= is for framework={either(ADAPTERS.having('sharding'))}, "
                               f"got framework={self.framework!r} (drop sharding=)")
         if self.memory_format is not None:
             if self.framework != "torch":
                 raise OptionError(f"memory_format= is for framework='torch' (NCHW tensors), got framework="
                                   f"{self.framework!r}: drop memory_format=")
-            _one_of("memory_format", self.memory_format, MEMORY_FORMATS)
+            one_of("memory_format", self.memory_format, MEMORY_FORMATS)
         if self.dtype is not None and not adapter.dtype:
-            raise OptionError(f"dtype={self.dtype!r} is for framework={_either(ADAPTERS.having('dtype'))}: "
+            raise OptionError(f"dtype={self.dtype!r} is for framework={either(ADAPTERS.having('dtype'))}: "
                               f"framework={self.framework!r} has a fixed dtype (drop dtype=)")
         torch = sys.modules.get("torch")  # a torch dtype passed means torch is imported already
         torch_dtype = torch is not None and isinstance(self.dtype, torch.dtype) and self.dtype.is_floating_point
@@ -148,11 +135,11 @@ class LoaderOptions:
             if recipe.interpolation not in caps.interpolations:
                 able = ENGINES.having_value("interpolations", recipe.interpolation)
                 raise OptionError(f"interpolation={recipe.interpolation!r} is not done by backend={self.backend!r}: "
-                                  f"use backend={_either(able)}, or one of {', '.join(caps.interpolations)}")
+                                  f"use backend={either(able)}, or one of {', '.join(caps.interpolations)}")
             if self.transform is not None and not caps.runs_transforms:
                 raise OptionError(f"transform= runs in worker processes, not in backend={self.backend!r} (its "
                                   f"pipeline calls no Python per sample): pass backend="
-                                  f"{_either(ENGINES.having('runs_transforms'))} or 'auto'")
+                                  f"{either(ENGINES.having('runs_transforms'))} or 'auto'")
         if self.dtype is not None and not recipe.normalize:
             raise OptionError(f"dtype={self.dtype!r} is the dtype of normalised images, and the recipe has "
                               "normalize=False (uint8 images): drop one of them")
@@ -187,10 +174,8 @@ class LoaderOptions:
 
     @property
     def cuda(self) -> bool:
-        """Whether `device` names a CUDA device ("cuda", "cuda:N", a torch.device of those, an ordinal)."""
-        if isinstance(self.device, numbers.Integral) and not isinstance(self.device, bool):
-            return True
-        return str(self.device).split(":")[0] == "cuda"
+        """Whether the loader's device is a CUDA device ("cuda:N")."""
+        return self.device != "cpu"
 
     @property
     def deals_once(self) -> bool:
@@ -200,7 +185,7 @@ class LoaderOptions:
 
     @property
     def _drop_last(self) -> bool:
-        return self.split == "train" if self.drop_last is None else self.drop_last
+        return self.split == "train" if self.order.drop_last is None else self.order.drop_last
 
     @property
     def _pad(self) -> bool:
@@ -208,19 +193,33 @@ class LoaderOptions:
         # must add the same number of rows to a global batch
         return self.split == "train" or self.framework == "jax"
 
-    def order(self, samples: int, shard_of: np.ndarray | None = None, streamed: bool = False) -> OrderSpec:
+    @property
+    def follows_group(self) -> bool:
+        """Whether rank and world size come from the environment (`placement()` may change once a
+        process group starts: Lightning and other trainers start it after the loader is made)."""
+        return self.rank is None
+
+    def placement(self) -> tuple[int, int]:
+        """(rank, world_size): as given, else from an initialised torch.distributed group, else an
+        initialised jax.distributed, else RANK/WORLD_SIZE, else (0, 1)."""
+        if self.rank is not None and self.world_size is not None:
+            return self.rank, self.world_size
+        return distributed_rank_world()
+
+    def order_spec(self, samples: int, shard_of: np.ndarray | None = None, streamed: bool = False) -> OrderSpec:
         """The epoch order of `samples` (in shards `shard_of`, for a block order; `streamed` when they
         come from object storage) for this rank; OptionError when it would hold no batch."""
-        rank, world_size = (self.rank, self.world_size) if self.rank is not None else distributed_rank_world()
+        rank, world_size = self.placement()
         drop_last = self._drop_last
-        shuffle = self.shuffle
+        shuffle = self.order.shuffle
         if shuffle is None:
             shuffle = self.split == "train"
         if isinstance(shuffle, bool):
             shuffle = ("block" if streamed else "global") if shuffle else "none"
         pad = self._pad
-        spec = OrderSpec(samples, self.batch_size, shuffle=shuffle, drop_last=drop_last, seed=self.seed, rank=rank,
-                         world_size=world_size, block_shards=self.block_shards, shard_of=shard_of, pad=pad)
+        spec = OrderSpec(samples, self.batch_size, shuffle=shuffle, drop_last=drop_last, seed=self.order.seed,
+                         rank=rank, world_size=world_size, block_shards=self.order.block_shards, shard_of=shard_of,
+                         pad=pad)
         if len(spec) == 0:
             where = " on this rank" if world_size > 1 else ""
             raise OptionError(
@@ -267,13 +266,3 @@ def _env_count(name: str, minimum: int) -> int:
         raise OptionError(f"environment variable {name}={text!r} is not an integer >= {minimum}: fix the "
                           "launcher's variables, or pass rank= and world_size=")
     return value
-
-
-def _one_of(name: str, value: object, allowed: tuple[str, ...]) -> None:
-    if not isinstance(value, str) or value not in allowed:
-        raise OptionError(f"{name}={value!r} is not one of {', '.join(allowed)}")
-
-
-def _either(names: tuple[str, ...]) -> str:
-    """'a' or 'a' or 'b' ..., for messages."""
-    return " or ".join(repr(n) for n in names)

@@ -59,6 +59,10 @@ class SampleSource:
         """DatasetError when the dataset holding file `file_id` was replaced since it was opened."""
         check_unchanged(self)
 
+    def part_of(self, index: int) -> int:
+        """Which of a mixture's sources holds sample `index` (`mixsource.MixedSource`); 0 here."""
+        return 0
+
     def has_raw(self) -> bool:
         """Whether any sample is stored as raw pixels."""
         return bool((self.encoding == RAW).any())

@@ -4,7 +4,18 @@ transform `(images, labels)` of the batch's length."""
 from __future__ import annotations
 
 import sys
+from dataclasses import dataclass
 from typing import Any
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Output:
+    """The fixed shape (H, W, C) and dtype every output of a sample transform has."""
+
+    shape: tuple[int, ...]
+    dtype: np.dtype
 
 
 def torch_shape(value: Any) -> tuple[int, ...] | None:

@@ -9,14 +9,13 @@ import random
 import sys
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from .backends.base import BatchKey
 from .errors import OptionError, SampleError, WorkerError, is_out_of_memory, out_of_memory
-from .transform_checks import batch_result_problem, layout_problem, torch_shape
+from .transform_checks import Output, batch_result_problem, layout_problem, torch_shape
 
 SAMPLE_STREAM, BATCH_STREAM = 1, 2  # seed streams, apart from the crop draws of `BatchKey.rng()`
 OUTPUT_DTYPES = (np.dtype(np.uint8), np.dtype(np.float32))
@@ -118,14 +117,6 @@ def as_hwc(value: Any) -> np.ndarray:
         value = value.detach().cpu().as_subclass(torch.Tensor)
         return (value.permute(1, 2, 0) if value.dim() == 3 else value).numpy()
     return np.asarray(value)
-
-
-@dataclass(frozen=True)
-class Output:
-    """The fixed shape (H, W, C) and dtype every output of a sample transform has."""
-
-    shape: tuple[int, ...]
-    dtype: np.dtype
 
 
 class SampleTransform:

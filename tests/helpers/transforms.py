@@ -206,6 +206,19 @@ class WaitFor:
         return image
 
 
+class Recording:
+    """The image as it is, leaving one file in `folder` per call (whichever process calls it): the
+    proof that a transform ran, and where."""
+
+    def __init__(self, folder: str) -> None:
+        self.folder = folder
+
+    def __call__(self, image: np.ndarray) -> np.ndarray:
+        with open(os.path.join(self.folder, f"{os.getpid()}-{time.monotonic_ns()}"), "x"):
+            pass
+        return image
+
+
 def fails_on_sample_three(image: np.ndarray) -> np.ndarray:
     """A ValueError for pixel-coded sample 3 (`pixelcode.decode`), any other image as it is."""
     from helpers.pixelcode import decode

@@ -4,7 +4,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any, Protocol
 
-from ..backends.base import Batch
+from ..backends.base import Backend, Batch
 
 
 class EpochLoader(Protocol):
@@ -12,6 +12,7 @@ class EpochLoader(Protocol):
 
     epoch: int
     image_size: int
+    backend: Backend
 
     def __iter__(self) -> Iterator[Any]: ...
 

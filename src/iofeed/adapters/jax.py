@@ -13,7 +13,7 @@ from ..errors import OptionError
 from ..options import LoaderOptions
 from ..transforms import BatchTransform
 from .host_float import HostNormaliser
-from .normalize import IMAGENET_AFFINE, Affine, options_affine
+from .normalize import HOST, IMAGENET_AFFINE, Affine, options_affine, record_normalise_on
 from .numpy import to_numpy
 
 DTYPES = {"uint8": jnp.uint8, "float32": jnp.float32, "bfloat16": jnp.bfloat16}
@@ -48,6 +48,8 @@ class JaxAdapter:
         self._host = HostNormaliser(self.dtype, affine) if on_host and self.dtype != jnp.uint8 else None
         self._device_normalise = (None if on_host or self.dtype == jnp.uint8
                                   else _device_normaliser(self.dtype, affine))
+        platforms = ",".join(sorted({d.platform for d in self.sharding.device_set}))  # "gpu", "tpu"
+        self.normalise_on = None if self.dtype == jnp.uint8 else HOST if on_host else platforms
 
     @classmethod
     def from_options(cls, options: LoaderOptions) -> JaxAdapter:
@@ -61,6 +63,7 @@ class JaxAdapter:
         """The loader itself, once every batch size its epochs hold (a whole batch, and the last
         one of an epoch without `drop_last`) is known to fit the sharding: the error came at the
         end of the first evaluation pass before."""
+        record_normalise_on(loader, self.normalise_on)
         order = loader.order
         sizes = {order.batch_size, 0 if order.drop_last else order.per_rank % order.batch_size} - {0}
         for rows in sorted(sizes):

@@ -12,20 +12,20 @@ from keras.src.trainers.data_adapters.data_adapter import DataAdapter
 from ..backends.base import Batch
 from ..errors import OptionError
 from ..options import LoaderOptions
-from ..transforms import BatchTransform
 from .base import EpochLoader
-from .host_float import HostNormaliser
 from .model_scale import check_model_input
-from .normalize import PIXELS_AFFINE, options_affine
-from .numpy import to_numpy
+from .normalize import PIXELS_AFFINE, options_affine, record_normalise_on
 
 
 class KerasAdapter:
     """framework="keras": normalised float32 NHWC batches (Keras' channels_last) as the tensors of
     Keras' backend. On TensorFlow `iofeed.loader` returns the tf adapter's `tf.data.Dataset`; on
     JAX and PyTorch a Keras `DataAdapter` over the Loader (`.iofeed_loader`), yielding the JAX
-    adapter's sharded `jax.Array`s or CPU torch tensors that share the host batch's memory.
-    Either way every `fit` epoch (and every validation pass) is one loader epoch."""
+    adapter's sharded `jax.Array`s or torch tensors. With a GPU each backend gets uint8 batches
+    over the bus and normalises them there: the tf adapter's `copy_to_device` and device `.map`,
+    the JAX adapter's jitted normaliser, `TorchBatches` on the CUDA device Keras' torch backend
+    uses; without one they are normalised on the host. `stats.settings["normalise_on"]` says
+    which. Either way every `fit` epoch (and every validation pass) is one loader epoch."""
 
     def __init__(self, backend: str, options: LoaderOptions) -> None:
         if backend not in BACKENDS:
@@ -44,7 +44,12 @@ class KerasAdapter:
 
     def wrap(self, loader: EpochLoader) -> Any:
         """A `tf.data.Dataset` (TensorFlow backend) or a `KerasBatches` over `loader`."""
+        record_normalise_on(loader, getattr(self._convert, "normalise_on", None))
         return self._wrap(loader)
+
+    def close(self) -> None:
+        """Let go of engine memory the backend's conversion holds (CUDA copies pinned in place)."""
+        getattr(self._convert, "close", lambda: None)()
 
 
 class KerasBatches(DataAdapter):
@@ -148,19 +153,10 @@ def _jax(options: LoaderOptions) -> tuple[Callable[[Batch], Any], Callable[[Epoc
 
 
 def _torch(options: LoaderOptions) -> tuple[Callable[[Batch], Any], Callable[[EpochLoader], Any]]:
-    import torch
+    from .keras_torch import TorchBatches, training_device
 
-    normalise = HostNormaliser(np.float32, options_affine(options) or PIXELS_AFFINE)  # uint8 recipe: 0-255 floats
-    transform = None if options.batch_transform is None else BatchTransform(options.batch_transform)
-
-    def convert(batch: Batch) -> tuple[Any, Any]:
-        images, labels = to_numpy(batch)  # torch keeps a reference to the array: reused once it lets go
-        images = torch.from_numpy(normalise(images))
-        batch.release()  # the slot is copied out: the engine may reuse it
-        labels = torch.from_numpy(np.array(labels))
-        return (images, labels) if transform is None else transform(images, labels, batch.key)
-
-    return convert, KerasBatches
+    affine = options_affine(options) or PIXELS_AFFINE  # a uint8 recipe: 0-255 floats, Keras' convention
+    return TorchBatches(affine, options.batch_transform, training_device()), KerasBatches
 
 
 # Keras backend name -> (per-batch conversion, what `iofeed.loader` returns over the Loader)

@@ -24,6 +24,8 @@ PIXELS_AFFINE: Affine = ((1.0, 1.0, 1.0), (0.0, 0.0, 0.0))  # float32 0-255, as 
 # torchvision's ToTensor + Normalize and flax's ImageNet example normalise with ImageNet's.
 CONVENTIONS: dict[str, Affine] = {"keras": PIXELS_AFFINE, "tf": PIXELS_AFFINE}
 
+HOST = "host"  # where a batch is normalised: with numpy on the consumer's thread (else a device's name)
+
 
 def convention_affine(framework: str) -> Affine:
     """The affine `framework` applies when the recipe names no mean/std."""
@@ -38,3 +40,10 @@ def options_affine(options: Any) -> Affine | None:
     if not recipe.normalize:
         return None
     return convention_affine(options.framework) if recipe.mean is None else uint8_affine(recipe.mean, recipe.std)
+
+
+def record_normalise_on(loader: Any, where: str | None) -> None:
+    """`loader.stats.settings["normalise_on"]`: where its batches are normalised — "host" (numpy on
+    the training process's thread), a device ("/gpu:0", "cuda:0", "gpu"), or None when they are
+    handed out as they come (uint8, or a sample transform's floats). Decided once, at `loader()`."""
+    loader.stats.fixed["normalise_on"] = where

@@ -9,6 +9,7 @@ from ..backends.base import Batch
 from ..options import LoaderOptions
 from ..transforms import BatchTransform
 from .base import EpochLoader
+from .normalize import record_normalise_on
 
 
 def to_numpy(batch: Batch) -> tuple[np.ndarray, np.ndarray]:
@@ -36,5 +37,6 @@ class NumpyAdapter:
         return images, labels
 
     def wrap(self, loader: EpochLoader) -> EpochLoader:
-        """The loader itself."""
+        """The loader itself (`stats.settings["normalise_on"]` None: uint8 as stored)."""
+        record_normalise_on(loader, None)
         return loader

@@ -1,6 +1,8 @@
-"""TensorFlow adapter: a `tf.data.Dataset` wrapped around a Loader of host batches normalised with numpy."""
+"""TensorFlow adapter: a `tf.data.Dataset` wrapped around a Loader: uint8 batches normalised on
+TensorFlow's GPU, or host batches normalised with numpy."""
 from __future__ import annotations
 
+import contextlib
 import threading
 import warnings
 import weakref
@@ -17,32 +19,54 @@ from ..transforms import batch_seed, takes, transform_name
 from .base import EpochLoader
 from .host_float import HostNormaliser
 from .model_scale import check_model_input
-from .normalize import Affine, options_affine
+from .normalize import HOST, Affine, options_affine, record_normalise_on
 from .numpy import to_numpy
+
+AUTO = "auto"  # TfAdapter's normalise_on: decided by `gpu_device()`
+
+
+def gpu_device() -> str | None:
+    """"/gpu:0" when TensorFlow sees one GPU: the device normalises there. None (the host) without
+    one, and with several: a tf.distribute strategy feeds those, splitting each batch over its
+    replicas from the host itself."""
+    return "/gpu:0" if len(tf.config.get_visible_devices("GPU")) == 1 else None
 
 
 class TfAdapter:
-    """The tf framework: each host batch normalised (the recipe's mean/std) into a float32 array
-    TensorFlow takes without copying, and `iofeed.loader` returns `to_tf_dataset(loader, ...)`, an
-    explicit wrapper over the Loader followed by the `batch_transform` if any."""
+    """The tf framework: `iofeed.loader` returns `to_tf_dataset(loader, ...)`, an explicit wrapper
+    over the Loader followed by the `batch_transform` if any. Where batches are normalised (the
+    recipe's mean/std) is decided once, `normalise_on`: on a device ("/gpu:0" when TensorFlow sees
+    a GPU) each batch is handed over as uint8 (4x fewer bytes over the bus) and normalised there;
+    on the host ("host") with numpy into a float32 array TensorFlow takes without copying."""
 
-    def __init__(self, affine: Affine | None, batch_transform: Any = None,
-                 sample: tuple[tuple[int, ...], Any] | None = None) -> None:
-        self._normalise = None if affine is None else HostNormaliser(np.float32, affine)
-        self.batch_transform, self.sample = batch_transform, sample
+    def __init__(self, affine: Affine | None, batch_transform: Any = None, normalise_on: str | None = AUTO) -> None:
+        self._affine, self._asked = affine, normalise_on
+        self.batch_transform = batch_transform
+        self.affine: Affine | None = None
+        self.normalise_on: str | None = None
+        self.sample: tuple[tuple[int, ...], Any] | None = None
+        self._normalise: HostNormaliser | None = None
+
+    def _decide(self, sample: tuple[tuple[int, ...], Any] | None) -> None:
+        """Where batches are normalised, once what the engine's sample transform returns is known
+        (`sample`: its shape and dtype): a transform's floats pass as they are."""
+        floats = sample is not None and sample[1] != tf.uint8
+        self.affine = None if floats else self._affine
+        device = gpu_device() if self._asked == AUTO else self._asked
+        self.normalise_on = None if self.affine is None else device or HOST
+        self._normalise = HostNormaliser(np.float32, self.affine) if self.normalise_on == HOST else None
+        self.sample = sample
 
     @classmethod
     def from_options(cls, options: LoaderOptions) -> TfAdapter:
-        """The adapter for `options`: normalisation, batch transform, a sample transform's output."""
-        output = options.transform_output
-        return cls(options_affine(options), options.batch_transform,
-                   None if output is None else (output.shape, tf.as_dtype(output.dtype)))
+        """The adapter for `options`: normalisation and batch transform."""
+        return cls(options_affine(options), options.batch_transform)
 
     def __call__(self, batch: Batch) -> tuple[np.ndarray, ...]:
         images, labels = to_numpy(batch)
         if self._normalise is not None and images.dtype == np.uint8:
             images = self._normalise(images)
-        else:  # uint8 kept (normalize=False), or a sample transform's floats: out of the reused slot
+        else:  # uint8 (normalize=False, or normalised on the device), or a transform's floats: out of the slot
             images = np.array(images, copy=True, order="C")
         batch.release()  # copied: the engine may reuse its memory
         labels = np.array(labels, np.float32 if labels.dtype.kind == "f" else np.int64)  # a copy: the slot is reused
@@ -51,8 +75,12 @@ class TfAdapter:
         return images, labels, batch_seed(batch.key)  # the batch transform's seed rides along
 
     def wrap(self, loader: EpochLoader) -> tf.data.Dataset:
-        """The dataset over `loader`."""
-        return to_tf_dataset(loader, self._normalise is not None, self.batch_transform, self.sample)
+        """The dataset over `loader`, its element spec from what the engine's sample transform returns;
+        `stats.settings["normalise_on"]` says where it normalises."""
+        output = loader.backend.sample_output
+        self._decide(None if output is None else (output.shape, tf.as_dtype(output.dtype)))
+        record_normalise_on(loader, self.normalise_on)
+        return to_tf_dataset(loader, self.normalise_on, self.affine, self.batch_transform, self.sample)
 
 
 PREFETCH = 2  # batches TensorFlow holds ready: the workers' own slots are the deeper buffer
@@ -74,19 +102,22 @@ def checked_tf_batch(fn: Any, out: Any, images: Any, problems: list[str]) -> tup
         return tf.identity(out[0]), tf.identity(out[1])
 
 
-def to_tf_dataset(loader: EpochLoader, normalised: bool = True, batch_transform: Any = None,
-                  sample: tuple[tuple[int, ...], Any] | None = None) -> tf.data.Dataset:
+def to_tf_dataset(loader: EpochLoader, normalise_on: str | None = HOST, affine: Affine | None = None,
+                  batch_transform: Any = None, sample: tuple[tuple[int, ...], Any] | None = None) -> tf.data.Dataset:
     """A `tf.data.Dataset` of (images float32 NHWC (None, S, S, 3), labels int64 (None,)), or
-    float32 (None, classes) labels for `target="multi_hot"`; uint8 images when not `normalised`,
-    and a sample transform's output (of shape and dtype `sample`) as it is.
+    float32 (None, classes) labels for `target="multi_hot"`; uint8 images when `normalise_on` is
+    None, and a sample transform's output (of shape and dtype `sample`) as it is.
 
-    `loader` is a Loader whose adapter is `TfAdapter`: each batch comes out of shared memory
-    already normalised (ImageNet mean/std) by numpy on one thread, into a 64-byte aligned array
-    that `from_generator` hands to TensorFlow without a copy; `.prefetch(2)` overlaps it with
-    the training step. tf.data's autotuning is off (nothing to tune, and its start-up slowed each
-    new iterator), which datasets derived from this one inherit. (Normalising with TF ops in a
-    `.map` costs a copy out of the slot, another into TF, and TF's thread pool on the workers'
-    cores; measured: docs/architecture.md, "Why the code is as it is".)
+    `loader` is a Loader whose adapter is `TfAdapter`. With `normalise_on="host"` each batch comes
+    out of shared memory already normalised (`affine`) by numpy on one thread, into a 64-byte
+    aligned array that `from_generator` hands to TensorFlow without a copy. (On the CPU,
+    normalising with TF ops in a `.map` costs a copy out of the slot, another into TF, and TF's
+    thread pool on the workers' cores; measured: docs/architecture.md, "Why the code is as it
+    is".) With a device (`"/gpu:0"`) the generator yields the uint8 batch, `copy_to_device` moves
+    it there and a `.map` placed on the device normalises it (then the `batch_transform`), with
+    the `.prefetch` on the device too. `.prefetch(2)` overlaps either with the training step.
+    tf.data's autotuning is off (nothing to tune, and its start-up slowed each new iterator),
+    which datasets derived from this one inherit.
 
     Every new iteration of the dataset (each Keras epoch, each `for` loop) runs the loader's
     next epoch: the Loader advances its epoch after each full pass. An iteration abandoned
@@ -141,7 +172,8 @@ def to_tf_dataset(loader: EpochLoader, normalised: bool = True, batch_transform:
 
     multi_hot = loader.options.target == "multi_hot"  # float32 (batch, classes) labels
     shape, dtype = sample or ((size, size, 3), tf.uint8)
-    dtype = tf.float32 if dtype == tf.uint8 and normalised else dtype  # floats from a transform pass as they are
+    dtype = tf.float32 if dtype == tf.uint8 and normalise_on == HOST else dtype  # a transform's floats as they are
+    device = None if normalise_on in (None, HOST) else normalise_on
     signature = (
         tf.TensorSpec(shape=(None, *shape), dtype=dtype),
         tf.TensorSpec(shape=(None, len(loader.source.classes)) if multi_hot else (None,),
@@ -150,27 +182,47 @@ def to_tf_dataset(loader: EpochLoader, normalised: bool = True, batch_transform:
     options = tf.data.Options()
     options.autotune.enabled = False  # nothing here to tune; its per-iterator start-up doubled Keras' epoch stall
     dataset = tf.data.Dataset.from_generator(generate, output_signature=signature)
-    if batch_transform is not None:
-        seeded = takes(batch_transform, "seed")
-
-        problems: list[str] = []
-
-        def transform(images: Any, labels: Any, seed: Any) -> tuple[Any, Any]:
-            out = batch_transform(images, labels, seed=seed) if seeded else batch_transform(images, labels)
-            return checked_tf_batch(batch_transform, out, images, problems)
-
-        try:
-            dataset = dataset.map(transform)  # one call at a time: in batch order
-        except Exception:
-            if problems:
-                raise OptionError(problems[0]) from None
-            raise
-    dataset = dataset.prefetch(PREFETCH).with_options(options)
+    if device is not None:
+        dataset = dataset.apply(tf.data.experimental.copy_to_device(device))
+    with tf.device(device) if device is not None else contextlib.nullcontext():  # the stages after the copy
+        if device is not None and affine is not None:
+            dataset = dataset.map(device_normaliser(affine))
+        if batch_transform is not None:
+            dataset = _with_batch_transform(dataset, batch_transform)
+        dataset = dataset.prefetch(PREFETCH).with_options(options)
     dataset.iofeed_loader = loader
     # Keras reads `cardinality()` to know an epoch's steps (unknown: "Your input ran out of data" at every
     # fit). Declared, not asserted: a pass with fully skipped batches, or resumed mid-epoch, is shorter.
     dataset.cardinality = lambda: _cardinality(loader)
     return dataset
+
+
+def device_normaliser(affine: Affine) -> Any:
+    """A `.map` function: uint8 NHWC images → float32 `x * scale + shift` (`affine`), computed where
+    the map runs; the other components of the element pass through."""
+    def normalise(images: Any, *rest: Any) -> tuple[Any, ...]:
+        scale, shift = (tf.constant(v, tf.float32) for v in affine)
+        return (tf.cast(images, tf.float32) * scale + shift, *rest)
+
+    return normalise
+
+
+def _with_batch_transform(dataset: tf.data.Dataset, batch_transform: Any) -> tf.data.Dataset:
+    """`dataset.map` of the user's `batch_transform` (given `seed=` when it takes one), checked when
+    traced: a wrong form raises one OptionError line."""
+    seeded = takes(batch_transform, "seed")
+    problems: list[str] = []
+
+    def transform(images: Any, labels: Any, seed: Any) -> tuple[Any, Any]:
+        out = batch_transform(images, labels, seed=seed) if seeded else batch_transform(images, labels)
+        return checked_tf_batch(batch_transform, out, images, problems)
+
+    try:
+        return dataset.map(transform)  # one call at a time: in batch order
+    except Exception:
+        if problems:
+            raise OptionError(problems[0]) from None
+        raise
 
 
 def _cardinality(loader: EpochLoader) -> Any:

@@ -9,6 +9,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from ..errors import SampleError
+from ..transform_checks import Output
 from .lease import Lease
 
 ON_ERROR = ("skip", "raise")
@@ -50,6 +51,7 @@ class Backend(Protocol):
 
     name: str
     starts_ahead: int  # batches of `following` it would start during a pass now (0: it never runs ahead)
+    sample_output: Output | None  # what its sample transform returns per image (None: no transform)
 
     def run(self, epoch: int, batches: list[np.ndarray], start: int, rank: int,
             following: list[np.ndarray] | None = None) -> Iterator[Batch]:

@@ -4,7 +4,7 @@ stay equal). Written once for every engine."""
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -47,25 +47,42 @@ def spares_of(deals_once: bool) -> Callable[[list[np.ndarray], int, list[np.ndar
     return no_spares if deals_once else spares
 
 
-def fill(planned: np.ndarray, spare: np.ndarray, load: Callable[[int, int, int, bool], str | None]) -> Filled:
+def fill(planned: np.ndarray, spare: np.ndarray, load: Callable[[int, int, int, bool], str | None],
+         part_of: Callable[[int], int] | None = None) -> Filled:
     """Load `planned` in order with `load(k, position, index, is_spare)`: put sample `index` at place
     `k`, returning None, or the reason it cannot be read (or
     raising to end the batch: on_error="raise", a pass abandoned). Each skipped sample's place
     goes to the next spare that loads; a spare that does not is passed over (its own batch counts it).
     `position` numbers planned samples 0.. and spares on after them (their transform seeds differ
-    from the planned sample's: a transform that failed on a draw would fail again on the same one)."""
-    filled, pool = Filled(), enumerate(spare, start=len(planned))
+    from the planned sample's: a transform that failed on a draw would fail again on the same one).
+    `part_of` (a mixture's source of a sample): spares of the skipped sample's own source are tried
+    first, so each source keeps its exact share of the epoch; another source's only when none of
+    its own is among the spares (or loads)."""
+    filled, pool = Filled(), list(enumerate(spare.tolist(), start=len(planned)))
     for position, index in enumerate(planned):
         reason = load(len(filled.delivered), position, int(index), False)
         if reason is None:
             filled.delivered.append(int(index))
             continue
         filled.skipped.append((int(index), reason))
-        for number, candidate in pool:
-            if load(len(filled.delivered), number, int(candidate), True) is None:
-                filled.delivered.append(int(candidate))
+        for number, candidate in _tries(pool, part_of, int(index)):
+            if load(len(filled.delivered), number, candidate, True) is None:
+                filled.delivered.append(candidate)
                 filled.refilled += 1
                 break
         else:
             filled.exhausted = True
     return filled
+
+
+def _tries(pool: list[tuple[int, int]], part_of: Callable[[int], int] | None,
+           index: int) -> Iterator[tuple[int, int]]:
+    """The spares of `pool` (number, sample) to try for skipped sample `index`, each taken out of the
+    pool as it is tried: in order, those of `index`'s own part first."""
+    order = list(pool)
+    if part_of is not None:
+        own = part_of(index)
+        order.sort(key=lambda spare: part_of(spare[1]) != own)  # stable: in order within each group
+    for tried in order:
+        pool.remove(tried)
+        yield tried

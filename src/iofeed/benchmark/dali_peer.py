@@ -12,8 +12,6 @@ from ..gpu.streams import consumer_stream
 from ..system import usable_cores
 from .feeds import FeedSpec
 
-PREFETCH_QUEUE_DEPTH = 2
-
 
 def _pipeline(files: list[str], labels: list[int], spec: FeedSpec, threads: int) -> Any:
     """The DALI pipeline, built (not yet run)."""
@@ -36,7 +34,7 @@ def _pipeline(files: list[str], labels: list[int], spec: FeedSpec, threads: int)
         return images, classes
 
     pipe = peer(batch_size=spec.batch_size, num_threads=threads, device_id=0 if gpu else None,
-                seed=spec.seed, prefetch_queue_depth=PREFETCH_QUEUE_DEPTH,
+                seed=spec.seed, prefetch_queue_depth=spec.entry.keywords["prefetch_queue_depth"],
                 exec_dynamic=True)  # run(stream) binds outputs to the stream only with this executor
     pipe.build()
     return pipe
@@ -47,7 +45,7 @@ class DaliFolderFeed:
 
     `pipe.run(stream)` with PyTorch's current stream (as the `dali` engine does): without it DALI
     may free an output before kernels queued on that stream have read it. The file reader loops
-    over the folder by itself, so batches continue across epochs.
+    over the folder by itself, so batches continue across epochs. Its line gives `prefetch_queue_depth`.
     """
 
     def __init__(self, spec: FeedSpec) -> None:
@@ -61,8 +59,8 @@ class DaliFolderFeed:
         self._pipe = _pipeline(files, scan.labels, spec, threads)
         self._device_id = 0 if spec.device == "cuda" else None
         self._torch = torch
-        self.capacity = PREFETCH_QUEUE_DEPTH  # the pipeline's queue
-        self.settings = {"threads": threads, "prefetch_queue_depth": PREFETCH_QUEUE_DEPTH,
+        self.capacity = spec.entry.keywords["prefetch_queue_depth"]  # the pipeline's queue
+        self.settings = {"threads": threads, "prefetch_queue_depth": self.capacity,
                          "decode": "mixed" if spec.device == "cuda" else "cpu", "samples": len(files)}
 
     def batches(self) -> Iterator[tuple[Any, Any]]:

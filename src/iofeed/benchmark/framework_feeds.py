@@ -7,41 +7,39 @@ import os
 from collections.abc import Iterator
 from typing import Any
 
+from .feed_classes import IofeedFeed
 from .feeds import FeedSpec
 
 
-class IofeedFrameworkFeed:
-    """`iofeed.loader(framework=spec.entry.framework)`; a tf dataset is either `.repeat()`-ed or
-    iterated anew each epoch (as Keras `fit` does), as the subclass says."""
+class IofeedFrameworkFeed(IofeedFeed):
+    """An iofeed feed of its line's `framework=` (jax or tf), on the framework's own device; a tf
+    dataset is `.repeat()`-ed or iterated anew each epoch (as Keras `fit` does), as the subclass says."""
 
     new_iterators = False
 
     def __init__(self, spec: FeedSpec) -> None:
         # JAX takes 75% of the GPU's memory at its first array by default: the model beside it needs it
         os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
-        import iofeed
-
-        self._made = iofeed.loader(spec.source, split="train", batch_size=spec.batch_size,
-                                   image_size=spec.image_size, framework=spec.entry.framework, workers=spec.workers,
-                                   seed=spec.seed)
+        super().__init__(spec)
         self._to_torch = spec.device == "cuda"
-        self._loader = getattr(self._made, "iofeed_loader", self._made)
-        self.settings = dict(self._loader.stats.settings)
-        self.capacity = int(self.settings.get("prefetch_batches", 2))
+
+    @staticmethod
+    def run_keywords(spec: FeedSpec) -> dict[str, Any]:
+        """The run's keywords but the device: tf and JAX place their arrays on their own default device."""
+        keywords = IofeedFeed.run_keywords(spec)
+        del keywords["device"]
+        return keywords
 
     def batches(self) -> Iterator[tuple[Any, Any]]:
-        if self._made is self._loader:  # a Loader (jax)
+        if self.made is self.loader:  # a Loader (jax)
             while True:
-                for images, labels in self._loader:
+                for images, labels in self.loader:
                     yield (_torch_view(images, labels) if self._to_torch else (images, labels))
         elif self.new_iterators:
             while True:
-                yield from self._made
+                yield from self.made
         else:
-            yield from self._made.repeat()
-
-    def close(self) -> None:
-        self._loader.close()
+            yield from self.made.repeat()
 
 
 class IofeedTfEpochsFeed(IofeedFrameworkFeed):

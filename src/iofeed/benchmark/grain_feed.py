@@ -16,14 +16,12 @@ from ..image.boxes import Augment
 from ..samples import open_source
 from .feeds import FeedSpec
 
-READ_THREADS = 0  # Grain's ReadOptions.num_threads: its best on 2 cores (see docs/benchmarks.md)
-BUFFER = 2  # batches each Grain worker keeps ready (worker_buffer_size)
-
 
 class GrainFeed:
     """Grain's documented pipeline: `grain.DataLoader` over a random-access source of the dataset's
     JPEG bytes, an index sampler shuffling each epoch, a random map (Pillow decode, random-resized
-    crop, flip, normalisation) and `Batch`, in worker processes."""
+    crop, flip, normalisation) and `Batch`, in worker processes, with its line's `worker_buffer_size`
+    (batches each worker keeps ready) and `read_threads` (`ReadOptions.num_threads`)."""
 
     def __init__(self, spec: FeedSpec) -> None:
         if not flags.FLAGS.is_parsed():  # Grain reads absl flags, parsed by absl.app in Grain's own programs
@@ -33,15 +31,15 @@ class GrainFeed:
                               source.label)
         sampler = grain.samplers.IndexSampler(len(records), shuffle=True, seed=spec.seed, num_epochs=None,
                                               shard_options=grain.sharding.NoSharding())
+        buffer, threads = spec.entry.keywords["worker_buffer_size"], spec.entry.keywords["read_threads"]
         self._loader = grain.DataLoader(
             data_source=records, sampler=sampler,
             operations=[DecodeAugment(spec.image_size), grain.transforms.Batch(spec.batch_size, drop_remainder=True)],
-            worker_count=spec.workers, worker_buffer_size=BUFFER,
-            read_options=grain.ReadOptions(num_threads=READ_THREADS),
+            worker_count=spec.workers, worker_buffer_size=buffer, read_options=grain.ReadOptions(num_threads=threads),
         )
-        self.capacity = spec.workers * BUFFER
-        self.settings = {"worker_count": spec.workers, "worker_buffer_size": BUFFER,
-                         "read_threads": READ_THREADS, "samples": len(records)}
+        self.capacity = spec.workers * buffer
+        self.settings = {"worker_count": spec.workers, "worker_buffer_size": buffer, "read_threads": threads,
+                         "samples": len(records)}
 
     def batches(self) -> Iterator[tuple[Any, Any]]:
         for batch in self._loader:

@@ -1,5 +1,6 @@
-"""torchvision's reference training recipe, for the bench's recipe feed pair: random-resized crop,
-flip, TrivialAugmentWide and RandomErasing per sample, MixUp or CutMix per batch.
+"""The bench's recipes, as each kind of feed runs them: crop + flip (every feed), and torchvision's
+reference training recipe for the recipe feed pair: random-resized crop, flip, TrivialAugmentWide
+and RandomErasing per sample, MixUp or CutMix per batch.
 
 The DataLoader runs all of it in its workers, as torchvision's reference script does (per-sample
 transforms in the dataset, MixUp/CutMix in `collate_fn`). iofeed runs the crop and flip itself,
@@ -9,6 +10,7 @@ erasing with 0 after normalisation, the reference's value.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from ..adapters.normalize import IMAGENET_MEAN, IMAGENET_STD
@@ -16,6 +18,26 @@ from ..adapters.normalize import IMAGENET_MEAN, IMAGENET_STD
 ERASE_P = 0.25  # the reference's --random-erase for its recipes that use it
 MIXUP_ALPHA, CUTMIX_ALPHA = 0.2, 1.0  # the reference's --mixup-alpha / --cutmix-alpha
 MEAN_PIXEL = [round(255 * m) for m in IMAGENET_MEAN]
+
+
+def in_dataloader(recipe: str, image_size: int, classes: int) -> dict[str, Any]:
+    """The DataLoader feed's `transform` (of its ImageFolder) and `collate_fn` for `recipe` ("": crop + flip)."""
+    return _DATALOADER[recipe](image_size, classes)
+
+
+def in_iofeed(recipe: str, classes: int) -> dict[str, Any]:
+    """The `iofeed.loader` keywords of `recipe`: none for "" (its own crop + flip)."""
+    return _IOFEED[recipe](classes)
+
+
+def crop_flip(image_size: int) -> Any:
+    """torchvision's crop + flip and normalisation on a PIL image: float CHW."""
+    from torchvision import transforms
+
+    return transforms.Compose([
+        transforms.RandomResizedCrop(image_size), transforms.RandomHorizontalFlip(), transforms.ToTensor(),
+        transforms.Normalize(IMAGENET_MEAN, IMAGENET_STD),
+    ])
 
 
 def reference_transform(image_size: int) -> Any:
@@ -58,3 +80,13 @@ class MixingCollate:
         from torch.utils.data import default_collate
 
         return self.mix(*default_collate(samples))
+
+
+_DATALOADER: dict[str, Callable[[int, int], dict[str, Any]]] = {
+    "": lambda size, classes: {"transform": crop_flip(size), "collate_fn": None},
+    "reference": lambda size, classes: {"transform": reference_transform(size), "collate_fn": MixingCollate(classes)},
+}
+_IOFEED: dict[str, Callable[[int], dict[str, Any]]] = {
+    "": lambda classes: {},
+    "reference": lambda classes: {"transform": iofeed_transform(), "batch_transform": mix(classes)},
+}

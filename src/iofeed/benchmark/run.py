@@ -9,10 +9,11 @@ from typing import Any
 from ..errors import IofeedError, OptionError, require
 from ..prepare.scan import find_class_root
 from ..system import usable_cores
-from .feeds import BASELINE, CATALOGUE, CEILING, DEFAULT_FEEDS, FEEDS, FeedSpec, dali_installed
+from .feeds import BASELINE, CATALOGUE, CEILING, DEFAULT_FEEDS, FEEDS, FeedSpec, unmet
 from .inputs import CacheState, Inputs, data_files, resolve_inputs, warm_page_cache
 from .measure import FeedRun, measure, memory_metric
 from .options import BenchOptions, check_writable
+from .sources import SOURCES
 
 
 def pick_device(asked: str | None) -> str:
@@ -45,10 +46,9 @@ def plan_feeds(names: tuple[str, ...], inputs: Inputs, options: BenchOptions, de
         source = inputs.path(entry.reads)
         spec = FeedSpec(name, str(source or ""), entry.workers or workers, options.batch_size,
                         options.image_size, device, options.seed, model, classes)
-        if entry.needs_dali and not dali_installed():
-            skipped.append(FeedRun(spec, "skipped", "NVIDIA DALI is not installed (pip install 'iofeed[dali]')"))
-        elif entry.gpu_augment and device != "cuda":
-            skipped.append(FeedRun(spec, "skipped", "augments on the GPU: needs a CUDA GPU"))
+        lacking = unmet(entry, device)
+        if lacking is not None:
+            skipped.append(FeedRun(spec, "skipped", lacking))
         elif entry.reads and source is None:
             skipped.append(FeedRun(spec, "skipped", inputs.missing.get(entry.reads, f"no {entry.reads} to read")))
         else:
@@ -67,7 +67,7 @@ def run_benchmark(options: BenchOptions, command: str) -> tuple[dict[str, Any], 
     names = options.feeds or DEFAULT_FEEDS
     device = pick_device(options.device)
     model = options.model or ("resnet50" if device == "cuda" else "none")
-    needed = {FEEDS.caps(n).reads for n in names if not (FEEDS.caps(n).gpu_augment and device != "cuda")}
+    needed = {FEEDS.caps(n).reads for n in names if unmet(FEEDS.caps(n), device) is None}  # none for a skipped feed
     inputs = resolve_inputs(options.source, needed, options.progress)
     specs, skipped = plan_feeds(names, inputs, options, device, model)
     specs, skipped, endpoint = _serve_streamed(specs, skipped, json_path.parent)
@@ -147,7 +147,7 @@ def _serve_streamed(specs: list[FeedSpec], skipped: list[FeedRun],
                     results: Path) -> tuple[list[FeedSpec], list[FeedRun], Any]:
     """Start the local S3 endpoint when a streaming feed is planned, and point those feeds at it and
     at a cache folder of the bench's own, made in the `results` folder (removed by its `close()`)."""
-    streamed = [s for s in specs if s.entry.stream]
+    streamed = [s for s in specs if SOURCES[s.entry.source].served]
     if not streamed:
         return specs, skipped, None
     from .stream import LocalEndpoint
@@ -155,10 +155,10 @@ def _serve_streamed(specs: list[FeedSpec], skipped: list[FeedRun],
     try:
         endpoint = LocalEndpoint(Path(streamed[0].source), results)
     except IofeedError as exc:  # s3fs or moto missing
-        return ([s for s in specs if not s.entry.stream],
+        return ([s for s in specs if s not in streamed],
                 skipped + [FeedRun(s, "skipped", str(exc)) for s in streamed], None)
     return [replace(s, source=endpoint.url, endpoint=endpoint.endpoint, cache_root=str(endpoint.cache_root))
-            if s.entry.stream else s for s in specs], skipped, endpoint
+            if s in streamed else s for s in specs], skipped, endpoint
 
 
 def _text(path: Path | None) -> str | None:

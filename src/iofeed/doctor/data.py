@@ -24,7 +24,7 @@ from ..format.table import RAW
 from ..image.pil import encode_jpeg, is_progressive, open_rgb, resize_shorter
 from ..image.sniff import SNIFF_BYTES, sniff_bytes
 from ..prepare.file import prepare_file
-from ..prepare.scan import display_path, find_class_root
+from ..prepare.scan import display_path, scan_folder
 from ..samples import is_iofeed_dataset, open_source
 from .finding import Finding
 
@@ -108,13 +108,15 @@ def _check_sample(source: Path | str, sample: int, decode_sample: int, decode_bu
             formats["unreadable"] += 1
             check.bad.append(f"{item.name}: {exc}")
             continue
-        if limit and size[0] * size[1] > limit:
+        over = bool(limit) and size[0] * size[1] > limit
+        if over:
             huge.append(f"{item.name} ({size[0]}x{size[1]})")
         formats[fmt] += 1
         modes[mode] += 1
         sides.append(min(size))
         pixels.append(size[0] * size[1])
-        readable.append(item)
+        if not over:  # one over the limit does not decode under iofeed either: the note below says so
+            readable.append(item)
         if fmt == "jpeg" and is_progressive(info):
             check.progressive.append(item.name)
         if fmt == "jpeg" and mode == "CMYK":
@@ -131,24 +133,18 @@ def _check_sample(source: Path | str, sample: int, decode_sample: int, decode_bu
     check.shorter_side = {"mean": float(side.mean()), **{f"p{q}": float(np.percentile(side, q)) for q in (5, 50, 95)}}
     check.large_share = float((side >= LARGE_SIDE).mean())
     check.megapixels_mean = float(np.mean(pixels)) / 1e6
-    check.decode = _decode_rates(readable[:decode_sample], decode_budget_s, resized=kind == "folder")
+    check.decode = _decode_rates(readable, decode_sample, decode_budget_s, kind == "folder", check.bad)
     check.findings = _findings(check)
     return check
 
 
 def _folder_items(path: Path) -> list[_Item]:
-    """Every non-hidden file under the class folders (names only: nothing is read yet)."""
-    root = find_class_root(path)
-    paths = []
-    for top in sorted(os.scandir(root), key=lambda e: e.name):
-        if top.name.startswith(".") or not top.is_dir(follow_symlinks=False):
-            continue
-        for folder, dirs, files in os.walk(top.path):
-            dirs[:] = [d for d in dirs if not d.startswith(".")]
-            paths += [os.path.join(folder, f) for f in files if not f.startswith(".")]
-    if not paths:
-        raise SourceError(f"no files in class folders under {root} (expected one subfolder per class)")
-    return [_Item(display_path(os.path.relpath(p, root)), partial(open, p, "rb"), _size(p), path=p) for p in paths]
+    """Every file `iofeed preprocess` would read from the class-folder tree `path` (names only:
+    nothing is read yet): the same scan, so the same classes (symlinked class folders followed,
+    look-alike names refused) and the same files."""
+    scan = scan_folder(path, sniff=False)
+    paths = [(display_path(rel), str(scan.root / rel)) for rel in scan.files]
+    return [_Item(name, partial(open, file, "rb"), _size(file), path=file) for name, file in paths]
 
 
 def _size(path: str) -> int:
@@ -175,26 +171,31 @@ def _read_at(path: str, offset: int, size: int) -> BinaryIO:
         return io.BytesIO(f.read(size))
 
 
-def _decode_rates(items: list[_Item], budget_s: float, resized: bool) -> dict[str, float]:
+def _decode_rates(items: list[_Item], limit: int, budget_s: float, resized: bool,
+                  bad: list[str]) -> dict[str, float]:
     """Pillow decode rate on one core for the images as they are and, with `resized`, as
-    `preprocess` would write them (and the rate of `preprocess`'s own per-file work), over as
-    many of `items` as fit in `budget_s`. Every step runs once untimed first: first calls
+    `preprocess` would write them (and the rate of `preprocess`'s own per-file work), over up to
+    `limit` of `items` that decode (one whose header read but whose pixels do not, a truncated
+    JPEG, is passed over and added to `bad` as "name: reason"), as many as fit in `budget_s`.
+    Every step runs once untimed first: first calls
     import codecs and the resize kernel (PyTorch's: seconds), which `preprocess` workers pay
     once (its fork server imports PyTorch before they start), not per image."""
     policy = ImagePolicy()
     orig_s = small_s = prep_s = 0.0
     done = 0
     start = perf_counter()
-    if items:
+    if items and limit:
         encode_jpeg(resize_shorter(Image.new("RGB", (2 * TARGET_SIDE, 2 * TARGET_SIDE)), TARGET_SIDE), policy.quality)
         _time_one(items[0], resized, policy)
     startup_s = perf_counter() - start
     start = perf_counter()
     for item in items:
-        if perf_counter() - start > budget_s:
+        if done >= limit or perf_counter() - start > budget_s:
             break
         times = _time_one(item, resized, policy)
-        if times is None:
+        if isinstance(times, str):
+            bad.append(f"{item.name}: {times}")
+        if not isinstance(times, tuple):
             continue
         orig_s, small_s, prep_s = orig_s + times[0], small_s + times[1], prep_s + times[2]
         done += 1
@@ -215,17 +216,18 @@ def preprocess_estimate_s(images: int, decode: dict[str, float]) -> tuple[float,
     return decode.get("startup_s", 0.0) + images / decode["preprocess_per_sec"] / free, free
 
 
-def _time_one(item: _Item, resized: bool, policy: ImagePolicy) -> tuple[float, float, float] | None:
+def _time_one(item: _Item, resized: bool, policy: ImagePolicy) -> tuple[float, float, float] | str | None:
     """Seconds to decode `item` as stored and, with `resized`, to prepare it as `preprocess`
-    does (`prepare_file`) and to decode what it writes; None when it does not decode."""
+    does (`prepare_file`) and to decode what it writes; why not when it does not decode, None
+    when what `preprocess` writes of it is not a JPEG to time."""
     with item.open() as f:
         data = f.read()
     try:
         t0 = perf_counter()
         open_rgb(data)
         original = perf_counter() - t0
-    except SampleError:
-        return None
+    except SampleError as exc:
+        return str(exc)
     if not resized or item.path is None:
         return original, 0.0, 0.0
     t0 = perf_counter()

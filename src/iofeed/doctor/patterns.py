@@ -15,7 +15,8 @@ Independently: uneven-gpu-memory (>= 2 GPUs in use, peak memory max/min >= UNEVE
 (heuristic, from the training script's text: see `precision.py`).
 From the stats each iofeed loader of the command writes (`statsfile.py`), GPU or not:
 transform-bottleneck: the training loop waited for batches TRANSFORM_WAIT of its time while the
-user's per-sample transform took TRANSFORM_SHARE of the workers' CPU time.
+user's per-sample transform took TRANSFORM_SHARE of the workers' CPU time; host-normalise
+(heuristic, GPUs in use): it waited as long while the loader normalised on the host.
 """
 from __future__ import annotations
 
@@ -227,4 +228,29 @@ def transform_finding(loaders: list[dict]) -> Finding | None:
              "transform",
              "more workers while cores are idle: iofeed.loader(..., workers=None) autotunes up to the usable cores",
              "watch the cost as you change it: loader.stats.transform_ms_per_image"])
+    return None
+
+
+def host_normalise_finding(loaders: list[dict], gpus: int) -> Finding | None:
+    """"Batches normalised on one host thread while the GPU waits" (heuristic: the wait may have
+    other causes): with GPUs in the trace, the first loader that normalised on the host
+    (`settings["normalise_on"] == "host"`) while its training loop waited TRANSFORM_WAIT of its time."""
+    for stats in loaders if gpus else []:
+        elapsed = stats.get("elapsed_seconds") or 0.0
+        if stats.get("settings", {}).get("normalise_on") != "host" or elapsed <= 0:
+            continue
+        waited = stats.get("wait_seconds", 0.0) / elapsed
+        if waited < TRANSFORM_WAIT:
+            continue
+        return Finding(
+            "host-normalise", "batches are normalised on one host thread while the GPU waits",
+            [f"a loader normalised its batches on the host (stats.settings['normalise_on'] == 'host') "
+             f"with {gpus} GPU(s) in use: one thread, ~0.15 ms per 224 px image",
+             f"the training loop waited for batches {waited:.0%} of {elapsed:.0f} s (>= {TRANSFORM_WAIT:.0%})"],
+            ["framework='tf' and 'keras' normalise on the GPU when one is visible: for a one-GPU job among "
+             "several, CUDA_VISIBLE_DEVICES=N (several keep the host path for tf.distribute)",
+             "framework='keras' on PyTorch follows Keras' device: leave KERAS_TORCH_DEVICE unset or 'cuda'",
+             "framework='torch': device='cuda'; framework='jax': GPU devices in sharding=",
+             "or hand out uint8 (augment='uint8') and normalise inside the model"],
+            heuristic=True)
     return None

@@ -15,7 +15,7 @@ from ..statsfile import read_stats, stats_folder
 from .checkup import Checkup
 from .data import DataCheck, check_data
 from .environment import check_environment
-from .patterns import diagnose, transform_finding
+from .patterns import diagnose, host_normalise_finding, transform_finding
 from .plot import plot_timeline
 from .report import to_dict
 from .trace import record
@@ -50,6 +50,9 @@ def run_doctor(source: Path | None = None, command: list[str] | None = None, int
     transform = transform_finding(loaders)
     if transform is not None:
         findings.append(transform)
+    host = host_normalise_finding(loaders, recording.trace.gpus) if recording else None
+    if host is not None:
+        findings.append(host)
     if recording is not None:  # how trainers were told from loaders is evidence where the split decides
         findings = [replace(f, evidence=[*f.evidence, *recording.notes]) if f.code in LOADER_SPLIT else f
                     for f in findings]

@@ -4,13 +4,11 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from .device import loader_device
 
-
-def cuda_device_id(device: Any) -> int | None:
-    """DALI's `device_id` for the loader's `device`: None for the CPU, else the CUDA ordinal."""
-    resolved = loader_device(device)
-    return None if resolved == "cpu" else int(resolved.split(":")[1])
+def cuda_device_id(device: str) -> int | None:
+    """DALI's `device_id` for the loader's device as `LoaderOptions` resolved it ("cpu" or
+    "cuda:N"), resolved nowhere else: None for the CPU, else the CUDA ordinal."""
+    return None if device == "cpu" else int(device.split(":")[1])
 
 
 def consumer_stream(device_id: int | None) -> Any:

@@ -85,11 +85,13 @@ def find_class_root(src: Path) -> Path:
     return nested if nested.is_dir() else src
 
 
-def scan_folder(src: Path) -> FolderScan:
+def scan_folder(src: Path, sniff: bool = True) -> FolderScan:
     """Scan `src` into accepted images (recognised by their bytes) and rejections with reasons.
 
     Labels follow the sorted class folder names. Files in nested folders belong to their
-    top-level class. Raises SourceError when no class folder or no image is found.
+    top-level class. Raises SourceError when no class folder or no image is found. Without
+    `sniff`, every regular file of the class folders is accepted unread (empty or not an image
+    alike): the files `preprocess` would open, as `iofeed doctor` samples them.
     """
     root = find_class_root(src)
     scan = FolderScan(root=root, class_dirs=[], rejected=_beside_caltech(Path(src), root))
@@ -116,7 +118,7 @@ def scan_folder(src: Path) -> FolderScan:
             scan.rejected.append(Rejection(entry.name, "not in a class folder"))
     _refuse_lookalike_classes(root, scan.class_dirs)
     for label, folder in enumerate(scan.class_dirs):
-        _scan_class(root, folder, label, scan)
+        _scan_class(root, folder, label, scan, sniff)
     if not scan.class_dirs:
         raise SourceError(f"no class folders in {root} (expected one subfolder per class)")
     if not scan.files:
@@ -191,7 +193,7 @@ def _linked_class_reason(entry: os.DirEntry, real_root: str, seen: dict[str, str
     return None
 
 
-def _scan_class(root: Path, rel_dir: str, label: int, scan: FolderScan) -> None:
+def _scan_class(root: Path, rel_dir: str, label: int, scan: FolderScan, sniff: bool) -> None:
     """Add the files under `root/rel_dir` (recursively) to `scan` with `label`."""
     try:
         entries = sorted(os.scandir(root / rel_dir), key=lambda e: e.name)
@@ -200,9 +202,9 @@ def _scan_class(root: Path, rel_dir: str, label: int, scan: FolderScan) -> None:
         return
     for entry in entries:
         rel = f"{rel_dir}/{entry.name}"
-        reason = _rejection_reason(entry)
+        reason = _rejection_reason(entry, sniff)
         if reason == "folder":
-            _scan_class(root, rel, label, scan)
+            _scan_class(root, rel, label, scan, sniff)
         elif reason:
             scan.rejected.append(Rejection(rel, reason))
         else:
@@ -210,8 +212,9 @@ def _scan_class(root: Path, rel_dir: str, label: int, scan: FolderScan) -> None:
             scan.labels.append(label)
 
 
-def _rejection_reason(entry: os.DirEntry) -> str | None:
-    """Why `entry` is not an image sample ("folder" to descend into it), or None if it is one."""
+def _rejection_reason(entry: os.DirEntry, sniff: bool) -> str | None:
+    """Why `entry` is not an image sample ("folder" to descend into it), or None if it is one
+    (without `sniff`: a regular file, whatever its bytes)."""
     if entry.name.startswith("."):
         return "hidden file or folder"
     try:
@@ -226,7 +229,7 @@ def _rejection_reason(entry: os.DirEntry) -> str | None:
             return "not a regular file"
     except OSError as exc:
         return f"unreadable ({exc.strerror})"
-    return not_image(Path(entry.path))
+    return not_image(Path(entry.path)) if sniff else None
 
 
 def not_image(path: Path) -> str | None:

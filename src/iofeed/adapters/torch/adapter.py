@@ -13,7 +13,7 @@ from ...options import LoaderOptions
 from ...transforms import BatchTransform
 from ..base import EpochLoader
 from ..host_float import affine_per_image
-from ..normalize import IMAGENET_AFFINE, Affine, options_affine
+from ..normalize import HOST, IMAGENET_AFFINE, Affine, options_affine, record_normalise_on
 from .gpu_augment import crop_resize_packed
 from .host_to_device import HostToDevice
 
@@ -48,6 +48,7 @@ class TorchAdapter:
         self.device = torch.device(device if device is not None else "cpu")
         self.channels_last = channels_last
         self.normalising = affine is not None
+        self.normalise_on = None if not self.normalising else HOST if self.device.type == "cpu" else str(self.device)
         self.dtype = dtype if dtype is not None else (torch.float32 if self.normalising else torch.uint8)
         # per-channel affine in NHWC order: x * scale + shift == (x / 255 - mean) / std, computed
         # in float32 (float64 if asked) and rounded once to a narrower `dtype`
@@ -68,7 +69,8 @@ class TorchAdapter:
                    options.memory_format == "channels_last")
 
     def wrap(self, loader: EpochLoader) -> EpochLoader:
-        """The loader itself."""
+        """The loader itself; `stats.settings["normalise_on"]` says where it normalises."""
+        record_normalise_on(loader, self.normalise_on)
         return loader
 
     def __call__(self, batch: Batch) -> tuple[Any, Any]:

@@ -40,12 +40,14 @@ _FAILED_SAMPLE = re.compile(r"[Ff]ailed to decode sample #(\d+)")
 class DaliEngine:
     """A DALI pipeline fed in iofeed's order: uint8 NHWC batches on the CPU or on a GPU.
 
-    `options.workers` is DALI's thread count (all cores by default), `options.prefetch` its
-    queue depth (DALI's default of 2). On a GPU, batches stay there unless the adapter wants
-    host arrays (`options.host`): then the engine copies them to the host itself."""
+    `options.resources.workers` is DALI's thread count (all cores by default),
+    `options.resources.prefetch` its queue depth (DALI's default of 2). On a GPU, batches stay
+    there unless the adapter wants host arrays (`options.host`): then the engine copies them to
+    the host itself."""
 
     name = "dali"
     starts_ahead = 0  # the pipeline is reset between epochs
+    sample_output = None  # DALI runs no sample transform
 
     def __init__(
         self, source: SampleSource, options: LoaderOptions, hw_decoder_load: float = DEFAULT_HW_DECODER_LOAD,
@@ -53,16 +55,16 @@ class DaliEngine:
         require_dali()
         if not 0.0 <= hw_decoder_load <= 1.0:
             raise OptionError(f"hw_decoder_load must be in [0, 1], got {hw_decoder_load}")
-        self._source, self._augment, self._seed = source, options.augmentation, options.seed
-        self.batch_size, self.threads = options.batch_size, resolve_workers(options.workers)
-        self.prefetch = DEFAULT_PREFETCH if options.prefetch is None else options.prefetch
+        self._source, self._augment, self._seed = source, options.augmentation, options.order.seed
+        self.batch_size, self.threads = options.batch_size, resolve_workers(options.resources.workers)
+        self.prefetch = DEFAULT_PREFETCH if options.resources.prefetch is None else options.resources.prefetch
         self.device_id = cuda_device_id(options.device)
         self.host = options.host
         self.hw_decoder_load = hw_decoder_load
         self._bad = validate_folder(source, self.threads)  # index -> reason; DALI failures are added
         self._checked = len(source) if source.kind == "folder" or not source.validated else 0
-        self._feed = Feed(source, self._augment, self._seed, options.on_error, self._bad, options.deals_once)
-        self._on_error = options.on_error
+        self._feed = Feed(source, self._augment, self._seed, options.skips.on_error, self._bad, options.deals_once)
+        self._on_error = options.skips.on_error
         self._pipe: Any = None
         self._state = "idle"  # "running": an epoch may have outputs queued; "ended": needs reset()
 

@@ -113,7 +113,8 @@ class Feed:
             return None
 
         try:
-            filled = fill(self._batches[batch_no], self._spares(self._batches, batch_no, self._following), load)
+            filled = fill(self._batches[batch_no], self._spares(self._batches, batch_no, self._following), load,
+                          self._source.part_of)
         except SampleError as failure:
             return self._failed(batch_no, failure), None
         indices = np.asarray(filled.delivered, np.int64)

@@ -14,7 +14,7 @@ from ...errors import LoaderStateError, SampleError, WorkerError
 from ...options import LoaderOptions
 from ...parallel import resolve_workers
 from ...samples import SampleSource
-from ...transforms import SampleTransform
+from ...transforms import Output, SampleTransform, probe_output
 from ..base import Batch, BatchKey
 from ..refill import spares_of
 from .ahead import Ahead
@@ -41,13 +41,13 @@ class WorkerEngine(WorkerCrew):
     name = "workers"
 
     def __init__(self, source: SampleSource, options: LoaderOptions, layout: Layout,
-                 found: dict[str, Any] | None = None) -> None:
+                 found: dict[str, Any] | None = None, output: Output | None = None) -> None:
         self._source, self._augment, self._on_error, self._seed = (
-            source, options.augmentation, options.on_error, options.seed)
-        self._transform = (None if options.transform is None
-                           else SampleTransform(options.transform, options.transform_output))
+            source, options.augmentation, options.skips.on_error, options.order.seed)
+        self.sample_output = output  # what the sample transform returns per image (probed), None without one
+        self._transform = None if output is None else SampleTransform(options.transform, output)
         self._spares = spares_of(options.deals_once)
-        self.max_workers, self.autotune = resolve_workers(options.workers), options.workers is None
+        self.max_workers, self.autotune = resolve_workers(options.resources.workers), options.resources.workers is None
         self._initial = 1 if self.autotune else self.max_workers
         self.layout = layout
         self._generation = 0
@@ -209,6 +209,8 @@ def make_worker_engine(source: SampleSource, options: LoaderOptions) -> WorkerEn
     `memory_budget` (default: a quarter of this rank's usable memory).
 
     With `gpu_augment`, packed slots carry stored pixels and crop boxes for augmenting on the
-    device instead of augmented images."""
-    layout, found = engine_layout(source, options)
-    return WorkerEngine(source, options, layout, found)
+    device instead of augmented images. A sample transform is probed here, on one image, before
+    any slot is made: the slots hold what it returns (OptionError naming it when that is wrong)."""
+    output = None if options.transform is None else probe_output(options.transform, options.image_size)
+    layout, found = engine_layout(source, options, output)
+    return WorkerEngine(source, options, layout, found, output)

@@ -9,22 +9,25 @@ from ...options import LoaderOptions
 from ...parallel import resolve_workers
 from ...samples import SampleSource
 from ...system import Share, usable_cores
+from ...transform_checks import Output
 from .packing import PackedLayout
 from .slots import Layout, SlotLayout, default_memory_budget, default_prefetch
 
 
-def engine_layout(source: SampleSource, options: LoaderOptions) -> tuple[Layout, dict[str, Any]]:
-    """The slots' layout, and the usable cores and memory budget found (and why), for `loader.stats`.
-    OptionError when the budget holds fewer than 2 batches."""
+def engine_layout(source: SampleSource, options: LoaderOptions,
+                  output: Output | None = None) -> tuple[Layout, dict[str, Any]]:
+    """The slots' layout (`output`: what the sample transform returns per image, if any), and the
+    usable cores and memory budget found (and why), for `loader.stats`. OptionError when the
+    budget holds fewer than 2 batches."""
     cores = usable_cores()
-    max_workers, prefetch, batch_size = resolve_workers(options.workers), options.prefetch, options.batch_size
-    budget = (default_memory_budget() if options.memory_budget is None
-              else Share(options.memory_budget, "memory_budget argument"))
+    resources, batch_size = options.resources, options.batch_size
+    max_workers, prefetch = resolve_workers(resources.workers), resources.prefetch
+    budget = (default_memory_budget() if resources.memory_budget is None
+              else Share(resources.memory_budget, "memory_budget argument"))
 
     def layout(slots: int) -> Layout:
         if options.gpu_augment:
             return PackedLayout.for_source(source, slots, batch_size)
-        output = options.transform_output
         if output is None:
             return SlotLayout(slots, batch_size, options.image_size)
         return SlotLayout(slots, batch_size, options.image_size, output.shape, output.dtype.str)

@@ -140,7 +140,7 @@ def run_task(
         return None
 
     try:
-        filled = fill(task.indices, task.spare, load)
+        filled = fill(task.indices, task.spare, load, source.part_of)
     except _Stop as stopped:
         return stopped.done
     return Done(task.generation, task.batch_no, task.slot, np.asarray(filled.delivered, np.int64), filled.skipped,

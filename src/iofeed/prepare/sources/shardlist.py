@@ -1,22 +1,24 @@
 """Shard lists as users write them: a path, a glob, a brace list (`shards-{000000..000127}.tar`),
 a folder of shards, or s3/gs/http(s) URLs, each shard once and braces bounded; remote shards
-copied into the spool folder (one that cannot be read is a rejection, one not there an error)."""
+copied into the spool folder within its room (one that cannot be read is a rejection, one not there
+an error)."""
 from __future__ import annotations
 
 import glob
 import math
 import os
 import re
-import shutil
 from pathlib import Path
 
 from ...errors import SourceError
 from ...remote.retry import describe, policy_from_env, with_retries
 from ...remote.urls import filesystem, is_url, scheme
 from ..scan import Rejection
+from .spool import copy_within, spool_room
 
 _GROUP = re.compile(r"\{([^{}]*)\}")
 _RANGE = re.compile(r"^(\d+)\.\.(\d+)$")
+_COMPRESSED_NAME = re.compile(r"(\.tar\.(gz|bz2|xz)|\.tgz|\.tbz2?|\.txz)$")  # a compressed tar's name
 MAX_NAMES = 1_000_000  # shards one pattern may name: far above any dataset, far below a MemoryError
 
 
@@ -90,7 +92,24 @@ def list_shards(spec: str) -> list[str]:
     if not found:
         raise SourceError(f"no tar shards in {spec}")
     _check_once(spec, found)
+    _check_twins(found)
     return found
+
+
+def _check_twins(shards: list[str]) -> None:
+    """SourceError naming `x.tar` and `x.tar.gz` (or .tgz, .bz2, .xz) when both are listed: one
+    is the other compressed (a `gzip -k` or `gunzip -k` left both), so reading both would store
+    each sample twice, and reading one of them silently would drop the other's samples if they
+    differ. The user knows which one is meant."""
+    seen: dict[str, str] = {}
+    for shard in shards:
+        stem = _COMPRESSED_NAME.sub(".tar", shard)
+        other = seen.setdefault(stem, shard)
+        if other != shard:
+            first, second = sorted((other, shard), key=len)
+            raise SourceError(f"{first} and {second} look like two copies of one shard ({os.path.basename(stem)}, "
+                              "compressed): reading both would store its samples twice; name the one to read (a "
+                              "glob such as DIR/*.tar) or move the other away")
 
 
 def _check_once(spec: str, shards: list[str]) -> None:
@@ -119,20 +138,25 @@ class Unfetchable(SourceError):
     a rejection of that shard, named by its URL, not the end of the run."""
 
 
-def fetch(url: str, spool: Path) -> Path:
-    """A local copy of the shard at `url` in `spool` (streamed to disk, retried when transient).
-    SourceError when it is not there (a wrong name in the list), Unfetchable when it cannot be read."""
+def fetch(url: str, spool: Path, room: int | None = None) -> Path:
+    """A local copy of the shard at `url` in `spool` (streamed to disk, retried when transient),
+    within `room` bytes (None: `spool_room`, the disk's free space less a reserve). SourceError
+    when it is not there (a wrong name in the list) or passes the room (`copy_within`: nothing
+    left), Unfetchable when it cannot be read."""
     entry, policy = scheme(url), policy_from_env()
     fs = filesystem(url, None, policy)  # its per-attempt deadlines follow IOFEED_RETRY_SECONDS too
     spool.mkdir(parents=True, exist_ok=True)
     target = spool / f"{len(list(spool.iterdir())):06d}.tar"
+    room = spool_room(spool) if room is None else room
 
     def copy() -> None:
-        with fs.open(url, "rb", **entry.stream) as src, open(target, "wb") as out:
-            shutil.copyfileobj(src, out, 8 << 20)
+        with fs.open(url, "rb", **entry.stream) as src:
+            copy_within(iter(lambda: src.read(8 << 20), b""), target, room, url, "downloaded")
 
     try:
         with_retries(copy, policy)
+    except SourceError:  # past the room, or the disk failed the write: said as it is, not as the storage's
+        raise
     except Exception as exc:  # noqa: BLE001 - storage errors of any library, judged by their cause
         target.unlink(missing_ok=True)
         what = describe(exc)  # fsspec calls every failed HTTP open "not found": only a real 404 is

@@ -14,12 +14,13 @@ import tarfile
 import tempfile
 import zlib
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 from ..scan import Rejection
+from .spool import copy_within, spool_room
 
 BLOCK = 512  # a tar block: headers and data start on these
 Members = dict[str, tuple[int, int]]  # extension -> (data offset, size)
@@ -81,9 +82,10 @@ def is_tar(path: str | Path) -> bool:
     return header_ok(head) or compression(path) is not None
 
 
-def read_shard(path: str, name: str, spool: Path | None = None) -> ShardRead:
+def read_shard(path: str, name: str, spool: Path | None = None, room: int | None = None) -> ShardRead:
     """Every sample of the tar at `path` (`name` is how rejections call it: its path or URL). A
-    compressed tar is copied out uncompressed into `spool`, or rejected when there is none; a FIFO
+    compressed tar is copied out uncompressed into `spool` (at most `room` bytes, by default the
+    spool disk's free space less a reserve: `spool_room`), or rejected when there is none; a FIFO
     or a device named like a shard is rejected by name, never opened (a read would wait for ever)."""
     try:
         regular = stat.S_ISREG(os.stat(path).st_mode)
@@ -97,7 +99,7 @@ def read_shard(path: str, name: str, spool: Path | None = None) -> ShardRead:
         if spool is None:
             return _rejected_whole(path, name, f"compressed tar ({kind}: shards are read in place by offset; "
                                    "decompress it and index the .tar)")
-        path = _decompressed(path, kind, spool)
+        path = _decompressed(path, name, kind, spool, room)
     result = ShardRead(path)
     try:
         entries, damage = _members(path)
@@ -200,15 +202,27 @@ def _keys_anyway(path: str) -> list[str]:
     return list(keys)
 
 
-def _decompressed(path: str, kind: str, spool: Path) -> str:
-    """An uncompressed copy of the compressed tar at `path`, in `spool`."""
+def _decompressed(path: str, name: str, kind: str, spool: Path, room: int | None) -> str:
+    """An uncompressed copy of the compressed tar at `path`, in `spool`, within `room` bytes (None:
+    `spool_room`); SourceError naming the shard (`name`) past it (`copy_within`)."""
     spool.mkdir(parents=True, exist_ok=True)
-    fd, target = tempfile.mkstemp(suffix=".tar", dir=spool)
-    opener = next(opener for name, opener in COMPRESSED.values() if name == kind)
-    with os.fdopen(fd, "wb") as out, opener(path, "rb") as src:
-        try:
-            for piece in iter(lambda: src.read1(1 << 16), b""):  # read1: a cut stream keeps what came before
-                out.write(piece)
-        except DECOMPRESS_ERRORS:
-            pass  # a damaged stream: what came out is read, and ends without its marker
+    room = spool_room(spool) if room is None else room
+    opener = next(opener for label, opener in COMPRESSED.values() if label == kind)
+    with opener(path, "rb") as src:
+        fd, target = tempfile.mkstemp(suffix=".tar", dir=spool)
+        os.close(fd)
+        copy_within(_pieces(src), Path(target), room, name, "decompressed")
     return target
+
+
+def _pieces(src: Any) -> Iterator[bytes]:
+    """The decompressed bytes of `src` in pieces, up to where a damaged stream breaks (read1: a cut
+    stream keeps what came before; what came out is read, and ends without its marker)."""
+    while True:
+        try:
+            piece = src.read1(1 << 16)  # a gzip, bz2 or lzma file
+        except DECOMPRESS_ERRORS:
+            return
+        if not piece:
+            return
+        yield piece

@@ -6,6 +6,8 @@ index or a name), `txt` (a name) or `json` (its `label`, or the key `--label-col
 from __future__ import annotations
 
 import json
+import re
+import unicodedata
 from collections import Counter
 from typing import Any
 
@@ -20,6 +22,10 @@ from .targets import Targets
 from .tarread import Members, read_shard
 
 LABEL_EXTENSIONS = ("cls", "txt", "json")
+CAPTION_WORDS = 5  # class names run to 4 words ("West Highland white terrier"); captions are longer
+CAPTION_WIDTH = 40  # columns: "American Staffordshire terrier" is 30
+_CLAUSES = re.compile(r"[,;\uff0c\uff1b\u3001]")  # comma, semicolon, and their CJK forms
+ARTICLES = frozenset({"a", "an", "the"})  # in most English captions; in few class names ("hen of the woods")
 DEFAULT_JSON_LABEL = "label"
 
 
@@ -59,18 +65,41 @@ def from_txt(members: Members, label_key: str | None) -> bool:
 
 def refuse_captions(labels: list[tuple[str, Any]], src: str) -> None:
     """SourceError when the labels taken from `txt` members (sample name, label) look like
-    captions, as img2dataset writes them: at least 2 of them, and more than half the samples with
-    a text no other sample has (each caption would become a class of one sample)."""
+    captions, as img2dataset writes them: at least 2 of them, more than half the samples with a
+    text no other sample has (each caption would become a class of one sample), and most of those
+    texts reading as sentences (`reads_as_caption`). Class names pass however few samples each
+    has (a few-shot set, a face set of one picture per person)."""
     counts = Counter(label for _, label in labels)
     single = [(name, label) for name, label in labels if counts[label] == 1]
-    if len(labels) >= 2 and 2 * len(single) > len(labels):
-        name, label = single[0]
+    sentences = [(name, label) for name, label in single if reads_as_caption(label)]
+    if len(labels) >= 2 and 2 * len(single) > len(labels) and 2 * len(sentences) > len(single):
+        name, label = sentences[0]
         shown = label if len(str(label)) <= 40 else f"{str(label)[:37]}..."
         raise SourceError(f"{src}: the txt members look like captions, not class names ({len(single)} of "
                           f"{len(labels)} samples have a text no other has, e.g. {name}: {shown!r}): pass "
                           "--label-column json to keep each json as the sample's extra (img2dataset shards), "
                           "--label-column KEY for a label under KEY in each json, or --label-names to make each "
                           "text a class")
+
+
+def reads_as_caption(text: Any) -> bool:
+    """Whether a `txt` label reads as a sentence, not a class name: one of its parts between commas
+    or semicolons has CAPTION_WORDS words, or is CAPTION_WIDTH columns wide (a wide character, as
+    Chinese or Japanese are written without spaces, counts two) with a space or a wide character
+    in it; or the whole text has CAPTION_WORDS words, an English article among them ("a tabby cat,
+    asleep on the sofa": short clauses). Class names are short, a list of synonyms ("great white
+    shark, white shark, man-eater, ...", as ImageNet names) is short parts without articles, and
+    one long token of a script with spaces is a name or an identifier, not a sentence
+    (iNaturalist's "02913_Plantae_Tracheophyta_..._novae-angliae")."""
+    words = [word.strip(".,;:!?\"'()").lower() for word in str(text).split()]
+    if len(words) >= CAPTION_WORDS and not ARTICLES.isdisjoint(words):
+        return True
+    for part in _CLAUSES.split(str(text)):
+        widths = [2 if unicodedata.east_asian_width(c) in "WF" else 1 for c in part.strip()]
+        count = len(part.split())
+        if count >= CAPTION_WORDS or (sum(widths) >= CAPTION_WIDTH and (count > 1 or 2 in widths)):
+            return True
+    return False
 
 
 def shard_targets(label_column: str | None) -> Targets:

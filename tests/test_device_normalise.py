@@ -1,0 +1,232 @@
+"""Issue 30 §2: with a GPU, tf and Keras (torch backend) hand uint8 batches over the bus and
+normalise on the device; without one, on the host. The device path is the same code on the CPU:
+the device decision (`gpu_device`, `training_device`), forced here onto the CPU, stands in for the
+GPU this machine lacks. Pixels encode labels (helpers/images.py), so a mix-up shows."""
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+os.environ.setdefault("KERAS_BACKEND", "tensorflow")  # Keras on TensorFlow in this process
+
+import numpy as np
+import pytest
+
+import iofeed
+from helpers.images import label_from_pixels
+from helpers.keras_fit import run_on_backend
+
+SIZE = 32
+MEAN = (0.485, 0.456, 0.406)
+STD = (0.229, 0.224, 0.225)
+RECIPE = iofeed.Recipe(mean=MEAN, std=STD)
+
+
+def pixels_of(normalised: np.ndarray) -> np.ndarray:
+    """0-255 pixels back from images normalised with MEAN/STD."""
+    return (normalised * np.array(STD) + np.array(MEAN)) * 255.0
+
+
+@pytest.fixture
+def tf_on_device(monkeypatch):
+    """TensorFlow as it is with one GPU visible: the tf adapter's device path, on "/cpu:0"."""
+    import iofeed.adapters.tf as tf_adapter
+
+    # not raising: code without the device decision then takes its one path, and the asserts say why it fails
+    monkeypatch.setattr(tf_adapter, "gpu_device", lambda: "/cpu:0", raising=False)
+    return tf_adapter
+
+
+def _tf_epochs(source, epochs, **options):
+    """[[(labels, images) per batch] per epoch] of `framework="tf"`, and the loader's settings."""
+    options = {"batch_size": 4, "image_size": SIZE, "workers": 1, "seed": 3, "framework": "tf", **options}
+    dataset = iofeed.loader(source, **options)
+    with dataset.iofeed_loader as loader:
+        got = [[(labels.numpy(), images.numpy()) for images, labels in dataset] for _ in range(epochs)]
+        return got, loader.stats.settings, dataset
+
+
+@pytest.mark.tf
+def test_tf_device_path_hands_uint8_through_the_generator(colour_dataset, tf_on_device):
+    """Today the generator yields float32 normalised on the host: 4x the bytes over the bus."""
+    dataset = iofeed.loader(colour_dataset, batch_size=4, image_size=SIZE, workers=1, framework="tf", augment=RECIPE)
+    with dataset.iofeed_loader as loader:
+        images, _ = next(iter(dataset))
+        batches = iter(loader)  # what the generator hands TensorFlow: the adapter's output
+        passed, _ = next(batches)
+        batches.close()
+    assert passed.dtype == np.uint8 and passed.shape == (4, SIZE, SIZE, 3), "uint8 through the generator"
+    assert images.dtype.name == "float32" and images.shape == (4, SIZE, SIZE, 3), "float32 after the device map"
+    assert images.numpy().nbytes == 4 * passed.nbytes
+
+
+@pytest.mark.tf
+def test_tf_device_path_gives_the_host_paths_pixels_and_labels(colour_dataset, tf_on_device):
+    """The device map normalises as numpy does on the host, batch for batch over two epochs, and
+    `stats.settings["normalise_on"]` says where (today: no such setting, and no device path)."""
+    with pytest.MonkeyPatch.context() as host:
+        host.setattr(tf_on_device, "gpu_device", lambda: None, raising=False)
+        expected, host_settings, _ = _tf_epochs(colour_dataset, 2, augment=RECIPE)
+    got, settings, dataset = _tf_epochs(colour_dataset, 2, augment=RECIPE)
+    assert host_settings["normalise_on"] == "host" and settings["normalise_on"] == "/cpu:0"
+    images_spec, labels_spec = dataset.element_spec
+    assert images_spec.dtype.name == "float32" and images_spec.shape.as_list() == [None, SIZE, SIZE, 3]
+    assert labels_spec.dtype.name == "int64"
+    assert [len(epoch) for epoch in got] == [len(epoch) for epoch in expected] == [8, 8]
+    for epoch_got, epoch_expected in zip(got, expected, strict=True):
+        for (labels, images), (host_labels, host_images) in zip(epoch_got, epoch_expected, strict=True):
+            assert np.array_equal(labels, host_labels)
+            assert images.dtype == np.float32 and images.shape == (4, SIZE, SIZE, 3)
+            np.testing.assert_allclose(images, host_images, rtol=1e-6, atol=1e-5)
+            assert [label_from_pixels(pixels_of(image)) for image in images] == labels.tolist()
+    assert [labels.tolist() for labels, _ in got[0]] != [labels.tolist() for labels, _ in got[1]], "a new epoch"
+
+
+@pytest.mark.tf
+def test_tf_device_path_batches_kept_stay_as_delivered(colour_dataset, tf_on_device):
+    """Issue 30 §1 on the device path: two epochs kept (more than the engine's slots) stay as they came."""
+    from helpers.contract import assert_kept_unchanged, keep_two_epochs
+
+    dataset = iofeed.loader(colour_dataset, batch_size=4, image_size=SIZE, workers=1, seed=2, prefetch=2,
+                            framework="tf", augment=RECIPE)
+    with dataset.iofeed_loader as loader:
+        assert loader.stats.settings["normalise_on"] == "/cpu:0"
+        kept = keep_two_epochs(dataset, lambda x: np.array(x.numpy()))
+        assert_kept_unchanged(kept, lambda x: x.numpy(), loader.stats.settings["prefetch_batches"] + 1)
+
+
+@pytest.mark.tf
+def test_tf_device_path_restarts_an_abandoned_pass_and_stops_at_close(colour_dataset, tf_on_device):
+    """The Loader's rules hold through `copy_to_device`: a peeked-at pass is begun again, each full
+    pass is the next epoch, and closing ends a live iterator cleanly with one warning line."""
+    from iofeed.adapters.tf import PREFETCH
+
+    dataset = iofeed.loader(colour_dataset, batch_size=4, image_size=SIZE, workers=1, seed=3, framework="tf")
+    with dataset.iofeed_loader as loader:
+        assert loader.stats.settings["normalise_on"] == "/cpu:0"
+        peeked = [labels.numpy().tolist() for _, labels in dataset.take(1)]
+        passes = [[labels.numpy().tolist() for _, labels in dataset] for _ in range(2)]
+        assert loader.epoch == 2 and [len(p) for p in passes] == [8, 8]
+    assert peeked[0] == passes[0][0] and passes[0] != passes[1]
+    dataset = iofeed.loader(colour_dataset, batch_size=4, image_size=SIZE, workers=1, seed=3, framework="tf")
+    iterator = iter(dataset)
+    next(iterator)
+    with pytest.warns(UserWarning, match="this loader was closed.*the tf dataset stops here"):
+        dataset.iofeed_loader.close()
+        rest, again = list(iterator), list(iter(dataset))
+    # made before the close: the prefetch buffer, and one batch in each of the copy and the map stages
+    assert len(rest) <= PREFETCH + 2 and again == [], (len(rest), len(again))
+
+
+@pytest.mark.tf
+def test_tf_device_path_keeps_keras_default_0_255_floats(colour_dataset, tf_on_device):
+    """No mean/std in the recipe: the device map's float32 0-255 are the stored pixels."""
+    got, settings, _ = _tf_epochs(colour_dataset, 1)
+    with iofeed.loader(colour_dataset, batch_size=4, image_size=SIZE, workers=1, seed=3) as plain:
+        expected = [(labels.copy(), images.astype(np.float32)) for images, labels in plain]
+    assert settings["normalise_on"] == "/cpu:0" and len(got[0]) == len(expected) == 8
+    for (labels, images), (np_labels, np_images) in zip(got[0], expected, strict=True):
+        assert np.array_equal(labels, np_labels) and np.array_equal(images, np_images)
+
+
+@pytest.mark.tf
+def test_tf_batch_transform_sees_device_normalised_floats(colour_dataset, tf_on_device):
+    """The batch transform's `.map` comes after the device map: it gets float32 normalised images."""
+    seen: list[str] = []
+
+    def doubled(images, labels):
+        seen.append(images.dtype.name)  # when traced
+        return images * 2.0, labels
+
+    with pytest.MonkeyPatch.context() as host:
+        host.setattr(tf_on_device, "gpu_device", lambda: None, raising=False)
+        expected, _, _ = _tf_epochs(colour_dataset, 1, augment=RECIPE)
+    got, settings, _ = _tf_epochs(colour_dataset, 1, augment=RECIPE, batch_transform=doubled)
+    assert settings["normalise_on"] == "/cpu:0"
+    assert seen and set(seen) == {"float32"}
+    assert len(got[0]) == len(expected[0]) == 8
+    for (labels, images), (host_labels, host_images) in zip(got[0], expected[0], strict=True):
+        assert np.array_equal(labels, host_labels)
+        np.testing.assert_allclose(images, 2.0 * host_images, rtol=1e-6, atol=1e-5)
+
+
+@pytest.mark.tf
+@pytest.mark.keras
+@pytest.mark.slow
+@pytest.mark.filterwarnings("ignore:Your input ran out of data")
+def test_keras_on_tensorflow_fits_on_the_device_path(colour_dataset, tf_on_device):
+    """Keras' TensorFlow backend gets the tf adapter's dataset: it trains from the device map."""
+    import keras
+
+    from helpers.keras_fit import tiny_classifier
+
+    keras.utils.set_random_seed(0)
+    train = iofeed.loader(colour_dataset, batch_size=4, image_size=SIZE, workers=1, seed=11, framework="keras")
+    with train.iofeed_loader as loader:
+        assert loader.stats.settings["normalise_on"] == "/cpu:0"
+        history = tiny_classifier(SIZE).fit(train, epochs=2, shuffle=False, verbose=0)  # the loader shuffles
+        assert loader.epoch == 2 and loader.stats.images == 2 * 32
+    assert len(history.history["loss"]) == 2 and all(np.isfinite(history.history["loss"]))
+
+
+@pytest.mark.keras
+@pytest.mark.torch
+@pytest.mark.slow  # a process importing Keras and torch
+def test_keras_torch_device_path_gives_the_host_paths_pixels_and_fits(colour_dataset, tmp_path):
+    """Keras' torch backend with its device forced to "cpu": the device path's tensors equal the host
+    path's, labels intact, the setting says where, and `fit` trains on them (today: host only)."""
+    got = run_on_backend("helpers.keras_device", colour_dataset, tmp_path / "device.json", "torch")
+    assert got["normalise_on"] == ["host", "cpu"]
+    host, device = got["host"], got["device"]
+    assert len(device["labels"]) == len(host["labels"]) == 8
+    assert device["labels"] == host["labels"], "the same batches, in the same order"
+    assert device["pixel_labels"] == device["labels"], "each image's pixels still say its label"
+    assert device["types"] == ["torch.float32 cpu (4, 32, 32, 3)"] and host["types"] == device["types"]
+    assert device["max_difference"] <= 1e-5
+    assert device["changed"] == host["changed"] == 0, "batches kept to the end of the epoch stay as delivered"
+    assert got["fit_steps"] == 3 and all(np.isfinite(got["fit_loss"]))
+
+
+def test_doctor_names_host_normalisation_while_the_gpu_waits():
+    """`iofeed doctor` reads `normalise_on` from the loaders' stats: host normalisation beside a GPU
+    and a waiting loop is named, with the device paths as advice; not without a GPU, a wait, or on
+    a device."""
+    from iofeed.doctor.patterns import host_normalise_finding
+
+    def stats(where, wait=4.0):
+        return {"images": 1000, "wait_seconds": wait, "elapsed_seconds": 10.0, "settings": {"normalise_on": where}}
+
+    finding = host_normalise_finding([stats("/gpu:0"), stats("host")], gpus=1)
+    assert finding is not None and finding.code == "host-normalise" and finding.heuristic
+    assert "40% of 10 s" in finding.evidence[1] and any("CUDA_VISIBLE_DEVICES" in a for a in finding.advice)
+    assert host_normalise_finding([stats("host")], gpus=0) is None, "no GPU: nothing waits for it"
+    assert host_normalise_finding([stats("host", wait=1.0)], gpus=1) is None, "the loop hardly waits"
+    assert host_normalise_finding([stats("/gpu:0"), stats(None)], gpus=1) is None
+
+
+@pytest.mark.torch
+@pytest.mark.gpu
+def test_keras_torch_cuda_path_normalises_the_uint8_batch_on_the_gpu(colour_dataset):
+    """The CUDA twin (no Keras needed): uint8 batches copied to the GPU and normalised there equal
+    the host path's, labels and all."""
+    import torch
+
+    from iofeed.adapters.keras_torch import TorchBatches
+    from iofeed.adapters.normalize import uint8_affine
+    from iofeed.backends.base import Batch
+
+    affine = uint8_affine(MEAN, STD)
+    on_gpu, on_host = TorchBatches(affine, device="cuda:0"), TorchBatches(affine)
+    checked = 0
+    with iofeed.loader(colour_dataset, batch_size=4, image_size=SIZE, workers=1) as plain:
+        for images, labels in plain:
+            batch = Batch(images=np.array(images), labels=np.array(labels), indices=np.arange(len(labels)))
+            gpu_images, gpu_labels = on_gpu(batch)
+            host_images, host_labels = on_host(batch)
+            assert gpu_images.device.type == "cuda" and gpu_images.dtype == torch.float32
+            torch.testing.assert_close(gpu_images.cpu(), host_images, rtol=1e-6, atol=1e-5)
+            assert gpu_labels.cpu().tolist() == host_labels.tolist() == labels.tolist()
+            assert [label_from_pixels(pixels_of(image)) for image in gpu_images.cpu().numpy()] == labels.tolist()
+            checked += 1
+    on_gpu.close()
+    assert checked == 8
