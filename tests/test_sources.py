@@ -159,6 +159,61 @@ def test_parquet_written_by_pyarrow_is_read_a_row_group_at_a_time(tmp_path):
                         f"{where}#11": "no image (column 'img' is empty)"}
 
 
+def _parquet_of(tmp_path: Path, count: int) -> tuple[Path, int]:
+    """A Parquet file of `count` good rows (and `_table_rows`' two bad ones); the bytes of its images."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    images, labels, _ = _table_rows(count)
+    path = tmp_path / "src" / "part.parquet"
+    path.parent.mkdir()
+    pq.write_table(pa.table({"img": pa.array(images, pa.binary()), "label": pa.array(labels, pa.int64())}), path,
+                   row_group_size=4)
+    return path, sum(len(data) for data, label in zip(images, labels) if data and label is not None)
+
+
+@pytest.mark.pyarrow
+def test_parquet_cells_past_the_spool_s_room_are_refused_leaving_no_partial_copy(tmp_path):
+    """preprocess copied every image cell of a table into its spool without a bound (a table larger
+    than the disk beside OUT filled it); now, as a compressed tar's copy, only within the spool's
+    room (free space less a reserve; here injected), in one line naming the file and the bound."""
+    from iofeed.prepare.sources.tables import scan_parquet
+
+    path, size = _parquet_of(tmp_path, 10)
+    spool = tmp_path / "spool"
+    with pytest.raises(SourceError) as refused:
+        scan_parquet(str(path), SourceOptions(spool=spool), room=size - 1)
+    message = str(refused.value)
+    bound = f"{path}: copied out (its image cells), it passes {size - 1:,} bytes, the room for it beside the output"
+    assert "\n" not in message and message.startswith(bound), message
+    assert message.endswith("write the output (-o) to a disk with room for the table's images")
+    assert list(spool.iterdir()) == [], "no partial copy left"
+    scan = scan_parquet(str(path), SourceOptions(spool=spool), room=size)
+    assert len(scan.paths) == 10 and (spool / "000000.bin").stat().st_size == size
+    blob = (spool / "000000.bin").read_bytes()
+    images, _, _ = _table_rows(10)
+    assert [blob[start:start + length] for start, length in scan.spans] == images[:10], "each cell at its offset"
+
+
+@pytest.mark.pyarrow
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs Linux's /dev/full, a disk always full")
+def test_a_full_disk_under_parquet_cells_is_a_one_line_error_naming_the_file(tmp_path):
+    """A write of the spool file that the disk fails raised a bare OSError naming neither the table
+    nor what to do; now it is the spool's one-line error, and the partial file is removed."""
+    from iofeed.prepare.sources.tables import scan_parquet
+
+    path, _ = _parquet_of(tmp_path, 3)
+    spool = tmp_path / "spool"
+    spool.mkdir()
+    (spool / "000000.bin").symlink_to("/dev/full")  # writes fail with ENOSPC; removing the link leaves it be
+    with pytest.raises(SourceError) as refused:
+        scan_parquet(str(path), SourceOptions(spool=spool), room=1 << 30)
+    message = str(refused.value)
+    assert "\n" not in message and message.startswith(f"{path}: writing it copied out (its image cells) beside the "
+                                                       f"output in {tmp_path} failed after "), message
+    assert "(No space left on device)" in message and not os.path.lexists(spool / "000000.bin")
+
+
 @pytest.mark.pyarrow
 @pytest.mark.parametrize(("option", "message"), [({"image_column": "label"}, "column 'label' holds int64, not images"),
                                                  ({"label_column": "img"}, "column 'img' holds bytes")])

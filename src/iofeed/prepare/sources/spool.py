@@ -19,13 +19,15 @@ def spool_room(spool: Path, disk_usage: Callable[[Path], Any] = shutil.disk_usag
     return max(free - disk_reserve(free), 0)
 
 
-def copy_within(pieces: Iterable[bytes], target: Path, room: int, name: str, copied: str) -> int:
+def copy_within(pieces: Iterable[bytes | memoryview], target: Path, room: int, name: str, copied: str,
+                fix: str | None = None) -> int:
     """Write `pieces` to `target`, at most `room` bytes; the bytes written. SourceError naming the
     shard (`name`, how it is copied: "decompressed", "downloaded") and the bound when it would pass it (a
     huge shard, a zip bomb), or the write's cause when the disk fails it (a full disk is no
-    damaged shard); the partial copy is removed. Errors reading `pieces` pass through as they are."""
+    damaged shard), ending with `fix` (what to do; by default, for a shard); the partial copy is
+    removed. Errors reading `pieces` pass through as they are."""
     written = 0
-    fix = f"free disk there, or put the shard where there is room ({copied}) and pass its path"
+    fix = fix or f"free disk there, or put the shard where there is room ({copied}) and pass its path"
     out = open(target, "wb")
     try:
         for piece in pieces:

@@ -2,7 +2,7 @@
 `save_to_disk` (Arrow stream files), with an image column (bytes, or `{"bytes", "path"}`) and a
 label column; the other columns (those holding no images) are each sample's extra. Read a row
 group (an Arrow record batch) at a time, never the whole table; each image's bytes are copied
-into a spool file the workers read by offset."""
+into a spool file the workers read by offset, within the spool's room (`spool.copy_within`)."""
 from __future__ import annotations
 
 import json
@@ -17,6 +17,7 @@ from ...errors import SourceError, require
 from ..scan import Rejection
 from .base import SourceOptions, SourceScan
 from .label_cells import missing
+from .spool import copy_within, spool_room
 from .targets import Targets
 
 DEFAULT_LABEL = "label"
@@ -40,8 +41,9 @@ def is_hf_dataset(path: str | Path) -> bool:
     return (Path(path) / HF_STATE).is_file() or (Path(path) / HF_DICT).is_file()
 
 
-def scan_parquet(src: str, options: SourceOptions) -> SourceScan:
-    """The rows of a Parquet file, or of every Parquet file in a folder (by content, sorted)."""
+def scan_parquet(src: str, options: SourceOptions, room: int | None = None) -> SourceScan:
+    """The rows of a Parquet file, or of every Parquet file in a folder (by content, sorted); each
+    file's image cells copied into the spool within `room` bytes (None: `spool_room`)."""
     pq = require("pyarrow.parquet", "parquet")
     path = Path(src)
     files = [p for p in sorted(path.rglob("*")) if p.is_file() and is_parquet(p)] if path.is_dir() else [path]
@@ -66,7 +68,7 @@ def scan_parquet(src: str, options: SourceOptions) -> SourceScan:
                               "SRC)") from None
 
     for number, file in enumerate(files):
-        _spool_rows(result, str(file), number, batches(file), options)
+        _spool_rows(result, str(file), number, batches(file), options, room)
     return result.scan
 
 
@@ -78,8 +80,9 @@ def _parquet_file(pq: Any, path: Path) -> Any:
         raise SourceError(f"cannot read Parquet file {path}: {exc} (write it again, or leave it out of SRC)") from None
 
 
-def scan_hf(src: str, options: SourceOptions) -> SourceScan:
-    """The rows of a dataset saved by `datasets.save_to_disk` (its Arrow files, memory-mapped)."""
+def scan_hf(src: str, options: SourceOptions, room: int | None = None) -> SourceScan:
+    """The rows of a dataset saved by `datasets.save_to_disk` (its Arrow files, memory-mapped); each
+    file's image cells copied into the spool within `room` bytes (None: `spool_room`)."""
     pa = require("pyarrow", "hf")
     root = Path(src)
     if (root / HF_DICT).is_file():
@@ -116,7 +119,7 @@ def scan_hf(src: str, options: SourceOptions) -> SourceScan:
             raise _unreadable_arrow(file, exc) from None
 
     for number, file in enumerate(files):
-        _spool_rows(result, str(file), number, batches(file), options)
+        _spool_rows(result, str(file), number, batches(file), options, room)
     return result.scan
 
 
@@ -221,30 +224,41 @@ def _bad_features(where: Path, what: str) -> SourceError:
     return SourceError(f"{where}: {what} (write the dataset again with `datasets`, or remove its features)")
 
 
-def _spool_rows(setup: _Setup, file: str, number: int, batches: Iterator[Any], options: SourceOptions) -> None:
-    """Accept or reject each row of `batches`; accepted images are appended to a spool file."""
+def _spool_rows(setup: _Setup, file: str, number: int, batches: Iterator[Any], options: SourceOptions,
+                room: int | None) -> None:
+    """Accept or reject each row of `batches`; accepted images are appended to a spool file, at
+    most `room` bytes of it (None: the spool disk's room now, `spool_room`). SourceError naming
+    `file` and the bound past it, or when the disk fails a write; the partial spool file removed."""
     options.spool.mkdir(parents=True, exist_ok=True)
     spool = options.spool / f"{number:06d}.bin"
+    room = spool_room(options.spool) if room is None else room
+    fix = "free disk there, or write the output (-o) to a disk with room for the table's images"
+    copy_within(_accepted(setup, file, spool, batches), spool, room, file, "copied out (its image cells)", fix)
+
+
+def _accepted(setup: _Setup, file: str, spool: Path, batches: Iterator[Any]) -> Iterator[memoryview]:
+    """The image bytes of the accepted rows of `batches`, in order, each added to the scan at its
+    offset in `spool`; rows without a label or an image are rejected with the reason."""
     base = Path(file).parent
-    row = 0
-    with open(spool, "wb") as out:
-        for batch in batches:
-            labels = batch.column(setup.label).to_pylist()
-            extras = _extras(batch, setup.extras)
-            for (data, path), label, extra in zip(_cells(batch.column(setup.image)), labels, extras):
-                name = f"{file}#{row}"
-                row += 1
-                if missing(label):
-                    blank = "null" if label is None else repr(label)  # NaN: pandas' missing value
-                    setup.scan.rejected.append(Rejection(name, f"no label (column {setup.label!r} is {blank})"))
-                elif data:
-                    setup.scan.add(str(spool), name, label, extra, (out.tell(), len(data)))
-                    out.write(data)
-                elif path and (base / path).is_file():
-                    setup.scan.add(os.fspath(base / path), name, label, extra)
-                else:
-                    where = f", its path {path} not found" if path else ""
-                    setup.scan.rejected.append(Rejection(name, f"no image (column {setup.image!r} is empty{where})"))
+    row = offset = 0
+    for batch in batches:
+        labels = batch.column(setup.label).to_pylist()
+        extras = _extras(batch, setup.extras)
+        for (data, path), label, extra in zip(_cells(batch.column(setup.image)), labels, extras):
+            name = f"{file}#{row}"
+            row += 1
+            if missing(label):
+                blank = "null" if label is None else repr(label)  # NaN: pandas' missing value
+                setup.scan.rejected.append(Rejection(name, f"no label (column {setup.label!r} is {blank})"))
+            elif data:
+                setup.scan.add(str(spool), name, label, extra, (offset, len(data)))
+                offset += len(data)
+                yield data
+            elif path and (base / path).is_file():
+                setup.scan.add(os.fspath(base / path), name, label, extra)
+            else:
+                where = f", its path {path} not found" if path else ""
+                setup.scan.rejected.append(Rejection(name, f"no image (column {setup.image!r} is empty{where})"))
 
 
 def _extras(batch: Any, columns: list[str]) -> list[dict | None]:
