@@ -14,7 +14,7 @@ from ..errors import OptionError
 from ..options import LoaderOptions
 from .base import EpochLoader
 from .model_scale import check_model_input
-from .normalize import PIXELS_AFFINE, options_affine, record_normalise_on
+from .normalize import PIXELS_AFFINE, Affine, options_affine, record_normalise_on
 
 
 class KerasAdapter:
@@ -138,25 +138,31 @@ class _Iterable:
         return self._start()
 
 
+def _affine(options: LoaderOptions) -> Affine:
+    """The recipe's normalisation; a uint8 recipe (`augment="uint8"`, normalize=False) gives 0-255
+    floats on every backend, Keras' `image_dataset_from_directory` convention (JAX and TensorFlow
+    handed out uint8 there, PyTorch floats: a model written on one broke on another)."""
+    return options_affine(options) or PIXELS_AFFINE
+
+
 def _tensorflow(options: LoaderOptions) -> tuple[Callable[[Batch], Any], Callable[[EpochLoader], Any]]:
     from .tf import TfAdapter
 
-    adapter = TfAdapter.from_options(options)
+    adapter = TfAdapter(_affine(options), options.batch_transform)
     return adapter, adapter.wrap
 
 
 def _jax(options: LoaderOptions) -> tuple[Callable[[Batch], Any], Callable[[EpochLoader], Any]]:
     from .jax import JaxAdapter
 
-    adapter = JaxAdapter.from_options(options)
+    adapter = JaxAdapter(options.dtype, options.sharding, _affine(options), options.batch_transform)
     return adapter, lambda loader: KerasBatches(adapter.wrap(loader))  # wrap: the layout checked now
 
 
 def _torch(options: LoaderOptions) -> tuple[Callable[[Batch], Any], Callable[[EpochLoader], Any]]:
     from .keras_torch import TorchBatches, training_device
 
-    affine = options_affine(options) or PIXELS_AFFINE  # a uint8 recipe: 0-255 floats, Keras' convention
-    return TorchBatches(affine, options.batch_transform, training_device()), KerasBatches
+    return TorchBatches(_affine(options), options.batch_transform, training_device()), KerasBatches
 
 
 # Keras backend name -> (per-batch conversion, what `iofeed.loader` returns over the Loader)
