@@ -331,6 +331,23 @@ def _saved_by_hand(root: Path) -> Path:
     return root
 
 
+@pytest.mark.pyarrow
+def test_saved_dataset_cells_past_the_spool_s_room_are_refused_leaving_no_partial_copy(tmp_path):
+    """The same bound for a `save_to_disk` folder's Arrow files (their cells share the Parquet copy)."""
+    from helpers.sources import encode, picture
+    from iofeed.prepare.sources.tables import scan_hf
+
+    root = _saved_by_hand(tmp_path / "saved")
+    size = sum(len(encode(picture(i), "png")) for i in range(3))
+    spool = tmp_path / "spool"
+    with pytest.raises(SourceError) as refused:
+        scan_hf(str(root), SourceOptions(spool=spool), room=size - 1)
+    assert str(refused.value).startswith(f"{root / 'data.arrow'}: copied out (its image cells), it passes "
+                                         f"{size - 1:,} bytes"), str(refused.value)
+    assert list(spool.iterdir()) == [], "no partial copy left"
+    assert len(scan_hf(str(root), SourceOptions(spool=spool), room=size).paths) == 3
+
+
 def _halve(path: Path) -> None:
     path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
 
