@@ -128,8 +128,8 @@ def loader(
             has mean/std; "jax" yields `jax.Array`s, NHWC images (normalised float32 by default)
             and int32 labels, sharded over the batch axis (see `sharding`); "keras" what
             `model.fit` takes on Keras' backend (float32 0-255 NHWC like "tf"; `take`/`repeat`
-            on every backend). With
-            `normalize=False` in the recipe, torch and tf hand out uint8 images.
+            on every backend). With `normalize=False` in the recipe, torch and tf hand out uint8
+            images; keras still float32 0-255 on every backend.
         device: where batches end up: None or "cpu", "cuda", "cuda:N", an ordinal or a
             `torch.device`. The DALI engine decodes there; the torch adapter copies there. A CUDA
             device this process cannot see (no GPU) is refused at once: pass "cpu".
