@@ -298,6 +298,24 @@ def test_a_cache_too_small_for_a_mixtures_streamed_source_is_refused(colour_data
     assert not [p for p in server.gets if p.endswith(".tar")], "refused before any shard was fetched"
 
 
+def test_shuffle_true_reads_a_streamed_source_block_wise_as_leaving_it_out_does(colour_dataset, small_dataset,
+                                                                               tmp_path):
+    """shuffle=True means the train split's default, "block" for a streamed source (as for a
+    streamed dataset alone); it used to read the mixture's streamed source as one permutation."""
+    from helpers.storage import CountingServer
+
+    server = CountingServer(small_dataset.parent)
+    kinds = {}
+    try:
+        mix = iofeed.Mix({str(colour_dataset): 1, f"{server.url}/{small_dataset.name}": 1})
+        for shuffle in (None, True, "global"):
+            with iofeed.loader(mix, batch_size=4, cache_dir=tmp_path / "cache", shuffle=shuffle, **OPTIONS) as ld:
+                kinds[shuffle] = ld.mixture.plan.kinds
+    finally:
+        server.close()
+    assert kinds == {None: ["global", "block"], True: ["global", "block"], "global": ["global", "global"]}
+
+
 @pytest.mark.slow
 def test_a_streamed_source_is_read_block_wise_within_a_cache_smaller_than_it(colour_dataset, tmp_path):
     """By default a mixture reads a streamed source block-wise: a cache holding two blocks of it is
@@ -508,6 +526,8 @@ def test_shuffle_none_is_refused_for_a_mixture_and_mix_for_one_source(colour_dat
     mix = iofeed.Mix({str(colour_dataset): 1, str(colour_tree): 1})
     with pytest.raises(OptionError, match="shuffle='none' does not apply to a Mix's train split"):
         iofeed.loader(mix, batch_size=4, shuffle="none", **OPTIONS)
+    with pytest.raises(OptionError, match="shuffle=False does not apply to a Mix's train split"):
+        iofeed.loader(mix, batch_size=4, shuffle=False, **OPTIONS)  # "none" as DataLoader spells it
     with pytest.raises(OptionError, match="shuffle='mix' is the order of an iofeed.Mix"):
         iofeed.loader(colour_dataset, batch_size=4, shuffle="mix", **OPTIONS)
 
