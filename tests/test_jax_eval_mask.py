@@ -96,3 +96,10 @@ def test_own_samples_cover_the_rest_of_an_epoch_exactly_once(samples, world, bat
 def test_valid_rows_keeps_the_first_row_of_a_sample_delivered_twice():
     """A spare from the next epoch may be one of the batch's own samples: it counts once."""
     assert valid_rows(np.array([5, 7, 5, 9]), np.array([5, 9])).tolist() == [True, False, False, True]
+
+
+def test_valid_rows_keeps_a_sample_planned_twice_in_one_batch_twice():
+    """A mixture's up-sampled source may plan one sample twice in a batch: both rows are its own
+    (a row per planned occurrence is valid, a spare beyond them is not)."""
+    assert valid_rows(np.array([4, 7, 4]), np.array([4, 7, 4])).tolist() == [True, True, True]
+    assert valid_rows(np.array([4, 4, 7, 4]), np.array([4, 7, 4])).tolist() == [True, True, True, False]

@@ -189,6 +189,16 @@ def test_up_and_down_sampling_over_5_epochs_with_exact_shares(colour_dataset, sm
                           str(small_dataset): {"delivered": 150, "skipped": Counter()}}
 
 
+def test_last_valid_keeps_each_planned_row_of_a_sample_up_sampled_twice_in_one_batch(small_dataset):
+    """16 samples of an 8-sample source: every sample is planned twice in the one batch of the
+    epoch, none is padding or a spare, so every row is valid (a repeat within a batch was masked)."""
+    mix = iofeed.Mix({str(small_dataset): 1}, epoch_samples=16)
+    with iofeed.loader(mix, batch_size=16, **OPTIONS) as ld:
+        indices, _ = _epoch(ld)
+        assert sorted(Counter(indices).values()) == [2] * 8, "each sample twice in the batch"
+        assert ld.last_valid.tolist() == [True] * 16
+
+
 def test_one_and_two_workers_give_the_same_mixture_order(colour_dataset, small_dataset, colour_tree):
     mix = iofeed.Mix({str(colour_dataset): 2, str(small_dataset): 1, str(colour_tree): 1})
     runs = []

@@ -75,7 +75,10 @@ class Loader(DataLoaderManners, Generic[BatchT]):
     @property
     def last_valid(self) -> NDArray[np.bool_]:
         """Per row of the latest batch, whether it scores its sample for the first time: False for a
-        padding repeat (JAX evaluation over several processes) or a spare in a skipped sample's place."""
+        padding repeat (JAX evaluation over several processes) or a spare in a skipped sample's place.
+        All True when nothing was padded or refilled (torch and numpy evaluation pad nothing and take
+        no spares). It is of the latest batch the Loader delivered: a tf/Keras dataset prefetches
+        ahead of the batch in hand, so there it is not that batch's."""
         return self._last_valid
 
     def __len__(self) -> int:
