@@ -146,6 +146,20 @@ def test_tf_sample_transform_floats_pass_as_they_are_on_both_paths(colour_datase
         assert [label_from_pixels(image) for image in images] == labels.tolist(), "0-255 floats, as returned"
 
 
+@pytest.mark.keras
+@pytest.mark.slow  # a process importing Keras and its backend
+@pytest.mark.parametrize("backend", [pytest.param("torch", marks=pytest.mark.torch),
+                                     pytest.param("jax", marks=pytest.mark.jax)])
+def test_keras_sample_transform_floats_pass_as_they_are(colour_dataset, tmp_path, backend):
+    """Keras on torch (host and device paths) and on JAX normalised a transform's 0-255 floats again
+    with the recipe's mean/std (values around -2..2, pixels no longer saying the label)."""
+    got = run_on_backend("helpers.keras_floats", colour_dataset, tmp_path / "floats.json", backend)
+    assert got["backend"] == backend
+    for path in [got["host"], got.get("device", got["host"])]:
+        assert path["batches"] == 8 and path["kinds"] == ["float32 (4, 16, 16, 3)"] and path["normalise_on"] is None
+        assert path["max"] > 50 and path["labels_ok"], "0-255 floats, as the transform returned them"
+
+
 @pytest.mark.tf
 def test_tf_batch_transform_sees_device_normalised_floats(colour_dataset, tf_on_device):
     """The batch transform's `.map` comes after the device map: it gets float32 normalised images."""
