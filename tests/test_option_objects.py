@@ -122,6 +122,19 @@ def test_an_object_knows_which_fields_were_passed_also_after_pickling():
     assert copied == Order(seed=0) and copied.passed == {"seed"}
 
 
+@pytest.mark.parametrize("asked, split, shuffle, drop_last", [
+    ({"shuffle": True}, "train", "global", True), ({}, "val", "none", False),
+    ({"order": Order(shuffle=False, drop_last=False)}, "train", "none", False)])
+def test_settings_record_the_order_as_resolved_beside_what_was_asked(colour_dataset, asked, split, shuffle, drop_last):
+    """`settings["options"]` keeps `shuffle=True` (or None) as asked; which order that became (a
+    local dataset's "global", a streamed one's "block") and the drop_last a split implies were in
+    no setting."""
+    with iofeed.loader(colour_dataset, **SMALL, split=split, workers=1, **asked) as ld:
+        settings = ld.stats.settings
+    assert (settings["shuffle"], settings["drop_last"]) == (shuffle, drop_last)
+    assert settings["options"]["shuffle"] == ld.options.order.shuffle
+
+
 @pytest.mark.parametrize("keyword, close", [("sed", "seed"), ("num_workers", "workers"), ("shufle", "shuffle"),
                                             ("image_szie", "image_size")])
 def test_an_unknown_keyword_is_refused_naming_the_close_matches(colour_dataset, keyword, close):

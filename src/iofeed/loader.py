@@ -51,7 +51,8 @@ class Loader(DataLoaderManners, Generic[BatchT]):
         self._accounting = BatchAccounting(source, backend.describe, options.skips.max_skipped, mixture)
         self._last_valid: NDArray[np.bool_] = np.empty(0, bool)  # per row of the latest batch (see last_valid)
         self.stats.fixed = {"samples": len(source), "rank": order.rank, "world_size": order.world_size,
-                            "batch_size": order.batch_size, "image_size": options.image_size}
+                            "batch_size": order.batch_size, "image_size": options.image_size,
+                            "shuffle": order.shuffle, "drop_last": order.drop_last}  # resolved; "options": asked
 
     @property
     def epoch(self) -> int:
