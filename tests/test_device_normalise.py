@@ -130,6 +130,37 @@ def test_tf_device_path_keeps_keras_default_0_255_floats(colour_dataset, tf_on_d
 
 
 @pytest.mark.tf
+@pytest.mark.parametrize("where", [None, "/cpu:0"], ids=["host", "device"])
+def test_tf_sample_transform_floats_pass_as_they_are_on_both_paths(colour_dataset, monkeypatch, where):
+    """A sample transform's float32 output (0-255, half the side) is the user's scale: neither the
+    host path nor the device path normalises it again, and its shape is the dataset's."""
+    import iofeed.adapters.tf as tf_adapter
+    from helpers.transforms import downscale
+
+    monkeypatch.setattr(tf_adapter, "gpu_device", lambda: where)
+    got, settings, dataset = _tf_epochs(colour_dataset, 1, augment=RECIPE, transform=downscale)
+    assert settings["normalise_on"] is None and dataset.element_spec[0].shape.as_list() == [None, 16, 16, 3]
+    assert len(got[0]) == 8
+    for labels, images in got[0]:
+        assert images.dtype == np.float32 and images.shape == (4, SIZE // 2, SIZE // 2, 3) and images.max() > 50
+        assert [label_from_pixels(image) for image in images] == labels.tolist(), "0-255 floats, as returned"
+
+
+@pytest.mark.keras
+@pytest.mark.slow  # a process importing Keras and its backend
+@pytest.mark.parametrize("backend", [pytest.param("torch", marks=pytest.mark.torch),
+                                     pytest.param("jax", marks=pytest.mark.jax)])
+def test_keras_sample_transform_floats_pass_as_they_are(colour_dataset, tmp_path, backend):
+    """Keras on torch (host and device paths) and on JAX normalised a transform's 0-255 floats again
+    with the recipe's mean/std (values around -2..2, pixels no longer saying the label)."""
+    got = run_on_backend("helpers.keras_floats", colour_dataset, tmp_path / "floats.json", backend)
+    assert got["backend"] == backend
+    for path in [got["host"], got.get("device", got["host"])]:
+        assert path["batches"] == 8 and path["kinds"] == ["float32 (4, 16, 16, 3)"] and path["normalise_on"] is None
+        assert path["max"] > 50 and path["labels_ok"], "0-255 floats, as the transform returned them"
+
+
+@pytest.mark.tf
 def test_tf_batch_transform_sees_device_normalised_floats(colour_dataset, tf_on_device):
     """The batch transform's `.map` comes after the device map: it gets float32 normalised images."""
     seen: list[str] = []

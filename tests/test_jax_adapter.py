@@ -75,6 +75,24 @@ def test_engine_contract_through_the_jax_adapter(colour_dataset, colour_tree, tm
     check(functools.partial(iofeed.loader, framework="jax"), ContractData(colour_dataset, colour_tree, tmp_path))
 
 
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "uint8"])
+def test_a_sample_transforms_floats_are_handed_over_as_they_are(colour_dataset, dtype):
+    """`transform=` returning 0-255 float32 (half the side): handed over at its scale, cast to
+    `dtype` (uint8 asked: float32, as torch does), not normalised again as if pixels; it was
+    (values around -2..2 with ImageNet's mean/std), where torch and tf hand it over as it is."""
+    from helpers.images import label_from_pixels
+    from helpers.transforms import downscale
+
+    with iofeed.loader(colour_dataset, framework="jax", dtype=dtype, transform=downscale, batch_size=4,
+                       image_size=SIZE, workers=1) as ld:
+        assert ld.stats.settings["normalise_on"] is None
+        batches = [(np.asarray(images).astype(np.float32), np.asarray(labels), images.dtype) for images, labels in ld]
+    assert len(batches) == 8
+    for images, labels, kind in batches:
+        assert str(kind) == ("float32" if dtype == "uint8" else dtype) and images.shape == (4, SIZE // 2, SIZE // 2, 3)
+        assert images.max() > 50 and [label_from_pixels(image) for image in images] == labels.tolist()
+
+
 @pytest.mark.parametrize(("options", "word"), [
     ({"framework": "jax", "dtype": "float16"}, "dtype"),
     ({"framework": "jax", "sharding": "batch"}, "sharding"),

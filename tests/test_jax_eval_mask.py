@@ -72,6 +72,37 @@ def test_a_spare_in_a_skipped_samples_place_is_masked(coded_val):
     assert sorted(sample for sample, _, ok in rows if ok) == [s for s in range(SAMPLES) if s != 3]
 
 
+@pytest.mark.jax
+def test_with_drop_last_nothing_is_padded_and_every_row_is_valid(coded_val):
+    """drop_last trims the shares to 4 + 4 instead of padding them: no repeat, so no row masked."""
+    dataset, _ = coded_val
+    rows = _rows(dataset, world=2, drop_last=True)
+    assert len(rows) == 8 and len({sample for sample, _, _ in rows}) == 8 and all(ok for _, _, ok in rows)
+
+
+@pytest.mark.jax
+def test_masked_evaluation_resumed_on_another_process_count_scores_each_sample_once(coded_val):
+    """Stopped after one batch on 2 processes (4 samples done), resumed on 3: the rest (5 samples)
+    is padded to 3 x 2 rows, and the masked rows before and after are the split, each once."""
+    dataset, source = coded_val
+    options = dict(split="val", framework="jax", dtype="uint8", batch_size=2, image_size=32, workers=1, augment=EVAL)
+    seen, state = [], None
+    for rank in range(2):
+        with iofeed.loader(str(dataset), rank=rank, world_size=2, **options) as ld:
+            images, _ = next(iter(ld))
+            seen += [(decode(image)[1], bool(ok)) for image, ok in zip(np.asarray(images), ld.last_valid, strict=True)]
+            state = ld.state_dict()
+    after = []
+    for rank in range(3):
+        with iofeed.loader(str(dataset), rank=rank, world_size=3, **options) as ld:
+            ld.load_state_dict(state)
+            for images, _ in ld:
+                after += [(decode(image)[1], bool(ok)) for image, ok in zip(np.asarray(images), ld.last_valid,
+                                                                            strict=True)]
+    assert state["samples_done"] == 4 and len(seen) == 4 and len(after) == 6, "one padding row after the resume"
+    assert sorted(sample for sample, ok in seen + after if ok) == list(range(SAMPLES))
+
+
 @pytest.mark.parametrize("shuffle", ["none", "global"])
 @pytest.mark.parametrize(("samples", "world", "batch", "done"), [
     (9, 2, 2, 0), (8, 3, 2, 0), (23, 4, 3, 0), (23, 4, 3, 5), (10, 5, 4, 7), (12, 4, 2, 0)])
@@ -96,3 +127,10 @@ def test_own_samples_cover_the_rest_of_an_epoch_exactly_once(samples, world, bat
 def test_valid_rows_keeps_the_first_row_of_a_sample_delivered_twice():
     """A spare from the next epoch may be one of the batch's own samples: it counts once."""
     assert valid_rows(np.array([5, 7, 5, 9]), np.array([5, 9])).tolist() == [True, False, False, True]
+
+
+def test_valid_rows_keeps_a_sample_planned_twice_in_one_batch_twice():
+    """A mixture's up-sampled source may plan one sample twice in a batch: both rows are its own
+    (a row per planned occurrence is valid, a spare beyond them is not)."""
+    assert valid_rows(np.array([4, 7, 4]), np.array([4, 7, 4])).tolist() == [True, True, True]
+    assert valid_rows(np.array([4, 4, 7, 4]), np.array([4, 7, 4])).tolist() == [True, True, True, False]

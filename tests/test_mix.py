@@ -189,6 +189,16 @@ def test_up_and_down_sampling_over_5_epochs_with_exact_shares(colour_dataset, sm
                           str(small_dataset): {"delivered": 150, "skipped": Counter()}}
 
 
+def test_last_valid_keeps_each_planned_row_of_a_sample_up_sampled_twice_in_one_batch(small_dataset):
+    """16 samples of an 8-sample source: every sample is planned twice in the one batch of the
+    epoch, none is padding or a spare, so every row is valid (a repeat within a batch was masked)."""
+    mix = iofeed.Mix({str(small_dataset): 1}, epoch_samples=16)
+    with iofeed.loader(mix, batch_size=16, **OPTIONS) as ld:
+        indices, _ = _epoch(ld)
+        assert sorted(Counter(indices).values()) == [2] * 8, "each sample twice in the batch"
+        assert ld.last_valid.tolist() == [True] * 16
+
+
 def test_one_and_two_workers_give_the_same_mixture_order(colour_dataset, small_dataset, colour_tree):
     mix = iofeed.Mix({str(colour_dataset): 2, str(small_dataset): 1, str(colour_tree): 1})
     runs = []
@@ -296,6 +306,24 @@ def test_a_cache_too_small_for_a_mixtures_streamed_source_is_refused(colour_data
     finally:
         server.close()
     assert not [p for p in server.gets if p.endswith(".tar")], "refused before any shard was fetched"
+
+
+def test_shuffle_true_reads_a_streamed_source_block_wise_as_leaving_it_out_does(colour_dataset, small_dataset,
+                                                                               tmp_path):
+    """shuffle=True means the train split's default, "block" for a streamed source (as for a
+    streamed dataset alone); it used to read the mixture's streamed source as one permutation."""
+    from helpers.storage import CountingServer
+
+    server = CountingServer(small_dataset.parent)
+    kinds = {}
+    try:
+        mix = iofeed.Mix({str(colour_dataset): 1, f"{server.url}/{small_dataset.name}": 1})
+        for shuffle in (None, True, "global"):
+            with iofeed.loader(mix, batch_size=4, cache_dir=tmp_path / "cache", shuffle=shuffle, **OPTIONS) as ld:
+                kinds[shuffle] = ld.mixture.plan.kinds
+    finally:
+        server.close()
+    assert kinds == {None: ["global", "block"], True: ["global", "block"], "global": ["global", "global"]}
 
 
 @pytest.mark.slow
@@ -508,6 +536,8 @@ def test_shuffle_none_is_refused_for_a_mixture_and_mix_for_one_source(colour_dat
     mix = iofeed.Mix({str(colour_dataset): 1, str(colour_tree): 1})
     with pytest.raises(OptionError, match="shuffle='none' does not apply to a Mix's train split"):
         iofeed.loader(mix, batch_size=4, shuffle="none", **OPTIONS)
+    with pytest.raises(OptionError, match="shuffle=False does not apply to a Mix's train split"):
+        iofeed.loader(mix, batch_size=4, shuffle=False, **OPTIONS)  # "none" as DataLoader spells it
     with pytest.raises(OptionError, match="shuffle='mix' is the order of an iofeed.Mix"):
         iofeed.loader(colour_dataset, batch_size=4, shuffle="mix", **OPTIONS)
 

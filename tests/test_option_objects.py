@@ -4,6 +4,8 @@ when they contradict their object, and an unknown keyword names the close matche
 `LoaderOptions` carries them and runs no user code."""
 from __future__ import annotations
 
+import pickle
+
 import numpy as np
 import pytest
 
@@ -90,6 +92,9 @@ def test_flat_keywords_and_objects_give_identical_batches(colour_dataset):
     ({"resources": Resources(workers=2), "workers": 1}, "workers=1 and resources=Resources(workers=2)"),
     ({"cache": Cache(limit=10), "cache_limit": 20}, "cache_limit=20 and cache=Cache(limit=10) both set Cache.limit"),
     ({"skips": Skips(on_error="raise"), "on_error": "skip"}, "on_error='skip' and skips=Skips(on_error='raise')"),
+    # passed at the default is passed: equal to Order(), but the caller set the seed to 0
+    ({"order": Order(seed=0), "seed": 5}, "seed=5 and order=Order() both set Order.seed, to different values (5 and 0"),
+    ({"skips": Skips("skip"), "on_error": "raise"}, "on_error='raise' and skips=Skips() both set Skips.on_error"),
 ])
 def test_a_flat_keyword_that_disagrees_with_its_object_is_refused_naming_both(colour_dataset, options, named):
     before = slot_memory()
@@ -99,10 +104,35 @@ def test_a_flat_keyword_that_disagrees_with_its_object_is_refused_naming_both(co
     assert slot_memory() == before
 
 
-def test_a_flat_keyword_fills_a_field_its_object_left_at_the_default(colour_dataset):
-    with iofeed.loader(colour_dataset, **SMALL, order=Order(shuffle="none"), seed=5, workers=1) as ld:
-        assert ld.options.order == Order(shuffle="none", seed=5) and ld.options.resources == Resources(workers=1)
-        assert ld.order.seed == 5 and ld.order.shuffle == "none"
+def test_a_flat_keyword_fills_a_field_its_object_was_not_given(colour_dataset):
+    with iofeed.loader(colour_dataset, **SMALL, order=Order(shuffle="none", drop_last=None), seed=5, drop_last=False,
+                       workers=1) as ld:
+        assert ld.options.order == Order(shuffle="none", seed=5, drop_last=False)
+        assert ld.options.resources == Resources(workers=1), "None where None is the default is not set"
+        assert ld.order.seed == 5 and ld.order.shuffle == "none" and not ld.order.drop_last
+
+
+def test_an_object_knows_which_fields_were_passed_also_after_pickling():
+    """What tells `Order(seed=0)` (the seed set) from `Order()`, which are equal, also in a copy."""
+    assert Order(seed=0) == Order() and Order().passed == frozenset()
+    assert Order(seed=0).passed == {"seed"} and Order("none", 0).passed == {"shuffle", "seed"}
+    assert Skips(max_skipped=None).passed == {"max_skipped"}, "None is not Skips.max_skipped's default"
+    assert Resources(workers=None, prefetch=2).passed == {"prefetch"}
+    copied = pickle.loads(pickle.dumps(Order(seed=0)))
+    assert copied == Order(seed=0) and copied.passed == {"seed"}
+
+
+@pytest.mark.parametrize("asked, split, shuffle, drop_last", [
+    ({"shuffle": True}, "train", "global", True), ({}, "val", "none", False),
+    ({"order": Order(shuffle=False, drop_last=False)}, "train", "none", False)])
+def test_settings_record_the_order_as_resolved_beside_what_was_asked(colour_dataset, asked, split, shuffle, drop_last):
+    """`settings["options"]` keeps `shuffle=True` (or None) as asked; which order that became (a
+    local dataset's "global", a streamed one's "block") and the drop_last a split implies were in
+    no setting."""
+    with iofeed.loader(colour_dataset, **SMALL, split=split, workers=1, **asked) as ld:
+        settings = ld.stats.settings
+    assert (settings["shuffle"], settings["drop_last"]) == (shuffle, drop_last)
+    assert settings["options"]["shuffle"] == ld.options.order.shuffle
 
 
 @pytest.mark.parametrize("keyword, close", [("sed", "seed"), ("num_workers", "workers"), ("shufle", "shuffle"),

@@ -51,7 +51,8 @@ class Loader(DataLoaderManners, Generic[BatchT]):
         self._accounting = BatchAccounting(source, backend.describe, options.skips.max_skipped, mixture)
         self._last_valid: NDArray[np.bool_] = np.empty(0, bool)  # per row of the latest batch (see last_valid)
         self.stats.fixed = {"samples": len(source), "rank": order.rank, "world_size": order.world_size,
-                            "batch_size": order.batch_size, "image_size": options.image_size}
+                            "batch_size": order.batch_size, "image_size": options.image_size,
+                            "shuffle": order.shuffle, "drop_last": order.drop_last}  # resolved; "options": asked
 
     @property
     def epoch(self) -> int:
@@ -75,7 +76,10 @@ class Loader(DataLoaderManners, Generic[BatchT]):
     @property
     def last_valid(self) -> NDArray[np.bool_]:
         """Per row of the latest batch, whether it scores its sample for the first time: False for a
-        padding repeat (JAX evaluation over several processes) or a spare in a skipped sample's place."""
+        padding repeat (JAX evaluation over several processes) or a spare in a skipped sample's place.
+        All True when nothing was padded or refilled (torch and numpy evaluation pad nothing and take
+        no spares). It is of the latest batch the Loader delivered: a tf/Keras dataset prefetches
+        ahead of the batch in hand, so there it is not that batch's."""
         return self._last_valid
 
     def __len__(self) -> int:

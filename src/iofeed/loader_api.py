@@ -196,9 +196,10 @@ def loader(
         **flat: the grouped fields by their flat names, as earlier versions took them: `shuffle`,
             `seed`, `drop_last`, `block_shards` (Order), `workers`, `prefetch`, `memory_budget`
             (Resources), `cache_dir`, `cache_limit` (Cache), `on_error`, `max_skipped` (Skips):
-            `seed=3` is `order=iofeed.Order(seed=3)`. One given with its object's field set to
-            another value is refused naming both; a keyword that is no option is refused naming
-            the close matches.
+            `seed=3` is `order=iofeed.Order(seed=3)`, and one fills a field its object was not
+            given. One given with its object's field passed as another value, even the default
+            (`order=Order(seed=0), seed=5`), is refused naming both; a keyword that is no option
+            is refused naming the close matches.
 
     `source` may also be the s3://, gs:// or http(s):// URL of an iofeed dataset (`pip install
     'iofeed[s3]'`, `[gcs]`, `[http]`; credentials and endpoint the standard way): its shards are

@@ -80,10 +80,10 @@ class LoaderStats:
 
 
 def described(options: Any) -> dict[str, Any]:
-    """A loader's options object as plain JSON values, for `stats.settings["options"]`: each option
-    given to the loader by its name, numbers, strings, booleans and None as they are, a tuple as a
-    list, an option object by its own options, a callable (a transform) by its name, anything else
-    (a device, a dtype, a sharding) as its text."""
+    """A dataclass option value (an `iofeed.Recipe`) as plain JSON values, field by field, for
+    `stats.settings["options"]` (`LoaderOptions.keywords()` names the options): numbers, strings,
+    booleans and None as they are, a tuple as a list, a dataclass by its own fields, a callable (a
+    transform) by its name, anything else (a device, a dtype, a sharding) as its text."""
     return {f.name: json_value(getattr(options, f.name)) for f in dataclasses.fields(options) if f.init}
 
 

@@ -117,8 +117,7 @@ class Mixture:
         self.sizes = [len(p) for p in parts]
         self.bases = np.cumsum([0, *self.sizes])
         total = mix.epoch_samples or sum(self.sizes)
-        block = [options.order.shuffle == "block" or (options.order.shuffle is None and p.remote is not None)
-                 for p in parts]
+        block = [options.shuffle_for(streamed=p.remote is not None) == "block" for p in parts]
         self.plan = MixPlan(tuple(self.sizes), tuple(shares(list(mix.weights.values()), total)),
                             tuple(p.file_id if b else None for p, b in zip(parts, block)), options.order.block_shards)
         unread = [name for name, count in zip(self.names, self.plan.counts) if not count]
@@ -138,9 +137,9 @@ class Mixture:
         split whole, one source after another (weights do not apply), in the loader's order."""
         if self.split != "train":
             return options.order_spec(len(self.data), shard_of=self.data.file_id)
-        if options.order.shuffle == "none":
-            raise OptionError("shuffle='none' does not apply to a Mix's train split (its sources are interleaved by a "
-                              "seeded shuffle): leave shuffle out, or pass 'global' or 'block'")
+        if options.shuffle_for(streamed=False) == "none":  # False too, as DataLoader spells it
+            raise OptionError(f"shuffle={options.order.shuffle!r} does not apply to a Mix's train split (its sources "
+                              "are interleaved by a seeded shuffle): leave shuffle out, or pass 'global' or 'block'")
         base = options.order_spec(self.plan.epoch_samples)
         return dataclasses.replace(base, shuffle="mix", plan=self.plan)
 

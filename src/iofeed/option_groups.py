@@ -3,21 +3,39 @@ each checked when made (a one-line OptionError naming the field) and printed wit
 differs from its default. Why these four: docs/architecture.md, "Loader options"."""
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import os
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .backends.base import ON_ERROR
 from .backends.skips import DEFAULT_MAX_SKIPPED, check_max_skipped
 from .errors import OptionError
-from .option_checks import changed_fields, flag, integer, one_of, short_repr
+from .option_checks import flag, integer, one_of, short_repr
 from .order import SHUFFLES
+
+if TYPE_CHECKING:
+    from typing_extensions import Self
 
 
 class OptionGroup:
-    """What the four objects share: the short repr, and the integer check naming `Class.field`."""
+    """What the four objects share: the short repr, the integer check naming `Class.field`, and
+    which fields the caller passed (`passed`), whatever their value."""
+
+    passed: frozenset[str]
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> Self:
+        # Recorded here, before the dataclass __init__: `Order(seed=0)` and `Order()` are equal, but
+        # only the first set the seed, and a flat `seed=5` beside it must not silently win.
+        self = super().__new__(cls)
+        fields = dataclasses.fields(cls)  # type: ignore[arg-type]  # every subclass is a dataclass
+        passed = {**dict(zip((f.name for f in fields), args)), **kwargs}
+        defaults = {f.name: f.default for f in fields}
+        object.__setattr__(self, "passed", frozenset(  # None where None is the default means "not set"
+            name for name, value in passed.items() if not (value is None and defaults.get(name) is None)))
+        return self
 
     def __repr__(self) -> str:
         return short_repr(self)
@@ -152,8 +170,9 @@ def checked_group(name: str, value: Any) -> Any:
 
 def with_flat(groups: dict[str, Any], flat: dict[str, Any], known: Iterable[str]) -> dict[str, Any]:
     """The four objects (by `GROUPS` name) with loader()'s flat spellings in `flat` applied
-    (`seed=3` is `order=Order(seed=3)`). A flat value given with its object's field set to
-    another value is refused naming both spellings (a field at its default counts as not set);
+    (`seed=3` is `order=Order(seed=3)`). A flat value given with its object's field passed to
+    another value is refused naming both spellings (`Order(seed=0), seed=5` too: a field counts
+    as set when passed, even at its default; one passed as None where None is the default does not);
     a keyword that is no option is refused naming the close matches among `known` and `FLAT`."""
     fields: dict[str, dict[str, Any]] = {name: {} for name in groups}
     for key, value in flat.items():
@@ -166,10 +185,11 @@ def with_flat(groups: dict[str, Any], flat: dict[str, Any], known: Iterable[str]
     merged = {}
     for group, given in groups.items():
         merged[group] = replace(given, **fields[group]) if fields[group] else given
-        set_before = changed_fields(given)
         for name in fields[group]:
-            if name in set_before and getattr(merged[group], name) != set_before[name]:
+            before = getattr(given, name)
+            if name in given.passed and getattr(merged[group], name) != before:
                 spelling = next(k for k, target in FLAT.items() if target == (group, name))
                 raise OptionError(f"{spelling}={fields[group][name]!r} and {group}={given!r} both set "
-                                  f"{type(given).__name__}.{name}, to different values: pass one of them")
+                                  f"{type(given).__name__}.{name}, to different values ({fields[group][name]!r} and "
+                                  f"{before!r}): pass one of them")
     return merged

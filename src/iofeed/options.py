@@ -206,16 +206,20 @@ class LoaderOptions:
             return self.rank, self.world_size
         return distributed_rank_world()
 
+    def shuffle_for(self, streamed: bool) -> str:
+        """The shuffle by its name for data that is `streamed` (or not): `Order.shuffle`, its
+        default (None) and True/False resolved ("block" or "global", "none")."""
+        shuffle = self.split == "train" if self.order.shuffle is None else self.order.shuffle
+        if isinstance(shuffle, bool):
+            return ("block" if streamed else "global") if shuffle else "none"
+        return shuffle
+
     def order_spec(self, samples: int, shard_of: np.ndarray | None = None, streamed: bool = False) -> OrderSpec:
         """The epoch order of `samples` (in shards `shard_of`, for a block order; `streamed` when they
         come from object storage) for this rank; OptionError when it would hold no batch."""
         rank, world_size = self.placement()
         drop_last = self._drop_last
-        shuffle = self.order.shuffle
-        if shuffle is None:
-            shuffle = self.split == "train"
-        if isinstance(shuffle, bool):
-            shuffle = ("block" if streamed else "global") if shuffle else "none"
+        shuffle = self.shuffle_for(streamed)
         pad = self._pad
         spec = OrderSpec(samples, self.batch_size, shuffle=shuffle, drop_last=drop_last, seed=self.order.seed,
                          rank=rank, world_size=world_size, block_shards=self.order.block_shards, shard_of=shard_of,

@@ -173,10 +173,15 @@ class OrderSpec:
 
 
 def valid_rows(delivered: np.ndarray, own: np.ndarray) -> np.ndarray:
-    """Per row of a delivered batch, whether it scores a sample for the first time: a row of one of
-    the batch's `own` samples (`OrderSpec.own_samples`), the first such row. False for padding
-    (a repeat that evens the ranks' shares) and for a spare in a skipped sample's place (its own
-    batch delivers it too)."""
-    valid = np.isin(delivered, own)
-    valid[np.setdiff1d(np.arange(len(delivered)), np.unique(delivered, return_index=True)[1])] = False
+    """Per row of a delivered batch, whether it is one of the batch's `own` samples
+    (`OrderSpec.own_samples`): a sample's first rows, as many as `own` holds it (a mixture's
+    up-sampled source may plan it twice in one batch). False for padding (a repeat that evens the
+    ranks' shares) and for a spare in a skipped sample's place (its own batch delivers it too)."""
+    values, counts = np.unique(own, return_counts=True)
+    left = dict(zip(values.tolist(), counts.tolist()))
+    valid = np.zeros(len(delivered), bool)
+    for row, index in enumerate(delivered.tolist()):
+        if left.get(index, 0) > 0:
+            left[index] -= 1
+            valid[row] = True
     return valid

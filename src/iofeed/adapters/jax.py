@@ -62,7 +62,12 @@ class JaxAdapter:
     def wrap(self, loader: Any) -> Any:
         """The loader itself, once every batch size its epochs hold (a whole batch, and the last
         one of an epoch without `drop_last`) is known to fit the sharding: the error came at the
-        end of the first evaluation pass before."""
+        end of the first evaluation pass before. A sample transform returning floats is handed
+        over as it returns them (its scale), only cast to `dtype`, as the torch and tf adapters do."""
+        output = loader.backend.sample_output
+        if output is not None and output.dtype != np.uint8:  # they were normalised as if 0-255 pixels
+            self._host = self._device_normalise = None
+            self.normalise_on = None
         record_normalise_on(loader, self.normalise_on)
         order = loader.order
         sizes = {order.batch_size, 0 if order.drop_last else order.per_rank % order.batch_size} - {0}
@@ -81,7 +86,10 @@ class JaxAdapter:
 
     def __call__(self, batch: Batch) -> tuple[jax.Array, jax.Array]:
         images, labels = to_numpy(batch)
-        if self._host is not None:
+        if images.dtype != np.uint8:  # a sample transform's floats, out of the slot in `dtype` (uint8: float32)
+            images = np.array(images, np.float32 if self.dtype == jnp.uint8 else self.dtype)
+            batch.release()
+        elif self._host is not None:
             images = self._host(images)
             batch.release()  # normalised into arrays of its own; uint8 batches alias the engine's memory
         images = self._global(images, self.sharding)

@@ -45,7 +45,11 @@ class TorchBatches:
 
     def __call__(self, batch: Batch) -> tuple[Any, Any]:
         images, labels = to_numpy(batch)
-        if self._host is not None:
+        if images.dtype != np.uint8:  # a sample transform's floats: handed over at their scale, as elsewhere
+            out, labels = torch.from_numpy(np.array(images, np.float32)), torch.from_numpy(np.array(labels))
+            batch.release()
+            out, labels = out.to(self._device), labels.to(self._device)
+        elif self._host is not None:
             out = torch.from_numpy(self._host(images))  # torch keeps a reference: the array is reused once it lets go
             batch.release()  # the slot is copied out: the engine may reuse it
             labels = torch.from_numpy(np.array(labels))
