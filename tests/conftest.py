@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 from pathlib import Path
 
 import pytest
@@ -23,6 +24,12 @@ from helpers.requirements import MODULES, missing
 # makes the interpreter segfault; tests import both in one process, so Triton goes first.
 with contextlib.suppress(ImportError):
     import triton  # noqa: F401
+
+# The Ctrl-C tests send SIGINT as a terminal would. A shell that starts a job in the background
+# (`cmd &` in a script, nohup) starts it with SIGINT ignored, which Python and every child keep:
+# those tests then failed for the launcher's reason, not iofeed's. Restore what a terminal gives.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
