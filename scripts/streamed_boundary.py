@@ -89,7 +89,7 @@ def main() -> None:
                 first, inside = gaps[0], gaps[1:]
                 print(f"epoch {epoch}: first batch after {first:.3f} s; inside: median {statistics.median(inside):.3f} "
                       f"s, max {max(inside):.3f} s; shards fetched by workers: {by_workers}", flush=True)
-            print(f"next-epoch batches started early: {ld.backend.started_ahead}; fetched: {ld.stats.fetched}")
+            print(f"next-epoch batches started early: {ld.engine.started_ahead}; fetched: {ld.stats.fetched}")
     finally:
         peak = usage.stop()
         server.kill()

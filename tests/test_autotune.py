@@ -35,7 +35,7 @@ def _run(tree, seconds: float, sleep_per_batch: float):
     import iofeed
 
     ld = iofeed.loader(tree, batch_size=8, workers=None, memory_budget=64 << 20)
-    ld.backend.max_workers = 2  # the same ceiling on any machine
+    ld.engine.max_workers = 2  # the same ceiling on any machine
     with ld:
         end = None  # the clock starts at the first batch: a cold worker start-up is not tuning time
         while end is None or time.monotonic() < end:
@@ -44,7 +44,7 @@ def _run(tree, seconds: float, sleep_per_batch: float):
                 time.sleep(sleep_per_batch)
                 if time.monotonic() > end:
                     break
-        return ld.backend.workers, ld.stats.settings, ld.backend.decisions
+        return ld.engine.workers, ld.stats.settings, ld.engine.decisions
 
 
 @pytest.mark.slow

@@ -101,7 +101,7 @@ def test_an_iofeed_line_runs_the_loader_with_exactly_its_keywords(name, forms, t
         fed = feed.loader.stats.settings["options"]
         json.dumps(feed.loader.stats.as_dict())  # the stats file and the bench's record take it as it is
         given = getattr(plain, "iofeed_loader", plain).stats.settings["options"]
-        plain_backend = getattr(plain, "iofeed_loader", plain).stats.settings["backend"]
+        plain_engine = getattr(plain, "iofeed_loader", plain).stats.settings["engine"]
     run = feed_class.run_keywords(spec)
     asked = {**decl.keywords, **run}
     assert {key: fed[key] for key in asked} == {key: json_value(value) for key, value in asked.items()}, name
@@ -109,4 +109,4 @@ def test_an_iofeed_line_runs_the_loader_with_exactly_its_keywords(name, forms, t
     added = SOURCE_KEYWORDS[decl.source] | RECIPE_KEYWORDS[decl.recipe]
     assert changed - added == {key for key, value in decl.keywords.items() if json_value(value) != given[key]}
     assert added <= changed, f"{name}: {sorted(added - changed)} not given to the loader"
-    assert feed.settings["backend"] == decl.keywords.get("backend", plain_backend), "the line's engine, else auto's"
+    assert feed.settings["engine"] == decl.keywords.get("engine", plain_engine), "the line's engine, else auto's"

@@ -165,9 +165,9 @@ def test_auto_keeps_the_workers_engine_with_a_gpu_and_dali_and_records_why(monke
     options = LoaderOptions(batch_size=4, device="cuda:0")
     assert select.engine_name(options, JpegSource()) == "workers"
     (note,) = select.choice_notes(options, "workers", JpegSource())
-    assert note.startswith("backend='auto' chose 'workers' over 'dali': ") and "94%" in note
+    assert note.startswith("engine='auto' chose 'workers' over 'dali': ") and "94%" in note
     assert select.choice_notes(LoaderOptions(batch_size=4, device="cpu"), "workers", JpegSource()) == []
-    assert select.engine_name(LoaderOptions(batch_size=4, device="cuda:0", backend="dali"), JpegSource()) == "dali"
+    assert select.engine_name(LoaderOptions(batch_size=4, device="cuda:0", engine="dali"), JpegSource()) == "dali"
 
 
 def test_gpu_info_describes_the_visible_gpu(monkeypatch):
@@ -246,7 +246,7 @@ def test_the_doctor_keeps_tracing_when_nvml_fails(monkeypatch):
     assert doctor_trace.Trace.from_dict(raw).gpu_util.shape == rec.trace.gpu_util.shape
 
 
-@pytest.mark.parametrize("options", [{"framework": "numpy"}, {"framework": "torch"}, {"backend": "dali"}],
+@pytest.mark.parametrize("options", [{"framework": "numpy"}, {"framework": "torch"}, {"engine": "dali"}],
                          ids=lambda o: next(iter(o.values())))
 def test_cuda_without_a_visible_gpu_is_refused_at_the_loader(colour_dataset, monkeypatch, options):
     """It used to give CPU arrays silently (numpy), PyTorch's driver traceback or DALI's assert at the
@@ -280,5 +280,5 @@ def test_backend_dali_without_dali_names_its_extra_at_the_loader(colour_dataset,
     monkeypatch.setitem(sys.modules, "nvidia.dali", None)
     before = slot_memory()
     with pytest.raises(MissingDependencyError, match=r"pip install 'iofeed\[dali\]'"):
-        iofeed.loader(colour_dataset, batch_size=4, backend="dali")
+        iofeed.loader(colour_dataset, batch_size=4, engine="dali")
     assert slot_memory() == before

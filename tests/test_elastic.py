@@ -137,7 +137,7 @@ def test_dali_engine_resumes_elastically_like_the_workers_engine(colour_dataset)
     options = dict(OPTIONS, shuffle="global")
     _, states, _ = _ranks(colour_dataset, 4, 2, None, 2, **options)
     workers, _, _ = _ranks(colour_dataset, 3, 3, states[0], None, **options)
-    dali, _, _ = _ranks(colour_dataset, 3, 3, states[0], None, backend="dali", **options)
+    dali, _, _ = _ranks(colour_dataset, 3, 3, states[0], None, engine="dali", **options)
     assert dali == workers and sum(len(d) for d in dali) > 0
 
 

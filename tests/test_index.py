@@ -104,8 +104,8 @@ def test_dali_reads_the_same_shards(indexed):
     from nvidia.dali import fn, pipeline_def
 
     ds, wds, expected = indexed
-    with iofeed.loader(str(ds), batch_size=3, image_size=24, workers=1, backend="dali", seed=1) as dali, \
-            iofeed.loader(str(ds), batch_size=3, image_size=24, workers=1, backend="workers", seed=1) as workers:
+    with iofeed.loader(str(ds), batch_size=3, image_size=24, workers=1, engine="dali", seed=1) as dali, \
+            iofeed.loader(str(ds), batch_size=3, image_size=24, workers=1, engine="workers", seed=1) as workers:
         assert _epoch(dali) == _epoch(workers)
     manifest = Manifest.read(ds)
     tars = [s["url"] for s in manifest.splits["train"].shards]

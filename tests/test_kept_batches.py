@@ -117,7 +117,7 @@ def test_lent_batches_name_the_block_they_lie_in(colour_dataset):
     """What the CUDA copy pins in place (`Batch.region`, the whole slot block) holds the lent
     images; a copied batch lies in no block of the engine's."""
     with iofeed.loader(colour_dataset, **SMALL) as ld:
-        batches = list(ld.backend.run(0, ld.order.batches(0), 0, 0))
+        batches = list(ld.engine.run(0, ld.order.batches(0), 0, 0))
         lent = [b for b in batches if b.lease is not None]
         assert lent and len(lent) < len(batches)
         for batch in batches:
@@ -127,7 +127,7 @@ def test_lent_batches_name_the_block_they_lie_in(colour_dataset):
             address, size = batch.region
             start = batch.images.ctypes.data
             assert address <= start and start + batch.images.nbytes <= address + size
-            assert size == ld.backend.layout.total_bytes
+            assert size == ld.engine.layout.total_bytes
 
 
 @pytest.mark.torch
@@ -138,7 +138,7 @@ def test_cuda_batches_kept_while_the_copy_stream_lags_stay_exact(colour_dataset)
     the copy. Every kept device batch equals the CPU loader's."""
     import torch
 
-    options = {**SMALL, "backend": "workers"}
+    options = {**SMALL, "engine": "workers"}
     with iofeed.loader(colour_dataset, framework="torch", **options) as ld:
         expected = keep_two_epochs(ld, lambda x: x.numpy().copy())
     with iofeed.loader(colour_dataset, framework="torch", device="cuda", **options) as ld:

@@ -29,7 +29,7 @@ def test_killed_worker_raises_within_seconds(big_tree, workers, dead_before_next
     with iofeed.loader(big_tree, batch_size=4, workers=workers, prefetch=2) as ld:
         stream = iter(ld)
         next(stream)
-        victim = ld.backend.processes()[0]
+        victim = ld.engine.processes()[0]
         os.kill(victim.pid, signal.SIGKILL)
         if dead_before_next_task:
             assert _gone([victim.pid])
@@ -49,7 +49,7 @@ def mapped(pid):
 ld = iofeed.loader(sys.argv[1], batch_size=4, workers=2, prefetch=2)
 for k, _ in enumerate(ld):
     if k == 0:
-        pids = [p.pid for p in ld.backend.processes()]
+        pids = [p.pid for p in ld.engine.processes()]
         print("mapped", *sorted({m for pid in [os.getpid(), *pids] for m in mapped(pid)}), flush=True)
         print("workers", *pids, flush=True)
     if sys.argv[2] == "exit" and k == 2:
@@ -107,7 +107,7 @@ def test_garbage_collected_loader_cleans_up(big_tree):
     before = slot_memory()
     ld = iofeed.loader(big_tree, batch_size=4, workers=2)
     next(iter(ld))
-    procs = list(ld.backend.processes())
+    procs = list(ld.engine.processes())
     del ld
     gc.collect()
     assert _gone([p.pid for p in procs])

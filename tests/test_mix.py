@@ -215,9 +215,9 @@ def test_the_dali_engine_reads_a_mixture_in_the_same_order(colour_dataset, small
     pytest.importorskip("nvidia.dali")
     mix = iofeed.Mix({str(colour_dataset): 2, str(small_dataset): 1, str(colour_tree): 1}, epoch_samples=40)
     runs = []
-    for backend in ("workers", "dali"):
-        with iofeed.loader(mix, batch_size=4, backend=backend, **dict(OPTIONS, workers=2)) as ld:
-            assert ld.stats.settings["backend"] == backend
+    for engine in ("workers", "dali"):
+        with iofeed.loader(mix, batch_size=4, engine=engine, **dict(OPTIONS, workers=2)) as ld:
+            assert ld.stats.settings["engine"] == engine
             runs.append(_epoch(ld))
     assert runs[0] == runs[1] and len(runs[0][0]) == 40
 

@@ -1,5 +1,5 @@
 """`LoaderOptions` and the registries: every bad argument is a one-line error before any work,
-frameworks are imported only when chosen, and `backend="auto"` decides from capabilities."""
+frameworks are imported only when chosen, and `engine="auto"` decides from capabilities."""
 from __future__ import annotations
 
 import re
@@ -33,8 +33,8 @@ BAD = [
     ({"rank": -1, "world_size": 2}, "rank"), ({"world_size": 0, "rank": 0}, "world_size"),
     ({"augment": "yes"}, "augment"), ({"drop_last": 1}, "drop_last"), ({"gpu_augment": None}, "gpu_augment"),
     ({"split": ""}, "split"), ({"framework": "mxnet"}, "framework"), ({"framework": ["numpy"]}, "framework"),
-    ({"backend": "gpu"}, "backend"), ({"on_error": "ignore"}, "on_error"), ({"dtype": "float16"}, "dtype"),
-    ({"gpu_augment": True}, "gpu_augment"), ({"gpu_augment": True, "framework": "torch", "backend": "dali"}, "backend"),
+    ({"engine": "gpu"}, "engine"), ({"on_error": "ignore"}, "on_error"), ({"dtype": "float16"}, "dtype"),
+    ({"gpu_augment": True}, "gpu_augment"), ({"gpu_augment": True, "framework": "torch", "engine": "dali"}, "engine"),
     ({"framework": "torch", "dtype": "banana"}, "dtype='banana' is not a floating-point torch dtype"),
 ]
 
@@ -161,13 +161,13 @@ def test_auto_without_dali_installed(colour_dataset, monkeypatch):
 def test_auto_without_gpu_picks_workers(colour_dataset, monkeypatch):
     monkeypatch.setattr(select, "gpu_present", lambda: False)
     for device in (None, "cpu"):  # "cuda" without a GPU is refused (test_devices.py)
-        with iofeed.loader(colour_dataset, batch_size=4, backend="auto", workers=1, device=device) as ld:
-            assert ld.stats.settings["backend"] == "workers"
+        with iofeed.loader(colour_dataset, batch_size=4, engine="auto", workers=1, device=device) as ld:
+            assert ld.stats.settings["engine"] == "workers"
 
 
 def test_a_named_engine_that_cannot_read_raw_pixels_says_so(raw_source):
-    with pytest.raises(OptionError, match="raw pixels: use backend='workers'"):
-        select.engine_name(LoaderOptions(4, backend="dali"), raw_source)
+    with pytest.raises(OptionError, match="raw pixels: use engine='workers'"):
+        select.engine_name(LoaderOptions(4, engine="dali"), raw_source)
 
 
 @pytest.mark.torch

@@ -188,7 +188,7 @@ def test_bad_options_for_raw(raw_dataset, colour_tree, tmp_path):
 @pytest.mark.dali
 def test_dali_refuses_raw_datasets(raw_dataset):
     with pytest.raises(OptionError, match="raw pixels"):
-        iofeed.loader(raw_dataset, batch_size=4, backend="dali")
+        iofeed.loader(raw_dataset, batch_size=4, engine="dali")
 
 
 def test_a_shard_truncated_under_a_live_loader_is_named(tmp_path, colour_tree):

@@ -224,7 +224,7 @@ def test_recipes_at_the_bounds_deliver_every_sample_with_its_label(colour_datase
 
 BAD_LOADER = [
     ({"augment": "imagenette"}, "imagenette"), ({"augment": 3}, "augment=3"),
-    ({"augment": Recipe(interpolation="area"), "backend": "dali"}, "backend='workers'"),
+    ({"augment": Recipe(interpolation="area"), "engine": "dali"}, "engine='workers'"),
     ({"augment": "timm", "gpu_augment": True, "framework": "torch"}, "bilinear"),
     ({"augment": "uint8", "framework": "torch", "dtype": "float16"}, "normalize=False"),
 ]
@@ -257,10 +257,10 @@ def test_dali_honours_the_recipe_as_the_workers_engine_does(image_tree, recipe):
     pytest.importorskip("nvidia.dali")
     root, _ = image_tree
     runs = {}
-    for backend in ("workers", "dali"):
-        with iofeed.loader(root, batch_size=6, image_size=48, backend=backend, workers=1, augment=recipe, seed=2,
+    for engine in ("workers", "dali"):
+        with iofeed.loader(root, batch_size=6, image_size=48, engine=engine, workers=1, augment=recipe, seed=2,
                            drop_last=False) as ld:
-            runs[backend] = {i: img for images, _ in ld for i, img in zip(ld.last_indices.tolist(),
+            runs[engine] = {i: img for images, _ in ld for i, img in zip(ld.last_indices.tolist(),
                                                                            np.array(images))}
     assert runs["dali"].keys() == runs["workers"].keys() and len(runs["dali"]) == 18
     keys = sorted(runs["dali"])

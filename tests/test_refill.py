@@ -13,7 +13,7 @@ import iofeed
 from helpers.images import label_from_pixels, make_colour_tree
 from helpers.runs import state_after
 
-BACKENDS = ["workers", pytest.param("dali", marks=pytest.mark.dali)]
+ENGINES = ["workers", pytest.param("dali", marks=pytest.mark.dali)]
 SMALL = {"image_size": 32, "workers": 1}
 
 
@@ -26,16 +26,16 @@ def _epoch(ld) -> list[tuple[list[int], str]]:
     return out
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
-def test_two_ranks_deliver_len_batches_despite_a_truncated_jpeg(tmp_path, backend):
+@pytest.mark.parametrize("engine", ENGINES)
+def test_two_ranks_deliver_len_batches_despite_a_truncated_jpeg(tmp_path, engine):
     """Issue 29.16: batch_size=1 and one truncated JPEG gave rank 0 31 batches and rank 1 30 while
     len() said 31 for both: DDP's collectives fell out of step."""
-    if backend == "dali":
+    if engine == "dali":
         pytest.importorskip("nvidia.dali")
     root = make_colour_tree(tmp_path / "t", per_class=15, corrupt=1)  # 61 files
     counts, stats = [], []
     for rank in (0, 1):
-        with iofeed.loader(root, batch_size=1, rank=rank, world_size=2, drop_last=False, backend=backend,
+        with iofeed.loader(root, batch_size=1, rank=rank, world_size=2, drop_last=False, engine=engine,
                            **SMALL) as ld:
             batches = _epoch(ld)
             counts.append((len(batches), len(ld), {len(indices) for indices, _ in batches}))
@@ -56,13 +56,13 @@ def _bad_near_the_end(root, batch_size: int) -> tuple[int, int]:
     raise AssertionError("no seed puts the corrupt file in the last batch")
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
-def test_resume_after_a_refill_yields_the_rest_exactly(tmp_path, backend):
-    if backend == "dali":
+@pytest.mark.parametrize("engine", ENGINES)
+def test_resume_after_a_refill_yields_the_rest_exactly(tmp_path, engine):
+    if engine == "dali":
         pytest.importorskip("nvidia.dali")
     root = make_colour_tree(tmp_path / "t", per_class=4, corrupt=1)  # 17 files
     seed, batches = _bad_near_the_end(root, batch_size=2)
-    options = {"batch_size": 2, "drop_last": False, "seed": seed, "backend": backend, "max_skipped": None, **SMALL}
+    options = {"batch_size": 2, "drop_last": False, "seed": seed, "engine": engine, "max_skipped": None, **SMALL}
     with iofeed.loader(root, **options) as ld:
         full = _epoch(ld)
         assert ld.stats.refilled == 1 and len(full) == batches and all(len(i) == 2 for i, _ in full[:-1])
@@ -74,16 +74,16 @@ def test_resume_after_a_refill_yields_the_rest_exactly(tmp_path, backend):
         assert resumed.stats.refilled == 1
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
-def test_an_evaluation_split_scores_each_readable_sample_once_despite_a_truncated_jpeg(tmp_path, backend):
+@pytest.mark.parametrize("engine", ENGINES)
+def test_an_evaluation_split_scores_each_readable_sample_once_despite_a_truncated_jpeg(tmp_path, engine):
     """An evaluation split deals each sample once: a spare in the skipped sample's place was scored
     twice (there and in its own batch), so a metric summed over ranks counted it twice."""
-    if backend == "dali":
+    if engine == "dali":
         pytest.importorskip("nvidia.dali")
     root = make_colour_tree(tmp_path / "t", per_class=4, corrupt=1)  # 17 files
     seen, refilled, skipped = [], 0, 0
     for rank in (0, 1):
-        with iofeed.loader(root, split="val", batch_size=3, rank=rank, world_size=2, backend=backend,
+        with iofeed.loader(root, split="val", batch_size=3, rank=rank, world_size=2, engine=engine,
                            max_skipped=None, **SMALL) as ld:
             bad = next(i for i in range(len(ld.source)) if os.path.basename(ld.source.path_of(i)) == "bad0.jpg")
             seen += [index for indices, _ in _epoch(ld) for index in indices]

@@ -34,7 +34,7 @@ for _name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
     os.environ.setdefault(_name, "testing")
 os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
 BUCKET = "iofeed-test"
-KW = dict(batch_size=16, image_size=32, backend="workers", workers=1)
+KW = dict(batch_size=16, image_size=32, engine="workers", workers=1)
 
 
 @pytest.fixture(scope="module")
@@ -344,7 +344,7 @@ def test_a_broken_shard_is_skipped_and_counted(s3, dataset: Path, tmp_path: Path
 
 RANK_SCRIPT = """
 import json, sys, iofeed
-with iofeed.loader(sys.argv[1], batch_size=16, image_size=32, backend="workers", workers=1, rank=int(sys.argv[2]),
+with iofeed.loader(sys.argv[1], batch_size=16, image_size=32, engine="workers", workers=1, rank=int(sys.argv[2]),
                    world_size=2, drop_last=False, cache_dir=sys.argv[3]) as loader:
     seen = [i for _ in loader for i in loader.last_indices.tolist()]
 print(json.dumps({"seen": seen, "skipped": loader.stats.skipped_examples}))
@@ -473,8 +473,8 @@ def test_the_dali_engine_reads_the_same_stream(dataset: Path, tmp_path: Path) ->
     server = CountingServer(dataset.parent)
     options = dict(batch_size=16, image_size=32, workers=1, augment=False, seed=2)
     try:
-        with iofeed.loader(f"{server.url}/{dataset.name}", backend="dali", cache_dir=tmp_path / "cache",
-                           **options) as remote, iofeed.loader(str(dataset), backend="dali", shuffle="block",
+        with iofeed.loader(f"{server.url}/{dataset.name}", engine="dali", cache_dir=tmp_path / "cache",
+                           **options) as remote, iofeed.loader(str(dataset), engine="dali", shuffle="block",
                                                                **options) as local:
             for (_, r_labels), (_, l_labels) in zip(remote, local):
                 assert np.array_equal(remote.last_indices, local.last_indices)

@@ -34,7 +34,7 @@ SHORT = RetryPolicy(attempts=5, first_delay=0.05, max_delay=0.2, budget=600, sta
 # For servers that stall on purpose: a short stall deadline, and again the count as the bound.
 STALLING = RetryPolicy(attempts=3, first_delay=0.05, max_delay=0.2, budget=600, stall_seconds=0.5)
 HANG_GUARD_S = 120  # only a hang takes this long; the bounds themselves are tested on an injected clock
-KW = dict(batch_size=16, image_size=32, backend="workers", workers=1)
+KW = dict(batch_size=16, image_size=32, engine="workers", workers=1)
 
 
 @pytest.fixture(scope="module")

@@ -166,7 +166,7 @@ def test_a_dropped_dataset_frees_its_workers(colour_dataset):
 
     dataset = _dataset(colour_dataset)
     assert len(_pass(dataset)) == 8
-    workers = [p.pid for p in dataset.iofeed_loader.backend.processes()]
+    workers = [p.pid for p in dataset.iofeed_loader.engine.processes()]
     assert workers
     del dataset
     gc.collect()

@@ -185,7 +185,7 @@ BAD = [
     ({"transform": lambda image: image}, "lambda cannot be pickled"),
     ({"transform": _local}, "defined in __main__"),
     ({"transform": 3}, "transform=3 is not callable"),
-    ({"transform": T.downscale, "backend": "dali"}, "backend='workers'"),
+    ({"transform": T.downscale, "engine": "dali"}, "engine='workers'"),
     ({"transform": T.jitter, "gpu_augment": True, "framework": "torch"}, "gpu_augment"),
     ({"transform": functools.partial(T.shape_changing)}, None),  # a partial of an importable function is fine
     ({"batch_transform": "mixup"}, "batch_transform='mixup' is not callable"),

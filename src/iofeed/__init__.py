@@ -1,4 +1,4 @@
-"""iofeed: keep GPUs fed — prepare images once, load them fast, and prove it with a benchmark."""
+"""iofeed: keep GPUs busy — prepare images once, load them fast, and prove it with a benchmark."""
 from __future__ import annotations
 
 __version__ = "0.1.0"

@@ -2,7 +2,7 @@
 
 "Same crops, same order, exact resume, whatever the engine." Like torchdata's
 `run_test_save_load_state`, each check takes a loader factory bound to one engine
-(`make(source, **options)`, e.g. `functools.partial(iofeed.loader, backend="dali")`) and plain
+(`make(source, **options)`, e.g. `functools.partial(iofeed.loader, engine="dali")`) and plain
 data, and asserts on what the caller sees. An engine listed in tests/test_contract.py is held to
 every check in `CHECKS`.
 """
@@ -224,7 +224,7 @@ def own_transforms(make: MakeLoader, data: ContractData, transform: Any = jitter
     try:
         make(data.dataset, batch_size=4, transform=transform, **SMALL).close()
     except OptionError as exc:
-        assert "transform=" in str(exc) and "backend='workers'" in str(exc) and "\n" not in str(exc)
+        assert "transform=" in str(exc) and "engine='workers'" in str(exc) and "\n" not in str(exc)
         return {"batch_transform": roll_batch}
     return {"transform": transform, "batch_transform": roll_batch}
 

@@ -64,7 +64,7 @@ class JaxAdapter:
         one of an epoch without `drop_last`) is known to fit the sharding: the error came at the
         end of the first evaluation pass before. A sample transform returning floats is handed
         over as it returns them (its scale), only cast to `dtype`, as the torch and tf adapters do."""
-        output = loader.backend.sample_output
+        output = loader.engine.sample_output
         if output is not None and output.dtype != np.uint8:  # they were normalised as if 0-255 pixels
             self._host = self._device_normalise = None
             self.normalise_on = None

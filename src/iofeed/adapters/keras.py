@@ -45,7 +45,7 @@ class KerasAdapter:
     def wrap(self, loader: EpochLoader) -> Any:
         """A `tf.data.Dataset` (TensorFlow backend) or a `KerasBatches` over `loader`. A sample
         transform's floats are handed over as they are: nothing normalised."""
-        output = loader.backend.sample_output
+        output = loader.engine.sample_output
         floats = output is not None and output.dtype != np.uint8
         record_normalise_on(loader, None if floats else getattr(self._convert, "normalise_on", None))
         return self._wrap(loader)

@@ -1,5 +1,5 @@
 """One warning when a Keras model that scales its own input (a leading `Rescaling` or
-`Normalization` layer) is fed images iofeed has already normalised: it then trains on inputs of
+`Normalization` layer) is given images iofeed has already normalised: it then trains on inputs of
 about ±0.01 with no error."""
 from __future__ import annotations
 

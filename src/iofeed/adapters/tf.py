@@ -27,7 +27,7 @@ AUTO = "auto"  # TfAdapter's normalise_on: decided by `gpu_device()`
 
 def gpu_device() -> str | None:
     """"/gpu:0" when TensorFlow sees one GPU: the device normalises there. None (the host) without
-    one, and with several: a tf.distribute strategy feeds those, splitting each batch over its
+    one, and with several: a tf.distribute strategy hands them out, splitting each batch over its
     replicas from the host itself."""
     return "/gpu:0" if len(tf.config.get_visible_devices("GPU")) == 1 else None
 
@@ -77,7 +77,7 @@ class TfAdapter:
     def wrap(self, loader: EpochLoader) -> tf.data.Dataset:
         """The dataset over `loader`, its element spec from what the engine's sample transform returns;
         `stats.settings["normalise_on"]` says where it normalises."""
-        output = loader.backend.sample_output
+        output = loader.engine.sample_output
         self._decide(None if output is None else (output.shape, tf.as_dtype(output.dtype)))
         record_normalise_on(loader, self.normalise_on)
         return to_tf_dataset(loader, self.normalise_on, self.affine, self.batch_transform, self.sample)

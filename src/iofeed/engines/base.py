@@ -46,7 +46,7 @@ class Batch:
             self.lease.release()
 
 
-class Backend(Protocol):
+class Engine(Protocol):
     """A batch producer driven by the loader; built by its registry entry from (source, options)."""
 
     name: str

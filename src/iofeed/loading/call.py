@@ -75,7 +75,7 @@ def loader(
     framework: str = "numpy",
     device: Any = None,
     dtype: Any = None,
-    backend: str = "auto",
+    engine: str = "auto",
     rank: int | None = None,
     world_size: int | None = None,
     gpu_augment: bool = False,
@@ -136,9 +136,10 @@ def loader(
         dtype: floating-point torch dtype of the images (default float32; float16/bfloat16 are computed in
             float32 and rounded once). For `framework="jax"`: "float32" (default), "bfloat16"
             (normalised) or "uint8" (as decoded), as a name or a numpy/JAX dtype.
-        backend: "workers" (CPU processes), "dali" (NVIDIA DALI; JPEG datasets and folders only)
-            or "auto": DALI when `device` is a CUDA device, a GPU is present and DALI is
-            installed and can read the source, else workers.
+        engine: what makes the batches: "workers" (CPU processes), "dali" (NVIDIA DALI; JPEG
+            datasets and folders only) or "auto" (the default): the first engine that can do what
+            is asked, in the registry's order; it never takes "dali" (why:
+            `stats.settings["decisions"]`), so "auto" is "workers" today.
         rank, world_size: this process's share of each epoch (pass both, or neither): every
             rank gets the same number of batches, disjoint but for padding. Default: from an
             initialised torch.distributed group, else an initialised jax.distributed (process index
@@ -166,7 +167,7 @@ def loader(
             under "transform NAME raised ...", or a `SampleError` naming the file). uint8
             output is normalised by the adapter; float32 output is handed over as it is. Its
             wall time per image is `stats.transform_ms_per_image` (CPU time:
-            `stats.transform_cpu_ms_per_image`). Workers engine only (`backend="auto"`
+            `stats.transform_cpu_ms_per_image`). Workers engine only (`engine="auto"`
             picks it; "dali" and `gpu_augment` refuse it). The workers engine probes it when the
             loader is made: a wrong shape or dtype is refused then, naming the transform.
         batch_transform: your own per-batch step `(images, labels) -> (images, labels)`, run in
@@ -219,7 +220,7 @@ def loader(
                        [n for n in inspect.signature(loader).parameters if n != "flat"])
     options = LoaderOptions(
         batch_size=batch_size, split=split, image_size=image_size, augment=augment, framework=framework,
-        device=device, dtype=dtype, backend=backend, rank=rank, world_size=world_size, gpu_augment=gpu_augment,
+        device=device, dtype=dtype, engine=engine, rank=rank, world_size=world_size, gpu_augment=gpu_augment,
         target=target, extras=extras, transform=transform, batch_transform=batch_transform, sharding=sharding,
         memory_format=memory_format, **groups,
     )

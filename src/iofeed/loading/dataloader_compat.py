@@ -84,10 +84,10 @@ class SamplerView:
 
 class DataLoaderManners:
     """What scripts written for torch's DataLoader read on it, for `Loader` (which has `order`,
-    `source`, `backend`, `epoch` and `set_epoch`)."""
+    `source`, `engine`, `epoch` and `set_epoch`)."""
 
     order: OrderSpec
-    backend: Any
+    engine: Any
 
     @property
     def dataset(self) -> DatasetView:
@@ -115,7 +115,7 @@ class DataLoaderManners:
     @property
     def num_workers(self) -> int:
         """Worker processes (DALI: threads) decoding now; the autotuner may change it."""
-        settings = self.backend.describe()
+        settings = self.engine.describe()
         return int(settings.get("workers") or settings.get("num_threads") or 0)
 
 

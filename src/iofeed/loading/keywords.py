@@ -41,7 +41,7 @@ class LoaderKeywords(TypedDict, total=False):
     augment: bool | str | Recipe | None
     device: Any
     dtype: Any
-    backend: str
+    engine: str
     rank: int | None
     world_size: int | None
     gpu_augment: bool

@@ -13,7 +13,7 @@ from numpy.typing import NDArray
 
 from ..adapters.base import Adapter
 from ..augment.batch_key import BatchKey
-from ..engines.base import Backend, Batch
+from ..engines.base import Batch, Engine
 from ..errors import LoaderStateError
 from ..options.loader_options import LoaderOptions
 from ..sources.order import OrderSpec, valid_rows
@@ -36,9 +36,9 @@ class Loader(DataLoaderManners, Generic[BatchT]):
     control (otherwise each full pass advances the epoch by itself). `len()` is the number of
     batches an epoch holds: skipped samples' places go to spare samples (`stats.refilled`)."""
 
-    def __init__(self, source: SampleSource, order: OrderSpec, backend: Backend, adapter: Adapter,
+    def __init__(self, source: SampleSource, order: OrderSpec, engine: Engine, adapter: Adapter,
                  options: LoaderOptions, targets: SampleTargets | None = None, mixture: Mixture | None = None) -> None:
-        self.source, self.order, self.backend, self._adapter = source, order, backend, adapter
+        self.source, self.order, self.engine, self._adapter = source, order, engine, adapter
         self._targets = targets  # multi-hot labels and extras by sample index (None: class indices only)
         self.mixture = mixture  # an iofeed.Mix opened: its sources, per-source stats and skip bounds
         self.options = options
@@ -49,7 +49,7 @@ class Loader(DataLoaderManners, Generic[BatchT]):
         self._follow_group = options.follows_group  # rank and world_size from a process group started later
         self._at = EpochPosition()  # epoch, batches delivered, a resume's offsets, where a pass began
         self._identity = ""  # the source's fingerprint, made when a state first needs it
-        self._accounting = BatchAccounting(source, backend.describe, options.skips.max_skipped, mixture)
+        self._accounting = BatchAccounting(source, engine.describe, options.skips.max_skipped, mixture)
         self._last_valid: NDArray[np.bool_] = np.empty(0, bool)  # per row of the latest batch (see last_valid)
         self.stats.fixed = {"samples": len(source), "rank": order.rank, "world_size": order.world_size,
                             "batch_size": order.batch_size, "image_size": options.image_size,
@@ -131,10 +131,10 @@ class Loader(DataLoaderManners, Generic[BatchT]):
         token = self._iteration = object()
         self._fetching.close()  # an older iteration left suspended (tf, Lightning) holds no pins from now on
         fetching = self._fetching = prefetcher_for(self.source, run.batches, run.start,
-                                                   lambda: run.following[:self.backend.starts_ahead])
+                                                   lambda: run.following[:self.engine.starts_ahead])
         self._accounting.begin_pass(run)
         try:
-            stream = self.backend.run(run.epoch, run.batches, run.start, self.order.rank, run.following)
+            stream = self.engine.run(run.epoch, run.batches, run.start, self.order.rank, run.following)
             while True:
                 self._check_open()
                 if self._iteration is not token:
@@ -228,7 +228,7 @@ class Loader(DataLoaderManners, Generic[BatchT]):
         self._closed = True
         self._fetching.close()
         getattr(self._adapter, "close", lambda: None)()  # an adapter holding engine memory (CUDA pinning) first
-        self.backend.close()
+        self.engine.close()
 
     def __enter__(self) -> Loader[BatchT]:
         return self

@@ -1,4 +1,4 @@
-"""The engines `iofeed.loader(backend=...)` can choose, with what each can do and needs."""
+"""The engines `iofeed.loader(engine=...)` can choose, with what each can do and needs."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -8,7 +8,7 @@ from ..runtime.registry import Entry, Registry
 
 @dataclass(frozen=True)
 class EngineCaps:
-    """What an engine can do and needs; `backend="auto"` decides from these alone."""
+    """What an engine can do and needs; `engine="auto"` decides from these alone."""
 
     reads_raw: bool  # reads raw-pixel datasets (`preprocess --format raw|mixed`)
     packs: bool  # hands over packed batches (stored pixels + crop boxes) for `gpu_augment`
@@ -16,12 +16,12 @@ class EngineCaps:
     requires: str | None = None  # module it needs installed ("auto" looks for it without importing)
     runs_transforms: bool = False  # calls the user's per-sample `transform=` (Python, per sample)
     interpolations: tuple[str, ...] = ("bilinear",)  # the resize filters it does (see `iofeed.Recipe`)
-    auto: bool = True  # whether backend="auto" may choose it (the rule: docs/architecture.md, "auto")
+    auto: bool = True  # whether engine="auto" may choose it (the rule: docs/architecture.md, "auto")
 
 
-# In order of preference for backend="auto" (which never takes `dali`: see `select.AUTO_RULE`).
+# In order of preference for engine="auto" (which never takes `dali`: see `select.AUTO_RULE`).
 # An entry's target is called as `target(source, options)`.
-ENGINES: Registry[EngineCaps] = Registry("backend", {
+ENGINES: Registry[EngineCaps] = Registry("engine", {
     "dali": Entry("iofeed.engines.dali.engine:DaliEngine",
                   EngineCaps(reads_raw=False, packs=False, needs_gpu=True, requires="nvidia.dali",
                              interpolations=("bilinear", "bicubic"), auto=False), extra="dali"),

@@ -37,7 +37,7 @@ class LoaderOptions:
     framework: str = "numpy"
     device: Any = None  # the one device of this loader: the engine decodes and the adapter copies there
     dtype: Any = None
-    backend: str = AUTO
+    engine: str = AUTO
     rank: int | None = None
     world_size: int | None = None
     gpu_augment: bool = False
@@ -66,7 +66,7 @@ class LoaderOptions:
         if not isinstance(self.split, str) or not self.split:
             raise OptionError(f"split must be a split name such as 'train' or 'val', got {self.split!r}")
         one_of("framework", self.framework, ADAPTERS.names())
-        one_of("backend", self.backend, (AUTO, *ENGINES.names()))
+        one_of("engine", self.engine, (AUTO, *ENGINES.names()))
         self._check_placement()
         check_sample_transform(self.transform)
         check_batch_transform(self.batch_transform)
@@ -105,10 +105,10 @@ class LoaderOptions:
 
     def _check_combinations(self) -> None:
         adapter = ADAPTERS.caps(self.framework)
-        if self.gpu_augment and not (adapter.packs and (self.backend == AUTO or ENGINES.caps(self.backend).packs)):
+        if self.gpu_augment and not (adapter.packs and (self.engine == AUTO or ENGINES.caps(self.engine).packs)):
             raise OptionError(f"gpu_augment=True needs framework={either(ADAPTERS.having('packs'))} and "
-                              f"backend={either((AUTO, *ENGINES.having('packs')))}, got framework={self.framework!r}"
-                              f", backend={self.backend!r}")
+                              f"engine={either((AUTO, *ENGINES.having('packs')))}, got framework={self.framework!r}"
+                              f", engine={self.engine!r}")
         self._check_recipe()
         if self.sharding is not None and not adapter.sharding:
             raise OptionError(f"sharding= is for framework={either(ADAPTERS.having('sharding'))}, "
@@ -130,15 +130,15 @@ class LoaderOptions:
     def _check_recipe(self) -> None:
         """The built-in steps and the user's transform against the engine and `gpu_augment`."""
         recipe = self.recipe
-        if self.backend != AUTO:
-            caps = ENGINES.caps(self.backend)
+        if self.engine != AUTO:
+            caps = ENGINES.caps(self.engine)
             if recipe.interpolation not in caps.interpolations:
                 able = ENGINES.having_value("interpolations", recipe.interpolation)
-                raise OptionError(f"interpolation={recipe.interpolation!r} is not done by backend={self.backend!r}: "
-                                  f"use backend={either(able)}, or one of {', '.join(caps.interpolations)}")
+                raise OptionError(f"interpolation={recipe.interpolation!r} is not done by engine={self.engine!r}: "
+                                  f"use engine={either(able)}, or one of {', '.join(caps.interpolations)}")
             if self.transform is not None and not caps.runs_transforms:
-                raise OptionError(f"transform= runs in worker processes, not in backend={self.backend!r} (its "
-                                  f"pipeline calls no Python per sample): pass backend="
+                raise OptionError(f"transform= runs in worker processes, not in engine={self.engine!r} (its "
+                                  f"pipeline calls no Python per sample): pass engine="
                                   f"{either(ENGINES.having('runs_transforms'))} or 'auto'")
         if self.dtype is not None and not recipe.normalize:
             raise OptionError(f"dtype={self.dtype!r} is the dtype of normalised images, and the recipe has "

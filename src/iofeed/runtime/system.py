@@ -32,7 +32,7 @@ def cpu_model() -> str:
 
 
 def versions() -> dict[str, str | None]:
-    """Versions of Python, the libraries the feeds use, and Pillow's libjpeg-turbo (None: absent)."""
+    """Versions of Python, the data-loading libraries, and Pillow's libjpeg-turbo (None: absent)."""
     out: dict[str, str | None] = {"python": platform.python_version()}
     for key, dist in _PACKAGES.items():
         try:

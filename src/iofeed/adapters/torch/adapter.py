@@ -30,7 +30,7 @@ class TorchAdapter:
     copied into a contiguous tensor for the default. For CUDA the uint8 batch and its labels go
     through pinned memory on a copy stream of their own (`HostToDevice`), and conversion and
     normalisation run on the GPU.
-    Labels are always a copy (the backend reuses its arrays). On the CPU, output
+    Labels are always a copy (the engine reuses its arrays). On the CPU, output
     tensors are recycled once nothing outside the adapter refers to them any more (fresh
     38 MB tensors per batch would cost more in page faults than the normalisation itself).
 
@@ -81,7 +81,7 @@ class TorchAdapter:
             images, labels = self._augment_packed(images, labels, batch)
         elif isinstance(images, np.ndarray):
             images, labels = self._to_device(torch.from_numpy(images), labels, batch=batch)
-        else:  # a GPU backend's batch, handed over by DLPack
+        else:  # a GPU engine's batch, handed over by DLPack
             images = torch.from_dlpack(images).to(self.device)
             (labels,) = self._to_device(labels)
         images = self.normalise(images, as_is)

@@ -70,11 +70,11 @@ class IofeedFeed:
         self.loader = getattr(self.made, "iofeed_loader", self.made)  # a tf dataset's Loader
         self.settings = dict(self.loader.stats.settings)
         self.capacity = int(self.settings.get("prefetch_batches", 2))
-        asked = declared.keywords.get("backend", self.settings.get("backend"))
-        if self.settings.get("backend") != asked:
+        asked = declared.keywords.get("engine", self.settings.get("engine"))
+        if self.settings.get("engine") != asked:
             self.close()
-            raise FeedUnavailable(f"iofeed.loader(backend={asked!r}) built the {self.settings.get('backend')!r} "
-                                  f"backend: the {asked} backend is not available")
+            raise FeedUnavailable(f"iofeed.loader(engine={asked!r}) built the {self.settings.get('engine')!r} "
+                                  f"engine: the {asked} engine is not available")
 
     @staticmethod
     def run_keywords(spec: FeedSpec) -> dict[str, Any]:

@@ -44,7 +44,7 @@ class FeedDecl:
 
 _HERE = "iofeed.cli.bench.feed_classes"
 _FRAMEWORKS = "iofeed.cli.bench.framework_feeds"
-TORCH = {"backend": "workers", "memory_format": "channels_last"}  # the torch feeds' (the bench's model: channels_last)
+TORCH = {"engine": "workers", "memory_format": "channels_last"}  # the torch feeds' (the bench's model: channels_last)
 
 
 def iofeed(reads: str, about: str, *, target: str = f"{_HERE}:IofeedFeed", framework: str = "torch",
@@ -93,8 +93,8 @@ FEEDS: Registry[FeedDecl] = Registry("feed", {
     "iofeed-mix": iofeed("dataset", "iofeed workers engine on a 3-source iofeed.Mix of the dataset (three names, "
                          "weights 0.5/0.3/0.2, an epoch of its size): what mixing costs beside iofeed-dataset",
                          source="mixed views", default=False, **TORCH),
-    "iofeed-dali": iofeed("dataset", "iofeed DALI backend on the preprocessed dataset", needs=("nvidia.dali",),
-                          backend="dali", memory_format="channels_last"),
+    "iofeed-dali": iofeed("dataset", "iofeed DALI engine on the preprocessed dataset", needs=("nvidia.dali",),
+                          engine="dali", memory_format="channels_last"),
     "torchvision-recipe": dataloader("torchvision reference recipe (TrivialAugmentWide, RandomErasing, MixUp/CutMix) "
                                      "in the DataLoader, all cores", recipe="reference"),
     "iofeed-recipe": iofeed("dataset", "the same recipe with iofeed: transform= in its workers, MixUp/CutMix as "

@@ -48,7 +48,7 @@ TRANSFORM_SHARE = 0.5  # share of the workers' CPU time in the user's transform 
 
 def diagnose(trace: Trace, command: list[str] | None = None, source: str | None = None,
              preprocessed: bool = False) -> list[Finding]:
-    """Findings for `trace`; `command` (the training command) feeds the mixed-precision guess
+    """Findings for `trace`; `command` (the training command) informs the mixed-precision guess
     and `source` (the data, `preprocessed` when it is an iofeed dataset already) the advice. No
     GPU in the trace: nothing to diagnose."""
     if trace.gpus == 0:
@@ -116,7 +116,7 @@ def _starved(window: Window, gpu_text: str, cpu_text: str, iowait: float, src: s
               "at train time, ~10x the disk; docs/formats.md, \"When raw pays off\")" if preprocessed else
               f"`iofeed preprocess {shlex.quote(src)}` once: resized baseline JPEGs in shards decode several "
               "times faster than full-size originals (see the data check)",
-              f"decode on the GPU: iofeed.loader({src!r}, ..., backend=\"dali\") (nvJPEG takes "
+              f"decode on the GPU: iofeed.loader({src!r}, ..., engine=\"dali\") (nvJPEG takes "
               "the JPEG decode off the CPU)"]
     if iowait >= IOWAIT_HIGH:
         evidence.append(f"the cores wait on storage {iowait:.0f}% of the time (>= {IOWAIT_HIGH:.0f}%)")
@@ -178,7 +178,7 @@ def _few_workers(window: Window, gpu_text: str, cpu_text: str, mem_text: str, sr
          f"all cores; or workers={max(1, cores - 1)}",
          "torch DataLoader: num_workers=os.cpu_count() - 1 (not 0, which loads in the training process)",
          f"then, if all cores are busy and the GPU still waits: `iofeed preprocess {shlex.quote(src)}`, "
-         "or decode on the GPU with backend=\"dali\""],
+         "or decode on the GPU with engine=\"dali\""],
         heuristic=loader_busy is None)
 
 

@@ -29,7 +29,7 @@ from ...runtime.gpu.streams import consumer_stream, cuda_device_id
 from ...runtime.processes import resolve_workers
 from ...sources.samples import SampleSource
 from ..base import Batch, sample_failure
-from .external_source import Feed, Planned
+from .external_source import ExternalSource, PreparedBatch
 from .validate import validate_folder
 
 DEFAULT_HW_DECODER_LOAD = 0.65  # DALI's own default: share of JPEGs for the hardware decoder
@@ -38,7 +38,7 @@ _FAILED_SAMPLE = re.compile(r"[Ff]ailed to decode sample #(\d+)")
 
 
 class DaliEngine:
-    """A DALI pipeline fed in iofeed's order: uint8 NHWC batches on the CPU or on a GPU.
+    """A DALI pipeline decoding in iofeed's order: uint8 NHWC batches on the CPU or on a GPU.
 
     `options.resources.workers` is DALI's thread count (all cores by default),
     `options.resources.prefetch` its queue depth (DALI's default of 2). On a GPU, batches stay
@@ -63,7 +63,8 @@ class DaliEngine:
         self.hw_decoder_load = hw_decoder_load
         self._bad = validate_folder(source, self.threads)  # index -> reason; DALI failures are added
         self._checked = len(source) if source.kind == "folder" or not source.validated else 0
-        self._feed = Feed(source, self._augment, self._seed, options.skips.on_error, self._bad, options.deals_once)
+        self._inputs = ExternalSource(source, self._augment, self._seed, options.skips.on_error, self._bad,
+                                      options.deals_once)
         self._on_error = options.skips.on_error
         self._pipe: Any = None
         self._state = "idle"  # "running": an epoch may have outputs queued; "ended": needs reset()
@@ -75,7 +76,7 @@ class DaliEngine:
     def describe(self) -> dict[str, Any]:
         """Device, threads, prefetch depth and the index-time validation, for `loader.stats`."""
         return {
-            "backend": self.name,
+            "engine": self.name,
             "device": self.device,
             "decoder": "cpu" if self.device_id is None else "mixed",
             "num_threads": self.threads,
@@ -93,7 +94,7 @@ class DaliEngine:
                              prefetch_queue_depth=self.prefetch, exec_dynamic=True)
         with pipe:
             encoded, anchor, shape, roi_start, roi_end = fn.external_source(
-                source=self._feed, num_outputs=5, batch=True, parallel=False,
+                source=self._inputs, num_outputs=5, batch=True, parallel=False,
                 dtype=[types.UINT8, types.INT32, types.INT32, types.FLOAT, types.FLOAT], ndim=[1, 1, 1, 1, 1],
             )
             if self.device_id is None:
@@ -115,7 +116,7 @@ class DaliEngine:
     def _settle(self) -> None:
         """Make the pipeline ready for a new epoch: drain what an abandoned one queued, reset."""
         if self._state == "running":
-            self._feed.stop()
+            self._inputs.stop()
             try:
                 while True:
                     self._pipe.run()
@@ -136,20 +137,20 @@ class DaliEngine:
         if self._pipe is None:
             self._build()
         self._settle()
-        feed, pending = self._feed, self._feed.pending
-        feed.start(epoch, batches, start, rank, following)
+        inputs, pending = self._inputs, self._inputs.pending
+        inputs.start(epoch, batches, start, rank, following)
         self._state = "running"
         restarts = 0
         while True:
-            yield from self._unfed(pending)
+            yield from self._unsent(pending)
             try:
                 (images,) = self._pipe.run(consumer_stream(self.device_id))
             except StopIteration:
                 self._state = "ended"
-                yield from self._unfed(pending)
+                yield from self._unsent(pending)
                 return
             except RuntimeError as exc:
-                yield from self._unfed(pending)
+                yield from self._unsent(pending)
                 failed = pending.popleft() if pending else None
                 self._mark_failed(failed, exc)
                 restarts += 1
@@ -157,24 +158,24 @@ class DaliEngine:
                     raise WorkerError(f"DALI keeps failing on batch {failed.batch_no}: {_first_line(exc)}") from None
                 self._shutdown()
                 self._build()
-                feed.start(epoch, batches, failed.batch_no, rank, following)
+                inputs.start(epoch, batches, failed.batch_no, rank, following)
                 self._state = "running"
                 continue
-            yield from self._unfed(pending)
+            yield from self._unsent(pending)
             planned = pending.popleft()
             yield Batch(self._host_or_device(images), planned.labels, planned.indices, planned.skipped,
                         refilled=planned.refilled)
 
-    def _unfed(self, pending: deque[Planned]) -> Iterator[Batch]:
+    def _unsent(self, pending: deque[PreparedBatch]) -> Iterator[Batch]:
         """Batches at the head of `pending` that DALI never saw: all skipped (empty), or an error."""
-        while pending and not pending[0].fed:
+        while pending and not pending[0].sent_to_dali:
             planned = pending.popleft()
             if planned.error is not None:
                 raise planned.error
             yield Batch(np.empty((0, self._augment.size, self._augment.size, 3), np.uint8),
                         planned.labels, planned.indices, planned.skipped)
 
-    def _mark_failed(self, planned: Planned | None, exc: RuntimeError) -> None:
+    def _mark_failed(self, planned: PreparedBatch | None, exc: RuntimeError) -> None:
         """DALI could not decode a sample that validation let through: name it, remember it, or raise."""
         match = _FAILED_SAMPLE.search(str(exc))
         if planned is None or match is None or int(match[1]) >= len(planned.indices):
@@ -207,7 +208,7 @@ class DaliEngine:
     def close(self) -> None:
         """Stop DALI's threads and free its buffers (idempotent)."""
         self._shutdown()
-        self._feed.close()
+        self._inputs.close()
 
 
 def _first_line(exc: BaseException) -> str:

@@ -83,7 +83,7 @@ class WorkerEngine(WorkerCrew):
     def describe(self) -> dict[str, Any]:
         """Worker count, prefetch depth and shared memory, for `loader.stats`."""
         return {
-            "backend": self.name,
+            "engine": self.name,
             "workers": self.workers,
             "autotune": self.autotune,
             "max_workers": self.max_workers,

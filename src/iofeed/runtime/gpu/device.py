@@ -34,7 +34,7 @@ def resolve_device(device: Any, *, current: int | None, env: Mapping[str, str],
         return "cpu"
     match = _CUDA.fullmatch(text)
     if match is None:
-        raise OptionError(f"device={device!r} is not a device iofeed can feed "
+        raise OptionError(f"device={device!r} is not a device iofeed can load batches onto "
                           "(use None, 'cpu', 'cuda', 'cuda:N' or an int N)")
     if match[1] is not None:
         return f"cuda:{int(match[1])}"
