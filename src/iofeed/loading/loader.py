@@ -47,7 +47,7 @@ class Loader(DataLoaderManners, Generic[BatchT]):
         self._fetching: Prefetcher | NoPrefetch = NoPrefetch()  # the live iteration's downloads and pins
         self._closed = False
         self._follow_group = options.follows_group  # rank and world_size from a process group started later
-        self._at = EpochPosition()  # epoch, batches delivered, a resume's offsets, where a pass began
+        self._position = EpochPosition()  # epoch, batches delivered, a resume's offsets, where a pass began
         self._identity = ""  # the source's fingerprint, made when a state first needs it
         self._accounting = BatchAccounting(source, engine.describe, options.skips.max_skipped, mixture)
         self._last_valid: NDArray[np.bool_] = np.empty(0, bool)  # per row of the latest batch (see last_valid)
@@ -58,11 +58,11 @@ class Loader(DataLoaderManners, Generic[BatchT]):
     @property
     def epoch(self) -> int:
         """The epoch the next batch belongs to."""
-        return self._at.epoch
+        return self._position.epoch
 
     @epoch.setter
     def epoch(self, epoch: int) -> None:
-        self._at.epoch = epoch
+        self._position.epoch = epoch
 
     @property
     def stats(self) -> LoaderStats:
@@ -88,25 +88,25 @@ class Loader(DataLoaderManners, Generic[BatchT]):
         resume, and the rest cut to this loader's world and batch size), so that a consumer that
         takes `len()` once (Lightning) misses none of its batches."""
         self._join_group()
-        return self._at.length(self.order)
+        return self._position.length(self.order)
 
     @property
     def spilling(self) -> bool:
         """Whether a resumed epoch holding more than a whole epoch's batches (a larger global batch
         after the resume) was left where a consumer that took `len()` before `load_state_dict`
         stops (Lightning): its rest comes at the next pass, and epoch hooks wait for it."""
-        return self._at.spilling(self._counted_order())
+        return self._position.spilling(self._counted_order())
 
     def _counted_order(self) -> OrderSpec:
         """The order a resumed pass is counted in: the group's, joined first as `len()` does."""
-        if self._at.in_resumed_pass:
+        if self._position.in_resumed_pass:
             self._join_group()
         return self.order
 
     def _join_group(self) -> None:
         """Take rank and world_size from torch.distributed once it is initialised, when they were
         not given: Lightning and other trainers start the process group after the loader is made."""
-        if not self._follow_group or self._at.under_way:
+        if not self._follow_group or self._position.under_way:
             return
         rank, world_size = self.options.placement()
         if (rank, world_size) != (self.order.rank, self.order.world_size):
@@ -115,7 +115,7 @@ class Loader(DataLoaderManners, Generic[BatchT]):
 
     def set_epoch(self, epoch: int) -> None:
         """Start `epoch` (from its beginning) at the next iteration."""
-        self._at.set_epoch(epoch)
+        self._position.set_epoch(epoch)
 
     def __iter__(self) -> Iterator[BatchT]:
         """One pass: after a whole pass, the next epoch; after `set_epoch` or `load_state_dict`,
@@ -123,11 +123,11 @@ class Loader(DataLoaderManners, Generic[BatchT]):
         Keras peeking at a batch), that pass again from where it began, as torch's DataLoader
         starts a new pass at each `iter()`: an evaluation pass always covers its whole split."""
         self._check_open()
-        if self._at.rewind(self._counted_order()):
+        if self._position.rewind(self._counted_order()):
             self._accounting.restore_skips()  # the pass left early is read again: its skips must not count twice
         self._join_group()
-        run = self._at.begin(self.order)
-        owned = self.order.own_samples(run.batches, self._at.done)  # each batch's samples less the padding
+        run = self._position.begin(self.order)
+        owned = self.order.own_samples(run.batches, self._position.done)  # each batch's samples less the padding
         token = self._iteration = object()
         self._fetching.close()  # an older iteration left suspended (tf, Lightning) holds no pins from now on
         fetching = self._fetching = prefetcher_for(self.source, run.batches, run.start,
@@ -148,9 +148,9 @@ class Loader(DataLoaderManners, Generic[BatchT]):
                     break
                 self._accounting.record(batch, time.perf_counter() - asked)
                 batch.key = BatchKey(self.order.seed, run.epoch, self.order.rank, run.position)
-                if self._at.advance(run):  # complete once its last batch is out: a consumer that
+                if self._position.advance(run):  # complete once its last batch is out: a consumer that
                     self._accounting.finish_epoch()
-                    self._at.complete(run)  # stops after len() batches (Lightning) moves on
+                    self._position.complete(run)  # stops after len() batches (Lightning) moves on
                     self._accounting.count_fetched()
                 if len(batch.indices):  # an empty batch (all skipped) would be a NaN loss: only counted
                     self._last_valid = valid_rows(batch.indices, owned[run.position - 1])
@@ -159,7 +159,7 @@ class Loader(DataLoaderManners, Generic[BatchT]):
                     # the caller's last reference, also when a trainer keeps the iterator of a pass it left
                     yield self._deliver(held.pop())
                 batch = None
-            self._at.end(run)  # a pass that found its epoch delivered moves on
+            self._position.end(run)  # a pass that found its epoch delivered moves on
         finally:
             fetching.close()
 
@@ -169,7 +169,7 @@ class Loader(DataLoaderManners, Generic[BatchT]):
         loader.repeat())` takes exactly `steps` batches, and `state_dict()` after any of them
         resumes exactly (`load_state_dict`, then `repeat()` again). A stream, not a pass: it
         continues from where the loader stands, also mid-epoch after an earlier `repeat()`."""
-        self._at.continue_next()  # continue a pass left early, rather than begin it again as iter() does
+        self._position.continue_next()  # continue a pass left early, rather than begin it again as iter() does
         passes = itertools.count() if epochs is None else range(epochs)
         for _ in passes:
             yield from self
@@ -189,7 +189,7 @@ class Loader(DataLoaderManners, Generic[BatchT]):
         order's settings, the epoch and how many samples of its global order are done. It is the
         same on every rank (all ranks deliver batches in step), and `load_state_dict` continues
         from it on any world size, batch size, worker count or engine."""
-        progress = self._at.progress(self.order)
+        progress = self._position.progress(self.order)
         out = resume_state(self._fingerprint(), self.order, progress)
         if self.mixture is None:
             return out
@@ -205,11 +205,11 @@ class Loader(DataLoaderManners, Generic[BatchT]):
                          self._fingerprint(), self.order)
         if self.mixture is not None:
             self.mixture.check_positions(state["mixture"], self.order, progress.epoch, progress.samples_done)
-        self._at.resume(progress)  # the next pass resumes from here
+        self._position.resume(progress)  # the next pass resumes from here
         self._join_group()
         if len(self) > len(self.order):
-            warnings.warn(f"the resumed epoch holds {len(self)} batches (counting {self._at.first} done before the "
-                          f"resume), more than a whole epoch's {len(self.order)}: a trainer that takes len() once "
+            warnings.warn(f"the resumed epoch holds {len(self)} batches (counting {self._position.first} done before "
+                          f"the resume), more than a whole epoch's {len(self.order)}: a trainer that takes len() once "
                           "(Lightning) stops it early, and the next pass continues it", UserWarning, stacklevel=2)
 
     def _fingerprint(self) -> str:

@@ -8,7 +8,7 @@ from ...augment.transform_checks import Output
 from ...errors import OptionError
 from ...options.loader_options import LoaderOptions
 from ...runtime.processes import resolve_workers
-from ...runtime.system import Share, usable_cores
+from ...runtime.system import RankAllowance, usable_cores
 from ...sources.samples import SampleSource
 from .packing import PackedLayout
 from .slots import Layout, SlotLayout, default_memory_budget, default_prefetch
@@ -23,7 +23,7 @@ def engine_layout(source: SampleSource, options: LoaderOptions,
     resources, batch_size = options.resources, options.batch_size
     max_workers, prefetch = resolve_workers(resources.workers), resources.prefetch
     budget = (default_memory_budget() if resources.memory_budget is None
-              else Share(resources.memory_budget, "memory_budget argument"))
+              else RankAllowance(resources.memory_budget, "memory_budget argument"))
 
     def layout(slots: int) -> Layout:
         if options.gpu_augment:
