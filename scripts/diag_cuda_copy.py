@@ -29,7 +29,8 @@ flat = np.concatenate(refn)
 
 def run(name, device, sleep, engine="workers"):
     got = []
-    with iofeed.loader(ds, batch_size=4, workers=1, seed=2, framework="torch", device=device,
+    with iofeed.loader(ds, batch_size=4, workers=1, seed=2, framework="torch",
+                       placement=iofeed.Placement(device=device),
                        engine=engine) as ld:
         for x, _ in ld:
             if sleep:

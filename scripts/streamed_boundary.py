@@ -76,7 +76,8 @@ def main() -> None:
     usage = PeakUsage(cache)
     try:
         with iofeed.loader(f"http://127.0.0.1:{port}/{args.dataset.name}", batch_size=32, image_size=64, workers=2,
-                           seed=0, cache_dir=cache, cache_limit=limit, block_shards=args.block_shards) as ld:
+                           seed=0, cache=iofeed.Cache(dir=cache, limit=limit),
+                           order=iofeed.Order(block_shards=args.block_shards)) as ld:
             log = ld.source.remote.cache
             last = time.perf_counter()
             for epoch in range(args.epochs):

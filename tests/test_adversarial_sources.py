@@ -122,7 +122,7 @@ def _load(dataset: str, cache: Path) -> tuple[dict[int, list[tuple[int, int]]], 
     """{sample number: [(label code of its pixels, label the loader gave it), ...]}, skips by reason."""
     delivered: dict[int, list[str]] = {}
     with iofeed.loader(dataset, batch_size=4, image_size=32, workers=1, augment=EVAL, drop_last=False,
-                       max_skipped=None, cache_dir=cache) as ld:
+                       skips=iofeed.Skips(max_skipped=None), cache=iofeed.Cache(dir=cache)) as ld:
         for images, labels in ld:
             for image, label in zip(images, labels):
                 code, sample = decode(image)
@@ -199,7 +199,7 @@ def _check_refused_after(source: Source, dataset: Path) -> None:
     """The damage done after the run: the loader, in a process of its own, must refuse by name."""
     says = source.after(dataset)
     code = (f"import iofeed\nwith iofeed.loader({str(dataset)!r}, batch_size=4, image_size=32, workers=1, "
-            "extras=True) as ld:\n    list(ld)")
+            "output=iofeed.Output(extras=True)) as ld:\n    list(ld)")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
     try:
         done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,

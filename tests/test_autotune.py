@@ -34,7 +34,7 @@ def _run(tree, seconds: float, sleep_per_batch: float):
 
     import iofeed
 
-    ld = iofeed.loader(tree, batch_size=8, workers=None, memory_budget=64 << 20)
+    ld = iofeed.loader(tree, batch_size=8, workers=None, resources=iofeed.Resources(memory_budget=64 << 20))
     ld.engine.max_workers = 2  # the same ceiling on any machine
     with ld:
         end = None  # the clock starts at the first batch: a cold worker start-up is not tuning time

@@ -58,7 +58,7 @@ def test_quirky_inputs_match_workers(quirky_tree):
     runs = {}
     for engine in ("workers", "dali"):
         with iofeed.loader(src, batch_size=4, engine=engine, workers=1, augment=False, split="val",
-                           max_skipped=None) as ld:
+                           skips=iofeed.Skips(max_skipped=None)) as ld:
             runs[engine] = (_images_by_index(ld), dict(ld.stats.skipped))
     assert runs["dali"][1] == runs["workers"][1]
     assert len(runs["dali"][0]) == len(valid)
@@ -71,7 +71,8 @@ def test_corrupt_folder_files_are_found_at_index_time(tmp_path, monkeypatch, inl
     if not inline:
         monkeypatch.setattr(dali_validate, "INLINE_CHECK_FILES", 0)  # validate in a process pool
     root = make_colour_tree(tmp_path / "t", per_class=3, corrupt=2)
-    with iofeed.loader(root, batch_size=4, engine="dali", workers=2, drop_last=False, max_skipped=0.2) as ld:
+    with iofeed.loader(root, batch_size=4, engine="dali", workers=2, drop_last=False,
+                       skips=iofeed.Skips(max_skipped=0.2)) as ld:
         settings = ld.stats.settings
         assert settings["validated_files"] == 14 and settings["invalid_files"] == 2
         delivered = sum(len(labels) for _, labels in ld)
@@ -85,8 +86,8 @@ def test_a_file_dali_cannot_decode_mid_epoch(tmp_path, monkeypatch, on_error):
     """Validation bypassed: DALI stops on the file; the engine names it, then skips it or raises."""
     monkeypatch.setattr(dali_engine, "validate_folder", lambda source, workers: {})
     root = make_colour_tree(tmp_path / "t", per_class=3, corrupt=1)
-    with iofeed.loader(root, batch_size=4, engine="dali", workers=2, on_error=on_error, drop_last=False,
-                       max_skipped=0.1) as ld:
+    with iofeed.loader(root, batch_size=4, engine="dali", workers=2,
+                       skips=iofeed.Skips(on_error=on_error, max_skipped=0.1), drop_last=False) as ld:
         if on_error == "raise":
             with pytest.raises(SampleError, match="bad0.jpg"):
                 list(ld)
@@ -119,7 +120,8 @@ def test_abandoned_epoch_then_next_one(colour_dataset):
 
 
 def test_settings_and_dataset_sources_are_not_revalidated(colour_dataset):
-    with iofeed.loader(colour_dataset, batch_size=4, engine="dali", workers=2, prefetch=3) as ld:
+    with iofeed.loader(colour_dataset, batch_size=4, engine="dali", workers=2,
+                       resources=iofeed.Resources(prefetch=3)) as ld:
         settings = ld.stats.settings
     assert settings["engine"] == "dali" and settings["device"] == "cpu" and settings["decoder"] == "cpu"
     assert settings["num_threads"] == 2 and settings["prefetch_batches"] == 3
@@ -200,7 +202,8 @@ def test_mixed_decode_on_gpu_matches_cpu(colour_dataset):
     import torch
     with iofeed.loader(colour_dataset, batch_size=4, engine="dali", workers=2, seed=3) as cpu:
         expected = np.array(next(iter(cpu))[0])
-    with iofeed.loader(colour_dataset, batch_size=4, engine="dali", workers=2, seed=3, device="cuda:0",
+    with iofeed.loader(colour_dataset, batch_size=4, engine="dali", workers=2, seed=3,
+                       placement=iofeed.Placement(device="cuda:0"),
                        framework="torch") as ld:
         assert ld.stats.settings["decoder"] == "mixed" and ld.stats.settings["device"] == "cuda:0"
         batch = next(ld.engine.run(0, ld.order.batches(0), 0, 0))
@@ -214,7 +217,7 @@ def test_mixed_decode_on_gpu_matches_cpu(colour_dataset):
 def test_torch_on_cuda_gets_gpu_tensors(colour_dataset):
     import torch
     with iofeed.loader(colour_dataset, batch_size=4, engine="dali", workers=2, framework="torch",
-                       device="cuda") as ld:
+                       placement=iofeed.Placement(device="cuda")) as ld:
         for images, labels in ld:
             assert images.is_cuda and images.dtype == torch.float32 and images.shape[1:] == (3, 224, 224)
             assert labels.is_cuda and labels.dtype == torch.int64
@@ -232,7 +235,7 @@ def test_dali_batches_stay_exact_while_the_consumer_stream_lags(colour_dataset):
     def run(lagging: bool) -> list:
         kept = []
         with iofeed.loader(colour_dataset, batch_size=4, engine="dali", workers=2, framework="torch",
-                           device="cuda", seed=5) as ld:
+                           placement=iofeed.Placement(device="cuda"), seed=5) as ld:
             for images, _ in ld:
                 kept.append(images.clone())
                 if lagging:
@@ -249,7 +252,8 @@ def test_dali_batches_stay_exact_while_the_consumer_stream_lags(colour_dataset):
 
 @pytest.mark.gpu
 def test_numpy_framework_on_cuda_gets_host_arrays(colour_dataset):
-    with iofeed.loader(colour_dataset, batch_size=4, engine="dali", workers=2, device="cuda") as ld:
+    with iofeed.loader(colour_dataset, batch_size=4, engine="dali", workers=2,
+                       placement=iofeed.Placement(device="cuda")) as ld:
         images, labels = next(iter(ld))
         assert ld.stats.settings["decoder"] == "mixed"
         assert isinstance(images, np.ndarray) and images.shape == (4, 224, 224, 3) and images.dtype == np.uint8
@@ -257,7 +261,7 @@ def test_numpy_framework_on_cuda_gets_host_arrays(colour_dataset):
 
 @pytest.mark.gpu
 def test_auto_with_gpu_keeps_the_workers_engine_and_says_why(colour_dataset):
-    with iofeed.loader(colour_dataset, batch_size=4, engine="auto", device="cuda") as ld:
+    with iofeed.loader(colour_dataset, batch_size=4, engine="auto", placement=iofeed.Placement(device="cuda")) as ld:
         assert ld.stats.settings["engine"] == "workers"
         (note,) = [d for d in ld.stats.settings["decisions"] if "over 'dali'" in d]
         assert "98-99%" in note and "engine='dali'" in note

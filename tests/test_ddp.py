@@ -159,8 +159,8 @@ source, engine, out = sys.argv[1], sys.argv[2], sys.argv[3]
 local = int(os.environ["LOCAL_RANK"])
 result = {"local_rank": local}
 try:  # built before torch.cuda.set_device, as many training scripts do
-    ld = iofeed.loader(source, batch_size=4, image_size=32, framework="torch", device="cuda", engine=engine,
-                       workers=1, drop_last=False)
+    ld = iofeed.loader(source, batch_size=4, image_size=32, framework="torch",
+                       placement=iofeed.Placement(device="cuda"), engine=engine, workers=1, drop_last=False)
 except OptionError as exc:
     result["error"] = str(exc)
 else:

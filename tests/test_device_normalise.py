@@ -87,7 +87,8 @@ def test_tf_device_path_batches_kept_stay_as_delivered(colour_dataset, tf_on_dev
     """Issue 30 §1 on the device path: two epochs kept (more than the engine's slots) stay as they came."""
     from helpers.contract import assert_kept_unchanged, keep_two_epochs
 
-    dataset = iofeed.loader(colour_dataset, batch_size=4, image_size=SIZE, workers=1, seed=2, prefetch=2,
+    dataset = iofeed.loader(colour_dataset, batch_size=4, image_size=SIZE, workers=1, seed=2,
+                            resources=iofeed.Resources(prefetch=2),
                             framework="tf", augment=RECIPE)
     with dataset.iofeed_loader as loader:
         assert loader.stats.settings["normalise_on"] == "/cpu:0"

@@ -14,7 +14,8 @@ from helpers.contract import assert_kept_unchanged, keep_two_epochs
 from helpers.images import label_from_pixels
 from helpers.keras_fit import run_on_backend
 
-SMALL = {"batch_size": 4, "image_size": 32, "workers": 1, "seed": 2, "prefetch": 2}  # 3 slots
+SMALL = {"batch_size": 4, "image_size": 32, "workers": 1, "seed": 2,
+         "resources": iofeed.Resources(prefetch=2)}  # 3 slots
 
 
 def _slots(ld) -> int:
@@ -85,7 +86,7 @@ def test_torch_cpu(colour_dataset, augment):
 @pytest.mark.parametrize("dtype", ["uint8", "float32"])
 def test_jax(colour_dataset, dtype):
     """uint8 batches on CPU devices alias the slot (XLA keeps the array): held by the lease."""
-    with iofeed.loader(colour_dataset, framework="jax", dtype=dtype, **SMALL) as ld:
+    with iofeed.loader(colour_dataset, framework="jax", output=iofeed.Output(dtype=dtype), **SMALL) as ld:
         kept = keep_two_epochs(ld, np.array)
         assert_kept_unchanged(kept, np.asarray, _slots(ld))
     if dtype == "uint8":
@@ -141,7 +142,7 @@ def test_cuda_batches_kept_while_the_copy_stream_lags_stay_exact(colour_dataset)
     options = {**SMALL, "engine": "workers"}
     with iofeed.loader(colour_dataset, framework="torch", **options) as ld:
         expected = keep_two_epochs(ld, lambda x: x.numpy().copy())
-    with iofeed.loader(colour_dataset, framework="torch", device="cuda", **options) as ld:
+    with iofeed.loader(colour_dataset, framework="torch", placement=iofeed.Placement(device="cuda"), **options) as ld:
         kept = []
         for _ in range(2):
             for images, labels in ld:

@@ -26,7 +26,7 @@ def big_tree(tmp_path):
 def test_killed_worker_raises_within_seconds(big_tree, workers, dead_before_next_task):
     """A worker killed mid-epoch raises WorkerError naming the signal: found by its sentinel while
     the engine waits, or, dead while the consumer held a batch, when it is sent the next task."""
-    with iofeed.loader(big_tree, batch_size=4, workers=workers, prefetch=2) as ld:
+    with iofeed.loader(big_tree, batch_size=4, workers=workers, resources=iofeed.Resources(prefetch=2)) as ld:
         stream = iter(ld)
         next(stream)
         victim = ld.engine.processes()[0]
@@ -46,7 +46,7 @@ def mapped(pid):
     with open(f"/proc/{pid}/maps") as maps:
         paths = [line.split(maxsplit=5)[5].strip() for line in maps if len(line.split(maxsplit=5)) == 6]
     return sorted({p.split(" (deleted)")[0] for p in paths if "/dev/shm/" in p or "iofeed-slots" in p})
-ld = iofeed.loader(sys.argv[1], batch_size=4, workers=2, prefetch=2)
+ld = iofeed.loader(sys.argv[1], batch_size=4, workers=2, resources=iofeed.Resources(prefetch=2))
 for k, _ in enumerate(ld):
     if k == 0:
         pids = [p.pid for p in ld.engine.processes()]

@@ -64,7 +64,8 @@ def test_epochs_differ_and_repeat(colour_dataset, engine):
 def test_ranks_equal_disjoint_and_covering(colour_dataset, engine):
     per_rank = []
     for rank in range(3):
-        with _make(colour_dataset, engine, batch_size=4, rank=rank, world_size=3, drop_last=False) as ld:
+        with _make(colour_dataset, engine, batch_size=4, placement=iofeed.Placement(rank=rank, world_size=3),
+                   drop_last=False) as ld:
             per_rank.append([i for batch in _epoch(ld) for i in batch[0].tolist()])
             assert len(ld) == 3
     assert len({len(r) for r in per_rank}) == 1
@@ -88,7 +89,7 @@ def test_torch_adapter_normalises_on_device_layout(colour_dataset, memory_format
     with iofeed.loader(colour_dataset, batch_size=4, workers=1, seed=2) as raw:
         uint8 = np.array(next(iter(raw))[0])
     with iofeed.loader(colour_dataset, batch_size=4, workers=1, seed=2, framework="torch",
-                       memory_format=memory_format) as ld:
+                       output=iofeed.Output(memory_format=memory_format)) as ld:
         images, labels = next(iter(ld))
     assert images.shape == (4, 3, 224, 224) and images.dtype == torch.float32
     assert images.is_contiguous(memory_format=torch.channels_last if memory_format else torch.contiguous_format), \
@@ -177,7 +178,8 @@ def test_cuda_copies_stay_exact_when_the_copy_stream_is_late_and_never_wait_for_
 
     monkeypatch.setattr(torch.cuda, "stream", LateStream)
     pending_after_next = []
-    with iofeed.loader(colour_dataset, batch_size=4, workers=1, seed=2, framework="torch", device="cuda",
+    with iofeed.loader(colour_dataset, batch_size=4, workers=1, seed=2, framework="torch",
+                       placement=iofeed.Placement(device="cuda"),
                        engine="workers") as ld:
         got = []
         batches = iter(ld)
@@ -206,7 +208,7 @@ def test_bad_options_and_sources(colour_dataset, tmp_path):
     with pytest.raises(OptionError, match="framework"):
         iofeed.loader(colour_dataset, batch_size=4, framework="mxnet")
     with pytest.raises(OptionError, match="on_error"):
-        iofeed.loader(colour_dataset, batch_size=4, on_error="ignore")
+        iofeed.loader(colour_dataset, batch_size=4, skips=iofeed.Skips(on_error="ignore"))
     with pytest.raises(OptionError, match="split"):
         iofeed.loader(colour_dataset, batch_size=4, split="test")
     with pytest.raises(OptionError, match="batch_size"):
@@ -218,8 +220,9 @@ def test_bad_options_and_sources(colour_dataset, tmp_path):
 def test_prefetch_depth_defaults_and_bounds(colour_dataset):
     """Two batches per worker and at least 8 ahead by default; `prefetch` and the budget bound it."""
     slot = 4 * 224 * 224 * 3 + 4 * 8
-    cases = [({"workers": 1}, 8), ({"workers": 2, "prefetch": 3}, 3), ({"workers": None}, 8),
-             ({"workers": 2, "memory_budget": 5 * slot}, 4)]
+    cases = [({"workers": 1}, 8), ({"workers": 2, "resources": iofeed.Resources(prefetch=3)}, 3),
+             ({"workers": None}, 8),
+             ({"workers": 2, "resources": iofeed.Resources(memory_budget=5 * slot)}, 4)]
     for options, depth in cases:
         with iofeed.loader(colour_dataset, batch_size=4, **options) as ld:
             assert ld.stats.settings["prefetch_batches"] == depth, options
@@ -250,7 +253,7 @@ def test_an_abandoned_epoch_leaves_its_queued_batches_undone(tmp_path):
     from helpers.images import make_colour_tree
 
     tree = make_colour_tree(tmp_path / "tree", per_class=40)
-    options = {"batch_size": 16, "image_size": 64, "workers": 1, "prefetch": 6, "seed": 4}
+    options = {"batch_size": 16, "image_size": 64, "workers": 1, "resources": iofeed.Resources(prefetch=6), "seed": 4}
     with iofeed.loader(tree, **options) as ld:
         next(iter(ld))
         ld.set_epoch(3)

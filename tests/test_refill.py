@@ -35,7 +35,8 @@ def test_two_ranks_deliver_len_batches_despite_a_truncated_jpeg(tmp_path, engine
     root = make_colour_tree(tmp_path / "t", per_class=15, corrupt=1)  # 61 files
     counts, stats = [], []
     for rank in (0, 1):
-        with iofeed.loader(root, batch_size=1, rank=rank, world_size=2, drop_last=False, engine=engine,
+        with iofeed.loader(root, batch_size=1, placement=iofeed.Placement(rank=rank, world_size=2), drop_last=False,
+                           engine=engine,
                            **SMALL) as ld:
             batches = _epoch(ld)
             counts.append((len(batches), len(ld), {len(indices) for indices, _ in batches}))
@@ -47,7 +48,8 @@ def test_two_ranks_deliver_len_batches_despite_a_truncated_jpeg(tmp_path, engine
 def _bad_near_the_end(root, batch_size: int) -> tuple[int, int]:
     """A seed whose epoch 0 has the corrupt file in the last batch (its refill reaches into the
     next epoch), and the number of batches."""
-    with iofeed.loader(root, batch_size=batch_size, drop_last=False, max_skipped=0.1, **SMALL) as ld:
+    with iofeed.loader(root, batch_size=batch_size, drop_last=False, skips=iofeed.Skips(max_skipped=0.1),
+                       **SMALL) as ld:
         bad = next(i for i in range(len(ld.source)) if os.path.basename(ld.source.path_of(i)) == "bad0.jpg")
         for seed in range(200):
             order = ld.order.__class__(**{**ld.order.__dict__, "seed": seed})
@@ -62,7 +64,8 @@ def test_resume_after_a_refill_yields_the_rest_exactly(tmp_path, engine):
         pytest.importorskip("nvidia.dali")
     root = make_colour_tree(tmp_path / "t", per_class=4, corrupt=1)  # 17 files
     seed, batches = _bad_near_the_end(root, batch_size=2)
-    options = {"batch_size": 2, "drop_last": False, "seed": seed, "engine": engine, "max_skipped": None, **SMALL}
+    options = {"batch_size": 2, "drop_last": False, "seed": seed, "engine": engine,
+               "skips": iofeed.Skips(max_skipped=None), **SMALL}
     with iofeed.loader(root, **options) as ld:
         full = _epoch(ld)
         assert ld.stats.refilled == 1 and len(full) == batches and all(len(i) == 2 for i, _ in full[:-1])
@@ -83,8 +86,8 @@ def test_an_evaluation_split_scores_each_readable_sample_once_despite_a_truncate
     root = make_colour_tree(tmp_path / "t", per_class=4, corrupt=1)  # 17 files
     seen, refilled, skipped = [], 0, 0
     for rank in (0, 1):
-        with iofeed.loader(root, split="val", batch_size=3, rank=rank, world_size=2, engine=engine,
-                           max_skipped=None, **SMALL) as ld:
+        with iofeed.loader(root, split="val", batch_size=3, placement=iofeed.Placement(rank=rank, world_size=2),
+                           skips=iofeed.Skips(max_skipped=None), engine=engine, **SMALL) as ld:
             bad = next(i for i in range(len(ld.source)) if os.path.basename(ld.source.path_of(i)) == "bad0.jpg")
             seen += [index for indices, _ in _epoch(ld) for index in indices]
             refilled, skipped = refilled + ld.stats.refilled, skipped + sum(ld.stats.skipped.values())

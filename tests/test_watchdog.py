@@ -78,7 +78,7 @@ def test_a_slow_transform_is_warned_about_and_goes_on(colour_dataset, tmp_path, 
 def test_a_stopped_worker_is_named_then_raises(colour_dataset, monkeypatch, bounds):
     stopped = []
     monkeypatch.setattr(watchdog, "monotonic", _clock_from(lambda: bool(stopped)))
-    with iofeed.loader(colour_dataset, prefetch=1, **SMALL) as ld:
+    with iofeed.loader(colour_dataset, resources=iofeed.Resources(prefetch=1), **SMALL) as ld:
         it = iter(ld)
         next(it)
         (proc,) = ld.engine.processes()

@@ -7,8 +7,8 @@ from .augment.recipe import PRESETS, Recipe  # noqa: E402
 from .errors import IofeedError  # noqa: E402
 from .loading.call import loader  # noqa: E402
 from .loading.loader import Loader  # noqa: E402
-from .options.groups import Cache, Order, Resources, Skips  # noqa: E402
+from .options.groups import Cache, Order, Output, Placement, Resources, Skips  # noqa: E402
 from .sources.mix import Mix  # noqa: E402
 
-__all__ = ["PRESETS", "Cache", "IofeedError", "Loader", "Mix", "Order", "Recipe", "Resources", "Skips", "__version__",
-           "loader"]
+__all__ = ["PRESETS", "Cache", "IofeedError", "Loader", "Mix", "Order", "Output", "Placement", "Recipe", "Resources",
+           "Skips", "__version__", "loader"]

@@ -56,8 +56,8 @@ class JaxAdapter:
         """The adapter for `options`: its dtype, sharding and the recipe's mean/std (uint8 when the
         recipe has normalize=False)."""
         affine = options_affine(options)
-        return cls(options.dtype if affine is not None else "uint8", options.sharding, affine or IMAGENET_AFFINE,
-                   options.batch_transform)
+        dtype = options.output.dtype if affine is not None else "uint8"
+        return cls(dtype, options.placement.sharding, affine or IMAGENET_AFFINE, options.batch_transform)
 
     def wrap(self, loader: Any) -> Any:
         """The loader itself, once every batch size its epochs hold (a whole batch, and the last
@@ -131,7 +131,7 @@ def _dtype(dtype: Any) -> Any:
     except TypeError:
         name = str(dtype)
     if name not in DTYPES:
-        raise OptionError(f"dtype={dtype!r} is not one of {', '.join(DTYPES)} for framework='jax'")
+        raise OptionError(f"Output.dtype={dtype!r} is not one of {', '.join(DTYPES)} for framework='jax'")
     return DTYPES[name]
 
 

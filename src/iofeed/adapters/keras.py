@@ -158,7 +158,7 @@ def _tensorflow(options: LoaderOptions) -> tuple[Callable[[Batch], Any], Callabl
 def _jax(options: LoaderOptions) -> tuple[Callable[[Batch], Any], Callable[[EpochLoader], Any]]:
     from .jax import JaxAdapter
 
-    adapter = JaxAdapter(options.dtype, options.sharding, _affine(options), options.batch_transform)
+    adapter = JaxAdapter(options.output.dtype, options.placement.sharding, _affine(options), options.batch_transform)
     return adapter, lambda loader: KerasBatches(adapter.wrap(loader))  # wrap: the layout checked now
 
 

@@ -170,7 +170,7 @@ def to_tf_dataset(loader: EpochLoader, normalise_on: str | None = HOST, affine: 
         finally:
             batches.close()
 
-    multi_hot = loader.options.target == "multi_hot"  # float32 (batch, classes) labels
+    multi_hot = loader.options.output.target == "multi_hot"  # float32 (batch, classes) labels
     shape, dtype = sample or ((size, size, 3), tf.uint8)
     dtype = tf.float32 if dtype == tf.uint8 and normalise_on == HOST else dtype  # a transform's floats as they are
     device = None if normalise_on in (None, HOST) else normalise_on

@@ -37,7 +37,8 @@ def print_preprocess_summary(summary: PreprocessSummary) -> None:
               f"kept as labels with 0 samples: {names}")
     if summary.several_classes:
         print(f"  multi-label   {plural(summary.several_classes, 'sample')} with several classes (e.g. "
-              f"{summary.several_example}): the targets are multi_label; load them with target=\"multi_hot\"")
+              f"{summary.several_example}): the targets are multi_label; load them with "
+              "output=iofeed.Output(target=\"multi_hot\")")
     if summary.duplicates.line():
         print(f"  duplicates    {summary.duplicates.line()}")
     for path in summary.stale_removed:

@@ -108,7 +108,7 @@ class Loader(DataLoaderManners, Generic[BatchT]):
         not given: Lightning and other trainers start the process group after the loader is made."""
         if not self._follow_group or self._position.under_way:
             return
-        rank, world_size = self.options.placement()
+        rank, world_size = self.options.rank_and_world_size()
         if (rank, world_size) != (self.order.rank, self.order.world_size):
             self.order = dataclasses.replace(self.order, rank=rank, world_size=world_size)
             self.stats.fixed.update(rank=rank, world_size=world_size)
@@ -179,10 +179,10 @@ class Loader(DataLoaderManners, Generic[BatchT]):
         `extras=True` a third item, the list of the samples' extras."""
         if self._targets is None:
             return self._adapter(batch)
-        if self.options.target == "multi_hot":
+        if self.options.output.target == "multi_hot":
             batch = dataclasses.replace(batch, labels=self._targets.multi_hot(batch.indices))
         out = self._adapter(batch)
-        return (*out, self._targets.extras_of(batch.indices)) if self.options.extras else out
+        return (*out, self._targets.extras_of(batch.indices)) if self.options.output.extras else out
 
     def state_dict(self) -> dict[str, Any]:
         """Where the run is, as a small plain dict (ints and strings): the dataset's identity, the

@@ -13,61 +13,59 @@ from ..augment.transforms import check_batch_transform, check_sample_transform
 from ..errors import OptionError
 from ..image.boxes import Augment
 from ..runtime.gpu.device import usable_device
-from ..sources.order import OrderSpec
-from ..sources.sample_targets import check_target_options
+from ..sources.order import SHUFFLES, OrderSpec
 from .adapter_choices import ADAPTERS
 from .checks import either, flag, integer, one_of, short_repr
 from .engine_choices import AUTO, ENGINES
-from .groups import FLAT, GROUPS, Cache, Order, Resources, Skips, checked_group
+from .groups import GROUPS, Cache, Order, Output, Placement, Resources, Skips, checked_group
 
 
 @dataclass(frozen=True, repr=False)
 class LoaderOptions:
-    """The loader's settings (see `iofeed.loader` for each, and the four objects for theirs). Built
+    """The loader's settings (see `iofeed.loader` for each, and the option objects for theirs). Built
     once by `loader()` and handed whole to the engine and the adapter; a bad value raises a one-line
     OptionError here, before any file is opened or any shared memory made, and no user code runs
-    here (the workers engine probes `transform`). `device` is resolved here, once, to "cpu" or
-    "cuda:N"; rank and world size come from `placement()`. Integers may be numpy integers (kept as
-    int); booleans are not integers here."""
+    here (the workers engine probes `transform`). `device` is `placement.device` resolved here, once,
+    to "cpu" or "cuda:N"; rank and world size come from `rank_and_world_size()`. Integers may be
+    numpy integers (kept as int); booleans are not integers here."""
 
     batch_size: int
     split: str = "train"
+    shuffle: str | bool | None = None  # see `shuffle_for`
+    drop_last: bool | None = None  # None: True for the train split
+    workers: int | None = None  # None: autotuned (workers engine), the usable cores (DALI)
+    seed: int = 0
     image_size: int | None = None  # None: the recipe's (Recipe.from_timm), else 224
     augment: bool | str | Recipe | None = None  # see `recipe`
-    framework: str = "numpy"
-    device: Any = None  # the one device of this loader: the engine decodes and the adapter copies there
-    dtype: Any = None
-    engine: str = AUTO
-    rank: int | None = None
-    world_size: int | None = None
-    gpu_augment: bool = False
-    target: str = "class"  # "multi_hot": float32 (batch, classes) labels (targets.py)
-    extras: bool = False  # each batch also carries its samples' extras (any JSON)
     transform: Any = None  # per sample, in the workers (see `iofeed.augment.transforms`)
     batch_transform: Any = None  # per batch, in the adapter
-    sharding: Any = None  # framework="jax": how a batch is laid out over devices (None: the batch axis over all)
-    memory_format: str | None = None  # framework="torch": "contiguous" (None) or "channels_last"
+    gpu_augment: bool = False
+    framework: str = "numpy"
+    engine: str = AUTO
+    placement: Placement = field(default_factory=Placement)
+    output: Output[Any] = field(default_factory=Output)
     order: Order = field(default_factory=Order)
     resources: Resources = field(default_factory=Resources)
     cache: Cache = field(default_factory=Cache)
     skips: Skips = field(default_factory=Skips)
+    device: str = field(init=False, default="cpu")  # placement.device resolved: engine and adapter work there
 
     def __post_init__(self) -> None:
-        for name in ("order", "resources", "cache", "skips"):
+        for name in GROUPS:
             object.__setattr__(self, name, checked_group(name, getattr(self, name)))
-        object.__setattr__(self, "device", usable_device(self.device))  # once: engine and adapter take this one
-        check_target_options(self.target, self.extras, self.framework)
+        object.__setattr__(self, "device", usable_device(self.placement.device))  # once: engine and adapter take it
         self._resolve_image_size()
-        for name, minimum in (("batch_size", 1), ("image_size", 8)):
+        for name, minimum in (("batch_size", 1), ("image_size", 8), ("seed", 0)):
             object.__setattr__(self, name, integer(name, getattr(self, name), minimum))
-        for name, minimum in (("world_size", 1), ("rank", 0)):
-            object.__setattr__(self, name, integer(name, getattr(self, name), minimum, optional=True))
+        object.__setattr__(self, "workers", integer("workers", self.workers, 1, optional=True))
+        if self.shuffle is not None and not isinstance(self.shuffle, bool):  # True/False as DataLoader takes them
+            one_of("shuffle", self.shuffle, tuple(SHUFFLES))
+        flag("drop_last", self.drop_last, optional=True)
         flag("gpu_augment", self.gpu_augment)
         if not isinstance(self.split, str) or not self.split:
             raise OptionError(f"split must be a split name such as 'train' or 'val', got {self.split!r}")
         one_of("framework", self.framework, ADAPTERS.names())
         one_of("engine", self.engine, (AUTO, *ENGINES.names()))
-        self._check_placement()
         check_sample_transform(self.transform)
         check_batch_transform(self.batch_transform)
         self._check_combinations()
@@ -76,15 +74,9 @@ class LoaderOptions:
         return short_repr(self)
 
     def keywords(self) -> dict[str, Any]:
-        """Every option by its `loader()` keyword, a grouped one by its flat spelling (`seed`,
-        `workers`, `cache_dir`, ...) or, without one, as `group.field`: what
-        `stats.settings["options"]` records, one schema whichever spelling was passed."""
-        flat = {target: name for name, target in FLAT.items()}
-        out = {f.name: getattr(self, f.name) for f in fields(self) if f.init and f.name not in GROUPS}
-        for group in GROUPS:
-            for f in fields(getattr(self, group)):
-                out[flat.get((group, f.name), f"{group}.{f.name}")] = getattr(getattr(self, group), f.name)
-        return out
+        """Every option by its `loader()` keyword, an object's fields as `keyword.field`
+        (`resources.prefetch`): what `stats.settings["options"]` records (see `recorded`)."""
+        return recorded({f.name: getattr(self, f.name) for f in fields(self) if f.init})
 
     def _resolve_image_size(self) -> None:
         """`image_size` from the recipe when it knows the model's input side; the two must agree."""
@@ -95,14 +87,6 @@ class LoaderOptions:
             raise OptionError(f"image_size={self.image_size!r} disagrees with the recipe's image_size={from_recipe} "
                               "(the model's input side): drop image_size=")
 
-    def _check_placement(self) -> None:
-        if (self.rank is None) != (self.world_size is None):
-            given, missing = ("rank", "world_size") if self.world_size is None else ("world_size", "rank")
-            raise OptionError(f"{given}={getattr(self, given)} was given without {missing}: pass both, or neither "
-                              "to take them from torch.distributed or RANK/WORLD_SIZE")
-        if self.rank is not None and self.rank >= self.world_size:
-            raise OptionError(f"rank={self.rank} is outside 0..{self.world_size - 1} (world_size={self.world_size})")
-
     def _check_combinations(self) -> None:
         adapter = ADAPTERS.caps(self.framework)
         if self.gpu_augment and not (adapter.packs and (self.engine == AUTO or ENGINES.caps(self.engine).packs)):
@@ -110,22 +94,24 @@ class LoaderOptions:
                               f"engine={either((AUTO, *ENGINES.having('packs')))}, got framework={self.framework!r}"
                               f", engine={self.engine!r}")
         self._check_recipe()
-        if self.sharding is not None and not adapter.sharding:
-            raise OptionError(f"sharding= is for framework={either(ADAPTERS.having('sharding'))}, "
-                              f"got framework={self.framework!r} (drop sharding=)")
-        if self.memory_format is not None:
-            if self.framework != "torch":
-                raise OptionError(f"memory_format= is for framework='torch' (NCHW tensors), got framework="
-                                  f"{self.framework!r}: drop memory_format=")
-            one_of("memory_format", self.memory_format, MEMORY_FORMATS)
-        if self.dtype is not None and not adapter.dtype:
-            raise OptionError(f"dtype={self.dtype!r} is for framework={either(ADAPTERS.having('dtype'))}: "
-                              f"framework={self.framework!r} has a fixed dtype (drop dtype=)")
+        output = self.output
+        if self.placement.sharding is not None and not adapter.sharding:
+            raise OptionError(f"Placement.sharding is for framework={either(ADAPTERS.having('sharding'))}, "
+                              f"got framework={self.framework!r} (drop it)")
+        if output.memory_format is not None and self.framework != "torch":
+            raise OptionError(f"Output.memory_format is for framework='torch' (NCHW tensors), got framework="
+                              f"{self.framework!r}: drop it")
+        if output.extras and self.framework == "tf":
+            raise OptionError("Output.extras=True cannot travel through a tf.data.Dataset (any JSON per sample): "
+                              "use framework='numpy' or 'torch', or leave extras out")
+        if output.dtype is not None and not adapter.dtype:
+            raise OptionError(f"Output.dtype={output.dtype!r} is for framework={either(ADAPTERS.having('dtype'))}: "
+                              f"framework={self.framework!r} has a fixed dtype (drop it)")
         torch = sys.modules.get("torch")  # a torch dtype passed means torch is imported already
-        torch_dtype = torch is not None and isinstance(self.dtype, torch.dtype) and self.dtype.is_floating_point
-        if self.framework == "torch" and self.dtype is not None and not torch_dtype:  # jax checks its own
-            raise OptionError(f"dtype={self.dtype!r} is not a floating-point torch dtype: pass torch.float32 (the "
-                              "default), torch.float16 or torch.bfloat16")
+        torch_dtype = torch is not None and isinstance(output.dtype, torch.dtype) and output.dtype.is_floating_point
+        if self.framework == "torch" and output.dtype is not None and not torch_dtype:  # jax checks its own
+            raise OptionError(f"Output.dtype={output.dtype!r} is not a floating-point torch dtype: pass torch.float32 "
+                              "(the default), torch.float16 or torch.bfloat16")
 
     def _check_recipe(self) -> None:
         """The built-in steps and the user's transform against the engine and `gpu_augment`."""
@@ -140,9 +126,9 @@ class LoaderOptions:
                 raise OptionError(f"transform= runs in worker processes, not in engine={self.engine!r} (its "
                                   f"pipeline calls no Python per sample): pass engine="
                                   f"{either(ENGINES.having('runs_transforms'))} or 'auto'")
-        if self.dtype is not None and not recipe.normalize:
-            raise OptionError(f"dtype={self.dtype!r} is the dtype of normalised images, and the recipe has "
-                              "normalize=False (uint8 images): drop one of them")
+        if self.output.dtype is not None and not recipe.normalize:
+            raise OptionError(f"Output.dtype={self.output.dtype!r} is the dtype of normalised images, and the recipe "
+                              "has normalize=False (uint8 images): drop one of them")
         if self.gpu_augment and recipe.interpolation != "bilinear":
             raise OptionError(f"gpu_augment=True resizes bilinear only, got interpolation={recipe.interpolation!r}: "
                               "drop gpu_augment (the workers resize on the CPU) or use interpolation='bilinear'")
@@ -185,7 +171,7 @@ class LoaderOptions:
 
     @property
     def _drop_last(self) -> bool:
-        return self.split == "train" if self.order.drop_last is None else self.order.drop_last
+        return self.split == "train" if self.drop_last is None else self.drop_last
 
     @property
     def _pad(self) -> bool:
@@ -195,21 +181,21 @@ class LoaderOptions:
 
     @property
     def follows_group(self) -> bool:
-        """Whether rank and world size come from the environment (`placement()` may change once a
-        process group starts: Lightning and other trainers start it after the loader is made)."""
-        return self.rank is None
+        """Whether rank and world size come from the environment (`rank_and_world_size()` may change
+        once a process group starts: Lightning and other trainers start it after the loader is made)."""
+        return self.placement.rank is None
 
-    def placement(self) -> tuple[int, int]:
+    def rank_and_world_size(self) -> tuple[int, int]:
         """(rank, world_size): as given, else from an initialised torch.distributed group, else an
         initialised jax.distributed, else RANK/WORLD_SIZE, else (0, 1)."""
-        if self.rank is not None and self.world_size is not None:
-            return self.rank, self.world_size
+        if self.placement.rank is not None and self.placement.world_size is not None:
+            return self.placement.rank, self.placement.world_size
         return distributed_rank_world()
 
     def shuffle_for(self, streamed: bool) -> str:
-        """The shuffle by its name for data that is `streamed` (or not): `Order.shuffle`, its
-        default (None) and True/False resolved ("block" or "global", "none")."""
-        shuffle = self.split == "train" if self.order.shuffle is None else self.order.shuffle
+        """The shuffle by its name for data that is `streamed` (or not): `shuffle`, its default
+        (None) and True/False resolved ("block" or "global", "none")."""
+        shuffle = self.split == "train" if self.shuffle is None else self.shuffle
         if isinstance(shuffle, bool):
             return ("block" if streamed else "global") if shuffle else "none"
         return shuffle
@@ -217,11 +203,11 @@ class LoaderOptions:
     def order_spec(self, samples: int, shard_of: np.ndarray | None = None, streamed: bool = False) -> OrderSpec:
         """The epoch order of `samples` (in shards `shard_of`, for a block order; `streamed` when they
         come from object storage) for this rank; OptionError when it would hold no batch."""
-        rank, world_size = self.placement()
+        rank, world_size = self.rank_and_world_size()
         drop_last = self._drop_last
         shuffle = self.shuffle_for(streamed)
         pad = self._pad
-        spec = OrderSpec(samples, self.batch_size, shuffle=shuffle, drop_last=drop_last, seed=self.order.seed,
+        spec = OrderSpec(samples, self.batch_size, shuffle=shuffle, drop_last=drop_last, seed=self.seed,
                          rank=rank, world_size=world_size, block_shards=self.order.block_shards, shard_of=shard_of,
                          pad=pad)
         if len(spec) == 0:
@@ -233,8 +219,19 @@ class LoaderOptions:
         return spec
 
 
-MEMORY_FORMATS = ("contiguous", "channels_last")
 DEFAULT_IMAGE_SIZE = 224
+
+
+def recorded(keywords: dict[str, Any]) -> dict[str, Any]:
+    """`loader()` keywords as `stats.settings["options"]` records them: each object's fields by
+    `keyword.field` (`order=Order(block_shards=2)` is `order.block_shards`), the rest as given."""
+    out = {}
+    for name, value in keywords.items():
+        if name in GROUPS and value is not None:
+            out.update({f"{name}.{f.name}": getattr(value, f.name) for f in fields(value)})
+        else:
+            out[name] = value
+    return out
 
 
 def distributed_rank_world() -> tuple[int, int]:
@@ -249,12 +246,13 @@ def distributed_rank_world() -> tuple[int, int]:
     if "RANK" in os.environ and "WORLD_SIZE" not in os.environ:
         # Taken as (0, 1), every process would read the whole split: duplicates with no word.
         raise OptionError(f"environment variable RANK={os.environ['RANK']!r} is set without WORLD_SIZE: set both "
-                          "(torchrun does), unset RANK, or pass rank= and world_size=")
+                          "(torchrun does), unset RANK, or pass placement=iofeed.Placement(rank=..., world_size=...)")
     if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
         rank, world_size = _env_count("RANK", 0), _env_count("WORLD_SIZE", 1)
         if rank >= world_size:
             raise OptionError(f"environment variable RANK={rank} is outside 0..{world_size - 1} (WORLD_SIZE="
-                              f"{world_size}): fix the launcher's variables, or pass rank= and world_size=")
+                              f"{world_size}): fix the launcher's variables, or pass placement=iofeed.Placement("
+                              "rank=..., world_size=...)")
         return rank, world_size
     return 0, 1
 
@@ -268,5 +266,5 @@ def _env_count(name: str, minimum: int) -> int:
         value = None
     if value is None or value < minimum:
         raise OptionError(f"environment variable {name}={text!r} is not an integer >= {minimum}: fix the "
-                          "launcher's variables, or pass rank= and world_size=")
+                          "launcher's variables, or pass placement=iofeed.Placement(rank=..., world_size=...)")
     return value

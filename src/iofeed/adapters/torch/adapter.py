@@ -65,8 +65,9 @@ class TorchAdapter:
     @classmethod
     def from_options(cls, options: LoaderOptions) -> TorchAdapter:
         """The adapter for `options`: its device, dtype, image size, normalisation and batch transform."""
-        return cls(options.device, options.dtype, options.image_size, options_affine(options), options.batch_transform,
-                   options.memory_format == "channels_last")
+        output = options.output
+        return cls(options.device, output.dtype, options.image_size, options_affine(options), options.batch_transform,
+                   output.memory_format == "channels_last")
 
     def wrap(self, loader: EpochLoader) -> EpochLoader:
         """The loader itself; `stats.settings["normalise_on"]` says where it normalises."""

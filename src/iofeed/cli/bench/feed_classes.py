@@ -8,6 +8,7 @@ from contextlib import ExitStack
 from typing import Any
 
 from ...errors import FeedUnavailable
+from ...options.groups import Placement
 from .feeds import FeedSpec
 from .recipe import in_dataloader, in_iofeed
 from .sources import SOURCES
@@ -80,7 +81,7 @@ class IofeedFeed:
     def run_keywords(spec: FeedSpec) -> dict[str, Any]:
         """What every iofeed feed of the run is given: its split, sizes, device, workers and seed."""
         return {"split": "train", "batch_size": spec.batch_size, "image_size": spec.image_size,
-                "device": spec.device, "workers": spec.workers, "seed": spec.seed}
+                "placement": Placement(device=spec.device), "workers": spec.workers, "seed": spec.seed}
 
     def batches(self) -> Iterator[tuple[Any, Any]]:
         while True:

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from ...errors import FeedUnavailable
+from ...options.groups import Output
 from ...runtime.registry import Entry, Registry
 
 BASELINE = "torchvision-Nw"
@@ -44,7 +45,8 @@ class FeedDecl:
 
 _HERE = "iofeed.cli.bench.feed_classes"
 _FRAMEWORKS = "iofeed.cli.bench.framework_feeds"
-TORCH = {"engine": "workers", "memory_format": "channels_last"}  # the torch feeds' (the bench's model: channels_last)
+CHANNELS_LAST = Output(memory_format="channels_last")  # the bench's model is channels_last
+TORCH = {"engine": "workers", "output": CHANNELS_LAST}  # the torch feeds'
 
 
 def iofeed(reads: str, about: str, *, target: str = f"{_HERE}:IofeedFeed", framework: str = "torch",
@@ -94,7 +96,7 @@ FEEDS: Registry[FeedDecl] = Registry("feed", {
                          "weights 0.5/0.3/0.2, an epoch of its size): what mixing costs beside iofeed-dataset",
                          source="mixed views", default=False, **TORCH),
     "iofeed-dali": iofeed("dataset", "iofeed DALI engine on the preprocessed dataset", needs=("nvidia.dali",),
-                          engine="dali", memory_format="channels_last"),
+                          engine="dali", output=CHANNELS_LAST),
     "torchvision-recipe": dataloader("torchvision reference recipe (TrivialAugmentWide, RandomErasing, MixUp/CutMix) "
                                      "in the DataLoader, all cores", recipe="reference"),
     "iofeed-recipe": iofeed("dataset", "the same recipe with iofeed: transform= in its workers, MixUp/CutMix as "

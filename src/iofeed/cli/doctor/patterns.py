@@ -103,7 +103,7 @@ def _unused(trace: Trace) -> Finding:
         "gpu-unused", "the command never used the GPU",
         [f"{trace.gpus} GPU(s), highest utilisation {peak:.0f}% over {float(trace.t[-1]):.0f} s"],
         ["check that the model and batches are moved to the GPU (model.to('cuda'), "
-         "iofeed.loader(..., framework='torch', device='cuda'))",
+         "iofeed.loader(..., framework='torch', placement=iofeed.Placement(device='cuda')))",
          "check that torch.cuda.is_available() is True in the training environment"])
 
 
@@ -140,7 +140,8 @@ def _alternating(window: Window) -> Finding | None:
          f"GPU idle (< {GPU_IDLE:.0f}%) in {gpu_idle:.0%} of samples; CPU idle (< half its 90th "
          f"percentile) in {cpu_idle:.0%}",
          f"mean GPU utilisation {gpu.mean():.0f}%"],
-        ["prepare the next batches while the GPU computes: iofeed.loader(..., prefetch=4) "
+        ["prepare the next batches while the GPU computes: iofeed.loader(..., "
+         "resources=iofeed.Resources(prefetch=4)) "
          "(torch DataLoader: num_workers > 0, prefetch_factor, persistent_workers=True)",
          "copy batches asynchronously: pinned memory and .to('cuda', non_blocking=True)",
          "avoid a sync each step (loss.item(), printing tensors); log every N steps"])
@@ -200,7 +201,8 @@ def _uneven_memory(window: Window) -> Finding | None:
     return Finding(
         "uneven-gpu-memory", "GPU memory is uneven across GPUs: the DataParallel signature", evidence,
         ["use DistributedDataParallel, one process per GPU: torchrun --nproc_per_node=N train.py",
-         "give each rank its part of the data: iofeed.loader(..., rank=rank, world_size=world_size)"])
+         "give each rank its part of the data: iofeed.loader(..., placement=iofeed.Placement(rank=rank, "
+         "world_size=world_size))"])
 
 
 def transform_finding(loaders: list[dict]) -> Finding | None:
@@ -250,7 +252,7 @@ def host_normalise_finding(loaders: list[dict], gpus: int) -> Finding | None:
             ["framework='tf' and 'keras' normalise on the GPU when one is visible: for a one-GPU job among "
              "several, CUDA_VISIBLE_DEVICES=N (several keep the host path for tf.distribute)",
              "framework='keras' on PyTorch follows Keras' device: leave KERAS_TORCH_DEVICE unset or 'cuda'",
-             "framework='torch': device='cuda'; framework='jax': GPU devices in sharding=",
+             "framework='torch': Placement(device='cuda'); framework='jax': GPU devices in Placement(sharding=...)",
              "or hand out uint8 (augment='uint8') and normalise inside the model"],
             heuristic=True)
     return None

@@ -40,7 +40,7 @@ _FAILED_SAMPLE = re.compile(r"[Ff]ailed to decode sample #(\d+)")
 class DaliEngine:
     """A DALI pipeline decoding in iofeed's order: uint8 NHWC batches on the CPU or on a GPU.
 
-    `options.resources.workers` is DALI's thread count (all cores by default),
+    `options.workers` is DALI's thread count (all cores by default),
     `options.resources.prefetch` its queue depth (DALI's default of 2). On a GPU, batches stay
     there unless the adapter wants host arrays (`options.host`): then the engine copies them to
     the host itself."""
@@ -55,8 +55,8 @@ class DaliEngine:
         require_dali()
         if not 0.0 <= hw_decoder_load <= 1.0:
             raise OptionError(f"hw_decoder_load must be in [0, 1], got {hw_decoder_load}")
-        self._source, self._augment, self._seed = source, options.augmentation, options.order.seed
-        self.batch_size, self.threads = options.batch_size, resolve_workers(options.resources.workers)
+        self._source, self._augment, self._seed = source, options.augmentation, options.seed
+        self.batch_size, self.threads = options.batch_size, resolve_workers(options.workers)
         self.prefetch = DEFAULT_PREFETCH if options.resources.prefetch is None else options.resources.prefetch
         self.device_id = cuda_device_id(options.device)
         self.host = options.host

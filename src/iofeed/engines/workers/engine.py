@@ -11,7 +11,7 @@ import numpy as np
 
 from ... import errors
 from ...augment.batch_key import BatchKey
-from ...augment.transforms import Output, SampleTransform, probe_output
+from ...augment.transforms import SampleTransform, TransformedImage, probe_output
 from ...errors import LoaderStateError, SampleError, WorkerError
 from ...options.loader_options import LoaderOptions
 from ...runtime.processes import resolve_workers
@@ -43,12 +43,12 @@ class WorkerEngine:
     name = "workers"
 
     def __init__(self, source: SampleSource, options: LoaderOptions, layout: Layout,
-                 found: dict[str, Any] | None = None, output: Output | None = None) -> None:
-        self._source, self._seed = source, options.order.seed
+                 found: dict[str, Any] | None = None, output: TransformedImage | None = None) -> None:
+        self._source, self._seed = source, options.seed
         self.sample_output = output  # what the sample transform returns per image (probed), None without one
         self._transform = None if output is None else SampleTransform(options.transform, output)
         self._spares = spares_of(options.deals_once)
-        self.max_workers, self.autotune = resolve_workers(options.resources.workers), options.resources.workers is None
+        self.max_workers, self.autotune = resolve_workers(options.workers), options.workers is None
         self._initial = 1 if self.autotune else self.max_workers
         self.layout = layout
         self._generation = 0

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ...augment.transform_checks import Output
+from ...augment.transform_checks import TransformedImage
 from ...errors import OptionError
 from ...options.loader_options import LoaderOptions
 from ...runtime.processes import resolve_workers
@@ -15,15 +15,15 @@ from .slots import Layout, SlotLayout, default_memory_budget, default_prefetch
 
 
 def engine_layout(source: SampleSource, options: LoaderOptions,
-                  output: Output | None = None) -> tuple[Layout, dict[str, Any]]:
+                  output: TransformedImage | None = None) -> tuple[Layout, dict[str, Any]]:
     """The slots' layout (`output`: what the sample transform returns per image, if any), and the
     usable cores and memory budget found (and why), for `loader.stats`. OptionError when the
     budget holds fewer than 2 batches."""
     cores = usable_cores()
     resources, batch_size = options.resources, options.batch_size
-    max_workers, prefetch = resolve_workers(resources.workers), resources.prefetch
+    max_workers, prefetch = resolve_workers(options.workers), resources.prefetch
     budget = (default_memory_budget() if resources.memory_budget is None
-              else RankAllowance(resources.memory_budget, "memory_budget argument"))
+              else RankAllowance(resources.memory_budget, "Resources.memory_budget as given"))
 
     def layout(slots: int) -> Layout:
         if options.gpu_augment:
@@ -37,7 +37,7 @@ def engine_layout(source: SampleSource, options: LoaderOptions,
     slots = min(wanted, budget.amount // slot_bytes)
     if slots < 2:
         raise OptionError(
-            f"memory_budget={budget.amount:,} bytes ({budget.because}) holds fewer than 2 batches of "
+            f"Resources.memory_budget={budget.amount:,} bytes ({budget.because}) holds fewer than 2 batches of "
             f"{slot_bytes:,} bytes: raise it, or lower batch_size or image_size"
         )
     found = {"usable_cores": cores.amount, "cores_because": cores.because,
