@@ -1,5 +1,5 @@
 """Every rank delivers exactly `len()` batches, as full as planned, whatever is skipped: a skipped
-sample's place goes to a spare one (backends/refill.py), on both engines, and a resume mid-epoch
+sample's place goes to a spare one (engines/refill.py), on both engines, and a resume mid-epoch
 still yields exactly the rest of the epoch."""
 from __future__ import annotations
 
