@@ -200,7 +200,7 @@ def test_a_tenth_of_the_dataset_bounds_the_cache(s3, dataset: Path, tmp_path: Pa
     assert 0 < peak[0] <= limit
     assert sorted(seen) == list(range(len(loader.source)))
     assert loader.stats.fetched["shards"] == len(shards)  # each shard fetched once: none evicted early
-    with pytest.raises(OptionError, match="cache_limit"):
+    with pytest.raises(OptionError, match=r"Cache\.limit"):
         iofeed.loader(s3.url, cache=iofeed.Cache(dir=cache, limit=limit), order=iofeed.Order(block_shards=8), **KW)
 
 
@@ -439,7 +439,7 @@ def test_a_failed_bench_removes_its_streaming_cache_too(dataset: Path, tmp_path:
     def failing_measure(runs, *args, **kwargs):
         for run in runs:  # each streaming feed's cache, made as its feed makes it, never removed by the feed
             if SOURCES[run.spec.entry.source].served:
-                made.append(Path(SOURCES[run.spec.entry.source].make(run.spec, ExitStack())[1]["cache_dir"]))
+                made.append(Path(SOURCES[run.spec.entry.source].make(run.spec, ExitStack())[1]["cache"].dir))
         if not any(made[-1].rglob("*.tar~*")):  # the warm feed's, fetched before it starts
             raise RuntimeError("nothing fetched")
         raise RuntimeError("a feed crashed")
@@ -470,8 +470,8 @@ def test_the_cold_feed_refuses_a_split_its_cache_would_hold(s3, dataset: Path, t
                        match=r"cache that streams holds 6 shards .*whole split is 1 shard \(.*--shard-mb 4"):
         stream_options(url, "cold", tmp_path / "cache")
     cold = stream_options(s3.url, "cold", tmp_path / "cache")  # ~30 shards of 64 KiB: 6 are a fifth of the split
-    assert cold["cache_limit"] < sum(s["bytes"] for s in _shards(dataset))
-    assert list((tmp_path / "cache").iterdir()) == [Path(cold["cache_dir"])], "the refused feed's folder is removed"
+    assert cold["cache"].limit < sum(s["bytes"] for s in _shards(dataset))
+    assert list((tmp_path / "cache").iterdir()) == [Path(cold["cache"].dir)], "the refused feed's folder is removed"
 
 
 @pytest.mark.dali

@@ -446,7 +446,7 @@ def test_a_wait_for_room_is_said_once(server, dataset: Path, tmp_path: Path, mon
 
 def test_a_cache_dir_that_is_a_file_is_one_line(server, dataset: Path, tmp_path: Path) -> None:
     (tmp_path / "file").write_text("x")
-    with pytest.raises(OptionError, match=f"cannot use {tmp_path / 'file'} as cache_dir: a file is in the way"):
+    with pytest.raises(OptionError, match=f"cannot use {tmp_path / 'file'} as Cache.dir: a file is in the way"):
         open_source(f"{server.url}/{dataset.name}", cache_dir=tmp_path / "file")
 
 

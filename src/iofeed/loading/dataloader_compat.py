@@ -1,4 +1,4 @@
-"""DataLoader manners: what training scripts written for torch's DataLoader touch on it —
+"""DataLoader compatibility: what training scripts written for torch's DataLoader touch on it —
 `loader.dataset` (`len`, `classes`, `class_to_idx`, `set_epoch`), `loader.sampler` (`set_epoch`,
 `len`), and the DataLoader keyword arguments iofeed has no use for (ignored only where that is
 right, otherwise refused in one line naming what to use)."""
@@ -82,7 +82,7 @@ class SamplerView:
         return f"iofeed sampler view: rank {order.rank} of {order.world_size}, {len(self)} samples per epoch"
 
 
-class DataLoaderManners:
+class DataLoaderAttributes:
     """What scripts written for torch's DataLoader read on it, for `Loader` (which has `order`,
     `source`, `engine`, `epoch` and `set_epoch`)."""
 

@@ -21,7 +21,7 @@ from ..sources.remote.prefetch import NoPrefetch, Prefetcher, prefetcher_for
 from ..sources.sample_targets import SampleTargets
 from ..sources.samples import SampleSource
 from .batch_accounting import BatchAccounting
-from .dataloader_compat import DataLoaderManners
+from .dataloader_compat import DataLoaderAttributes
 from .epoch_position import EpochPosition
 from .mix_source import Mixture, check_state
 from .resume import fingerprint, parse
@@ -31,7 +31,7 @@ from .stats import LoaderStats
 BatchT = TypeVar("BatchT")  # what one iteration step yields: (images, labels[, extras]) of the framework
 
 
-class Loader(DataLoaderManners, Generic[BatchT]):
+class Loader(DataLoaderAttributes, Generic[BatchT]):
     """Batches of one split for one rank. Iterate it once per epoch; `set_epoch` for DDP-style
     control (otherwise each full pass advances the epoch by itself). `len()` is the number of
     batches an epoch holds: skipped samples' places go to spare samples (`stats.refilled`)."""
