@@ -33,7 +33,10 @@ class Recipe:
     torch and jax (torchvision's `ToTensor` + `Normalize`, flax's ImageNet example), float32
     0–255 for keras and tf (Keras' `image_dataset_from_directory`, for models that start with
     `Rescaling(1/255)`). `normalize=False` hands out uint8 so that the GPU or your batch
-    transform normalises. Extremes are refused when the recipe is made: scale below 0.001, ratio
+    transform normalises. `fast_decode=True` decodes JPEGs with libjpeg-turbo's fast integer
+    IDCT and plain chroma upsampling (simplejpeg's `fastdct`/`fastupsample`, as FFCV does) on the
+    workers engine: ~8% less decode time, pixels a few levels off (docs/benchmarks.md, "Fast
+    decode": the accuracy-parity run). Extremes are refused when the recipe is made: scale below 0.001, ratio
     outside [1/100, 100], crop_fraction below 0.01, or anything not finite.
     """
 
@@ -46,6 +49,7 @@ class Recipe:
     mean: tuple[float, float, float] | None = None  # None (with std): the framework's convention
     std: tuple[float, float, float] | None = None
     normalize: bool = True
+    fast_decode: bool = False  # libjpeg-turbo's fastdct + fastupsample on the workers engine
     image_size: int | None = None  # the model's input side, when the recipe knows it (from_timm); else the loader's
 
     def __post_init__(self) -> None:
@@ -53,7 +57,7 @@ class Recipe:
             raise OptionError(f"Recipe train must be True, False or None, got {self.train!r}")
         object.__setattr__(self, "scale", _pair("scale", self.scale, MIN_SCALE, 1.0))
         object.__setattr__(self, "ratio", _pair("ratio", self.ratio, 1 / MAX_RATIO, MAX_RATIO))
-        for name in ("flip", "normalize"):
+        for name in ("flip", "normalize", "fast_decode"):
             if not isinstance(getattr(self, name), bool):
                 raise OptionError(f"Recipe {name} must be True or False, got {getattr(self, name)!r}")
         fraction = self.crop_fraction
