@@ -36,7 +36,10 @@ class Recipe:
     transform normalises. `fast_decode=True` decodes JPEGs with libjpeg-turbo's fast integer
     IDCT and plain chroma upsampling (simplejpeg's `fastdct`/`fastupsample`, as FFCV does) on the
     workers engine: ~8% less decode time, pixels a few levels off (docs/benchmarks.md, "Fast
-    decode": the accuracy-parity run). Extremes are refused when the recipe is made: scale below 0.001, ratio
+    decode": the accuracy-parity run). `region_decode=True` decodes only a small crop's rows and
+    columns (the `region` extra, nvImageCodec's CPU decoder; the same pixels): measured no faster
+    than the full decode on 256 px images (docs/decisions/0001-region-decode.md), so off by
+    default. Extremes are refused when the recipe is made: scale below 0.001, ratio
     outside [1/100, 100], crop_fraction below 0.01, or anything not finite.
     """
 
@@ -50,6 +53,7 @@ class Recipe:
     std: tuple[float, float, float] | None = None
     normalize: bool = True
     fast_decode: bool = False  # libjpeg-turbo's fastdct + fastupsample on the workers engine
+    region_decode: bool = False  # only a small crop's region, with the `region` extra (workers engine)
     image_size: int | None = None  # the model's input side, when the recipe knows it (from_timm); else the loader's
 
     def __post_init__(self) -> None:
@@ -57,7 +61,7 @@ class Recipe:
             raise OptionError(f"Recipe train must be True, False or None, got {self.train!r}")
         object.__setattr__(self, "scale", _pair("scale", self.scale, MIN_SCALE, 1.0))
         object.__setattr__(self, "ratio", _pair("ratio", self.ratio, 1 / MAX_RATIO, MAX_RATIO))
-        for name in ("flip", "normalize", "fast_decode"):
+        for name in ("flip", "normalize", "fast_decode", "region_decode"):
             if not isinstance(getattr(self, name), bool):
                 raise OptionError(f"Recipe {name} must be True or False, got {getattr(self, name)!r}")
         fraction = self.crop_fraction

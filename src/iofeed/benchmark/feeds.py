@@ -45,6 +45,14 @@ class FeedDecl:
 
 
 _HERE = "iofeed.benchmark.feed_classes"
+
+
+def _recipe(**changes: Any) -> Any:
+    """An `iofeed.Recipe` for a line's `augment=` (imported here: the catalogue loads before iofeed's loader)."""
+    from ..recipe import Recipe
+
+    return Recipe(**changes)
+
 _FRAMEWORKS = "iofeed.benchmark.framework_feeds"
 TORCH = {"backend": "workers", "memory_format": "channels_last"}  # the torch feeds' (the bench's model: channels_last)
 
@@ -74,6 +82,9 @@ FEEDS: Registry[FeedDecl] = Registry("feed", {
     "torchvision-Nw": dataloader("torchvision ImageFolder + DataLoader, all cores"),
     "iofeed-folder": iofeed("folder", "iofeed workers engine on the JPEG folder", **TORCH),
     "iofeed-dataset": iofeed("dataset", "iofeed workers engine on the preprocessed dataset", **TORCH),
+    "iofeed-fast-decode": iofeed("dataset", "iofeed workers engine on the preprocessed dataset, "
+                                 "Recipe(fast_decode=True): libjpeg-turbo's fast IDCT and upsampling",
+                                 default=False, augment=_recipe(fast_decode=True), **TORCH),
     "iofeed-raw": iofeed("raw", "iofeed workers engine on the raw-pixel dataset (--format raw)", **TORCH),
     "iofeed-raw-gpu": iofeed("raw", "iofeed on the raw-pixel dataset, crop/resize/flip on the GPU", needs=(GPU,),
                              gpu_augment=True, **TORCH),

@@ -21,6 +21,7 @@ class Augment:
     center_fraction: float = 0.875  # centre crop of 224 after resizing to 256
     interpolation: str = "bilinear"  # "bilinear", "bicubic" or "area" (see `image/resize.py`)
     fast_decode: bool = False  # libjpeg-turbo's fast IDCT and chroma upsampling (`Recipe(fast_decode=)`)
+    region_decode: bool = False  # only a small crop's region where that pays (`Recipe(region_decode=)`)
 
     def box(self, width: int, height: int, rng: np.random.Generator) -> tuple[Box, bool]:
         """The source box to resize to `size` x `size`, and whether to flip horizontally."""

@@ -6,8 +6,8 @@ A region decoded on its own differs from the same pixels of a full decode at its
 upsampling and the IDCT read neighbouring blocks), so the box is grown by one MCU on each side
 (clipped to the image), decoded, and trimmed: the pixels are a full decode's.
 
-Why nvImageCodec, and when a region pays (its per-call cost eats the saving on large crops):
-docs/decisions/0001-region-decode.md.
+Why nvImageCodec, why it is off unless `Recipe(region_decode=True)` asks (measured no faster than
+simplejpeg's full decode on 256 px images), and when a region pays: docs/decisions/0001-region-decode.md.
 """
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ from ..errors import SampleError
 MODULE = "nvidia.nvimgcodec"
 EXTRA = "region"
 # A region is decoded only when the grown box covers at most this share of the image: above it the
-# per-call overhead (~35 us) outweighs the rows and columns saved (measured, docs/decisions/0001).
+# decoder's per-call cost outweighs the rows and columns saved (measured, docs/decisions/0001).
 MAX_SHARE = 0.35
 # (width, height) of an MCU for each chroma subsampling `simplejpeg.decode_jpeg_header` names
 MCU = {"444": (8, 8), "422": (16, 8), "420": (16, 16), "440": (8, 16), "411": (32, 8), "Gray": (8, 8)}
@@ -89,20 +89,23 @@ def decode_region(data: bytes, box: tuple[int, int, int, int], size: tuple[int, 
     return pixels[box[1] - top:box[3] - top, box[0] - left:box[2] - left]
 
 
-def describe(validated: bool, fast: bool) -> str:
-    """Which JPEG decode the workers run, and why, for `stats.settings["decisions"]`: `validated`,
-    whether every image was checked whole by `iofeed preprocess`; `fast`, the recipe's fast_decode."""
+def describe(asked: bool, validated: bool, fast: bool) -> str:
+    """Which JPEG decode the workers run, and why, for `stats.settings["decisions"]`: `asked`,
+    `Recipe(region_decode=)`; `validated`, whether every image was checked whole by `iofeed
+    preprocess`; `fast`, `Recipe(fast_decode=)`."""
     full = "decode: the full image (libjpeg-turbo through simplejpeg"
     if fast:
         return f"{full}, fastdct + fastupsample): Recipe(fast_decode=True); the region decoder has neither"
+    if not asked:
+        return (f"{full}): Recipe(region_decode=True) would decode only small crops' regions ({MODULE}), "
+                "measured no faster on 256 px images (docs/decisions/0001-region-decode.md)")
     if not installed():
-        return f"{full}): region decode needs {MODULE}: pip install 'iofeed[{EXTRA}]'"
+        return f"{full}): Recipe(region_decode=True) needs {MODULE}: pip install 'iofeed[{EXTRA}]'"
     if not validated:
         return (f"{full}): images not checked whole by iofeed preprocess, and a region decode would not "
                 "notice damage below the crop (a truncated file would be delivered, not skipped)")
     return (f"decode: only the crop's region ({MODULE}, CPU) when the box grown by one MCU is at most "
-            f"{MAX_SHARE:.0%} of the image, else the full image: the region decoder's per-call cost "
-            "outweighs the saving on larger crops")
+            f"{MAX_SHARE:.0%} of the image, else the full image: Recipe(region_decode=True)")
 
 
 class _quiet_stderr:

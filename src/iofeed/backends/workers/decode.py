@@ -37,7 +37,7 @@ def decode_note(source: SampleSource, augment: Augment) -> list[str]:
     if not fastjpeg.installed():
         return ["decode: the full image through Pillow: the libjpeg-turbo path needs simplejpeg: "
                 "pip install 'iofeed[fast]'"]
-    return [region.describe(checked_whole(source), augment.fast_decode)]
+    return [region.describe(augment.region_decode, checked_whole(source), augment.fast_decode)]
 
 
 def checked_whole(source: SampleSource) -> bool:
@@ -51,8 +51,9 @@ def decode_augmented(data: bytes, augment: Augment, rng: np.random.Generator, ou
     """Decode `data`, cut the box `augment` draws, resize to `out`'s size, flip, write into `out`.
 
     `out` is a (size, size, 3) uint8 array (a slot in shared memory). Plain JPEGs go through
-    libjpeg-turbo directly when `simplejpeg` is installed (`fastjpeg`): with `region_ok` only the
-    crop's region when that pays (`region.worth_it`, the `region` extra), else the whole image
+    libjpeg-turbo directly when `simplejpeg` is installed (`fastjpeg`): with `region_ok` and
+    `augment.region_decode`, only the crop's region when that pays (`region.worth_it`, the
+    `region` extra), else the whole image
     at the smallest DCT scale covering the crop; the rest through Pillow (EXIF orientation,
     CMYK, other formats). Raises SampleError.
     """
@@ -65,7 +66,7 @@ def decode_augmented(data: bytes, augment: Augment, rng: np.random.Generator, ou
     side = augment.size
     box_w, box_h = max(box[2] - box[0], 1e-6), max(box[3] - box[1], 1e-6)
     needed = (math.ceil(width * side / box_w), math.ceil(height * side / box_h))
-    if plain is not None and region_ok and not augment.fast_decode:
+    if plain is not None and region_ok and augment.region_decode and not augment.fast_decode:
         cropped = _region(data, box, needed, plain)
         if cropped is not None:
             crop_resize_into(cropped, (0, 0, cropped.shape[1], cropped.shape[0]), flip, out, augment.interpolation)
