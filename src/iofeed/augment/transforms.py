@@ -233,7 +233,7 @@ class BatchTransform:
     """`batch_transform=` in the consumer: seeded per batch from its key (torch's RNG on `cuda`,
     a torch.device, included), the caller's own random streams restored after. On the CPU it
     runs on one torch thread: torch's intra-op threads spin between kernels and take the
-    workers' cores (measured: docs/architecture.md, "Why the code is as it is")."""
+    workers' cores (measured: docs/decisions/0069-transforms-runs-a-cpu-batch-transform-on.md)."""
 
     def __init__(self, fn: Any, cuda: Any = None) -> None:
         self.fn, self.cuda, self.name = fn, cuda, transform_name(fn)

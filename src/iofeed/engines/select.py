@@ -11,7 +11,8 @@ from ..sources.samples import SampleSource
 from .base import Backend
 
 # Why "auto" never takes DALI, even with a GPU and DALI installed (the measurements and what was
-# weighed: docs/architecture.md, Decisions); recorded in `stats.settings["decisions"]` as:
+# weighed: docs/decisions/0003-backend-auto-never-takes-the-dali-engine.md);
+# recorded in `stats.settings["decisions"]` as:
 AUTO_RULE = ("on an H100 with 16 cores the workers engine fed ResNet-50 at 98-99% of the ceiling and DALI at "
              "94% (2026-11-24), with the same pixels on every machine (nvJPEG's differ from libjpeg-turbo's by a "
              "few levels); pass backend='dali' to decode on the GPU (worth measuring with few cores per GPU)")

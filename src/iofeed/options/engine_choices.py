@@ -16,7 +16,8 @@ class EngineCaps:
     requires: str | None = None  # module it needs installed ("auto" looks for it without importing)
     runs_transforms: bool = False  # calls the user's per-sample `transform=` (Python, per sample)
     interpolations: tuple[str, ...] = ("bilinear",)  # the resize filters it does (see `iofeed.Recipe`)
-    auto: bool = True  # whether backend="auto" may choose it (the rule: docs/architecture.md, "auto")
+    # whether backend="auto" may choose it (the rule: docs/decisions/0003-backend-auto-never-takes-the-dali-engine.md)
+    auto: bool = True
 
 
 # In order of preference for backend="auto" (which never takes `dali`: see `select.AUTO_RULE`).

@@ -97,8 +97,9 @@ class MemoryWatch:
     kernel gives it — shared pages counted once — else RSS) and keeping each feed's peak.
 
     Reading PSS is slow for a process that maps much memory (the kernel walks its page tables):
-    sampled inside timed windows it takes CPU from the feed measured (docs/architecture.md, "Why
-    the code is as it is"). So it samples only outside them: in the background during warm-up and drains, and
+    sampled inside timed windows it takes CPU from the feed measured
+    (docs/decisions/0066-measure-reads-memory-only-outside-timed-windows.md).
+    So it samples only outside them: in the background during warm-up and drains, and
     at each window's edges (loaders allocate their buffers up front; growth over a window
     shows in the sample after it).
     """

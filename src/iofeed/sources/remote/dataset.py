@@ -91,7 +91,7 @@ class RemoteShards:
     def _warn_small(self, shards: int, what: str, also: str) -> None:
         """Warn (with the numbers) when the cache cannot hold `shards` of the largest at once:
         fetches then wait for leases to end, and an epoch runs many times slower (measured:
-        docs/architecture.md, "Why the code is as it is")."""
+        docs/decisions/0065-dataset-warns-when-the-cache-cannot-hold.md)."""
         need = min(shards * self.largest, sum(ref.bytes for ref in self.refs))
         if self.cache.limit < need:
             warnings.warn(
