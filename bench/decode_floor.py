@@ -17,11 +17,11 @@ import time
 
 import numpy as np
 
-from iofeed.backends.workers.decode import decode_augmented
+from iofeed.engines.workers.decode import decode_augmented
 from iofeed.image import region
 from iofeed.image.boxes import Augment
-from iofeed.sample_reader import SampleReader
-from iofeed.samples import open_source
+from iofeed.sources.sample_reader import SampleReader
+from iofeed.sources.samples import open_source
 
 VARIANTS = {  # name: (Augment changes, region_ok, region.MAX_SHARE)
     "full decode (before)": ({}, False, region.MAX_SHARE),

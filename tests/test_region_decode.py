@@ -7,8 +7,8 @@ import pytest
 
 import iofeed
 from helpers.images import jpeg_bytes, smooth_rgb
-from iofeed.backends.workers import decode
-from iofeed.backends.workers.decode import decode_augmented
+from iofeed.engines.workers import decode
+from iofeed.engines.workers.decode import decode_augmented
 from iofeed.errors import OptionError
 from iofeed.image import fastjpeg, region
 from iofeed.image.boxes import Augment
@@ -104,7 +104,7 @@ def test_decisions_say_which_decode_runs_and_why(colour_dataset, colour_tree, mo
 def test_only_images_checked_whole_may_take_the_region(colour_dataset, colour_tree):
     """A region decode stops at the crop: a file truncated below it would be delivered, so folders
     (never decoded whole before loading) always decode whole."""
-    from iofeed.samples import open_source
+    from iofeed.sources.samples import open_source
 
     assert decode.checked_whole(open_source(colour_dataset, "train"))
     assert not decode.checked_whole(open_source(colour_tree, "train"))
