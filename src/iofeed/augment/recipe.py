@@ -38,7 +38,7 @@ class Recipe:
     workers engine: ~8% less decode time, pixels a few levels off (docs/benchmarks.md, "Fast
     decode": the accuracy-parity run). `region_decode=True` decodes only a small crop's rows and
     columns (the `region` extra, nvImageCodec's CPU decoder; the same pixels): measured no faster
-    than the full decode on 256 px images (docs/decisions/0001-region-decode.md), so off by
+    than the full decode on 256 px images (docs/decisions/0073-region-decode.md), so off by
     default. Extremes are refused when the recipe is made: scale below 0.001, ratio
     outside [1/100, 100], crop_fraction below 0.01, or anything not finite.
     """
