@@ -24,12 +24,12 @@ from iofeed.sources.sample_reader import SampleReader
 from iofeed.sources.samples import open_source
 
 VARIANTS = {  # name: (Augment changes, region_ok, region.MAX_SHARE)
-    "full decode (before)": ({}, False, region.MAX_SHARE),
+    "full decode, exact IDCT (before)": ({}, False, region.MAX_SHARE),
     f"region_decode=True: grown box <= {region.MAX_SHARE:.0%} of the image": ({"region_decode": True}, True,
                                                                              region.MAX_SHARE),
     "region_decode=True, grown box <= 20%": ({"region_decode": True}, True, 0.2),
     "region_decode=True, every crop": ({"region_decode": True}, True, 1.0),
-    "full decode, fast_decode=True": ({"fast_decode": True}, False, region.MAX_SHARE),
+    "full decode, fast_decode=True (after: the default)": ({"fast_decode": True}, False, region.MAX_SHARE),
 }
 
 

@@ -85,17 +85,18 @@ def test_region_decode_is_off_unless_the_recipe_asks(monkeypatch):
 
 def test_decisions_say_which_decode_runs_and_why(colour_dataset, colour_tree, monkeypatch):
     (default,) = _decode_notes(colour_dataset)
-    assert "the full image" in default and "Recipe(region_decode=True)" in default, default
+    assert "the full image" in default and "fastdct + fastupsample: Recipe(fast_decode=True), the default" in default
+    assert "Recipe(region_decode=True) would decode" in default, default
+    (exact,) = _decode_notes(colour_dataset, augment=iofeed.Recipe(fast_decode=False))
+    assert "exact IDCT and upsampling: Recipe(fast_decode=False)" in exact, exact
     asked = iofeed.Recipe(region_decode=True)
     (note,) = _decode_notes(colour_dataset, augment=asked)
     if region.installed():
-        assert "only the crop's region" in note and "35%" in note, note
+        assert note.startswith("decode: only the crop's region") and "35%" in note, note
     else:
         assert "the full image" in note and "pip install 'iofeed[region]'" in note, note
     (folder,) = _decode_notes(colour_tree, augment=asked)
     assert "the full image" in folder and "not checked whole" in folder, folder
-    (fast,) = _decode_notes(colour_dataset, augment=iofeed.Recipe(fast_decode=True, region_decode=True))
-    assert "fastdct + fastupsample" in fast, fast
     monkeypatch.setattr(region, "installed", lambda: False)  # the consumer writes the note: the extra "missing"
     (missing,) = _decode_notes(colour_dataset, augment=asked)
     assert "the full image" in missing and "pip install 'iofeed[region]'" in missing, missing
@@ -124,5 +125,6 @@ def test_fast_decode_reaches_the_decoder_and_stays_close():
 
 @pytest.mark.parametrize("name", ["fast_decode", "region_decode"])
 def test_decode_choices_must_be_bools(name):
+    assert iofeed.Recipe().fast_decode and not iofeed.Recipe().region_decode  # the defaults
     with pytest.raises(OptionError, match=f"{name} must be True or False"):
         iofeed.Recipe(**{name: "yes"})

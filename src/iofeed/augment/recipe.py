@@ -33,14 +33,16 @@ class Recipe:
     torch and jax (torchvision's `ToTensor` + `Normalize`, flax's ImageNet example), float32
     0–255 for keras and tf (Keras' `image_dataset_from_directory`, for models that start with
     `Rescaling(1/255)`). `normalize=False` hands out uint8 so that the GPU or your batch
-    transform normalises. `fast_decode=True` decodes JPEGs with libjpeg-turbo's fast integer
-    IDCT and plain chroma upsampling (simplejpeg's `fastdct`/`fastupsample`, as FFCV does) on the
-    workers engine: ~8% less decode time, pixels a few levels off (docs/benchmarks.md, "Fast
-    decode": the accuracy-parity run). `region_decode=True` decodes only a small crop's rows and
-    columns (the `region` extra, nvImageCodec's CPU decoder; the same pixels): measured no faster
-    than the full decode on 256 px images (docs/decisions/0073-region-decode.md), so off by
-    default. Extremes are refused when the recipe is made: scale below 0.001, ratio
-    outside [1/100, 100], crop_fraction below 0.01, or anything not finite.
+    transform normalises. `fast_decode` (the default) decodes JPEGs with libjpeg-turbo's fast
+    integer IDCT and plain chroma upsampling (simplejpeg's `fastdct`/`fastupsample`, as FFCV does)
+    on the workers engine: ~8% less decode time, pixels 0.5-0.9 levels off on average, and the
+    same validation accuracy (docs/benchmarks.md, "The CPU floor": the accuracy-parity run);
+    `fast_decode=False` for libjpeg-turbo's exact pixels. `region_decode=True` decodes only a
+    small crop's rows and columns, exactly (the `region` extra, nvImageCodec's CPU decoder):
+    measured no faster than the full decode on 256 px images
+    (docs/decisions/0073-region-decode.md), so off by default. Extremes are refused when the
+    recipe is made: scale below 0.001, ratio outside [1/100, 100], crop_fraction below 0.01, or
+    anything not finite.
     """
 
     train: bool | None = None  # None: augment the train split only
@@ -52,7 +54,7 @@ class Recipe:
     mean: tuple[float, float, float] | None = None  # None (with std): the framework's convention
     std: tuple[float, float, float] | None = None
     normalize: bool = True
-    fast_decode: bool = False  # libjpeg-turbo's fastdct + fastupsample on the workers engine
+    fast_decode: bool = True  # libjpeg-turbo's fastdct + fastupsample on the workers engine (parity measured)
     region_decode: bool = False  # only a small crop's region, with the `region` extra (workers engine)
     image_size: int | None = None  # the model's input side, when the recipe knows it (from_timm); else the loader's
 

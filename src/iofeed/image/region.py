@@ -93,19 +93,19 @@ def describe(asked: bool, validated: bool, fast: bool) -> str:
     """Which JPEG decode the workers run, and why, for `stats.settings["decisions"]`: `asked`,
     `Recipe(region_decode=)`; `validated`, whether every image was checked whole by `iofeed
     preprocess`; `fast`, `Recipe(fast_decode=)`."""
-    full = "decode: the full image (libjpeg-turbo through simplejpeg"
-    if fast:
-        return f"{full}, fastdct + fastupsample): Recipe(fast_decode=True); the region decoder has neither"
+    idct = ("fastdct + fastupsample: Recipe(fast_decode=True), the default" if fast
+            else "exact IDCT and upsampling: Recipe(fast_decode=False)")
+    full = f"the full image (libjpeg-turbo through simplejpeg, {idct})"
     if not asked:
-        return (f"{full}): Recipe(region_decode=True) would decode only small crops' regions ({MODULE}), "
-                "measured no faster on 256 px images (docs/decisions/0073-region-decode.md)")
+        return (f"decode: {full}; Recipe(region_decode=True) would decode only small crops' regions "
+                f"({MODULE}), measured no faster on 256 px images (docs/decisions/0073-region-decode.md)")
     if not installed():
-        return f"{full}): Recipe(region_decode=True) needs {MODULE}: pip install 'iofeed[{EXTRA}]'"
+        return f"decode: {full}; Recipe(region_decode=True) needs {MODULE}: pip install 'iofeed[{EXTRA}]'"
     if not validated:
-        return (f"{full}): images not checked whole by iofeed preprocess, and a region decode would not "
-                "notice damage below the crop (a truncated file would be delivered, not skipped)")
-    return (f"decode: only the crop's region ({MODULE}, CPU) when the box grown by one MCU is at most "
-            f"{MAX_SHARE:.0%} of the image, else the full image: Recipe(region_decode=True)")
+        return (f"decode: {full}; no region decode: images not checked whole by iofeed preprocess, and a region "
+                "decode would not notice damage below the crop (a truncated file would be delivered, not skipped)")
+    return (f"decode: only the crop's region ({MODULE}, CPU, exact) when the box grown by one MCU is at most "
+            f"{MAX_SHARE:.0%} of the image (Recipe(region_decode=True)), else {full}")
 
 
 class _quiet_stderr:

@@ -82,9 +82,10 @@ FEEDS: Registry[FeedDecl] = Registry("feed", {
     "torchvision-Nw": dataloader("torchvision ImageFolder + DataLoader, all cores"),
     "iofeed-folder": iofeed("folder", "iofeed workers engine on the JPEG folder", **TORCH),
     "iofeed-dataset": iofeed("dataset", "iofeed workers engine on the preprocessed dataset", **TORCH),
-    "iofeed-fast-decode": iofeed("dataset", "iofeed workers engine on the preprocessed dataset, "
-                                 "Recipe(fast_decode=True): libjpeg-turbo's fast IDCT and upsampling",
-                                 default=False, augment=_recipe(fast_decode=True), **TORCH),
+    "iofeed-exact-decode": iofeed("dataset", "iofeed workers engine on the preprocessed dataset, "
+                                  "Recipe(fast_decode=False): libjpeg-turbo's exact IDCT and upsampling (the "
+                                  "default before issue 42)", default=False, augment=_recipe(fast_decode=False),
+                                  **TORCH),
     "iofeed-raw": iofeed("raw", "iofeed workers engine on the raw-pixel dataset (--format raw)", **TORCH),
     "iofeed-raw-gpu": iofeed("raw", "iofeed on the raw-pixel dataset, crop/resize/flip on the GPU", needs=(GPU,),
                              gpu_augment=True, **TORCH),

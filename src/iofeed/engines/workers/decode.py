@@ -53,7 +53,7 @@ def decode_augmented(data: bytes, augment: Augment, rng: np.random.Generator, ou
     `out` is a (size, size, 3) uint8 array (a slot in shared memory). Plain JPEGs go through
     libjpeg-turbo directly when `simplejpeg` is installed (`fastjpeg`): with `region_ok` and
     `augment.region_decode`, only the crop's region when that pays (`region.worth_it`, the
-    `region` extra), else the whole image
+    `region` extra; exact pixels), else the whole image (`augment.fast_decode`: fast IDCT)
     at the smallest DCT scale covering the crop; the rest through Pillow (EXIF orientation,
     CMYK, other formats). Raises SampleError.
     """
@@ -66,7 +66,7 @@ def decode_augmented(data: bytes, augment: Augment, rng: np.random.Generator, ou
     side = augment.size
     box_w, box_h = max(box[2] - box[0], 1e-6), max(box[3] - box[1], 1e-6)
     needed = (math.ceil(width * side / box_w), math.ceil(height * side / box_h))
-    if plain is not None and region_ok and augment.region_decode and not augment.fast_decode:
+    if plain is not None and region_ok and augment.region_decode:
         cropped = _region(data, box, needed, plain)
         if cropped is not None:
             crop_resize_into(cropped, (0, 0, cropped.shape[1], cropped.shape[0]), flip, out, augment.interpolation)
