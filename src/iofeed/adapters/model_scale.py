@@ -10,7 +10,7 @@ from typing import Any
 
 from .normalize import PIXELS_AFFINE, options_affine
 
-_warned: weakref.WeakSet = weakref.WeakSet()  # loaders already warned about (or found fine)
+_warned: weakref.WeakSet[Any] = weakref.WeakSet()  # loaders already warned about (or found fine)
 DEPTH = 40  # frames looked through for the Keras model whose fit/evaluate asks for the data
 
 

@@ -7,6 +7,7 @@ from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -33,8 +34,8 @@ class PackResult:
 
     splits: dict[str, SplitInfo]
     rejected: list[Rejection]
-    facts: list[dict]
-    targets: dict
+    facts: list[dict[str, Any]]
+    targets: dict[str, Any]
 
 
 def pack(
@@ -56,7 +57,7 @@ def pack(
     kind = targets.kind
     split_of = {int(i): name for name, order in orders.items() for i in order}
     rejected: list[Rejection] = []
-    facts: list[dict] = []
+    facts: list[dict[str, Any]] = []
     with run_engine(tasks) as results:
         for prepared in progress_bar(results, total=len(tasks), unit="img", desc="preprocess", disable=not progress):
             rel = scan.names[prepared.index]

@@ -19,6 +19,7 @@ import os
 import pickle
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import Any
 
 import numpy as np
 
@@ -96,7 +97,7 @@ def _connect(ray, address: str | None, workers: int | None) -> bool:
     """Connect to (or start) Ray unless already connected; True when this call did it."""
     if ray.is_initialized():
         return False
-    options: dict = {"logging_level": "WARNING"}
+    options: dict[str, Any] = {"logging_level": "WARNING"}
     if address is None and not os.environ.get("RAY_ADDRESS"):
         options.update(num_cpus=resolve_workers(workers), include_dashboard=False)
     try:

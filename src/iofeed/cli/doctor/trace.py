@@ -158,7 +158,7 @@ def record(command: list[str], interval: float = 0.1) -> Recording:
     return Recording(list(command), child.returncode, seconds, interrupted, _trace(rows, nvml.total), notes)
 
 
-def _stop(child: subprocess.Popen) -> None:
+def _stop(child: subprocess.Popen[bytes]) -> None:
     """After Ctrl-C (which the command got too): wait 10 s for it to stop, then terminate it, then kill it."""
     for stop in (child.terminate, child.kill):
         try:

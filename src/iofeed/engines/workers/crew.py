@@ -34,7 +34,7 @@ class WorkerCrew:
     _block: SharedBlock | None
     _stale: SharedBlock | None
     _watchdog: Watchdog
-    _finalizer: weakref.finalize | None
+    _finalizer: weakref.finalize[Any, Any] | None
     _closed: bool
     _payload: Any
     _labels: Any

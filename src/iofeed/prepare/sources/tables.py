@@ -127,7 +127,7 @@ def _unreadable_arrow(path: Path, exc: Exception) -> SourceError:
     return SourceError(f"cannot read {path}: {exc} (save the dataset again with `save_to_disk`)")
 
 
-def _saved_json(path: Path) -> dict:
+def _saved_json(path: Path) -> dict[str, Any]:
     """A JSON object `datasets.save_to_disk` wrote; SourceError naming the file when it is not one."""
     try:
         found = json.loads(path.read_text(encoding="utf-8"))
@@ -261,7 +261,7 @@ def _accepted(setup: _Setup, file: str, spool: Path, batches: Iterator[Any]) -> 
                 setup.scan.rejected.append(Rejection(name, f"no image (column {setup.image!r} is empty{where})"))
 
 
-def _extras(batch: Any, columns: list[str]) -> list[dict | None]:
+def _extras(batch: Any, columns: list[str]) -> list[dict[str, Any] | None]:
     """Each row's extra: {column: value} of the extra columns (None when there are none)."""
     if not columns:
         return [None] * batch.num_rows
