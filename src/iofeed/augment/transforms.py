@@ -115,7 +115,8 @@ def as_hwc(value: Any) -> np.ndarray:
     torch = sys.modules.get("torch")
     if torch is not None and isinstance(value, torch.Tensor):
         value = value.detach().cpu().as_subclass(torch.Tensor)
-        return (value.permute(1, 2, 0) if value.dim() == 3 else value).numpy()
+        pixels: np.ndarray = (value.permute(1, 2, 0) if value.dim() == 3 else value).numpy()
+        return pixels
     return np.asarray(value)
 
 

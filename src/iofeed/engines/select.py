@@ -64,7 +64,8 @@ def choice_notes(options: LoaderOptions, chosen: str, source: SampleSource | Non
 
 def make_engine(options: LoaderOptions, source: SampleSource) -> Backend:
     """The chosen engine, built (its module imported only now)."""
-    return ENGINES[engine_name(options, source)].load()(source, options)
+    engine: Backend = ENGINES[engine_name(options, source)].load()(source, options)
+    return engine
 
 
 def _installed(module: str) -> bool:

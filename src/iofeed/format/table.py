@@ -79,7 +79,8 @@ def _load_npy(f: BinaryIO) -> np.ndarray:
     if need > have:
         raise ValueError(f"its header claims shape {shape} ({need:,} bytes), but {have:,} bytes follow")
     f.seek(start)
-    return np.load(f, allow_pickle=False)
+    table: np.ndarray = np.load(f, allow_pickle=False)
+    return table
 
 
 def table_problem(table: np.ndarray, classes: int, shard_bytes: list[int], unlabelled: bool = False) -> str | None:

@@ -175,7 +175,7 @@ class LoaderOptions:
     @property
     def cuda(self) -> bool:
         """Whether the loader's device is a CUDA device ("cuda:N")."""
-        return self.device != "cpu"
+        return bool(self.device != "cpu")
 
     @property
     def deals_once(self) -> bool:

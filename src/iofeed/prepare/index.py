@@ -76,7 +76,9 @@ def index_shards(spec: str, out: Path, *, split: str = "train", label_column: st
     count = sum(len(s.accepted) for s in scanned)
     if not count:
         raise none_accepted(f"no sample with an image and a label in {spec}", rejected)
-    table, names, infos = new_table(count), [], []
+    table = new_table(count)
+    names: list[str] = []
+    infos: list[Any] = []
     for number, shard in enumerate(scanned):
         for offset, size, name in shard.accepted:
             row = table[len(names)]
@@ -121,7 +123,10 @@ def _scan(spec: str, shards: list[str], spool: Path | None, label_column: str | 
           image_key: tuple[str, ...] | None, label_names: bool) -> tuple[list[_Shard], Resolved, list[Rejection]]:
     """Every shard `spec` names read and indexed (URLs copied into `spool` first), targets settled
     and resolved."""
-    targets, scanned, rejected, captions = shard_targets(label_column), [], [], []
+    targets = shard_targets(label_column)
+    scanned: list[Any] = []
+    rejected: list[Rejection] = []
+    captions: list[Any] = []
     for shard in shards:
         local = fetch_or_reject(shard, spool, rejected) if is_url(shard) else Path(shard)
         if local is None:

@@ -53,7 +53,7 @@ def pack(
     tables = {name: new_table(len(order)) for name, order in orders.items()}
     sources: dict[str, list[str]] = {name: [] for name in orders}
     tasks = [(int(i), scan.paths[i], policy, scan.spans[i]) for order in orders.values() for i in order]
-    side = {name: [] for name in orders}  # per split, each row's classes and extra (multi-label or extras)
+    side: dict[str, list[Any]] = {name: [] for name in orders}  # per split: each row's classes and extra
     kind = targets.kind
     split_of = {int(i): name for name, order in orders.items() for i in order}
     rejected: list[Rejection] = []

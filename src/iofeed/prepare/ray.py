@@ -153,7 +153,8 @@ class _RetryAlone:
         index, path, policy, span = task
         errors = self.ray.exceptions
         try:
-            return self.ray.get(self.remote.remote(index, path, policy, span, self.prepare))
+            prepared: Prepared = self.ray.get(self.remote.remote(index, path, policy, span, self.prepare))
+            return prepared
         except errors.RayTaskError as exc:
             cause = exc.cause if isinstance(getattr(exc, "cause", None), BaseException) else exc
             if isinstance(cause, ImportError):

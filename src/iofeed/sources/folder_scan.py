@@ -169,7 +169,8 @@ def _refuse_lookalike_classes(root: Path, class_dirs: list[str]) -> None:
 def linked_folders(root: Path) -> list[tuple[str, str]]:
     """(name, where it points) of each symlinked folder at the top of `root` that is followed
     (`_linked_class_reason`): a labels-file source reads them as the class-folder scan does."""
-    real_root, seen, found = os.path.realpath(root), {}, []
+    real_root, found = os.path.realpath(root), []
+    seen: dict[str, str] = {}
     for entry in sorted(os.scandir(root), key=lambda e: e.name):
         if not entry.name.startswith(".") and entry.is_symlink() and entry.is_dir():
             if _linked_class_reason(entry, real_root, seen) is None:

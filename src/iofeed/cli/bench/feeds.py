@@ -182,4 +182,5 @@ def open_feed(spec: FeedSpec) -> Feed:
             spec.device != "cpu" or spec.model != "none"):
         raise FeedUnavailable(f"a {framework} feed is measured on the CPU without a model only "
                               "(the model step is PyTorch's; JAX's GPU arrays reach it through DLPack)")
-    return FEEDS[spec.name].load()(spec)
+    feed: Feed = FEEDS[spec.name].load()(spec)
+    return feed

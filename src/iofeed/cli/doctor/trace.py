@@ -34,11 +34,11 @@ class Trace:
 
     @property
     def gpus(self) -> int:
-        return self.gpu_util.shape[0]
+        return int(self.gpu_util.shape[0])
 
     @property
     def cores(self) -> int:
-        return self.cpu.shape[0]
+        return int(self.cpu.shape[0])
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready lists (NaN — a process not alive, a GPU reading NVML failed — as null)."""

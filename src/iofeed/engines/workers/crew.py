@@ -106,7 +106,7 @@ class WorkerCrew:
                 worker = by_handle[handle]
                 if isinstance(handle, Connection):
                     try:
-                        done = handle.recv()
+                        done: Done = handle.recv()
                     except (EOFError, OSError):
                         continue  # it died: its sentinel says how
                     worker.busy -= 1

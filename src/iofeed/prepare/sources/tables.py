@@ -181,7 +181,7 @@ def _holds_images(kind: Any) -> bool:
     pa = require("pyarrow", "parquet")
     if pa.types.is_binary(kind) or pa.types.is_large_binary(kind):
         return True
-    return pa.types.is_struct(kind) and kind.get_field_index("bytes") >= 0
+    return bool(pa.types.is_struct(kind) and kind.get_field_index("bytes") >= 0)
 
 
 def _hf_features(metadata: bytes | None, where: Path) -> Any:

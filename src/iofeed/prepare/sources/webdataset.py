@@ -178,4 +178,5 @@ def _is_image(f, span: tuple[int, int]) -> bool:
 def _read(f, span: tuple[int, int]) -> bytes:
     offset, size = span
     f.seek(offset)
-    return f.read(size)
+    data: bytes = f.read(size)
+    return data

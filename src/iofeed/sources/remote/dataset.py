@@ -103,7 +103,8 @@ class RemoteShards:
 
 
 def _cat(url: str, settings: dict[str, Any], policy: RetryPolicy) -> bytes:
-    return with_retries(lambda: filesystem(url, settings, policy).cat_file(url), policy)
+    data: bytes = with_retries(lambda: filesystem(url, settings, policy).cat_file(url), policy)
+    return data
 
 
 def _upload_hint(url: str) -> str:
