@@ -220,7 +220,7 @@ def one_torch_thread() -> Iterator[None]:
     """torch on one intra-op thread inside (when loaded), the caller's count restored after."""
     torch = sys.modules.get("torch")
     threads = torch.get_num_threads() if torch is not None else 1
-    if threads == 1:
+    if torch is None or threads == 1:
         yield
         return
     torch.set_num_threads(1)

@@ -60,7 +60,7 @@ def load_table(path: Path | BinaryIO, where: str | None = None) -> np.ndarray:
         return table
     if set(table.dtype.names or ()) == set(SAMPLE_DTYPE.names) - {"encoding"}:  # format version 1: all JPEG
         upgraded = new_table(len(table))
-        for name in table.dtype.names:
+        for name in table.dtype.names or ():
             upgraded[name] = table[name]
         return upgraded
     raise DatasetError(f"{where}: unexpected sample table layout {table.dtype} (run `iofeed preprocess` again)")

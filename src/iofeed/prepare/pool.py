@@ -17,7 +17,7 @@ from multiprocessing.connection import Connection, wait
 from multiprocessing.process import BaseProcess
 from typing import Any, TypeVar
 
-from ..errors import WorkerError
+from ..errors import WorkerError, add_note
 from ..runtime.processes import next_message, safe_context
 
 T = TypeVar("T")
@@ -119,7 +119,7 @@ def ordered_map(
                 if report[0] == "error":
                     _, at, message, text = report
                     error = WorkerError(f"preprocess worker failed on {describe(items[worker.held[at]])}: {message}")
-                    error.add_note(text)
+                    add_note(error, text)
                     raise error
                 done.update(zip(worker.held, report[1]))
                 worker.held, deaths_in_a_row = None, 0

@@ -126,6 +126,7 @@ def _check_sample(source: Path | str, sample: int, decode_sample: int, decode_bu
         if fmt == "jpeg" and mode == "CMYK":
             check.cmyk.append(item.name)
     if huge:
+        assert limit is not None, "an image is over the limit only where there is one"
         check.notes.append(
             f"{len(huge)} of {len(picked)} sampled images are over Pillow's decompression-bomb limit of "
             f"{limit / 1e6:.0f} MP (its warning for each is left out here), e.g. {huge[0]}: Pillow warns on every "

@@ -229,6 +229,7 @@ def _spool_rows(setup: _Setup, file: str, number: int, batches: Iterator[Any], o
     """Accept or reject each row of `batches`; accepted images are appended to a spool file, at
     most `room` bytes of it (None: the spool disk's room now, `spool_room`). SourceError naming
     `file` and the bound past it, or when the disk fails a write; the partial spool file removed."""
+    assert options.spool is not None, "tables are spooled only where a spool folder is set"
     options.spool.mkdir(parents=True, exist_ok=True)
     spool = options.spool / f"{number:06d}.bin"
     room = spool_room(options.spool) if room is None else room
