@@ -138,7 +138,7 @@ def _check_types(raw: dict[str, Any]) -> None:
                 _check_field(shard, "mtime_ns", _INT, f"shard {number} of split {name!r}")
 
 
-def _check_field(values: dict[str, Any], key: str, kind: object, what: str) -> None:
+def _check_field(values: dict[str, Any], key: str, kind: Any, what: str) -> None:
     value = values.get(key)
     if kind == _INT:
         ok = isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2**63

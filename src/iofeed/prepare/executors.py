@@ -61,5 +61,5 @@ def select_engine(
     entry = ENGINES[engine]
     if address is not None and not entry.caps.address:
         raise OptionError(f"--address {address} needs --engine {' or '.join(ENGINES.having('address'))}")
-    engine: Callable[..., AbstractContextManager[Iterator[Prepared], bool | None]] = entry.load()
-    return engine
+    chosen: Callable[..., AbstractContextManager[Iterator[Prepared]]] = entry.load()
+    return chosen

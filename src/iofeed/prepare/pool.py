@@ -11,7 +11,7 @@ from __future__ import annotations
 import signal
 import traceback
 from collections import deque
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
 from multiprocessing.process import BaseProcess
@@ -62,7 +62,7 @@ def _death(process: BaseProcess) -> str:
 def ordered_map(
     func: Callable[[T], R], items: Sequence[T], *, workers: int, chunksize: int,
     died: Callable[[T, str], R], describe: Callable[[T], str] = str, window: int | None = None,
-) -> Iterator[R]:
+) -> Generator[R, None, None]:
     """`func(item)` for each item in `workers` processes, yielded in order (see the module)."""
     ctx = safe_context()
     window = window or workers * chunksize * 4

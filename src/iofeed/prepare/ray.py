@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 import os
 import pickle
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -93,7 +93,7 @@ def ray_engine(
             ray.shutdown()
 
 
-def _connect(ray, address: str | None, workers: int | None) -> bool:
+def _connect(ray: Any, address: str | None, workers: int | None) -> bool:
     """Connect to (or start) Ray unless already connected; True when this call did it."""
     if ray.is_initialized():
         return False
@@ -108,7 +108,7 @@ def _connect(ray, address: str | None, workers: int | None) -> bool:
     return True
 
 
-def _results(ray, tasks: list[Task], workers: int | None, prepare: Prepare) -> Iterator[Prepared]:
+def _results(ray: Any, tasks: list[Task], workers: int | None, prepare: Prepare) -> Generator[Prepared, None, None]:
     """Prepared results in task order; missing or failed files are retried alone."""
     if not tasks:
         return
@@ -145,7 +145,7 @@ def _results(ray, tasks: list[Task], workers: int | None, prepare: Prepare) -> I
 class _RetryAlone:
     """Run one file as its own Ray task with retries; a file failing every time is rejected."""
 
-    def __init__(self, ray, prepare: Prepare) -> None:
+    def __init__(self, ray: Any, prepare: Prepare) -> None:
         self.ray, self.prepare = ray, prepare
         self.remote = ray.remote(max_retries=RETRIES, retry_exceptions=True)(_prepare_one)
 
