@@ -246,3 +246,29 @@ def test_a_jpeg_damaged_after_preprocess_is_skipped_on_cuda(damaged_dataset):
         delivered = sum(len(labels) for _, labels in ld)
         stats = ld.stats
     assert delivered == len(ld.source) - 1 and sum(stats.skipped.values()) == 1
+
+
+def test_a_crop_at_a_smaller_images_edge_takes_its_edge_not_the_padding():
+    """In a batch padded to its largest image, a crop reaching a smaller image's last row and column
+    (enlarged: samples past its last pixel centre) keeps its colour there, as clamping does."""
+    import torch
+
+    from iofeed.backends.nvjpeg.crop import crop_resize_flip
+
+    small = torch.full((3, 20, 30), 200, dtype=torch.uint8)
+    large = torch.arange(3 * 60 * 70, dtype=torch.int64).remainder(256).to(torch.uint8).view(3, 60, 70)
+    out = crop_resize_flip([small, large], torch.tensor([[0.0, 0.0, 30.0, 20.0], [0.0, 0.0, 70.0, 60.0]]),
+                           torch.tensor([False, False]), 64)
+    assert out.shape == (2, 64, 64, 3) and out.dtype == torch.uint8
+    assert int(out[0].min()) == 200 == int(out[0].max())
+
+
+def test_flips_mirror_the_same_crop():
+    import torch
+
+    from iofeed.backends.nvjpeg.crop import crop_resize_flip
+
+    ramp = torch.arange(40, dtype=torch.uint8).mul(6).expand(3, 30, 40).contiguous()
+    boxes = torch.tensor([[5.0, 3.0, 35.0, 27.0]] * 2)
+    plain, mirrored = crop_resize_flip([ramp, ramp], boxes, torch.tensor([False, True]), 16)
+    assert torch.equal(mirrored, plain.flip(1)) and not torch.equal(mirrored, plain)

@@ -1,6 +1,6 @@
 """Crop, resize and flip of a whole decoded batch where it lies (GPU or CPU), in batched kernels.
 
-The images (of different sizes) are padded into one batch with a fourth channel that is 1 on an
+The images (of different sizes) are copied into one padded batch with a fourth channel that is 1 on an
 image and 0 on its padding; `torchvision.ops.roi_align` cuts and resizes every box in one call
 (bilinear with half-pixel centres, as PyTorch's `align_corners=False`; a bin larger than a
 pixel averages ceil(bin) x ceil(bin) samples, which antialiases a reduction); dividing the colours
@@ -9,7 +9,6 @@ edge (as clamping does) instead of the black padding. Flips are one indexed flip
 """
 from __future__ import annotations
 
-import warnings
 from typing import Any
 
 import torch
@@ -53,11 +52,11 @@ def _parts(images: list[Any]) -> list[list[Any]]:
 
 def _crop_part(images: list[Any], boxes: Any, side: int) -> Any:
     """`crop_resize_flip` of one part, unflipped: (n, side, side, 3) uint8."""
-    device = images[0].device
-    with warnings.catch_warnings():  # torch's nested tensors are a prototype; only their padding is used
-        warnings.simplefilter("ignore", UserWarning)
-        padded = torch.nested.nested_tensor(images).to_padded_tensor(0)  # (n, 3, H, W) uint8, one copy
-    n, _, height, width = padded.shape
+    device, n = images[0].device, len(images)
+    height, width = max(image.shape[1] for image in images), max(image.shape[2] for image in images)
+    padded = torch.zeros((n, 3, height, width), dtype=torch.uint8, device=device)
+    for k, image in enumerate(images):  # a copy each, of uint8 (measured: faster than torch.nested's padding)
+        padded[k, :, :image.shape[1], :image.shape[2]] = image
     heights = torch.tensor([image.shape[1] for image in images], device=device)
     widths = torch.tensor([image.shape[2] for image in images], device=device)
     inside = ((torch.arange(height, device=device)[None, :, None] < heights[:, None, None])
