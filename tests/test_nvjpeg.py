@@ -272,3 +272,16 @@ def test_flips_mirror_the_same_crop():
     boxes = torch.tensor([[5.0, 3.0, 35.0, 27.0]] * 2)
     plain, mirrored = crop_resize_flip([ramp, ramp], boxes, torch.tensor([False, True]), 16)
     assert torch.equal(mirrored, plain.flip(1)) and not torch.equal(mirrored, plain)
+
+
+@pytest.mark.torchcodec
+def test_torchcodec_decodes_where_installed_with_torchvisions_pixels():
+    """torchcodec's batched decoder is taken first (torchvision's is deprecated in its favour); on the
+    CPU both are libjpeg-turbo: the same pixels."""
+    from iofeed.backends.nvjpeg.decoders import batch_decoder
+
+    name, decode = batch_decoder()
+    _, torchvision = batch_decoder(("torchvision",))
+    data = [_jpeg_tensor(jpeg_bytes(smooth_rgb(64, 48, seed))) for seed in (5, 6)]
+    assert name == "torchcodec"
+    assert all(np.array_equal(a.numpy(), b.numpy()) for a, b in zip(decode(data, "cpu"), torchvision(data, "cpu")))
