@@ -227,7 +227,6 @@ def test_cuda_batches_stay_on_the_device_for_torch(colour_dataset):
 
 
 @pytest.mark.gpu
-@pytest.mark.slow
 @pytest.mark.parametrize("augment", [None, EVAL], ids=["random-resized-crop", "evaluation"])
 def test_cuda_pixels_agree_with_the_workers_engine(smooth_dataset, augment):
     """nvJPEG's IDCT and chroma upsampling differ from libjpeg-turbo's by a few levels (DALI's did by

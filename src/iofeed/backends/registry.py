@@ -22,7 +22,7 @@ class EngineCaps:
 
 # Why "auto" takes the nvjpeg engine on a GPU (docs/decisions/0001-gpu-decode-engine.md).
 NVJPEG_RULE = ("a CUDA device and torchvision's nvJPEG decode are here: its workers only read and pack JPEG bytes "
-               "(0.04 ms of CPU per image against 1.4 ms for the workers engine's decode on this project's 2-core CPU, "
+               "(0.08 ms of CPU per image against 0.66 ms for the workers engine's workers on a 2-core CPU, "
                "2026-11-28), so the cores stop bounding the rate, and each batch is decoded in one call on the GPU; "
                "its pixels differ from libjpeg-turbo's by a few levels (docs/benchmarks.md): pass backend='workers' "
                "for the same pixels on every machine")

@@ -22,7 +22,7 @@ MAX_PADDED_BYTES = 1 << 28
 def crop_resize_flip(images: list[Any], boxes: Any, flips: Any, side: int) -> Any:
     """(n, side, side, 3) uint8 NHWC from `images` ((3, H, W) uint8 tensors on one device), each
     cut to its row of `boxes` ((n, 4) float: left, top, right, bottom in its pixels), resized to
-    `side` x `side` and mirrored where `flips` ((n,) bool) says."""
+    `side` x `side` and mirrored where `flips` ((n,) bool, on the host) says."""
     device = images[0].device
     out = torch.empty((len(images), side, side, 3), dtype=torch.uint8, device=device)
     start = 0
@@ -30,8 +30,8 @@ def crop_resize_flip(images: list[Any], boxes: Any, flips: Any, side: int) -> An
         rows = slice(start, start + len(part))
         out[rows] = _crop_part(part, boxes[rows].to(device, torch.float32), side)
         start += len(part)
-    flips = flips.to(device)
-    if bool(flips.any()):
+    if bool(flips.any()):  # asked of the host's flags: no wait on the device
+        flips = flips.to(device)
         out[flips] = out[flips].flip(2)
     return out
 
