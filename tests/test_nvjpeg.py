@@ -94,7 +94,7 @@ def _jpeg_tensor(data: bytes):
 def test_a_batch_with_a_broken_jpeg_decodes_the_others_and_names_the_broken_one():
     """One call fails whole on one bad image: the others come back image by image, the bad one (its
     Huffman tables overwritten) with the CPU path's reason."""
-    from iofeed.backends.nvjpeg.decoders import batch_decoder, decode_batch
+    from iofeed.engines.nvjpeg.decoders import batch_decoder, decode_batch
 
     good = [jpeg_bytes(smooth_rgb(64, 48, seed)) for seed in (1, 2)]
     broken = bytearray(good[0])
@@ -110,7 +110,7 @@ def test_a_batch_with_a_broken_jpeg_decodes_the_others_and_names_the_broken_one(
 def test_a_jpeg_the_decoder_refuses_is_decoded_by_the_cpu_path():
     """A decoder that refuses greyscale JPEGs (as a hardware decoder may refuse a layout): that image
     is decoded by the workers engine's CPU path, the rest by the decoder."""
-    from iofeed.backends.nvjpeg.decoders import batch_decoder, cpu_pixels, decode_batch
+    from iofeed.engines.nvjpeg.decoders import batch_decoder, cpu_pixels, decode_batch
 
     _, real = batch_decoder(("torchvision",))
 
@@ -252,7 +252,7 @@ def test_a_crop_at_a_smaller_images_edge_takes_its_edge_not_the_padding():
     (enlarged: samples past its last pixel centre) keeps its colour there, as clamping does."""
     import torch
 
-    from iofeed.backends.nvjpeg.crop import crop_resize_flip
+    from iofeed.engines.nvjpeg.crop import crop_resize_flip
 
     small = torch.full((3, 20, 30), 200, dtype=torch.uint8)
     large = torch.arange(3 * 60 * 70, dtype=torch.int64).remainder(256).to(torch.uint8).view(3, 60, 70)
@@ -265,7 +265,7 @@ def test_a_crop_at_a_smaller_images_edge_takes_its_edge_not_the_padding():
 def test_flips_mirror_the_same_crop():
     import torch
 
-    from iofeed.backends.nvjpeg.crop import crop_resize_flip
+    from iofeed.engines.nvjpeg.crop import crop_resize_flip
 
     ramp = torch.arange(40, dtype=torch.uint8).mul(6).expand(3, 30, 40).contiguous()
     boxes = torch.tensor([[5.0, 3.0, 35.0, 27.0]] * 2)
@@ -277,7 +277,7 @@ def test_flips_mirror_the_same_crop():
 def test_torchcodec_decodes_where_installed_with_torchvisions_pixels():
     """torchcodec's batched decoder is taken first (torchvision's is deprecated in its favour); on the
     CPU both are libjpeg-turbo: the same pixels."""
-    from iofeed.backends.nvjpeg.decoders import batch_decoder
+    from iofeed.engines.nvjpeg.decoders import batch_decoder
 
     name, decode = batch_decoder()
     _, torchvision = batch_decoder(("torchvision",))
