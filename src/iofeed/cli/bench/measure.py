@@ -194,7 +194,7 @@ class _CpuMeter:
         pids = self._host.pids()
         procs = _process_cpu(pids)
         used = {pid: max(t - self._procs.get(pid, 0.0), 0.0) for pid, t in procs.items()}
-        mine, children = sum(used.values()), sum(t for pid, t in used.items() if pid != pids[0])
+        mine, children = sum(used.values()), sum(t for pid, t in used.items() if pid not in pids[:1])
         return CpuUse(busy, total, mine, max(sum(busy) - mine, 0.0), children)
 
 
