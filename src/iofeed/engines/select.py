@@ -55,7 +55,9 @@ def choice_notes(options: LoaderOptions, chosen: str, source: SampleSource | Non
         passed = [name for name in ENGINES.names() if not ENGINES.caps(name).runs_transforms]
         notes.append(f"backend='auto' chose {chosen!r}: transform= runs only in worker processes"
                      + (f" ({', '.join(passed)} cannot run it)" if passed else ""))
-    if source is not None:
+    if ENGINES.caps(chosen).auto_because:
+        notes.append(f"backend='auto' chose {chosen!r}: {ENGINES.caps(chosen).auto_because}")
+    elif source is not None:
         passed = [name for name, entry in ENGINES if not entry.caps.auto and fits(entry.caps, options, source)]
         if passed:
             notes.append(f"backend='auto' chose {chosen!r} over {', '.join(map(repr, passed))}: {AUTO_RULE}")
