@@ -210,3 +210,27 @@ def test_boxes_of_a_dataset_without_them_are_refused(tmp_path: Path) -> None:
     preprocess(tmp_path / "c", tmp_path / "c.iof", workers=1, progress=False)
     with pytest.raises(OptionError, match="holds no boxes"):
         iofeed.loader(tmp_path / "c.iof", batch_size=2, target="boxes", framework="numpy")
+
+
+@pytest.mark.torch
+def test_torch_targets_are_tv_tensors_one_dict_per_image(coco: tuple[Path, Path]) -> None:
+    pytest.importorskip("torchvision")
+    from torchvision import tv_tensors
+
+    _, out = coco
+    numpy_batch = _epoch(out, target="masks", workers=1, seed=2)[0][1]
+    loader = iofeed.loader(out, batch_size=4, framework="torch", image_size=SIDE, augment="uint8", target="masks",
+                           workers=1, seed=2)
+    images, targets = next(iter(loader))
+    loader.close()
+    assert tuple(images.shape) == (4, 3, SIDE, SIDE) and len(targets) == 4
+    for i, target in enumerate(targets):
+        count = int(numpy_batch["counts"][i])
+        assert isinstance(target["boxes"], tv_tensors.BoundingBoxes) and target["boxes"].format.name == "XYXY"
+        assert tuple(target["boxes"].canvas_size) == (SIDE, SIDE)
+        assert np.array_equal(target["boxes"].numpy(), numpy_batch["boxes"][i, :count])
+        assert target["labels"].dtype.is_floating_point is False and target["labels"].tolist() == \
+            numpy_batch["labels"][i, :count].tolist()
+        assert isinstance(target["masks"], tv_tensors.Mask) and tuple(target["masks"].shape) == (count, SIDE, SIDE)
+        for k in range(count):
+            assert np.array_equal(target["masks"][k].numpy() == 1, numpy_batch["masks"][i] == k + 1)
