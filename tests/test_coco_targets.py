@@ -15,9 +15,9 @@ from PIL import Image
 import iofeed
 from iofeed.augment.box_geometry import to_original
 from iofeed.errors import OptionError
+from iofeed.image.masks import polygon_mask, rle_mask
 from iofeed.prepare.run import preprocess
 from iofeed.prepare.synth_coco import ANNOTATIONS, CATEGORIES, COLOURS, IMAGES_DIR, MALFORMED, synth_coco
-from iofeed.image.masks import polygon_mask, rle_mask
 
 SIDE = 96
 

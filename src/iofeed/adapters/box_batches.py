@@ -64,7 +64,7 @@ def as_numpy(boxes: BoxBatch) -> dict[str, np.ndarray]:
     padded = np.zeros((n, most, 4), np.float32)
     labels = np.full((n, most), -1, np.int64)
     padded[row, slot], labels[row, slot] = boxes.moved.boxes, boxes.labels
-    out = {"boxes": padded, "labels": labels, "counts": counts.astype(np.int64)}
+    out: dict[str, np.ndarray] = {"boxes": padded, "labels": labels, "counts": counts.astype(np.int64)}
     if boxes.masks is not None:
         out["masks"] = boxes.masks
     if boxes.scale is not None:

@@ -98,7 +98,8 @@ def nearest_indices(size_in: int, size_out: int, start: float = 0.0, span: float
     span = float(size_in if span is None else span)
     scale = np.float32(span / size_out)
     index = np.floor(np.arange(size_out, dtype=np.float32) * scale).astype(np.int64) + int(round(start))
-    return np.clip(index, 0, size_in - 1)
+    clipped: np.ndarray = np.clip(index, 0, size_in - 1)
+    return clipped
 
 
 def crop_resize_nearest(ids: np.ndarray, box: tuple[float, float, float, float], flip: bool,
@@ -108,7 +109,7 @@ def crop_resize_nearest(ids: np.ndarray, box: tuple[float, float, float, float],
     left, top, right, bottom = (int(round(v)) for v in box)
     rows = nearest_indices(ids.shape[0], size[0], top, bottom - top)
     cols = nearest_indices(ids.shape[1], size[1], left, right - left)
-    out = ids[rows[:, None], cols[None, :]]
+    out: np.ndarray = ids[rows[:, None], cols[None, :]]
     return out[:, ::-1] if flip else out
 
 

@@ -9,11 +9,12 @@ from typing import TYPE_CHECKING, Any, Literal, overload
 from ..augment.recipe import Recipe
 from ..engines.select import choice_notes, engine_name, make_engine
 from ..engines.skips import check_scanned
+from ..errors import OptionError
 from ..options.adapter_choices import ADAPTERS
 from ..options.groups import Cache, Order, Resources, Skips, checked_group, with_flat
 from ..options.loader_options import LoaderOptions
-from ..sources.mix import Mix
 from ..sources.box_targets import open_boxes
+from ..sources.mix import Mix
 from ..sources.sample_targets import open_targets
 from ..sources.samples import open_source, read_from
 from .dataloader_compat import check_dataloader_arguments

@@ -17,8 +17,8 @@ from ..augment.batch_key import BatchKey
 from ..engines.base import Backend, Batch
 from ..errors import LoaderStateError
 from ..options.loader_options import LoaderOptions
-from ..sources.order import OrderSpec, valid_rows
 from ..sources.box_targets import BoxTable
+from ..sources.order import OrderSpec, valid_rows
 from ..sources.remote.prefetch import NoPrefetch, Prefetcher, prefetcher_for
 from ..sources.sample_targets import SampleTargets
 from ..sources.samples import SampleSource
@@ -192,6 +192,7 @@ class Loader(DataLoaderManners, Generic[BatchT]):
 
     def _with_boxes(self, batch: Batch) -> Any:
         """(images, targets): the boxes moved with the batch's recorded crops and flips, counted."""
+        assert self._boxes is not None and self.image_size is not None, "resolved when the loader was made"
         moved = box_batch(self._boxes, batch, self.image_size, self.options.augmentation.letterbox,
                           self.options.recipe.min_visible)
         self.stats.boxes["delivered"] += len(moved.labels)

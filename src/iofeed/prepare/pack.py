@@ -79,14 +79,14 @@ def pack(
             if extra is not None:
                 members[EXTRA_MEMBER] = json.dumps(extra).encode()
             stored = None
-            if objects is not None:
+            if objects is not None and scan.objects is not None:
                 stored, reason = _stored(scan.objects[prepared.index], prepared.facts, masks)
                 if stored is None:
                     rejected.append(Rejection(rel, reason))
                     continue
                 members = {**{k: members.pop(k) for k in list(members)[:1]}, **stored.members(), **members}
             shard, offset, size = writers[name].add(f"{prepared.index:07d}", members)
-            if stored is not None:
+            if stored is not None and objects is not None:
                 objects[name].add(stored, offset, size, len(members.get(MASK_MEMBER, b"")))
             if targets.side_file:
                 side[name].append([classes, extra])

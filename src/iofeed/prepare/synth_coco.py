@@ -42,7 +42,8 @@ class CocoSummary:
 
 def colour_of(category_id: int) -> np.ndarray:
     """The RGB colour objects of COCO category `category_id` are filled with."""
-    return COLOURS[[c for c, _ in CATEGORIES].index(category_id)]
+    colour: np.ndarray = COLOURS[[c for c, _ in CATEGORIES].index(category_id)]
+    return colour
 
 
 def _background(rng: np.random.Generator, width: int, height: int) -> np.ndarray:
@@ -120,7 +121,8 @@ def render(index: int, seed: int, first_ann: int) -> tuple[bytes, dict[str, Any]
     pixels = _background(rng, width, height)
     image = {"id": index + 1, "file_name": f"{index + 1:012d}.jpg", "width": width, "height": height,
              "license": 1, "coco_url": "", "date_captured": "2026-11-28 00:00:00"}
-    annotations, placed = [], []
+    annotations: list[dict[str, Any]] = []
+    placed: list[tuple[int, int, int, int]] = []
     for _ in range(int(rng.integers(1, 8))):
         box = _place(rng, width, height, placed)
         if box is None:
@@ -147,7 +149,8 @@ def synth_coco(out: Path, images: int = 64, seed: int = 0, overwrite: bool = Fal
     start = time.perf_counter()
     (out / IMAGES_DIR).mkdir(parents=True, exist_ok=True)
     (out / ANNOTATIONS).parent.mkdir(parents=True, exist_ok=True)
-    entries, annotations = [], []
+    entries: list[dict[str, Any]] = []
+    annotations: list[dict[str, Any]] = []
     for index in range(images):
         data, image, anns = render(index, seed, len(annotations) + 1)
         (out / IMAGES_DIR / image["file_name"]).write_bytes(data)

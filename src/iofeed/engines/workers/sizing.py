@@ -12,8 +12,8 @@ from ...runtime.processes import resolve_workers
 from ...runtime.system import Share, usable_cores
 from ...sources.samples import SampleSource
 from .packing import PackedLayout
-from .target_slots import TargetLayout
 from .slots import Layout, SlotLayout, default_memory_budget, default_prefetch
+from .target_slots import TargetLayout
 
 
 def engine_layout(source: SampleSource, options: LoaderOptions, output: Output | None = None,

@@ -43,7 +43,8 @@ class TargetLayout:
 
     @property
     def _parts(self) -> list[tuple[tuple[int, ...], np.dtype[Any]]]:
-        per = [((self.side, self.side, 3), np.dtype(np.uint8)), ((GEOMETRY,), np.dtype(np.float32))]
+        per: list[tuple[tuple[int, ...], np.dtype[Any]]] = [((self.side, self.side, 3), np.dtype(np.uint8)),
+                                                             ((GEOMETRY,), np.dtype(np.float32))]
         if self.masks:
             per.append(((self.side, self.side), np.dtype(np.uint8)))
         return [((self.slots, self.batch_size, *shape), dtype) for shape, dtype in per]
