@@ -150,7 +150,7 @@ def test_cuda_batches_kept_while_the_copy_stream_lags_stay_exact(colour_dataset)
                     torch.cuda._sleep(20_000_000)  # the next copy waits behind this
                 kept.append((images, labels))
         torch.cuda.synchronize()
-        assert copier._registered, "the slots were pinned in place, not staged"
+        assert copier.registration.registered, "the slots were pinned in place, not staged"
     assert len(kept) == len(expected) > 3
     for (images, labels), (_, then, labels_then) in zip(kept, expected):
         assert torch.equal(labels.cpu(), torch.from_numpy(labels_then))
