@@ -159,7 +159,12 @@ def test_gpu_augment_flip_and_box_are_exact_on_a_gradient():
     """A known image and box: the resized crop and its mirror, checked value by value."""
     import torch
 
-    from iofeed.adapters.torch.gpu_augment import crop_resize_packed
+    from iofeed.adapters.torch.gpu_augment import crop_resize_chunks
+
+    def crop_resize_packed(data, meta, side):
+        chunks = list(crop_resize_chunks(data, meta, side, budget=1))  # one image per chunk
+        assert [rows for rows, _ in chunks] == [slice(0, 1), slice(1, 2)]
+        return torch.cat([pixels for _, pixels in chunks])
 
     height, width = 6, 8
     image = np.arange(height * width * 3, dtype=np.uint8).reshape(height, width, 3)
