@@ -9,7 +9,7 @@ import contextlib
 import numpy as np
 import pytest
 
-from iofeed.gpu.host_register import HOST_REGISTER_PORTABLE, HostRegistration, loaded_library
+from iofeed.runtime.gpu.host_register import HOST_REGISTER_PORTABLE, HostRegistration, loaded_library
 
 ALREADY_REGISTERED = 712  # cudaErrorHostMemoryAlreadyRegistered
 

@@ -116,7 +116,7 @@ def test_keras_torch_device_path_normalises_in_one_kernel():
 
     from helpers.torch_ops import BatchWrites
     from iofeed.adapters.keras_torch import TorchBatches
-    from iofeed.backends.base import Batch
+    from iofeed.engines.base import Batch
 
     pixels = _pixels()
     batch = Batch(images=pixels, labels=np.arange(N), indices=np.arange(N))

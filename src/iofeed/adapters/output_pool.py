@@ -8,7 +8,7 @@ from functools import partial
 
 import numpy as np
 
-from ..backends.lease import Lease, leased
+from ..engines.lease import Lease, leased
 
 ALIGN = 64  # TensorFlow and XLA take a host array without copying it only when it is this aligned
 KEEP = 6  # free blocks kept for reuse: the prefetch depth downstream plus the caller's batch

@@ -6,10 +6,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from ...backends.base import Batch
-from ...backends.workers.packing import PackedImages
-from ...options import LoaderOptions
-from ...transforms import BatchTransform
+from ...augment.transforms import BatchTransform
+from ...engines.base import Batch
+from ...engines.workers.packing import PackedImages
+from ...options.loader_options import LoaderOptions
 from ..base import EpochLoader
 from ..normalize import HOST, IMAGENET_AFFINE, Affine, options_affine, record_normalise_on
 from .gpu_augment import crop_resize_chunks

@@ -8,7 +8,7 @@ from typing import Any
 
 import torch
 
-from ...gpu.host_register import HostRegistration
+from ...runtime.gpu.host_register import HostRegistration
 
 
 class HostToDevice:
