@@ -133,7 +133,7 @@ def test_a_streaming_torch_consumer_reuses_a_few_outputs(colour_dataset):
 
     with iofeed.loader(colour_dataset, framework="torch", **SMALL) as ld:
         for _ in range(3):
-            for images, labels in ld:
+            for images, _labels in ld:
                 assert images.shape == (4, 3, 32, 32)
         assert ld.stats.batches == 24 and 0 < ld._adapter.layout.pool.made <= KEEP
 

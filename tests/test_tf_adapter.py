@@ -244,7 +244,7 @@ def test_batches_reuse_a_few_aligned_arrays(colour_dataset):
     with dataset.iofeed_loader as loader:
         normaliser = loader._adapter._normalise
         batches = 0
-        for images, _ in dataset.repeat(3):
+        for _ in dataset.repeat(3):
             batches += 1
         assert batches == 3 * len(loader)
         assert 0 < normaliser.pool.made <= KEEP, "memory TF let go of was reused"
