@@ -102,8 +102,9 @@ def to_tf_dataset(loader: EpochLoader, normalise_on: str | None = HOST, batch_tr
     out of shared memory already normalised by numpy on one thread, into a 64-byte
     aligned array that `from_generator` hands to TensorFlow without a copy. (On the CPU,
     normalising with TF ops in a `.map` costs a copy out of the slot, another into TF, and TF's
-    thread pool on the workers' cores; measured: docs/architecture.md, "Why the code is as it
-    is".) `.prefetch(2)` overlaps it with the training step.
+    thread pool on the workers' cores; measured:
+    docs/decisions/0064-tf-normalises-on-the-host-before-tensorflow.md.) `.prefetch(2)` overlaps it
+    with the training step.
     tf.data's autotuning is off (nothing to tune, and its start-up slowed each new iterator),
     which datasets derived from this one inherit.
 
