@@ -35,8 +35,9 @@ class HostAffine:
     call, and a planar image as its three uint8 planes (split into a small scratch that stays in
     the core's cache) looked up into the output planes. Measured on one core of the 2-core
     machine: 0.12-0.14 ms per 224 px image either way, against 0.14-0.16 for numpy's three passes
-    over an interleaved image and 0.26-0.29 for those plus a transposing copy (docs/benchmarks.md,
-    "Layout in one pass"). Without OpenCV, numpy's passes run per image, in the core's cache."""
+    over an interleaved image and 0.26-0.29 for those plus a transposing copy
+    (docs/decisions/0081-the-layout-is-written-in-the-normalising-pass.md). Without OpenCV, numpy's
+    passes run per image, in the core's cache."""
 
     def __init__(self, affine: Affine = IMAGENET_AFFINE, dtype: Any = np.float32) -> None:
         self.dtype = np.dtype(dtype)

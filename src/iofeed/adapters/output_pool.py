@@ -1,6 +1,6 @@
 """Output memory an adapter recycles from batch to batch, lent with a lease: it comes back to the
 pool only when the last array or tensor over it is gone (`backends/lease.py`), never because a
-reference count looked low."""
+reference count looked low (docs/decisions/0082-output-memory-comes-back-through-its-lease.md)."""
 from __future__ import annotations
 
 from collections import deque

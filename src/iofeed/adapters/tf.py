@@ -28,7 +28,7 @@ class TfAdapter:
     mean/std) on the host ("host"), with numpy into a float32 array TensorFlow takes without
     copying, with a GPU too: `tf.data` has only CPU kernels for a `.map`'s function, so the
     "device path" that normalised after `copy_to_device("/gpu:0")` copied each batch back to the
-    host, normalised it there and said "/gpu:0" (docs/architecture.md, "tf and the GPU")."""
+    host, normalised it there and said "/gpu:0" (docs/decisions/0080-tf-normalises-on-the-host-with-a-gpu-too.md)."""
 
     def __init__(self, affine: Affine | None, batch_transform: Any = None) -> None:
         self._affine = affine

@@ -9,7 +9,8 @@ Memory: one gather of the whole batch with int64 indices per value took about 1 
 temporaries at B=256 and 224 px (indices alone: 308 MB per corner), enough to push a model on a
 16-24 GB GPU into OOM. Now indices are int32 per pixel (its 3 bytes gathered as one row of an
 overlapping view), the interpolation runs in place, and the batch is cut into chunks whose
-temporaries stay within `GATHER_BYTES`: 10 chunks of 27 images at B=256, 224 px.
+temporaries stay within `GATHER_BYTES`: 10 chunks of 27 images at B=256, 224 px
+(docs/decisions/0006-gpu-augment-true-changes-what-a-slot.md).
 """
 from __future__ import annotations
 

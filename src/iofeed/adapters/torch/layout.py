@@ -1,6 +1,7 @@
 """The torch adapter's output in the layout the model asks for, written in the pass that normalises
 (or copies uint8): contiguous NCHW, or NCHW in channels_last memory. No layout costs a pass of
-its own: the NCHW default used to be written channels_last and copied (issue 42)."""
+its own: the NCHW default used to be written channels_last and copied (issue 42;
+docs/decisions/0081-the-layout-is-written-in-the-normalising-pass.md)."""
 from __future__ import annotations
 
 from typing import Any

@@ -143,7 +143,8 @@ class DaliEngine:
         A sample DALI cannot decode fails its whole batch: the sample is named and marked bad (or
         raised), the batches DALI had taken after it are drained, the pipeline is reset and fed
         again from that batch, its place now a spare's. No rebuild: a rebuild per bad file cost
-        seconds on a GPU. The same batch failing more often than it has samples is an error."""
+        seconds on a GPU (docs/decisions/0083-dali-resets-after-a-file-it-cannot-decode.md). The
+        same batch failing more often than it has samples is an error."""
         if self._pipe is None:
             self._build()
         self._settle()

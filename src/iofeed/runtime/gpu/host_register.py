@@ -1,5 +1,6 @@
 """Engine memory pinned in place for CUDA copies (`cudaHostRegister`), on the loader's own device,
-with a refusal cleared so that the staging fallback's kernels do not inherit it."""
+with a refusal cleared so that the staging fallback's kernels do not inherit it
+(docs/decisions/0068-host-to-device-registers-the-engine-s.md)."""
 from __future__ import annotations
 
 import ctypes
