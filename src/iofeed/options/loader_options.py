@@ -15,7 +15,7 @@ from ..image.boxes import Augment
 from ..runtime.gpu.device import usable_device
 from ..sources.order import OrderSpec
 from ..sources.sample_targets import check_target_options
-from .adapter_choices import ADAPTERS
+from .adapter_choices import ADAPTERS, wants_host_arrays
 from .checks import either, flag, integer, one_of, short_repr
 from .engine_choices import AUTO, ENGINES
 from .groups import FLAT, GROUPS, Cache, Order, Resources, Skips, checked_group
@@ -189,7 +189,7 @@ class LoaderOptions:
     @property
     def host(self) -> bool:
         """Whether the adapter wants host arrays (an engine decoding on a GPU then copies to the host)."""
-        return ADAPTERS.caps(self.framework).host
+        return wants_host_arrays(self.framework, self.cuda)
 
     @property
     def cuda(self) -> bool:
