@@ -34,10 +34,10 @@ RUN_SECONDS = 120  # a run that waits on a FIFO fails instead of hanging the sui
 LOCAL = {
     "folder": ["clean", "truncated", "fifo"],
     "webdataset": ["clean", "truncated", "truncated_mid", "bad_header", "duplicate_member", "two_images", "odd_labels",
-                   "huge_label", "fifo"],
+                   "huge_label", "plus_labels", "short_captions", "fifo"],
     "parquet": ["clean", "truncated", "float_labels"],
     "hf": ["clean", "truncated"],
-    "labels-csv": ["clean", "truncated", "float_labels", "odd_labels", "fifo"],
+    "labels-csv": ["clean", "truncated", "float_labels", "odd_labels", "plus_labels", "nan_inf", "spellings", "fifo"],
     "labels-jsonl": ["clean", "odd_labels"],
 }
 AFTER_INDEX = {"rotated": rotate_members, "relabelled": relabel_in_place, "sibling": sibling_in_place}
@@ -109,6 +109,7 @@ def _run(source: Source, spec: str, op: str, out: str) -> subprocess.CompletedPr
     args += ["--labels", str(source.options["labels"])] if "labels" in source.options else []
     args += ["--label-column", source.options["label_column"]] if "label_column" in source.options else []
     args += ["--shard-mb", str(source.options["shard_mb"])] if "shard_mb" in source.options else []
+    args += ["--label-names"] if source.options.get("label_names") else []
     return _cli(*args)
 
 
@@ -162,6 +163,7 @@ def test_every_sample_arrives_once_with_its_label_or_is_accounted_for(kind, dama
             line = _error_line(done)
             assert source.refusal and re.search(source.refusal, line), f"refused without cause: {line}"
             return
+        assert source.says is None or re.search(source.says, done.stdout), done.stdout
         served = None
         if storage == "http" and op == "preprocess":
             served = CountingServer(tmp_path)

@@ -358,9 +358,14 @@ def test_labels_past_ints_digit_limit_are_rejected_or_names_never_a_crash(tmp_pa
     out = preprocess(str(shard), tmp_path / "out.iof", progress=False, workers=1, val_fraction=0).out
     assert assert_labels_match_pixels(out) == 3
     assert rejected(out) == {f"{shard}#long": "label not a class (inf is not an integer class index)"}
-    names = Targets()
+    texts = Targets()  # as text (a txt member, a CSV cell) the same number: one rule per spelling
+    for value in ("cat", digits):
+        texts.add(value)
+    assert texts.check() == {1: "label not a class (inf is not an integer class index)"}
+    names = Targets()  # --label-names: the digits as written, a class name
     for value in ("cat", digits):
         names.add(value)
+    names.as_names()
     assert names.resolve().names == sorted(["cat", digits])
 
 

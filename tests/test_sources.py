@@ -460,7 +460,8 @@ def test_labels_file_rows_without_a_label_are_rejected_not_made_a_class(tmp_path
     summary = preprocess(src, tmp_path / "out.iof", labels=labels, progress=False, workers=1, val_fraction=0)
     assert Manifest.read(summary.out).classes == ["cat", "dog"]
     assert set(read_dataset(summary.out)) == {"0.jpg", "2.jpg"}
-    assert _rejected(summary.out) == {"1.jpg": f"no label (empty in labels.{kind})"}
+    said = {"csv": "empty", "jsonl": "null"}[kind]
+    assert _rejected(summary.out) == {"1.jpg": f"no label ({said} in labels.{kind})"}
 
 
 def test_a_webdataset_sample_with_a_blank_label_is_rejected():
