@@ -21,6 +21,7 @@ import pytest
 import iofeed
 from helpers.adversarial import build, relabel_in_place, rotate_members, sibling_in_place
 from helpers.pixelcode import Source, decode
+from helpers.requirements import MODULES
 from helpers.storage import CountingServer, free_port, moto_s3
 
 for _name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
@@ -35,7 +36,7 @@ LOCAL = {
     "folder": ["clean", "truncated", "fifo"],
     "webdataset": ["clean", "truncated", "truncated_mid", "bad_header", "duplicate_member", "two_images", "odd_labels",
                    "huge_label", "plus_labels", "short_captions", "fifo"],
-    "parquet": ["clean", "truncated", "float_labels"],
+    "parquet": ["clean", "truncated", "float_labels", "cut_file", "bad_footer"],
     "hf": ["clean", "truncated"],
     "labels-csv": ["clean", "truncated", "float_labels", "odd_labels", "plus_labels", "nan_inf", "spellings", "fifo"],
     "labels-jsonl": ["clean", "odd_labels"],
@@ -49,6 +50,20 @@ CASES = (
        for damage in ("clean", "truncated", "duplicate_member")]
     + [(kind, "clean", "preprocess", storage) for storage in ("http", "s3") for kind in LOCAL if kind != "webdataset"]
 )
+
+
+def test_every_source_kind_can_be_written_here():
+    """The matrix writes each source kind with the library users write it with: where one is not
+    installed (Hugging Face `datasets`, pyarrow, moto, webdataset) the suite fails here, naming it,
+    rather than skipping those cases (no dependency marker skips them either)."""
+    import importlib
+
+    for module in ("datasets", "pyarrow.parquet", "moto", "fsspec", "webdataset"):
+        try:
+            importlib.import_module(module)
+        except ImportError as exc:
+            pytest.fail(f"{module} is needed to write the adversarial sources ({exc}): install the test extras")
+    assert not any(mark.name in MODULES for param in PARAMS for mark in param.marks)
 
 
 @pytest.fixture(scope="module")

@@ -225,7 +225,8 @@ def _fifo_targets(dataset: Path) -> str:
 
 def parquet(root: Path, damage: str) -> Source:
     """One Parquet file: `image` bytes and an int64 `label` (`float_labels`: float64 0.0..2.0 with a
-    NaN row, as pandas makes of an int column with one missing value); `truncated`: a cut image."""
+    NaN row, as pandas makes of an int column with one missing value); `truncated`: a cut image;
+    `cut_file`, `bad_footer`: the file itself damaged, refused in one line naming it."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -245,7 +246,16 @@ def parquet(root: Path, damage: str) -> Source:
     path = root / "train.parquet"
     pq.write_table(pa.table({"image": pa.array(images, pa.binary()), "label": pa.array(labels, kind)}), path,
                    row_group_size=10)
-    return Source("parquet", damage, str(path), items, names, options={"label_column": "label"})
+    source = Source("parquet", damage, str(path), items, names, options={"label_column": "label"})
+    if damage in ("cut_file", "bad_footer"):  # the file cut in half (its footer gone), or its footer's length wrong
+        data = bytearray(path.read_bytes())
+        if damage == "cut_file":
+            data = data[: len(data) // 2]
+        else:
+            data[-8:-4] = (100).to_bytes(4, "little")
+        path.write_bytes(bytes(data))
+        source.refusal = r"^iofeed: error: cannot read Parquet file .*train\.parquet: .*write it again"
+    return source
 
 
 def hf(root: Path, damage: str) -> Source:

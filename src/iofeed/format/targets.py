@@ -54,11 +54,15 @@ def parse_targets(text: str, where: str, rows: int) -> tuple[list[list[int]], li
     return classes, extras
 
 
-def multi_hot(classes: list[list[int]], count: int) -> tuple[np.ndarray, np.ndarray]:
-    """Class lists as CSR arrays (offsets, indices), the form workers and batches slice."""
+def multi_hot(classes: list[list[int]], count: int, where: str = "the targets file") -> tuple[np.ndarray, np.ndarray]:
+    """Class lists as CSR arrays (offsets, indices), the form workers and batches slice; DatasetError
+    naming `where` (the targets file) and the first row holding an index outside 0..count-1."""
     offsets = np.zeros(len(classes) + 1, dtype=np.int64)
     offsets[1:] = np.cumsum([len(c) for c in classes])
     indices = np.fromiter((i for c in classes for i in c), dtype=np.int64, count=int(offsets[-1]))
     if len(indices) and (indices.min() < 0 or indices.max() >= count):
-        raise DatasetError(f"a class index outside 0..{count - 1} in the targets file")
+        at = int(np.flatnonzero((indices < 0) | (indices >= count))[0])
+        row = int(np.searchsorted(offsets, at, side="right")) - 1
+        raise DatasetError(f"{where} line {row + 1}: class index {int(indices[at])} is outside 0..{count - 1} (the "
+                           f"manifest has {count} classes): run `iofeed preprocess` again")
     return offsets, indices
