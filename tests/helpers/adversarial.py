@@ -73,7 +73,8 @@ def webdataset(root: Path, damage: str) -> Source:
         shard = folder / f"shard-{s:06d}.tar"
         members = wds_members(items[8 * s: 8 * s + 8], names, "txt" if damage in TXT_DAMAGES else "cls")
         if damage == "short_captions":
-            members += [(f"s{i.sample:04d}.json", json.dumps({"caption": i.label}).encode()) for i in items[8 * s: 8 * s + 8]]
+            members += [(f"s{i.sample:04d}.json", json.dumps({"caption": i.label}).encode())
+                        for i in items[8 * s: 8 * s + 8]]
             members.sort(key=lambda m: m[0].split(".")[0])
         if s == 1 and damage == "duplicate_member":  # a second picture after s0009's label, and s0008 again at the end
             members.insert(4, ("s0009.jpg", coded_jpeg(code_of(names, "0"), 9)))

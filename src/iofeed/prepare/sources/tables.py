@@ -78,7 +78,8 @@ def _parquet_file(pq: Any, path: Path) -> Any:
         return pq.ParquetFile(path)
     except (OSError, ValueError) as exc:  # pyarrow's ArrowInvalid is a ValueError
         reason = " ".join(str(exc).split())  # pyarrow's thrift errors span lines (a footer cut or overwritten)
-        raise SourceError(f"cannot read Parquet file {path}: {reason} (write it again, or leave it out of SRC)") from None
+        raise SourceError(f"cannot read Parquet file {path}: {reason} (write it again, or leave it out of "
+                          "SRC)") from None
 
 
 def scan_hf(src: str, options: SourceOptions, room: int | None = None) -> SourceScan:
