@@ -38,8 +38,9 @@ LOCAL = {
                    "huge_label", "plus_labels", "short_captions", "fifo"],
     "parquet": ["clean", "truncated", "float_labels", "cut_file", "bad_footer"],
     "hf": ["clean", "truncated"],
-    "labels-csv": ["clean", "truncated", "float_labels", "odd_labels", "plus_labels", "nan_inf", "spellings", "fifo"],
-    "labels-jsonl": ["clean", "odd_labels"],
+    "labels-csv": ["clean", "truncated", "float_labels", "odd_labels", "plus_labels", "nan_inf", "spellings", "bom",
+                   "fifo"],
+    "labels-jsonl": ["clean", "odd_labels", "bom"],
 }
 AFTER_INDEX = {"rotated": rotate_members, "relabelled": relabel_in_place, "sibling": sibling_in_place}
 CASES = (

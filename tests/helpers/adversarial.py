@@ -175,7 +175,8 @@ def labels_file(root: Path, damage: str, form: str = "csv") -> Source:
     sample's extra, so the dataset has a targets file). Damages: `truncated` image, `float_labels`
     (0.0, 1.0, 2.0: classes "0".."2"), `odd_labels` (0..10 and a -1), `plus_labels` (`+0`..`+10`:
     class indices), `nan_inf` (integer labels with `nan`, `NaN`, `inf` rows: those rejected, never
-    the run), `spellings` (`1`, `1.0`, `+1`, `01` with --label-names: four classes as written),
+    the run), `spellings` (`1`, `1.0`, `+1`, `01` with --label-names: four classes as written), `bom`
+    (the file starts with a UTF-8 byte-order mark, as Excel writes it; a CSV then without header),
     `fifo` (the targets file a FIFO after preprocessing: the loader must refuse it, not wait)."""
     src, items, names = root / "images", int_items(24), []
     src.mkdir(parents=True)
@@ -200,10 +201,12 @@ def labels_file(root: Path, damage: str, form: str = "csv") -> Source:
         items.append(Item(24, 0, None))
     rows = [{"path": f"{i.sample:04d}.jpg", "label": i.label, "note": f"n{i.sample}"} for i in items]
     labels = root / f"labels.{form}"
+    header = "" if damage == "bom" else "path,label,note\n"  # a BOM glued to the first path of a headerless CSV
     if form == "csv":
-        labels.write_text("path,label,note\n" + "".join(f"{r['path']},{r['label']},{r['note']}\n" for r in rows))
+        text = header + "".join(f"{r['path']},{r['label']},{r['note']}\n" for r in rows)
     else:
-        labels.write_text("".join(json.dumps(r) + "\n" for r in rows))
+        text = "".join(json.dumps(r) + "\n" for r in rows)
+    labels.write_bytes((b"\xef\xbb\xbf" if damage == "bom" else b"") + text.encode())
     source = Source(f"labels-{form}", damage, str(src), items, names, options={"labels": labels})
     if damage == "spellings":
         source.options["label_names"] = True
