@@ -5,7 +5,7 @@ import dataclasses
 
 import pytest
 
-from iofeed.backends.workers.autotune import Window, decide
+from iofeed.engines.workers.autotune import Window, decide
 
 
 def test_grows_when_starved_to_cover_the_consumer():
@@ -97,7 +97,7 @@ def test_engine_grows_for_a_hungry_consumer_and_stays_small_for_a_slow_one(tmp_p
 
 def test_the_window_meter_reads_its_clock_not_the_machine_s():
     """The autotuner's windows are measured on the clock it is given (the engine's `clock`)."""
-    from iofeed.backends.workers.autotune import WindowMeter
+    from iofeed.engines.workers.autotune import WindowMeter
 
     now = [10.0]
     meter = WindowMeter(lambda: now[0])

@@ -20,7 +20,7 @@ import pytest
 from helpers.images import jpeg_bytes, smooth_rgb
 from iofeed.prepare.index import index_shards
 from iofeed.prepare.sources.base import SourceOptions
-from iofeed.prepare.sources.registry import scan_source
+from iofeed.prepare.sources.kinds import scan_source
 
 SPELLINGS = ["+3", "03", "3.0", "3e0", "nan", "inf", "true", ""]
 BASE = ["0", "1", "2", "0", "1", "2"]

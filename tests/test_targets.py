@@ -170,7 +170,7 @@ def test_a_class_out_of_range_in_the_targets_file_names_the_file_and_line(multi,
 
 
 def test_verify_accepts_a_multi_label_dataset(multi, capsys):
-    from iofeed.cli import main
+    from iofeed.cli.main import main
 
     assert main(["inspect", "--verify", str(multi)]) == 0
     assert f"verified      {len(WANT)} samples" in capsys.readouterr().out

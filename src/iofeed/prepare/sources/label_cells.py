@@ -8,8 +8,8 @@ import json
 import math
 from typing import Any
 
+from .label_targets import NOT_A_CLASS
 from .label_text import missing_text
-from .targets import NOT_A_CLASS
 
 
 def missing(target: Any) -> bool:

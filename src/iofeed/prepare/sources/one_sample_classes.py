@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from collections import Counter
 
-from ..scan import display_path
-from .targets import Resolved
+from ...sources.folder_scan import display_path
+from .label_targets import Resolved
 
 # how to take the texts as captions (no class), per source kind; --label-names takes them as names
 AS_CAPTIONS = {
