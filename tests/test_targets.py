@@ -153,7 +153,7 @@ def test_a_class_out_of_range_in_the_targets_file_names_the_file_and_line(multi,
     """It said "a class index outside 0..2 in the targets file", naming neither file nor row."""
     import shutil
 
-    from iofeed.cli import main
+    from iofeed.cli.main import main
 
     damaged = tmp_path / "damaged.iof"
     shutil.copytree(multi, damaged)
@@ -167,6 +167,20 @@ def test_a_class_out_of_range_in_the_targets_file_names_the_file_and_line(multi,
     assert "\n" not in str(caught.value)
     assert main(["inspect", "--verify", str(damaged)]) != 0
     assert re.search(says, capsys.readouterr().out)
+
+
+def test_a_fractional_class_in_the_targets_file_is_malformed_not_truncated(multi, tmp_path):
+    """`int(c)` read a tampered 1.5 as class 1 without a word."""
+    import shutil
+
+    damaged = tmp_path / "damaged.iof"
+    shutil.copytree(multi, damaged)
+    lines = (damaged / "train-targets.jsonl").read_text().splitlines()
+    lines[2] = json.dumps([[1.5], None])
+    (damaged / "train-targets.jsonl").write_text("\n".join(lines) + "\n")
+    with pytest.raises(DatasetError, match=r"malformed targets file .*train-targets\.jsonl: line 3: class indices "
+                                           r"must be integers, got \[1\.5\]"):
+        iofeed.loader(str(damaged), batch_size=3, image_size=24, workers=1, target="multi_hot")
 
 
 def test_verify_accepts_a_multi_label_dataset(multi, capsys):

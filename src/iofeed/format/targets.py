@@ -43,9 +43,11 @@ def parse_targets(text: str, where: str, rows: int) -> tuple[list[list[int]], li
     """Each row's class indices and extra from a targets file's text; DatasetError when malformed."""
     classes, extras = [], []
     try:
-        for line in text.splitlines():
+        for number, line in enumerate(text.splitlines(), start=1):
             found, extra = json.loads(line)
-            classes.append([int(c) for c in found])
+            if not all(isinstance(c, int) and not isinstance(c, bool) for c in found):  # int(1.5) would be 1
+                raise ValueError(f"line {number}: class indices must be integers, got {json.dumps(found)[:40]}")
+            classes.append(list(found))
             extras.append(extra)
     except (ValueError, TypeError) as exc:
         raise DatasetError(f"malformed targets file {where}: {exc} (run `iofeed preprocess` again)") from None
