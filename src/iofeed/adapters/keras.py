@@ -112,7 +112,7 @@ class KerasBatches(DataAdapter):
 
     @property
     def batch_size(self) -> int:
-        return self.iofeed_loader.order.batch_size
+        return int(self.iofeed_loader.order.batch_size)
 
     @property
     def has_partial_batch(self) -> bool:

@@ -100,7 +100,7 @@ class LoaderOptions:
             given, missing = ("rank", "world_size") if self.world_size is None else ("world_size", "rank")
             raise OptionError(f"{given}={getattr(self, given)} was given without {missing}: pass both, or neither "
                               "to take them from torch.distributed or RANK/WORLD_SIZE")
-        if self.rank is not None and self.rank >= self.world_size:
+        if self.rank is not None and self.world_size is not None and self.rank >= self.world_size:
             raise OptionError(f"rank={self.rank} is outside 0..{self.world_size - 1} (world_size={self.world_size})")
 
     def _check_combinations(self) -> None:
@@ -110,6 +110,8 @@ class LoaderOptions:
                               f"backend={either((AUTO, *ENGINES.having('packs')))}, got framework={self.framework!r}"
                               f", backend={self.backend!r}")
         self._check_recipe()
+        if self.moves_targets:
+            self._check_box_targets()
         if self.sharding is not None and not adapter.sharding:
             raise OptionError(f"sharding= is for framework={either(ADAPTERS.having('sharding'))}, "
                               f"got framework={self.framework!r} (drop sharding=)")
@@ -150,6 +152,22 @@ class LoaderOptions:
             raise OptionError("transform= runs on the images the workers crop, and gpu_augment=True crops on the "
                               "GPU after them: drop gpu_augment (or do the work on the GPU with batch_transform=)")
 
+    def _check_box_targets(self) -> None:
+        """target="boxes"/"masks": an engine that moves them, and no step they cannot follow."""
+        if self.backend != AUTO and not ENGINES.caps(self.backend).targets:
+            raise OptionError(f"target={self.target!r}: backend={self.backend!r} does not move boxes and masks with "
+                              f"the pixels; use backend={either((AUTO, *ENGINES.having('targets')))}")
+        for given, why in ((self.gpu_augment, "gpu_augment=True crops on the device, after the boxes are placed"),
+                           (self.transform is not None, "transform= takes and returns images only"),
+                           (self.extras, "extras=True: the boxes are the targets")):
+            if given:
+                raise OptionError(f"target={self.target!r} cannot be combined here: {why}")
+
+    @property
+    def moves_targets(self) -> bool:
+        """Whether boxes (and masks) follow every crop, resize and flip (`target="boxes"` / `"masks"`)."""
+        return self.target in ("boxes", "masks")
+
     @property
     def recipe(self) -> Recipe:
         """The built-in steps `augment` stands for (see `iofeed.Recipe`)."""
@@ -165,7 +183,8 @@ class LoaderOptions:
         """The crop, flip and resize policy of every sample."""
         r = self.recipe
         return Augment(size=self.image_size, train=self.train, scale=r.scale, ratio=r.ratio, flip=r.flip,
-                       center_fraction=r.crop_fraction, interpolation=r.interpolation)
+                       center_fraction=r.crop_fraction, interpolation=r.interpolation,
+                       letterbox=self.moves_targets and not self.train)
 
     @property
     def host(self) -> bool:
@@ -175,7 +194,7 @@ class LoaderOptions:
     @property
     def cuda(self) -> bool:
         """Whether the loader's device is a CUDA device ("cuda:N")."""
-        return self.device != "cpu"
+        return bool(self.device != "cpu")
 
     @property
     def deals_once(self) -> bool:

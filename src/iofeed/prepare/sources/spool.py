@@ -19,7 +19,7 @@ def spool_room(spool: Path, disk_usage: Callable[[Path], Any] | None = None) -> 
     as the copy itself, so past half the disk it is sized by the copy: a 31 KB archive on a disk
     with 300 MB free is decompressed, a zip bomb still stops with half the disk left."""
     free = (disk_usage or shutil.disk_usage)(spool).free
-    return max(free - min(disk_reserve(free), free // 2), 0)
+    return int(max(free - min(disk_reserve(free), free // 2), 0))
 
 
 def copy_within(pieces: Iterable[bytes | memoryview], target: Path, room: int, name: str, copied: str,
