@@ -234,3 +234,22 @@ def test_torch_targets_are_tv_tensors_one_dict_per_image(coco: tuple[Path, Path]
         assert isinstance(target["masks"], tv_tensors.Mask) and tuple(target["masks"].shape) == (count, SIDE, SIDE)
         for k in range(count):
             assert np.array_equal(target["masks"][k].numpy() == 1, numpy_batch["masks"][i] == k + 1)
+
+
+def test_overwrite_replaces_a_detection_dataset_and_keeps_a_users_boxes_file(coco: tuple[Path, Path],
+                                                                            tmp_path: Path) -> None:
+    """The boxes and masks files the manifest lists are iofeed's: `--overwrite` replaces them; a
+    user's `old-boxes.npz` beside them is not, and refuses it, named, with its bytes kept."""
+    import shutil
+
+    from iofeed.errors import OptionError
+
+    src, out = coco
+    copy = tmp_path / "coco.iof"
+    shutil.copytree(out, copy)
+    assert {"train-boxes.npz", "val-boxes.npz"} <= {p.name for p in copy.iterdir()}
+    preprocess(src, copy, workers=1, progress=False, val_fraction=0.3, overwrite=True)
+    (copy / "old-boxes.npz").write_bytes(b"mine")
+    with pytest.raises(OptionError, match="old-boxes.npz, which iofeed did not write"):
+        preprocess(src, copy, workers=1, progress=False, val_fraction=0.3, overwrite=True)
+    assert (copy / "old-boxes.npz").read_bytes() == b"mine" and (copy / "train-boxes.npz").exists()

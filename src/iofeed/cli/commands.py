@@ -85,6 +85,8 @@ def cmd_index(args: argparse.Namespace) -> None:
           + (f" (see {summary.out}/rejected.jsonl)" if rejected else ""))
     for reason, count in sorted(summary.rejected.items(), key=lambda kv: -kv[1]):
         print(f"    {count:>6,}  {reason}")
+    if summary.one_sample_classes:
+        print(f"  classes       {summary.one_sample_classes}")
 
 
 def cmd_inspect(args: argparse.Namespace) -> None:
