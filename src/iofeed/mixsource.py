@@ -13,8 +13,10 @@ import numpy as np
 
 from .backends.base import Batch
 from .backends.skips import EpochSkips, check_scanned
+from .dealing import EpochBatches
 from .errors import DatasetError, OptionError, SampleError
 from .mix import Mix, MixPlan, shares
+from .mixorder import MixEpoch
 from .mixremote import MixedRemote
 from .options import LoaderOptions
 from .order import SHUFFLES, OrderSpec
@@ -140,8 +142,7 @@ class Mixture:
         if options.shuffle_for(streamed=False) == "none":  # False too, as DataLoader spells it
             raise OptionError(f"shuffle={options.order.shuffle!r} does not apply to a Mix's train split (its sources "
                               "are interleaved by a seeded shuffle): leave shuffle out, or pass 'global' or 'block'")
-        base = options.order_spec(self.plan.epoch_samples)
-        return dataclasses.replace(base, shuffle="mix", plan=self.plan)
+        return options.order_spec(self.plan.epoch_samples, plan=self.plan)
 
     def targets(self) -> SampleTargets:
         """Multi-hot classes through the merged class list, and extras as {"source", "extra"}."""
@@ -172,10 +173,11 @@ class Mixture:
 
     def positions(self, order: OrderSpec, epoch: int, done: int) -> list[int]:
         """Each source's position after `done` samples of `epoch` (see `state`)."""
+        if order.shuffle == "mix":  # a block of the order and one path of splits, whatever the epoch's length
+            return [epoch * n + k for n, k in zip(self.plan.counts, self.plan.before(order.seed, epoch, done))]
         first = np.bincount(self.source_of(SHUFFLES[order.shuffle].order(order, epoch)[:done]),
                             minlength=len(self.names))
-        passed = [epoch * n for n in self.plan.counts] if order.shuffle == "mix" else [0] * len(self.names)
-        return [int(a + b) for a, b in zip(passed, first)]
+        return [int(k) for k in first]
 
     def check_positions(self, given: dict[str, Any], order: OrderSpec, epoch: int, done: int) -> None:
         """OptionError when a state's source positions are not where this iofeed's order puts them
@@ -209,12 +211,20 @@ class Mixture:
                 if fetched is not None and name in stats:
                     stats[name]["fetched"] = fetched
 
-    def start_epoch(self, epoch: int, batches: list[np.ndarray], max_skipped: float | None, whole: bool) -> None:
-        """Hold each source to `max_skipped` of its own samples in this epoch's batches, so that a broken
-        small source cannot hide inside a large healthy one."""
-        held = np.concatenate(batches) if batches else np.empty(0, np.int64)
-        counts = np.bincount(self.source_of(held), minlength=len(self.names))
-        self.skips = [EpochSkips(epoch, int(n), max_skipped, whole) for n in counts]
+    def start_epoch(self, epoch: int, batches: EpochBatches, max_skipped: float | None, whole: bool) -> None:
+        """Hold each source to `max_skipped` of its share of this rank's samples of the epoch, so that a
+        broken small source cannot hide inside a large healthy one. Its share: the rank's samples times
+        the source's part of what is left of the global order, rounded up (on one rank, exactly its
+        samples), counted without reading the epoch (a mixture's may hold billions)."""
+        counts = self._left(batches.order.get(), batches.dealing.done)
+        left = max(sum(counts), 1)
+        self.skips = [EpochSkips(epoch, -(-batches.samples * n // left), max_skipped, whole) for n in counts]
+
+    def _left(self, order: MixEpoch | np.ndarray, done: int) -> list[int]:
+        """Each source's samples in `order` (an epoch's global order) past its first `done`."""
+        if isinstance(order, MixEpoch):
+            return [n - k for n, k in zip(self.plan.counts, order.before(done))]
+        return np.bincount(self.source_of(order[done:]), minlength=len(self.names)).tolist()
 
     def check_skips(self, batch: Batch, path_of: Any) -> None:
         """SampleError naming the source whose skips pass its bound."""

@@ -9,9 +9,8 @@ from typing import Any
 
 import numpy as np
 
+from .dealing import Dealing, EpochBatches, _Once
 from .errors import OptionError
-
-_DONE = np.empty(0, np.int64)  # the entry of a batch delivered before a resume
 
 
 def _unshuffled(spec: OrderSpec, epoch: int) -> np.ndarray:
@@ -33,15 +32,16 @@ def _block(spec: OrderSpec, epoch: int) -> np.ndarray:
     return np.lexsort((rng.random(spec.samples), block))
 
 
-def _mixed(spec: OrderSpec, epoch: int) -> np.ndarray:
-    return spec.plan.order(spec.seed, epoch)  # a mixture's epoch: see `mix.MixPlan`
+def _mixed(spec: OrderSpec, epoch: int) -> Any:
+    return spec.plan.epoch_order(spec.seed, epoch)  # a mixture's epoch, a stretch at a time: `mixorder.MixPlan`
 
 
 @dataclass(frozen=True)
 class Shuffle:
-    """One epoch order: the permutation of all samples, and which end pads a short last round."""
+    """One epoch order: the permutation of all samples (an array, or an object that gives any
+    stretch of it by slicing), and which end pads a short last round."""
 
-    order: Callable[[OrderSpec, int], np.ndarray]
+    order: Callable[[OrderSpec, int], Any]
     pad_from_end: bool  # pad with the epoch's last samples (still cached), not its first
 
 
@@ -49,8 +49,9 @@ SHUFFLES: dict[str, Shuffle] = {
     "none": Shuffle(_unshuffled, False),
     "global": Shuffle(_global, False),
     "block": Shuffle(_block, True),
-    "mix": Shuffle(_mixed, False),
+    "mix": Shuffle(_mixed, False),  # made by a Mix for its train split, never asked for by name
 }
+CHOICES = ("none", "global", "block")  # the shuffles a user names (`Order.shuffle`)
 
 
 @dataclass(frozen=True)
@@ -83,8 +84,8 @@ class OrderSpec:
     def __post_init__(self) -> None:
         if isinstance(self.shuffle, bool):
             object.__setattr__(self, "shuffle", "global" if self.shuffle else "none")
-        if self.shuffle not in SHUFFLES:
-            raise OptionError(f"shuffle={self.shuffle!r} is not one of {', '.join(SHUFFLES)}")
+        if self.shuffle not in CHOICES and (self.shuffle != "mix" or self.plan is None):
+            raise OptionError(f"shuffle={self.shuffle!r} is not one of {', '.join(CHOICES)}")
         if self.batch_size < 1:
             raise OptionError(f"batch_size must be >= 1, got {self.batch_size}")
         if self.world_size < 1 or not 0 <= self.rank < self.world_size:
@@ -93,8 +94,8 @@ class OrderSpec:
             raise OptionError(f"{self.samples} samples cannot be shared by {self.world_size} ranks")
         if self.shuffle == "block" and (self.shard_of is None or len(self.shard_of) != self.samples):
             raise OptionError("shuffle='block' needs the shard of every sample")
-        if self.shuffle == "mix" and (self.plan is None or self.plan.epoch_samples != self.samples):
-            raise OptionError("shuffle='mix' is the order of an iofeed.Mix: pass the Mix as the loader's source")
+        if self.shuffle == "mix" and self.plan.epoch_samples != self.samples:
+            raise OptionError(f"a mixture's order holds {self.plan.epoch_samples} samples, not {self.samples}")
         if self.block_shards < 1:
             raise OptionError(f"block_shards must be >= 1, got {self.block_shards}")
 
@@ -114,14 +115,10 @@ class OrderSpec:
         remaining = max(self.samples - done, 0)
         return min(self.share(remaining), len(range(self.rank, remaining, self.world_size)))
 
-    def own_samples(self, batches: list[np.ndarray], done: int = 0) -> list[np.ndarray]:
+    def own_samples(self, batches: EpochBatches, done: int = 0) -> EpochBatches:
         """Per entry of `batches(epoch, done, first)`, the samples that are the batch's own: all
         but the padding (`own_rows`)."""
-        left, owned = self.own_rows(done), []
-        for planned in batches:
-            owned.append(planned[: max(left, 0)])
-            left -= len(planned)
-        return owned
+        return batches.limited(self.own_rows(done))
 
     @property
     def per_rank(self) -> int:
@@ -150,26 +147,35 @@ class OrderSpec:
         block live per node). So the first k batches of every rank are exactly the first
         k * batch_size * world_size samples of the global order: "done" is always a prefix.
         """
-        shuffle = SHUFFLES[self.shuffle]
-        order = shuffle.order(self, epoch)
-        rest = order[min(done, len(order)):]
-        if not (self.pad or self.drop_last):  # each sample once: shares differ by at most one
-            return rest[self.rank :: self.world_size]
-        total = self.share(len(rest)) * self.world_size
-        if total > len(rest):
-            pad = total - len(rest)
-            extra = order[len(order) - pad:] if shuffle.pad_from_end else np.resize(order, pad)
-            rest = np.concatenate([rest, extra])
-        return rest[:total][self.rank :: self.world_size]
+        rows = self._rows(done)
+        whole = self._dealt(epoch, done, 0, rows, rows)
+        return np.concatenate(list(whole)) if len(whole) else np.empty(0, np.int64)
 
-    def batches(self, epoch: int, done: int = 0, first: int = 0) -> list[np.ndarray]:
+    def _rows(self, done: int) -> int:
+        """Rows this rank takes of the rest of an epoch whose first `done` samples are done."""
+        remaining = max(self.samples - done, 0)
+        if not (self.pad or self.drop_last):  # each sample once: shares differ by at most one
+            return len(range(self.rank, remaining, self.world_size))
+        return self.share(remaining)
+
+    def _dealt(self, epoch: int, done: int, first: int, rows: int, batch_size: int) -> EpochBatches:
+        """This rank's `rows` of `epoch` past `done`, in batches of `batch_size` numbered from `first`."""
+        shuffle, done = SHUFFLES[self.shuffle], min(done, self.samples)
+        remaining = self.samples - done
+        pad = max(self.share(remaining) * self.world_size - remaining, 0) if self.pad or self.drop_last else 0
+        dealing = Dealing(self.samples, done, self.rank, self.world_size, pad, shuffle.pad_from_end)
+        count = -(-rows // batch_size) if rows else 0
+        return EpochBatches(_Once(lambda: shuffle.order(self, epoch)), dealing, batch_size, first, rows,
+                            range(first + count))
+
+    def batches(self, epoch: int, done: int = 0, first: int = 0) -> EpochBatches:
         """This rank's batches of sample indices for `epoch`, numbered from `first`: entry k is
         batch k (its crops come from `BatchKey(..., k)`). After a resume (`done` samples of the
         global order done, `first` batches counted by the run that did them) the entries before
-        `first` are empty: they were delivered before the resume."""
-        indices = self.rank_indices(epoch, done)[: self.batch_count(done) * self.batch_size]
-        rest = [indices[i : i + self.batch_size] for i in range(0, len(indices), self.batch_size)]
-        return [_DONE] * first + rest
+        `first` are empty: they were delivered before the resume. Each batch is made when asked
+        (`dealing.EpochBatches`): an epoch of any length costs the batches in flight."""
+        rows = min(self._rows(done), self.batch_count(done) * self.batch_size)
+        return self._dealt(epoch, done, first, rows, self.batch_size)
 
 
 def valid_rows(delivered: np.ndarray, own: np.ndarray) -> np.ndarray:
