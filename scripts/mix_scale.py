@@ -78,6 +78,29 @@ def measure(spec: dict) -> dict:
     return json.loads(run.stdout.strip().splitlines()[-1])
 
 
+def order_cost(epoch_samples: int) -> None:
+    """The mixture order alone (no images): seconds to its first stretch, and per sample over blocks."""
+    import time
+
+    from iofeed.mix import MixPlan, shares
+
+    try:
+        from iofeed.mixorder import LEAF
+    except ImportError:  # the order before issue 39: made whole
+        LEAF = epoch_samples
+    plan = MixPlan((4000, 2000), tuple(shares([1.0, 1.0], epoch_samples)))
+    start = time.perf_counter()
+    first = plan.take(1, 0, 0, 256) if hasattr(plan, "take") else plan.order(1, 0)[:256]
+    took = time.perf_counter() - start
+    blocks = min(8, -(-epoch_samples // LEAF))
+    start = time.perf_counter()
+    if hasattr(plan, "take"):
+        for b in range(1, blocks + 1):
+            plan.take(1, 0, b * LEAF, (b + 1) * LEAF)
+    per = (time.perf_counter() - start) / max(min(blocks * LEAF, epoch_samples), 1)
+    print(f"order alone: first {len(first)} samples in {took * 1000:.1f} ms; then {per * 1e9:.0f} ns a sample")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("datasets", nargs="*", type=Path, help="two datasets (default: made under --work)")
@@ -100,6 +123,7 @@ def main() -> None:
             results[name].append(got)
             print(f"round {r + 1} {name:8s} first batch {got['seconds']:.3f} s, RSS +{got['rss_grown'] / 2**20:.1f} "
                   f"MiB (peak +{got['peak_grown'] / 2**20:.1f}), {got['batches']:,} batches an epoch", flush=True)
+    order_cost(args.epoch_samples)
     med = {name: {key: statistics.median(g[key] for g in runs) for key in ("seconds", "rss_grown", "peak_grown")}
            for name, runs in results.items()}
     slower = max(med["A alone"]["seconds"], med["B alone"]["seconds"])

@@ -98,8 +98,9 @@ BAD_MIXES = [
     (dict(weights={"a.iof": "0.5"}), "got '0.5'"),
     (dict(weights={"a.iof": 1, "a.iof/": 2}), "lists 'a.iof/' twice"),
     (dict(weights={"data/a.iof": 1, "./data/x/../a.iof": 2}), "lists './data/x/../a.iof' twice"),
-    (dict(weights={"a.iof": 1}, epoch_samples=0), "epoch_samples must be an int >= 1"),
-    (dict(weights={"a.iof": 1}, epoch_samples=2.5), "epoch_samples must be an int >= 1"),
+    (dict(weights={"a.iof": 1}, epoch_samples=0), "epoch_samples must be an int from 1 to 2\\*\\*62"),
+    (dict(weights={"a.iof": 1}, epoch_samples=2.5), "epoch_samples must be an int from 1 to 2\\*\\*62"),
+    (dict(weights={"a.iof": 1}, epoch_samples=2**63 + 1), "epoch_samples must be an int from 1 to .* got 9223"),
     (dict(weights={"a.iof": 1}, classes="merge"), "classes='merge' is not one of name, offset"),
     (dict(weights={3: 1}), "paths or URLs"),
 ]

@@ -165,13 +165,15 @@ def test_a_mixture_of_10_9_samples_stopped_on_2_ranks_resumes_on_3(colour_datase
 
 def test_the_prefetcher_reads_a_long_pass_a_window_at_a_time():
     """A streamed mixture's pass may hold millions of batches: the prefetcher reads the shards they
-    need `SCAN` batches ahead at a time, not the whole pass before the first download."""
+    need `SCAN` batches at a time, at most `AHEAD` past the consumer, not the whole pass before the
+    first download; and a pass whose few shards are all pinned at once is not read to its end
+    (it was: a 10**9 epoch over a 2-shard source spun for minutes before its first batch)."""
     import os
     import threading
     import time
     from types import SimpleNamespace
 
-    from iofeed.remote.prefetch import MAX_PINNED, SCAN, Prefetcher
+    from iofeed.remote.prefetch import AHEAD, MAX_PINNED, SCAN, Prefetcher
 
     acquired, lock = [], threading.Lock()
 
@@ -211,7 +213,7 @@ def test_the_prefetcher_reads_a_long_pass_a_window_at_a_time():
             assert time.monotonic() < deadline, acquired
             time.sleep(0.01)
         time.sleep(0.2)  # the downloads done, it reads on only as far as its pins (MAX_PINNED shards of 100) reach
-        bound = MAX_PINNED * 100 + 2 * SCAN
+        bound = min(MAX_PINNED * 100, AHEAD) + SCAN
         assert len(made) <= bound and max(made) < bound, f"{len(made)} of a million batches made ahead"
         for position in range(0, 3 * SCAN, 50):
             prefetcher.advance(position)
@@ -221,6 +223,17 @@ def test_the_prefetcher_reads_a_long_pass_a_window_at_a_time():
     finally:
         prefetcher.close()
     assert sorted(set(acquired))[: 3 * SCAN // 100] == list(range(3 * SCAN // 100)), "the shards in order of use"
+    made.clear()
+    two = np.arange(10**6) % 2  # two shards, both in every stretch: pinned at once, never MAX_PINNED of them
+    prefetcher = Prefetcher(remote, two, Counted(spec.batches(0)), 0, lambda: [])
+    try:
+        time.sleep(0.5)
+        assert len(made) <= AHEAD + SCAN, f"{len(made)} of a million batches made ahead"
+        prefetcher.advance(5000)
+        time.sleep(0.2)
+        assert len(made) <= 5000 + AHEAD + 2 * SCAN and sorted(prefetcher._pins) == [0, 1]
+    finally:
+        prefetcher.close()
 
 
 # ---- block order for local sources (39.7), the shuffles one may name (39.8)
@@ -308,3 +321,36 @@ def test_the_default_epoch_is_the_sources_sizes_added_up_and_shared_by_weight(co
         flat = " ".join(words.split())
         assert "natural size" not in flat
         assert "shared out by the weights" in flat
+
+
+def test_a_state_of_the_order_before_blocks_resumes_at_an_epoch_s_start_only(colour_dataset, small_dataset):
+    """A state saved mid-epoch by the iofeed whose mixture order was one permutation of the slots
+    (no `interleave` entry) did the first samples of another order: its positions may even agree
+    by chance, and resuming would repeat and miss samples. At an epoch's start nothing of it was used."""
+    mix = iofeed.Mix({str(colour_dataset): 1, str(small_dataset): 1}, epoch_samples=40)
+    with iofeed.loader(mix, batch_size=4, **OPTIONS) as ld:
+        at_start = ld.state_dict()
+        next(iter(ld))
+        mid = ld.state_dict()
+    assert mid["mixture"]["interleave"] == "blocks"
+
+    def older(state):
+        return {**state, "mixture": {k: v for k, v in state["mixture"].items() if k != "interleave"}}
+
+    with iofeed.loader(mix, batch_size=4, **OPTIONS) as ld:
+        with pytest.raises(OptionError, match="^cannot resume: the state was saved mid-epoch by an iofeed whose "
+                                              "mixture order interleaves the sources otherwise"):
+            ld.load_state_dict(older(mid))
+        ld.load_state_dict(older({**at_start, "epoch": 3, "mixture": {**at_start["mixture"],
+                                                                       "positions": [60, 60]}}))
+        assert ld.epoch == 3 and len([i for batch in ld for i in _checked(ld, batch)]) == 40
+        ld.load_state_dict(mid)
+
+
+def test_shares_of_an_epoch_past_2_53_samples_are_counted_in_ints():
+    """`math.ceil(remaining / world_size)` rounded in floats: 10**17 + 1 samples on 2 ranks gave each
+    5·10**16, and one sample was dealt to no rank."""
+    spec = OrderSpec(10**17 + 1, 3, "none", False, rank=1, world_size=2)
+    assert spec.per_rank == 5 * 10**16 + 1 and len(spec) == (5 * 10**16 + 1) // 3
+    last = spec.batches(0)[len(spec) - 1]
+    assert last.tolist() == [10**17 - 3, 10**17 - 1, 0], "rank 1's last samples, then padding from the start"

@@ -13,9 +13,10 @@ from .errors import OptionError
 from .mixorder import MixPlan
 from .remote.urls import is_url
 
-__all__ = ["CLASSES", "Mix", "MixPlan", "shares"]
+__all__ = ["CLASSES", "MAX_EPOCH_SAMPLES", "Mix", "MixPlan", "shares"]
 
 CLASSES = ("name", "offset")  # how sources' class lists combine: merged by name, or one after another
+MAX_EPOCH_SAMPLES = 2**62  # positions stay int64 (and len(loader) a C ssize_t) at any world and batch size
 
 
 @dataclass(frozen=True)
@@ -48,9 +49,9 @@ class Mix:
             weights[name] = float(weight)
         object.__setattr__(self, "weights", _Weights(weights))
         if self.epoch_samples is not None and (isinstance(self.epoch_samples, bool) or not isinstance(
-                self.epoch_samples, numbers.Integral) or self.epoch_samples < 1):
-            raise OptionError(f"Mix epoch_samples must be an int >= 1 (or None: the sources' sizes added up), "
-                              f"got {self.epoch_samples!r}")
+                self.epoch_samples, numbers.Integral) or not 1 <= self.epoch_samples <= MAX_EPOCH_SAMPLES):
+            raise OptionError(f"Mix epoch_samples must be an int from 1 to 2**62 (or None: the sources' sizes added "
+                              f"up), got {self.epoch_samples!r}")
         if self.classes not in CLASSES:
             raise OptionError(f"Mix classes={self.classes!r} is not one of {', '.join(CLASSES)}")
 

@@ -25,6 +25,8 @@ from .resume import fingerprint
 from .samples import SampleSource, check_unchanged, open_source
 from .targets import SampleTargets, open_targets
 
+INTERLEAVE = "blocks"  # the arrangement of the sources in a state: `mixorder.MixPlan`'s, drawn block-wise
+
 
 @dataclass
 class MixedSource(SampleSource):
@@ -162,7 +164,7 @@ class Mixture:
             self._described = {"sources": [[name, weight, fingerprint(part)] for (name, weight), part in
                                            zip(self.mix.weights.items(), self.parts)],
                                "epoch_samples": self.plan.epoch_samples, "classes": self.mix.classes,
-                               "orders": self.plan.kinds}
+                               "orders": self.plan.kinds, "interleave": INTERLEAVE}
         return self._described
 
     def state(self, order: OrderSpec, epoch: int, done: int) -> dict[str, Any]:
@@ -191,8 +193,10 @@ class Mixture:
                               "by an iofeed whose mixture order differs: resume with that version)")
 
     def identity(self) -> str:
-        """The "dataset" of a loader state: a hash of `describe()`."""
-        return hashlib.blake2b(json.dumps(self.describe()).encode(), digest_size=10).hexdigest()
+        """The "dataset" of a loader state: a hash of `describe()` but the interleave (a state of an
+        older interleave is told apart by `check_state`, which takes it at an epoch's start)."""
+        data = {k: v for k, v in self.describe().items() if k != "interleave"}
+        return hashlib.blake2b(json.dumps(data).encode(), digest_size=10).hexdigest()
 
     def record(self, batch: Batch, stats: dict[str, dict[str, Any]]) -> None:
         """Count a batch per source in `stats` (name -> delivered, skipped by reason; a folder's skips
@@ -261,6 +265,12 @@ def check_state(given: Any, mixture: Mixture | None) -> None:
     if theirs is None:
         raise OptionError(f"cannot resume: the state is of one source, this loader reads {mixture.mix}")
     mine = mixture.describe()
+    if isinstance(theirs, dict) and "interleave" not in theirs:  # saved before the order was made by blocks
+        if given.get("samples_done") not in (0, None):
+            raise OptionError("cannot resume: the state was saved mid-epoch by an iofeed whose mixture order "
+                              "interleaves the sources otherwise (before the block-wise order): resume with that "
+                              "version, or from the start of an epoch")
+        theirs = {**theirs, "interleave": INTERLEAVE}  # at an epoch's start nothing of the old order was used
     keys = {*mine, "positions"}
     if not isinstance(theirs, dict) or set(theirs) != keys or not isinstance(theirs["sources"], list) or \
             not all(isinstance(s, list) and len(s) == 3 for s in theirs["sources"]):
@@ -276,7 +286,7 @@ def check_state(given: Any, mixture: Mixture | None) -> None:
         if print_ != their_print:
             raise OptionError(f"cannot resume: {name} holds other samples than when the state was saved "
                               "(another dataset or split)")
-    for key in ("epoch_samples", "classes", "orders"):
+    for key in ("epoch_samples", "classes", "orders", "interleave"):
         if theirs[key] != mine[key]:
             raise OptionError(f"cannot resume: the state's mixture has {key}={theirs[key]!r}, this loader "
                               f"{mine[key]!r}")

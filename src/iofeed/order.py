@@ -2,7 +2,6 @@
 from any point of it, whatever the worker count."""
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -13,8 +12,21 @@ from .dealing import Dealing, EpochBatches, _Once
 from .errors import OptionError
 
 
-def _unshuffled(spec: OrderSpec, epoch: int) -> np.ndarray:
-    return np.arange(spec.samples)
+@dataclass(frozen=True)
+class _InOrder:
+    """0, 1, ..., samples - 1, made a stretch at a time (`order[a:b]`) as the ranks ask for it."""
+
+    samples: int
+
+    def __len__(self) -> int:
+        return self.samples
+
+    def __getitem__(self, where: slice) -> np.ndarray:
+        return np.arange(*where.indices(self.samples), dtype=np.int64)
+
+
+def _unshuffled(spec: OrderSpec, epoch: int) -> _InOrder:
+    return _InOrder(spec.samples)
 
 
 def _global(spec: OrderSpec, epoch: int) -> np.ndarray:
@@ -106,7 +118,7 @@ class OrderSpec:
             return remaining // self.world_size
         if not self.pad:
             return len(range(self.rank, remaining, self.world_size))
-        return math.ceil(remaining / self.world_size)
+        return -(-remaining // self.world_size)  # in ints: floats round past 2**53 samples
 
     def own_rows(self, done: int = 0) -> int:
         """Of this rank's samples for the rest of an epoch whose first `done` samples are done, how
@@ -129,7 +141,7 @@ class OrderSpec:
         """Batches on each rank for the rest of an epoch whose first `done` samples of the global
         order are done."""
         share = self.share(max(self.samples - done, 0))
-        return share // self.batch_size if self.drop_last else math.ceil(share / self.batch_size)
+        return share // self.batch_size if self.drop_last else -(-share // self.batch_size)
 
     def __len__(self) -> int:
         """Batches per epoch on each rank."""

@@ -16,7 +16,8 @@ if TYPE_CHECKING:
 
 DOWNLOAD_THREADS = 4  # parallel downloads per loader
 MAX_PINNED = 64  # shards one loader keeps pinned (descriptors it holds open)
-SCAN = 256  # batches of a pass read ahead at a time for the shards they need
+SCAN = 256  # batches of a pass read at a time for the shards they need
+AHEAD = 4 * SCAN  # batches past the consumer's the pass is read to (pins and bytes bound the downloads too)
 
 
 def first_uses(shard_of: np.ndarray, batches: Sequence[np.ndarray], start: int,
@@ -44,9 +45,10 @@ class Prefetcher:
     may start some once all of the pass's are under way): it is asked once every shard of the pass
     is under way, and their shards are then pinned (or kept pinned) until the pass ends.
 
-    The pass is read `SCAN` batches ahead at a time (an epoch of a mixture may hold millions of
-    batches): a shard's last use is its last within what was read when the consumer passes it, and
-    a shard used again further on is fetched again (through the node cache) when read there."""
+    The pass is read `SCAN` batches at a time, at most `AHEAD` past the consumer (an epoch of a
+    mixture may hold millions of batches): a shard's last use is its last within what was read when
+    the consumer passes it, and a shard used again further on is fetched again (through the node
+    cache) when read there."""
 
     def __init__(self, remote: RemoteShards, shard_of: np.ndarray, batches: Sequence[np.ndarray], start: int,
                  ahead: Callable[[], Sequence[np.ndarray]]) -> None:
@@ -93,6 +95,8 @@ class Prefetcher:
             while not self._closed and len(self._pins) < MAX_PINNED:
                 if self._next == len(self._need):
                     if self._scanned < self._end:
+                        if self._scanned >= self._position + AHEAD:
+                            return  # `advance` reads on: a pass of millions of batches is not read at once
                         self._scan()
                         continue
                     if self._ahead is None:
