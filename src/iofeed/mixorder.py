@@ -79,7 +79,8 @@ class MixPlan:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "_blocks", _Cache(8))  # (seed, epoch, block) -> its table indices
-        object.__setattr__(self, "_passes", _Cache(3 * len(self.sizes) + 2))  # (seed, s, pass) -> permutation
+        # per source, its two latest passes (seed, pass) -> permutation: a large source's are large
+        object.__setattr__(self, "_passes", [_Cache(2) for _ in self.sizes])
 
     @property
     def kinds(self) -> list[str]:
@@ -110,7 +111,7 @@ class MixPlan:
             position = np.empty(int(shard_of.max()) + 1, np.int64)
             position[rng.permutation(len(position))] = np.arange(len(position))
             return np.lexsort((rng.random(self.sizes[s]), position[shard_of] // self.block_shards))
-        return self._passes.get((seed, s, p), make)
+        return self._passes[s].get((seed, p), make)
 
     def stream(self, seed: int, s: int, start: int, stop: int) -> np.ndarray:
         """Positions [start, stop) of source s's stream (its own indices): its passes one after
