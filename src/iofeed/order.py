@@ -75,7 +75,8 @@ class OrderSpec:
 
     `shuffle` is "global" (a permutation of all samples), "block" (see `_block`: for streamed
     datasets; needs `shard_of`, each sample's shard), "mix" (a mixture's epoch: needs `plan`, a
-    `mix.MixPlan`; `samples` is its epoch length) or "none"; True and False mean "global" and "none".
+    `mixorder.MixPlan`; made by a Mix, never named by a user; `samples` is its epoch length) or
+    "none"; True and False mean "global" and "none".
     `pad` (training) pads the ranks' shares to equal ones when not `drop_last`, so that every
     rank steps the same number of times; without it (evaluation) each sample is dealt exactly
     once and the first `samples % world_size` ranks hold one more.
