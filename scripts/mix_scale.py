@@ -82,10 +82,13 @@ def order_cost(epoch_samples: int) -> None:
     """The mixture order alone (no images): seconds to its first stretch, and per sample over blocks."""
     import time
 
-    from iofeed.mix import MixPlan, shares
+    try:
+        from iofeed.sources.mix import MixPlan, shares
+    except ImportError:  # the layout before the packages (issue 40)
+        from iofeed.mix import MixPlan, shares
 
     try:
-        from iofeed.mixorder import LEAF
+        from iofeed.sources.mix_order import LEAF
     except ImportError:  # the order before issue 39: made whole
         LEAF = epoch_samples
     plan = MixPlan((4000, 2000), tuple(shares([1.0, 1.0], epoch_samples)))

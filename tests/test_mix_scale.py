@@ -15,12 +15,12 @@ import pytest
 
 import iofeed
 from helpers.images import label_from_pixels, make_colour_tree
-from iofeed import mixorder
 from iofeed.errors import OptionError
 from iofeed.format.manifest import Manifest
-from iofeed.mix import MixPlan, shares
-from iofeed.mixorder import split_counts
-from iofeed.order import OrderSpec
+from iofeed.sources import mix_order as mixorder
+from iofeed.sources.mix import MixPlan, shares
+from iofeed.sources.mix_order import split_counts
+from iofeed.sources.order import OrderSpec
 
 OPTIONS = dict(image_size=16, workers=1, seed=5, drop_last=False, augment=False)
 DOCS = Path(__file__).resolve().parents[1] / "docs"
@@ -173,7 +173,7 @@ def test_the_prefetcher_reads_a_long_pass_a_window_at_a_time():
     import time
     from types import SimpleNamespace
 
-    from iofeed.remote.prefetch import AHEAD, MAX_PINNED, SCAN, Prefetcher
+    from iofeed.sources.remote.prefetch import AHEAD, MAX_PINNED, SCAN, Prefetcher
 
     acquired, lock = [], threading.Lock()
 
@@ -308,7 +308,7 @@ def test_the_default_epoch_is_the_sources_sizes_added_up_and_shared_by_weight(co
                                                                               colour_tree, capsys):
     """Sizes 32, 8 and 40 at weights 1:1:1 give 27, 27 and 26, not each source once: the Mix
     docstring and docs/formats.md said "every source once at its natural size"."""
-    from iofeed.mixinspect import print_mixture
+    from iofeed.cli.mix_inspect import print_mixture
 
     mix = iofeed.Mix({str(colour_dataset): 1, str(small_dataset): 1, str(colour_tree): 1})
     with iofeed.loader(mix, batch_size=4, **OPTIONS) as ld:

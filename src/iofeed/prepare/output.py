@@ -25,7 +25,7 @@ from pathlib import Path
 from ..errors import IofeedError, OptionError
 from ..format.files import lock_free
 from ..format.manifest import MANIFEST_NAME
-from .scan import linked_class_folders
+from ..sources.folder_scan import linked_class_folders
 
 PARTIAL = ".partial-"  # `.OUT.partial-PID`: the dataset being written
 SPOOL = ".spool-"  # `.OUT.spool-PID-*`: bytes a source copied out (Parquet cells, remote shards)
@@ -33,7 +33,7 @@ SPOOL_LOCK = ".lock"  # in a spool folder: flock'd by the run using it
 ASIDE = ".replaced-"  # `.OUT.replaced-PID`: the old dataset between the two renames of a swap
 # every file preprocess and index write into a dataset (`docs/formats.md`); --overwrite replaces only these
 DATASET_FILE = re.compile(r"iofeed\.json|rejected\.jsonl|[\w.-]+-samples\.(npy|sources\.jsonl|sources\.txt)"
-                          r"|[\w.-]+-targets\.jsonl|[\w.-]+-\d{6}\.(tar|idx)")
+                          r"|[\w.-]+-targets\.jsonl|[\w.-]+-boxes\.npz|[\w.-]+-masks\.npy|[\w.-]+-\d{6}\.(tar|idx)")
 
 
 class OutputError(IofeedError):
@@ -231,8 +231,8 @@ def _signals_held() -> Iterator[None]:
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, signal.SIG_DFL if handler is None else handler)
-        for sig in arrived:
-            signal.raise_signal(sig)
+        for signum in arrived:
+            signal.raise_signal(signum)
 
 
 @contextmanager

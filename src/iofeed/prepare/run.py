@@ -16,16 +16,16 @@ from .. import __version__
 from ..errors import IofeedError, OptionError
 from ..format.manifest import Manifest
 from ..format.policy import ImagePolicy
-from ..remote.urls import is_url
+from ..sources.folder_scan import Rejection, display_path, none_accepted, reason_kind
+from ..sources.remote.urls import is_url
 from .duplicates import Duplicates, find_duplicates
-from .engines import select_engine
+from .executors import select_engine
 from .file import Prepared, Task
 from .output import check_inputs, check_output, spool_dir, written_aside
 from .pack import pack
-from .scan import Rejection, display_path, none_accepted, reason_kind
 from .sources.base import SourceOptions, SourceScan
-from .sources.registry import scan_source
-from .sources.targets import Resolved
+from .sources.kinds import scan_source
+from .sources.label_targets import Resolved
 from .sources.webdataset import image_keys
 from .splits import validation_mask, write_order
 from .stats import source_stats
@@ -68,7 +68,7 @@ def preprocess(
     src: Path | str,
     out: Path | None = None,
     *,
-    policy: ImagePolicy = ImagePolicy(),
+    policy: ImagePolicy = ImagePolicy(shorter_side=None),
     seed: int = 0,
     val_per_class: int | None = None,
     val_fraction: float | None = None,
@@ -114,6 +114,7 @@ def preprocess(
                                 image_column=image_column, image_key=image_keys(image_key), spool=Path(spool),
                                 label_names=label_names)
         scan = scan_source(src, options, source)
+        policy = policy.for_source(scan.kind)
         return _preprocess(scan, src, out, start, policy=policy, seed=seed, val_per_class=val_per_class,
                            val_fraction=val_fraction, shard_bytes=shard_bytes, overwrite=overwrite, strict=strict,
                            progress=progress,
