@@ -233,16 +233,18 @@ class LoaderOptions:
             return ("block" if streamed else "global") if shuffle else "none"
         return shuffle
 
-    def order_spec(self, samples: int, shard_of: np.ndarray | None = None, streamed: bool = False) -> OrderSpec:
+    def order_spec(self, samples: int, shard_of: np.ndarray | None = None, streamed: bool = False,
+                   plan: Any = None) -> OrderSpec:
         """The epoch order of `samples` (in shards `shard_of`, for a block order; `streamed` when they
-        come from object storage) for this rank; OptionError when it would hold no batch."""
+        come from object storage; a mixture's `plan`, whose order it is then) for this rank;
+        OptionError when it would hold no batch."""
         rank, world_size = self.placement()
         drop_last = self._drop_last
-        shuffle = self.shuffle_for(streamed)
+        shuffle = "mix" if plan is not None else self.shuffle_for(streamed)
         pad = self._pad
         spec = OrderSpec(samples, self.batch_size, shuffle=shuffle, drop_last=drop_last, seed=self.order.seed,
                          rank=rank, world_size=world_size, block_shards=self.order.block_shards, shard_of=shard_of,
-                         pad=pad)
+                         pad=pad, plan=plan)
         if len(spec) == 0:
             where = " on this rank" if world_size > 1 else ""
             raise OptionError(
