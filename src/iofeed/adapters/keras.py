@@ -13,7 +13,7 @@ from ..backends.base import Batch
 from ..errors import OptionError
 from ..options import LoaderOptions
 from .base import EpochLoader
-from .model_scale import check_model_input
+from .normalised_twice import check_model_input
 from .normalize import PIXELS_AFFINE, Affine, options_affine, record_normalise_on
 
 

@@ -18,7 +18,7 @@ from ..transform_checks import BATCH_RESULT_FIX, batch_result_problem
 from ..transforms import batch_seed, takes, transform_name
 from .base import EpochLoader
 from .host_float import HostNormaliser
-from .model_scale import check_model_input
+from .normalised_twice import check_model_input
 from .normalize import HOST, Affine, options_affine, record_normalise_on
 from .numpy import to_numpy
 
