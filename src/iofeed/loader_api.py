@@ -135,10 +135,11 @@ def loader(
             images, 0-255 as Keras' `image_dataset_from_directory` gives them unless the recipe
             has mean/std; "jax" yields `jax.Array`s, NHWC images (normalised float32 by default)
             and int32 labels, sharded over the batch axis (see `sharding`); "keras" what
-            `model.fit` takes on Keras' backend (float32 0-255 NHWC like "tf"; `take`/`repeat`
-            on every backend). With `normalize=False` in the recipe, torch and tf hand out uint8
-            images; keras still float32 0-255 on every backend.
-        device: where batches end up: None or "cpu", "cuda", "cuda:N", an ordinal or a
+            `model.fit` takes on Keras' backend (float32 0-255 NHWC like "tf"; iterable, with
+            tf.data's `take`/`skip`/`repeat`/`map`/`prefetch` on every backend). `pixels=` sets
+            the scale; with `normalize=False` in the recipe, torch and tf hand out uint8 images;
+            keras still float32 0-255 on every backend.
+        device: where batches end up: None or "cpu" (or "cpu:N"), "cuda", "cuda:N", an ordinal or a
             `torch.device`. The DALI engine decodes there; the torch adapter copies there. A CUDA
             device this process cannot see (no GPU) is refused at once: pass "cpu".
         dtype: floating-point torch dtype of the images (default float32; float16/bfloat16 are computed in
