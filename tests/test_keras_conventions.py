@@ -1,7 +1,8 @@
 """What a Keras 3 script meets on `framework="keras"`, on each backend (a process each: KERAS_BACKEND
 is read when keras is first imported): float32 0-255 by default for a model that starts with
 `Rescaling(1/255)`, a warning when the recipe normalises for such a model, every batch of the first
-epoch trained, `take`/`skip`/`repeat`/`map` everywhere, tf.data's other methods refused naming the alternative, and `batch_transform=` applied everywhere."""
+epoch trained, `take`/`skip`/`repeat`/`map` everywhere, tf.data's other methods refused naming the
+alternative, and `batch_transform=` applied everywhere."""
 from __future__ import annotations
 
 import pytest

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import functools
 import math
+import sys
 from pathlib import Path
 
 from .cli_print import plural, print_manifest, print_preprocess_summary, verified_line
@@ -114,11 +115,11 @@ def cmd_inspect(args: argparse.Namespace) -> None:
         print(f"  verified      {verified_line(checked)}")
 
 
-def cmd_bench(args: argparse.Namespace) -> None:
+def cmd_bench(args: argparse.Namespace) -> int:
     from .benchmark.options import BenchOptions, parse_feeds, require_bench
 
     require_bench()  # before importing what needs it
-    from .benchmark.report import table
+    from .benchmark.report import all_failed, table
     from .benchmark.run import run_benchmark
 
     options = BenchOptions(
@@ -140,6 +141,11 @@ def cmd_bench(args: argparse.Namespace) -> None:
     print(f"page cache: {record['page_cache']['state']}; results: {json_path} and {png_path}")
     if not record["complete"]:
         raise KeyboardInterrupt  # the table of what was measured is printed; the exit status says interrupted
+    failed = all_failed(record)
+    if failed:
+        print(f"iofeed: error: {failed}", file=sys.stderr)
+        return 1
+    return 0
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
