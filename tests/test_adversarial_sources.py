@@ -69,7 +69,7 @@ def s3():
 
 # The memory bound is set by the child itself: a preexec_fn is unsafe beside the servers' threads.
 BOUNDED_CLI = (f"import resource, runpy, sys\nresource.setrlimit(resource.RLIMIT_AS, ({MEMORY}, {MEMORY}))\n"
-               "sys.argv[0] = 'iofeed'\nrunpy.run_module('iofeed.cli', run_name='__main__')")
+               "sys.argv[0] = 'iofeed'\nrunpy.run_module('iofeed.cli.main', run_name='__main__')")
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess:
@@ -113,7 +113,7 @@ def _run(source: Source, spec: str, op: str, out: str) -> subprocess.CompletedPr
 
 
 def _read(url: str, name: str) -> str:
-    from iofeed.remote.urls import filesystem
+    from iofeed.sources.remote.urls import filesystem
 
     return filesystem(url).cat_file(f"{url}/{name}").decode()
 

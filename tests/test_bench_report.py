@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from iofeed.benchmark.feeds import FeedSpec
-from iofeed.benchmark.host import Tally
-from iofeed.benchmark.measure import CpuUse, FeedRun, Window
-from iofeed.benchmark.report import build_record, feed_records, table
-from iofeed.benchmark.schema import validate
+from iofeed.cli.bench.feeds import FeedSpec
+from iofeed.cli.bench.host import Tally
+from iofeed.cli.bench.measure import CpuUse, FeedRun, Window
+from iofeed.cli.bench.report import build_record, feed_records, table
+from iofeed.cli.bench.schema import validate
 
 MIB = 2**20
 
@@ -45,7 +45,7 @@ def _record(runs: list[FeedRun]) -> dict:
 def _texts(record: dict) -> list[str]:
     from matplotlib.text import Text
 
-    from iofeed.benchmark.plot import draw
+    from iofeed.cli.bench.plot import draw
 
     figure = draw(record)
     figure.canvas.draw()
@@ -128,7 +128,7 @@ def test_the_picture_shows_the_spread_of_the_timed_windows() -> None:
     pytest.importorskip("matplotlib")
     from matplotlib.collections import LineCollection
 
-    from iofeed.benchmark.plot import draw
+    from iofeed.cli.bench.plot import draw
 
     texts = _texts(record)
     assert "1,500   3.00x the baseline   windows 1,400–1,600" in texts, texts

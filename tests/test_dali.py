@@ -10,11 +10,11 @@ from PIL import Image
 
 import iofeed
 from helpers.images import exif_rotated_jpeg, jpeg_bytes, make_colour_tree, png_bytes, smooth_rgb
-from iofeed.backends.dali import engine as dali_engine
-from iofeed.backends.dali import inputs as dali_inputs
-from iofeed.backends.dali import validate as dali_validate
+from iofeed.engines.dali import engine as dali_engine
+from iofeed.engines.dali import inputs as dali_inputs
+from iofeed.engines.dali import validate as dali_validate
 from iofeed.errors import MissingDependencyError, SampleError
-from iofeed.gpu.streams import cuda_device_id
+from iofeed.runtime.gpu.streams import cuda_device_id
 
 pytestmark = pytest.mark.dali
 pytest.importorskip("nvidia.dali")

@@ -11,8 +11,8 @@ import pytest
 
 import iofeed
 from iofeed.errors import OptionError
-from iofeed.order import OrderSpec
-from iofeed.resume import earliest
+from iofeed.loading.resume import earliest
+from iofeed.sources.order import OrderSpec
 
 SHUFFLES = ["global", "block"]
 AFTER = [(2, 4), (3, 4), (8, 4), (4, 3), (3, 5)]  # (world size, batch size) of the resumed run

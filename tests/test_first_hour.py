@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import iofeed
-from iofeed.cli import main
+from iofeed.cli.main import main
 from iofeed.errors import SourceError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -83,7 +83,7 @@ def test_a_loose_tar_shard_passed_as_the_source_names_iofeed_index(tmp_path):
 
 def test_bench_fails_when_every_feed_failed():
     """`iofeed bench` exited 0 when every feed failed: a script or CI read success."""
-    from iofeed.benchmark.report import all_failed
+    from iofeed.cli.bench.report import all_failed
 
     def record(*statuses):
         return {"feeds": [{"name": f"feed{i}", "status": s} for i, s in enumerate(statuses)]}
@@ -104,7 +104,7 @@ def test_the_bench_command_exits_non_zero_when_its_only_feed_failed(colour_tree,
 
 
 def test_bench_help_says_what_each_feed_is_and_every_option_has_help(capsys):
-    from iofeed.benchmark.feeds import CATALOGUE, FEEDS
+    from iofeed.cli.bench.feeds import CATALOGUE, FEEDS
 
     with pytest.raises(SystemExit):
         main(["bench", "--help"])
@@ -134,7 +134,7 @@ def test_inspect_shows_every_class_of_a_small_dataset_and_its_size_in_a_unit_tha
 
 
 def test_byte_sizes_take_the_unit_that_shows_them():
-    from iofeed.cli_print import byte_size, names
+    from iofeed.cli.printing import byte_size, names
 
     assert [byte_size(n) for n in (830, 12_700, 1_150_000, 5.42 * 2**30)] == [
         "830 bytes", "12.4 KiB", "1.1 MiB", "5.42 GiB"]
@@ -152,7 +152,7 @@ def test_synth_names_its_command_line_flag(tmp_path, capsys):
 
 
 def _trace(cores_busy: float, command: float, samples: int = 30):
-    from iofeed.doctor.trace import Trace
+    from iofeed.cli.doctor.trace import Trace
 
     n = samples
     return Trace(t=np.arange(n) * 0.1, gpu_util=np.zeros((0, n)), gpu_mem=np.zeros((0, n)), gpu_mem_total=np.zeros(0),
@@ -164,7 +164,7 @@ def _trace(cores_busy: float, command: float, samples: int = 30):
 def test_doctor_says_when_other_processes_take_the_cpu():
     """Both cores busy, the traced job using 60% of one: doctor said nothing, and its PNG showed
     both cores busy with nothing telling the job from the others."""
-    from iofeed.doctor.others import others_finding
+    from iofeed.cli.doctor.others import others_finding
 
     finding = others_finding(_trace(cores_busy=100.0, command=60.0))
     assert finding is not None and finding.code == "other-processes"
@@ -175,8 +175,8 @@ def test_doctor_says_when_other_processes_take_the_cpu():
 
 @pytest.mark.matplotlib
 def test_the_doctor_timeline_draws_the_traced_command_apart_from_other_processes():
-    from iofeed.doctor.plot import draw_timeline
-    from iofeed.doctor.trace import Recording
+    from iofeed.cli.doctor.plot import draw_timeline
+    from iofeed.cli.doctor.trace import Recording
 
     figure = draw_timeline(Recording(["python", "train.py"], 0, 3.0, False, _trace(100.0, 60.0)), [])
     lines = {line.get_label(): line.get_ydata() for axes in figure.axes for line in axes.get_lines()}

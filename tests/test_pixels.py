@@ -48,7 +48,7 @@ def test_each_scale_hands_out_the_stored_pixels_on_it(colour_dataset, framework)
 
 @pytest.mark.torch
 def test_the_default_is_each_frameworks_convention_and_the_recipe_still_decides(colour_dataset):
-    from iofeed.options import LoaderOptions
+    from iofeed.options.loader_options import LoaderOptions
 
     scales = {fw: LoaderOptions(batch_size=4, framework=fw).pixel_scale for fw in ("numpy", "torch", "jax", "tf",
                                                                                      "keras")}
@@ -77,7 +77,7 @@ def test_the_default_is_each_frameworks_convention_and_the_recipe_still_decides(
     ({"pixels": "uint8", "framework": "jax", "dtype": "bfloat16"}, r"dtype='bfloat16'.*pixels='uint8'"),
 ])
 def test_a_scale_the_recipe_or_framework_contradicts_is_refused_in_one_line(keywords, message):
-    from iofeed.options import LoaderOptions
+    from iofeed.options.loader_options import LoaderOptions
 
     options = {"batch_size": 4, "framework": "torch", **keywords}
     with pytest.raises(OptionError, match=message) as info:

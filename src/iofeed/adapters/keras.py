@@ -9,9 +9,9 @@ import keras
 import numpy as np
 from keras.src.trainers.data_adapters.data_adapter import DataAdapter
 
-from ..backends.base import Batch
+from ..engines.base import Batch
 from ..errors import OptionError
-from ..options import LoaderOptions
+from ..options.loader_options import LoaderOptions
 from .base import EpochLoader
 from .normalised_twice import check_model_input
 from .normalize import PIXELS_AFFINE, Affine, options_affine, record_normalise_on

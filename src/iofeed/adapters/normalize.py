@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..pixels import BYTES, NORMALIZED, UINT8, UNIT
+from ..options.pixels import BYTES, NORMALIZED, UINT8, UNIT
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)

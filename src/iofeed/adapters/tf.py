@@ -11,11 +11,11 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from ..backends.base import Batch
+from ..augment.transform_checks import BATCH_RESULT_FIX, batch_result_problem
+from ..augment.transforms import batch_seed, takes, transform_name
+from ..engines.base import Batch
 from ..errors import LoaderStateError, OptionError
-from ..options import LoaderOptions
-from ..transform_checks import BATCH_RESULT_FIX, batch_result_problem
-from ..transforms import batch_seed, takes, transform_name
+from ..options.loader_options import LoaderOptions
 from .base import EpochLoader
 from .host_float import HostNormaliser
 from .normalised_twice import check_model_input

@@ -9,14 +9,7 @@ from pathlib import Path
 from ..errors import SampleError
 from ..format.policy import ImagePolicy
 from ..image.fastjpeg import check_strictly
-from ..image.pil import (
-    Opened,
-    decode_rgb,
-    encode_jpeg,
-    is_progressive,
-    open_image,
-    resize_shorter,
-)
+from ..image.pil import Opened, decode_rgb, encode_jpeg, is_progressive, open_image, resize_shorter
 
 Span = tuple[int, int]  # (offset, size) of an input inside its file; size -1: the whole file
 WHOLE: Span = (0, -1)

@@ -15,12 +15,12 @@ from ..format.manifest import IMAGES_AS_IS, Manifest, SplitInfo, plain_name
 from ..format.shards import INDEX_VERSION
 from ..format.table import new_table, save_table
 from ..format.targets import save_targets
-from ..remote.urls import is_url
+from ..sources.folder_scan import Rejection, none_accepted, reason_kind
+from ..sources.remote.urls import is_url
 from .output import check_inputs, check_output, spool_dir, written_aside
 from .run import REJECTED_NAME, write_rejected
-from .scan import Rejection, none_accepted, reason_kind
+from .sources.label_targets import Resolved, Targets
 from .sources.shardlist import fetch_or_reject, list_shards
-from .sources.targets import Resolved, Targets
 from .sources.tarread import Members, read_shard
 from .sources.webdataset import from_txt, image_keys, refuse_captions, sample_of, shard_targets
 

@@ -25,7 +25,7 @@ from pathlib import Path
 from ..errors import IofeedError, OptionError
 from ..format.files import lock_free
 from ..format.manifest import MANIFEST_NAME
-from .scan import linked_class_folders
+from ..sources.folder_scan import linked_class_folders
 
 PARTIAL = ".partial-"  # `.OUT.partial-PID`: the dataset being written
 SPOOL = ".spool-"  # `.OUT.spool-PID-*`: bytes a source copied out (Parquet cells, remote shards)

@@ -15,11 +15,11 @@ from ..format.policy import ImagePolicy
 from ..format.shards import ShardWriter
 from ..format.table import ENCODINGS, MEMBER_EXTENSIONS, new_table, save_table
 from ..format.targets import save_targets
-from ..progress import progress as progress_bar
+from ..runtime.progress import progress as progress_bar
+from ..sources.folder_scan import Rejection, display_path
 from .file import Prepared, Task
-from .scan import Rejection, display_path
 from .sources.base import SourceScan
-from .sources.targets import Resolved
+from .sources.label_targets import Resolved
 
 CLASSES_MEMBER = "classes.json"  # a multi-label sample's class indices, a JSON list
 EXTRA_MEMBER = "json"  # a sample's extra, any JSON value (WebDataset's metadata convention)

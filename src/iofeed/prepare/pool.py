@@ -18,7 +18,7 @@ from multiprocessing.process import BaseProcess
 from typing import Any, TypeVar
 
 from ..errors import WorkerError
-from ..parallel import next_message, safe_context
+from ..runtime.processes import next_message, safe_context
 
 T = TypeVar("T")
 R = TypeVar("R")

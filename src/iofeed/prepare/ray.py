@@ -24,7 +24,7 @@ import numpy as np
 
 from ..errors import IofeedError, require
 from ..format.policy import ImagePolicy
-from ..parallel import resolve_workers
+from ..runtime.processes import resolve_workers
 from .file import Prepared, Span, Task, prepare_file
 
 RETRIES = 3  # Ray reruns of a failed task, before its file is rejected

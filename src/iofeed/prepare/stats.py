@@ -7,7 +7,7 @@ from collections import Counter
 import numpy as np
 
 from ..format.table import ENCODINGS
-from .scan import Rejection, display_path, reason_kind
+from ..sources.folder_scan import Rejection, display_path, reason_kind
 from .sources.base import SourceScan
 
 

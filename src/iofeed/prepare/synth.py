@@ -19,8 +19,8 @@ import numpy as np
 from PIL import Image, ImageDraw
 
 from ..errors import OptionError
-from ..parallel import resolve_workers, safe_context
-from ..progress import progress as progress_bar
+from ..runtime.processes import resolve_workers, safe_context
+from ..runtime.progress import progress as progress_bar
 from .caltech_names import CALTECH256_CLASSES
 
 ROOT_NAME = "256_ObjectCategories"

@@ -6,9 +6,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ...sources.folder_scan import Rejection
 from ..file import WHOLE, Span
-from ..scan import Rejection
-from .targets import Targets
+from .label_targets import Targets
 
 
 @dataclass(frozen=True)

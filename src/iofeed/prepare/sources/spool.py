@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from ...errors import SourceError
-from ...remote.cache_dir import RESERVE_BYTES, RESERVE_SHARE, disk_reserve
+from ...sources.remote.cache_dir import RESERVE_BYTES, RESERVE_SHARE, disk_reserve
 
 
 def spool_room(spool: Path, disk_usage: Callable[[Path], Any] = shutil.disk_usage) -> int:

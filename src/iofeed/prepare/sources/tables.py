@@ -14,11 +14,11 @@ from typing import Any
 import numpy as np
 
 from ...errors import SourceError, require
-from ..scan import Rejection
+from ...sources.folder_scan import Rejection
 from .base import SourceOptions, SourceScan
 from .label_cells import missing
+from .label_targets import Targets
 from .spool import copy_within, spool_room
-from .targets import Targets
 
 DEFAULT_LABEL = "label"
 PARQUET_MAGIC = b"PAR1"

@@ -13,12 +13,12 @@ from typing import Any
 
 from ...errors import OptionError, SourceError
 from ...image.sniff import SNIFF_BYTES, sniff_bytes
-from ...remote.urls import is_url
-from ..scan import Rejection
+from ...sources.folder_scan import Rejection
+from ...sources.remote.urls import is_url
 from .base import SourceOptions, SourceScan
 from .label_cells import member_label, missing
+from .label_targets import Targets
 from .shardlist import fetch_or_reject, list_shards
-from .targets import Targets
 from .tarread import Members, read_shard
 
 LABEL_EXTENSIONS = ("cls", "txt", "json")

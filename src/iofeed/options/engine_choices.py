@@ -1,0 +1,32 @@
+"""The engines `iofeed.loader(backend=...)` can choose, with what each can do and needs."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..runtime.registry import Entry, Registry
+
+
+@dataclass(frozen=True)
+class EngineCaps:
+    """What an engine can do and needs; `backend="auto"` decides from these alone."""
+
+    reads_raw: bool  # reads raw-pixel datasets (`preprocess --format raw|mixed`)
+    packs: bool  # hands over packed batches (stored pixels + crop boxes) for `gpu_augment`
+    needs_gpu: bool  # "auto" picks it only for a CUDA `device` with a GPU present
+    requires: str | None = None  # module it needs installed ("auto" looks for it without importing)
+    runs_transforms: bool = False  # calls the user's per-sample `transform=` (Python, per sample)
+    interpolations: tuple[str, ...] = ("bilinear",)  # the resize filters it does (see `iofeed.Recipe`)
+    auto: bool = True  # whether backend="auto" may choose it (the rule: docs/architecture.md, "auto")
+
+
+# In order of preference for backend="auto" (which never takes `dali`: see `select.AUTO_RULE`).
+# An entry's target is called as `target(source, options)`.
+ENGINES: Registry[EngineCaps] = Registry("backend", {
+    "dali": Entry("iofeed.engines.dali.engine:DaliEngine",
+                  EngineCaps(reads_raw=False, packs=False, needs_gpu=True, requires="nvidia.dali",
+                             interpolations=("bilinear", "bicubic"), auto=False), extra="dali"),
+    "workers": Entry("iofeed.engines.workers.engine:make_worker_engine",
+                     EngineCaps(reads_raw=True, packs=True, needs_gpu=False, runs_transforms=True,
+                                interpolations=("bilinear", "bicubic", "area"))),
+})
+AUTO = "auto"

@@ -1,0 +1,187 @@
+"""Epoch order: one global sample order per (seed, epoch), dealt out to ranks by (rank, world_size)
+from any point of it, whatever the worker count."""
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ..errors import OptionError
+
+_DONE = np.empty(0, np.int64)  # the entry of a batch delivered before a resume
+
+
+def _unshuffled(spec: OrderSpec, epoch: int) -> np.ndarray:
+    return np.arange(spec.samples)
+
+
+def _global(spec: OrderSpec, epoch: int) -> np.ndarray:
+    return np.random.default_rng([spec.seed, epoch]).permutation(spec.samples)
+
+
+def _block(spec: OrderSpec, epoch: int) -> np.ndarray:
+    """Shards in a shuffled order, cut into blocks of `block_shards`; samples shuffled within each
+    block. Only a block's shards (and the next block's) are live at a time."""
+    rng = np.random.default_rng([spec.seed, epoch])
+    shards = int(spec.shard_of.max()) + 1
+    position = np.empty(shards, np.int64)
+    position[rng.permutation(shards)] = np.arange(shards)
+    block = position[spec.shard_of] // spec.block_shards
+    return np.lexsort((rng.random(spec.samples), block))
+
+
+def _mixed(spec: OrderSpec, epoch: int) -> np.ndarray:
+    return spec.plan.order(spec.seed, epoch)  # a mixture's epoch: see `mix.MixPlan`
+
+
+@dataclass(frozen=True)
+class Shuffle:
+    """One epoch order: the permutation of all samples, and which end pads a short last round."""
+
+    order: Callable[[OrderSpec, int], np.ndarray]
+    pad_from_end: bool  # pad with the epoch's last samples (still cached), not its first
+
+
+SHUFFLES: dict[str, Shuffle] = {
+    "none": Shuffle(_unshuffled, False),
+    "global": Shuffle(_global, False),
+    "block": Shuffle(_block, True),
+    "mix": Shuffle(_mixed, False),
+}
+
+
+@dataclass(frozen=True)
+class OrderSpec:
+    """Everything the order of an epoch depends on, apart from the epoch number (and, after a
+    resume, how much of it is done). The global order depends on `samples`, `seed`, `shuffle`,
+    `block_shards` and `shard_of` only; `rank`, `world_size`, `batch_size` and `drop_last` say how
+    it is dealt out.
+
+    `shuffle` is "global" (a permutation of all samples), "block" (see `_block`: for streamed
+    datasets; needs `shard_of`, each sample's shard), "mix" (a mixture's epoch: needs `plan`, a
+    `mix.MixPlan`; `samples` is its epoch length) or "none"; True and False mean "global" and "none".
+    `pad` (training) pads the ranks' shares to equal ones when not `drop_last`, so that every
+    rank steps the same number of times; without it (evaluation) each sample is dealt exactly
+    once and the first `samples % world_size` ranks hold one more.
+    """
+
+    samples: int
+    batch_size: int
+    shuffle: str | bool
+    drop_last: bool
+    seed: int = 0
+    rank: int = 0
+    world_size: int = 1
+    block_shards: int = 8
+    pad: bool = True
+    shard_of: np.ndarray | None = field(default=None, compare=False, repr=False)
+    plan: Any = field(default=None, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if isinstance(self.shuffle, bool):
+            object.__setattr__(self, "shuffle", "global" if self.shuffle else "none")
+        if self.shuffle not in SHUFFLES:
+            raise OptionError(f"shuffle={self.shuffle!r} is not one of {', '.join(SHUFFLES)}")
+        if self.batch_size < 1:
+            raise OptionError(f"batch_size must be >= 1, got {self.batch_size}")
+        if self.world_size < 1 or not 0 <= self.rank < self.world_size:
+            raise OptionError(f"rank must be in [0, world_size), got rank={self.rank}, world_size={self.world_size}")
+        if self.samples < self.world_size:
+            raise OptionError(f"{self.samples} samples cannot be shared by {self.world_size} ranks")
+        if self.shuffle == "block" and (self.shard_of is None or len(self.shard_of) != self.samples):
+            raise OptionError("shuffle='block' needs the shard of every sample")
+        if self.shuffle == "mix" and (self.plan is None or self.plan.epoch_samples != self.samples):
+            raise OptionError("shuffle='mix' is the order of an iofeed.Mix: pass the Mix as the loader's source")
+        if self.block_shards < 1:
+            raise OptionError(f"block_shards must be >= 1, got {self.block_shards}")
+
+    def share(self, remaining: int) -> int:
+        """Samples this rank takes of `remaining` samples of the global order (padded or trimmed so
+        that all ranks are equal, unless not `pad`)."""
+        if self.drop_last:
+            return remaining // self.world_size
+        if not self.pad:
+            return len(range(self.rank, remaining, self.world_size))
+        return math.ceil(remaining / self.world_size)
+
+    def own_rows(self, done: int = 0) -> int:
+        """Of this rank's samples for the rest of an epoch whose first `done` samples are done, how
+        many are its own: past them come the rows that pad its share (repeats of samples dealt
+        already, at most one per rank), none without `pad` or with `drop_last`."""
+        remaining = max(self.samples - done, 0)
+        return min(self.share(remaining), len(range(self.rank, remaining, self.world_size)))
+
+    def own_samples(self, batches: list[np.ndarray], done: int = 0) -> list[np.ndarray]:
+        """Per entry of `batches(epoch, done, first)`, the samples that are the batch's own: all
+        but the padding (`own_rows`)."""
+        left, owned = self.own_rows(done), []
+        for planned in batches:
+            owned.append(planned[: max(left, 0)])
+            left -= len(planned)
+        return owned
+
+    @property
+    def per_rank(self) -> int:
+        """Samples this rank sees in a whole epoch."""
+        return self.share(self.samples)
+
+    def batch_count(self, done: int = 0) -> int:
+        """Batches on each rank for the rest of an epoch whose first `done` samples of the global
+        order are done."""
+        share = self.share(max(self.samples - done, 0))
+        return share // self.batch_size if self.drop_last else math.ceil(share / self.batch_size)
+
+    def __len__(self) -> int:
+        """Batches per epoch on each rank."""
+        return self.batch_count(0)
+
+    def rank_indices(self, epoch: int, done: int = 0) -> np.ndarray:
+        """This rank's sample indices for `epoch`, in order, once the first `done` samples of the
+        epoch's global order are done (by any world size and batch size).
+
+        The global order of all samples (a function of the seed and epoch only) less its first
+        `done` is padded by repeating samples (from the order's start, or for a block order
+        from its end), or trimmed, to equal shares, then dealt out rank by rank: sample i of
+        what is left goes to rank i mod world_size. Ranks are disjoint apart from the padding,
+        their union covers the rest of the epoch, and they move through the order together (one
+        block live per node). So the first k batches of every rank are exactly the first
+        k * batch_size * world_size samples of the global order: "done" is always a prefix.
+        """
+        shuffle = SHUFFLES[self.shuffle]
+        order = shuffle.order(self, epoch)
+        rest = order[min(done, len(order)):]
+        if not (self.pad or self.drop_last):  # each sample once: shares differ by at most one
+            return rest[self.rank :: self.world_size]
+        total = self.share(len(rest)) * self.world_size
+        if total > len(rest):
+            pad = total - len(rest)
+            extra = order[len(order) - pad:] if shuffle.pad_from_end else np.resize(order, pad)
+            rest = np.concatenate([rest, extra])
+        return rest[:total][self.rank :: self.world_size]
+
+    def batches(self, epoch: int, done: int = 0, first: int = 0) -> list[np.ndarray]:
+        """This rank's batches of sample indices for `epoch`, numbered from `first`: entry k is
+        batch k (its crops come from `BatchKey(..., k)`). After a resume (`done` samples of the
+        global order done, `first` batches counted by the run that did them) the entries before
+        `first` are empty: they were delivered before the resume."""
+        indices = self.rank_indices(epoch, done)[: self.batch_count(done) * self.batch_size]
+        rest = [indices[i : i + self.batch_size] for i in range(0, len(indices), self.batch_size)]
+        return [_DONE] * first + rest
+
+
+def valid_rows(delivered: np.ndarray, own: np.ndarray) -> np.ndarray:
+    """Per row of a delivered batch, whether it is one of the batch's `own` samples
+    (`OrderSpec.own_samples`): a sample's first rows, as many as `own` holds it (a mixture's
+    up-sampled source may plan it twice in one batch). False for padding (a repeat that evens the
+    ranks' shares) and for a spare in a skipped sample's place (its own batch delivers it too)."""
+    values, counts = np.unique(own, return_counts=True)
+    left = dict(zip(values.tolist(), counts.tolist()))
+    valid = np.zeros(len(delivered), bool)
+    for row, index in enumerate(delivered.tolist()):
+        if left.get(index, 0) > 0:
+            left[index] -= 1
+            valid[row] = True
+    return valid
