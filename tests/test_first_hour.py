@@ -182,3 +182,14 @@ def test_the_doctor_timeline_draws_the_traced_command_apart_from_other_processes
     lines = {line.get_label(): line.get_ydata() for axes in figure.axes for line in axes.get_lines()}
     np.testing.assert_allclose(lines["of it the traced command (training + loaders)"], 30.0)
     np.testing.assert_allclose(lines["of it other processes"], 70.0)
+
+
+def test_a_relative_source_reads_the_same_after_the_folder_changes(colour_dataset, tmp_path, monkeypatch):
+    """tf.md's `iofeed.loader("flowers.iof", ...)`, run as written: the workers opened the shards
+    relative to their own folder, and every sample was unreadable once the script (or a notebook's
+    `%cd`) had moved on."""
+    monkeypatch.chdir(colour_dataset.parent)
+    loader = iofeed.loader(colour_dataset.name, batch_size=4, image_size=32, workers=1)
+    monkeypatch.chdir(tmp_path)
+    with loader:
+        assert sum(len(labels) for _, labels in loader) == len(loader) * 4

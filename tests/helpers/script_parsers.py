@@ -11,6 +11,8 @@ def timm_train_parser() -> argparse.ArgumentParser:
     """timm `train.py`'s dataset, model-input and augmentation flags."""
     p = argparse.ArgumentParser()
     p.add_argument("data_dir", nargs="?", default="")
+    p.add_argument("--train-split", default="train")
+    p.add_argument("--val-split", default="validation")
     p.add_argument("--model", default="resnet50")
     p.add_argument("--num-classes", type=int, default=None)
     p.add_argument("--img-size", type=int, default=None)

@@ -91,7 +91,7 @@ def open_source(source: Path | str, split: str = "train", *, cache_dir: str | os
         streamed = dataset_source(opened.manifest, opened.info, opened.table, opened.files, opened.where)
         streamed.remote = opened.shards
         return streamed
-    path = Path(source)
+    path = Path(source).absolute()  # workers open its files later, from the cwd their fork server started in
     if not path.exists():
         raise SourceError(f"source not found: {path} (pass an image folder or an iofeed dataset)")
     if is_iofeed_dataset(path):
