@@ -136,3 +136,16 @@ def test_the_picture_shows_the_spread_of_the_timed_windows() -> None:
     whiskers = [c for axes in figure.axes for c in axes.collections if isinstance(c, LineCollection)]
     spans = sorted(tuple(sorted(seg[:, 0])) for c in whiskers for seg in c.get_segments() if seg[0, 1] == seg[1, 1])
     assert (1400.0, 1600.0) in spans, spans
+
+
+def test_the_workers_share_of_the_cpu_per_image_is_its_own_column() -> None:
+    """The nvjpeg feed's target (<= 0.1 ms per image) is its workers' reading and packing alone: the
+    table prints that beside the feed's whole CPU time."""
+    run = _run("iofeed-nvjpeg", [2000, 2000])
+    run.windows = [Window(w.round, w.drained, w.timed, CpuUse([1.0, 1.0], [1.0, 1.0], feed=1.0, other=0.0,
+                                                              children=0.1)) for w in run.windows]
+    (record,) = _record([run])["feeds"]
+    assert record["cpu_ms_per_image"] == pytest.approx(0.5) and record["worker_cpu_ms_per_image"] == pytest.approx(0.05)
+    text = table(_record([run]))
+    head, _, row = text.splitlines()[:3]
+    assert "workers ms/img" in head and "0.050" in row.split() and "the target <= 0.1" in text, text

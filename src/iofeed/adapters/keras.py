@@ -138,12 +138,14 @@ class KerasBatches(DataAdapter):
     def _length(self, steps: tuple[tuple[str, Any], ...]) -> int | None:
         """Batches the stream of `steps` holds (None: endless)."""
         if not steps:
-            return len(self.iofeed_loader)
-        *before, (step, value) = steps
+            return int(len(self.iofeed_loader))
+        *before, (step, asked) = steps
+        value: int | None = asked
         count = self._length(tuple(before))
-        if step == "take":
-            return value if count is None else min(value, count)
-        if step == "skip":
+        if step in ("take", "skip"):
+            assert value is not None  # take(n) and skip(n) are checked ints
+            if step == "take":
+                return value if count is None else min(value, count)
             return None if count is None else max(count - value, 0)
         if step == "repeat":
             return count if count == 0 else None if value is None or count is None else count * value
@@ -166,7 +168,7 @@ class KerasBatches(DataAdapter):
 
     @property
     def batch_size(self) -> int:
-        return self.iofeed_loader.order.batch_size
+        return int(self.iofeed_loader.order.batch_size)
 
     @property
     def has_partial_batch(self) -> bool:

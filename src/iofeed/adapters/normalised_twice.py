@@ -8,12 +8,13 @@ from __future__ import annotations
 import sys
 import warnings
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from types import FrameType
 from typing import Any
 
 from .normalize import PIXELS_AFFINE, Affine, normalises, options_affine
 
-_warned: weakref.WeakSet = weakref.WeakSet()  # loaders already warned about (or whose Keras model was found fine)
+_warned: weakref.WeakSet[Any] = weakref.WeakSet()  # loaders already warned about (or whose Keras model was found fine)
 DEPTH = 40  # frames looked through for the model whose fit/evaluate (or training step) asks for the data
 NORMALIZERS = ("Normalize", "Normalization")  # torchvision v1/v2, kornia, albumentations; Keras' layer
 MAX_NESTING = 6  # how deep a Compose / nn.Module / Sequential is looked into
@@ -134,9 +135,9 @@ def _torch_model(torch: Any, owner: Any) -> Any:
     return None
 
 
-def _calling(pick: Any) -> Any:
+def _calling(pick: Callable[[Any], Any]) -> Any:
     """The first `pick(self)` that is not None over the `self` of the frames up the call stack."""
-    frame = sys._getframe(2)
+    frame: FrameType | None = sys._getframe(2)
     for _ in range(DEPTH):
         if frame is None:
             return None

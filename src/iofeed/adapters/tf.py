@@ -112,8 +112,9 @@ def to_tf_dataset(loader: EpochLoader, normalise_on: str | None = HOST, affine: 
     out of shared memory already normalised (`affine`) by numpy on one thread, into a 64-byte
     aligned array that `from_generator` hands to TensorFlow without a copy. (On the CPU,
     normalising with TF ops in a `.map` costs a copy out of the slot, another into TF, and TF's
-    thread pool on the workers' cores; measured: docs/architecture.md, "Why the code is as it
-    is".) With a device (`"/gpu:0"`) the generator yields the uint8 batch, `copy_to_device` moves
+    thread pool on the workers' cores; measured:
+    docs/decisions/0064-tf-normalises-on-the-host-before-tensorflow.md.)
+    With a device (`"/gpu:0"`) the generator yields the uint8 batch, `copy_to_device` moves
     it there and a `.map` placed on the device normalises it (then the `batch_transform`), with
     the `.prefetch` on the device too. `.prefetch(2)` overlaps either with the training step.
     tf.data's autotuning is off (nothing to tune, and its start-up slowed each new iterator),

@@ -7,7 +7,7 @@ the crop and the tensor (`--aa`, `--color-jitter`, `--grayscale-prob`, `--gaussi
 are timm's own objects, built by timm's `transforms_imagenet_train`, run as `transform=` in the
 workers; random erasing (`--reprob`, `--remode`, `--recount`) on the normalised batch as
 `batch_transform=`. `--mixup`/`--cutmix` stay with train.py's `mixup_fn` (made without the
-prefetcher). The model's size, mean/std, crop_pct and interpolation come from its data config.
+prefetcher). The model's size, mean/std, crop_pct and interpolation come from its data config. (docs/decisions/0075)
 """
 from __future__ import annotations
 
@@ -119,17 +119,17 @@ def _pair(args: Any, name: str) -> tuple[float, float]:
     """`--scale` / `--ratio` as the Recipe takes them (a pair within its bounds), else refused naming the flag."""
     value = _flag(args, name)
     try:
-        pair: tuple[float, float] = getattr(Recipe(**{name: tuple(value)}), name)
+        recipe = Recipe(scale=tuple(value)) if name == "scale" else Recipe(ratio=tuple(value))
     except (TypeError, OptionError) as exc:
         raise OptionError(f"{_name(name)} {value}: {exc}") from None
-    return pair
+    return recipe.scale if name == "scale" else recipe.ratio
 
 
 def _flip(args: Any) -> bool:
     hflip = _flag(args, "hflip")
     if hflip not in (0, 0.5):
         raise OptionError(f"--hflip {hflip}: iofeed mirrors half the images (--hflip 0.5) or none (--hflip 0)")
-    return hflip == 0.5
+    return bool(hflip == 0.5)
 
 
 def _between_crop_and_tensor(args: Any, config: Mapping[str, Any], interpolation: str) -> list[Any]:
@@ -150,10 +150,11 @@ def _between_crop_and_tensor(args: Any, config: Mapping[str, Any], interpolation
 
 def _erasing(args: Any) -> Any:
     """timm's RandomErasing with train.py's flags, on the normalised batch where it is."""
-    from timm.data.random_erasing import RandomErasing
+    from timm.data import random_erasing
 
+    erasing: Any = random_erasing.RandomErasing  # timm's classes are untyped
     mode = _flag(args, "remode")
     if mode not in ("const", "rand", "pixel"):
         raise OptionError(f"--remode {mode}: timm's random erasing modes are const, rand and pixel")
-    return OnImagesDevice(RandomErasing(_flag(args, "reprob"), mode=mode, max_count=_flag(args, "recount"),
+    return OnImagesDevice(erasing(_flag(args, "reprob"), mode=mode, max_count=_flag(args, "recount"),
                                         num_splits=0, device="cpu"))

@@ -8,7 +8,7 @@ resize and centre crop (`--val-resize-size`, `--val-crop-size`) become the `Reci
 auto-augment policy (`--auto-augment`, `--ra-magnitude`, `--augmix-severity`) runs on the PIL
 image in the workers as `transform=`; random erasing (`--random-erase`, each image on its own,
 on the normalised tensor) and MixUp/CutMix (`--mixup-alpha`, `--cutmix-alpha`, one of them per
-batch, as the collate_fn did) run on the batch as `batch_transform=`.
+batch, as the collate_fn did) run on the batch as `batch_transform=`. (docs/decisions/0075)
 """
 from __future__ import annotations
 

@@ -33,8 +33,9 @@ def cmd_synth(args: argparse.Namespace) -> None:
 
 
 def cmd_preprocess(args: argparse.Namespace) -> None:
+    from ..format.policy import ImagePolicy
     from ..prepare.output import terminate_as_interrupt
-    from ..prepare.run import ImagePolicy, preprocess
+    from ..prepare.run import preprocess
     from ..prepare.upload import preprocess_to_url
     from ..sources.remote.urls import is_url
 

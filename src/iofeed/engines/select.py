@@ -11,7 +11,8 @@ from ..sources.samples import SampleSource
 from .base import Backend
 
 # Why "auto" never takes DALI, even with a GPU and DALI installed (the measurements and what was
-# weighed: docs/architecture.md, Decisions); recorded in `stats.settings["decisions"]` as:
+# weighed: docs/decisions/0003-backend-auto-never-takes-the-dali-engine.md);
+# recorded in `stats.settings["decisions"]` as:
 AUTO_RULE = ("on an H100 with 16 cores the workers engine fed ResNet-50 at 98-99% of the ceiling and DALI at "
              "94% (2026-11-24), with the same pixels on every machine (nvJPEG's differ from libjpeg-turbo's by a "
              "few levels); pass backend='dali' to decode on the GPU (worth measuring with few cores per GPU)")
@@ -54,7 +55,9 @@ def choice_notes(options: LoaderOptions, chosen: str, source: SampleSource | Non
         passed = [name for name in ENGINES.names() if not ENGINES.caps(name).runs_transforms]
         notes.append(f"backend='auto' chose {chosen!r}: transform= runs only in worker processes"
                      + (f" ({', '.join(passed)} cannot run it)" if passed else ""))
-    if source is not None:
+    if ENGINES.caps(chosen).auto_because:
+        notes.append(f"backend='auto' chose {chosen!r}: {ENGINES.caps(chosen).auto_because}")
+    elif source is not None:
         passed = [name for name, entry in ENGINES if not entry.caps.auto and fits(entry.caps, options, source)]
         if passed:
             notes.append(f"backend='auto' chose {chosen!r} over {', '.join(map(repr, passed))}: {AUTO_RULE}")
@@ -63,7 +66,8 @@ def choice_notes(options: LoaderOptions, chosen: str, source: SampleSource | Non
 
 def make_engine(options: LoaderOptions, source: SampleSource) -> Backend:
     """The chosen engine, built (its module imported only now)."""
-    return ENGINES[engine_name(options, source)].load()(source, options)
+    engine: Backend = ENGINES[engine_name(options, source)].load()(source, options)
+    return engine
 
 
 def _installed(module: str) -> bool:

@@ -75,7 +75,7 @@ class SamplerView:
 
     def __len__(self) -> int:
         order = self._loader.order
-        return order.samples // order.world_size if order.drop_last else -(-order.samples // order.world_size)
+        return int(order.samples // order.world_size if order.drop_last else -(-order.samples // order.world_size))
 
     def __repr__(self) -> str:
         order = self._loader.order

@@ -1,6 +1,6 @@
 """The loader's grouped settings as small frozen objects — `Order`, `Resources`, `Cache`, `Skips` —
 each checked when made (a one-line OptionError naming the field) and printed with only what
-differs from its default. Why these four: docs/architecture.md, "Loader options"."""
+differs from its default. Why these four: docs/decisions/0072-loader-option-objects.md."""
 from __future__ import annotations
 
 import dataclasses

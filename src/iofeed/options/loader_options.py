@@ -103,7 +103,7 @@ class LoaderOptions:
             given, missing = ("rank", "world_size") if self.world_size is None else ("world_size", "rank")
             raise OptionError(f"{given}={getattr(self, given)} was given without {missing}: pass both, or neither "
                               "to take them from torch.distributed or RANK/WORLD_SIZE")
-        if self.rank is not None and self.rank >= self.world_size:
+        if self.rank is not None and self.world_size is not None and self.rank >= self.world_size:
             raise OptionError(f"rank={self.rank} is outside 0..{self.world_size - 1} (world_size={self.world_size})")
 
     def _check_combinations(self) -> None:
@@ -185,7 +185,7 @@ class LoaderOptions:
     @property
     def cuda(self) -> bool:
         """Whether the loader's device is a CUDA device ("cuda:N")."""
-        return self.device != "cpu"
+        return bool(self.device != "cpu")
 
     @property
     def deals_once(self) -> bool:

@@ -6,7 +6,8 @@ normalises), 0–1 floats (torchvision's `ToTensor`, then the script's own `Norm
 floats (Keras' `image_dataset_from_directory`, models that start with `Rescaling(1/255)`) and
 normalised floats (`ToTensor` + `Normalize`). Without `pixels=` the recipe decides as before
 (`normalize=False` / `augment="uint8"`: uint8; `mean=`/`std=`: normalised), else the framework's
-convention. Every adapter takes its affine from this one answer (`adapters/normalize.py`).
+convention. Every adapter takes its affine from this one answer (`adapters/normalize.py`;
+docs/decisions/0074).
 """
 from __future__ import annotations
 

@@ -5,6 +5,7 @@ import hashlib
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from ..errors import SampleError
 from ..format.policy import ImagePolicy
@@ -24,7 +25,7 @@ class Prepared:
     index: int
     data: bytes | None
     reason: str | None = None
-    facts: dict = field(default_factory=dict)
+    facts: dict[str, Any] = field(default_factory=dict)
     encoding: str = "jpeg"
 
 

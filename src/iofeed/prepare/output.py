@@ -231,8 +231,8 @@ def _signals_held() -> Iterator[None]:
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, signal.SIG_DFL if handler is None else handler)
-        for sig in arrived:
-            signal.raise_signal(sig)
+        for signum in arrived:
+            signal.raise_signal(signum)
 
 
 @contextmanager

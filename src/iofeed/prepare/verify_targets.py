@@ -17,7 +17,7 @@ from ..format.shards import IndexedSample
 from ..format.targets import multi_hot, parse_targets
 from ..sources.remote.urls import is_url
 
-Found = list  # per table row: [classes, extra] as the shards hold them, None where not read
+Found = list[Any]  # per table row: [classes, extra] as the shards hold them, None where not read
 _IDENTITY = ("bytes", "sha256", "probe")
 
 

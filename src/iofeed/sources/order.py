@@ -34,7 +34,8 @@ def _block(spec: OrderSpec, epoch: int) -> np.ndarray:
 
 
 def _mixed(spec: OrderSpec, epoch: int) -> np.ndarray:
-    return spec.plan.order(spec.seed, epoch)  # a mixture's epoch: see `mix.MixPlan`
+    mixed: np.ndarray = spec.plan.order(spec.seed, epoch)
+    return mixed  # a mixture's epoch: see `mix.MixPlan`
 
 
 @dataclass(frozen=True)

@@ -46,7 +46,7 @@ def _read_error(exc: OSError, path: bytes) -> IofeedError:
 
 
 # Whole shards mapped up front (MAP_POPULATE, Linux): far cheaper than faulting pages in one by one
-# as raw samples are touched (measured: docs/architecture.md, "Why the code is as it is").
+# as raw samples are touched (measured: docs/decisions/0061-sample-reader-maps-whole-shards-up-front.md).
 MAP_FLAGS = mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0)
 
 

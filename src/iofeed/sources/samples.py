@@ -5,7 +5,7 @@ import os
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -40,12 +40,12 @@ class SampleSource:
     encoding: np.ndarray  # uint8
     width: np.ndarray  # int32
     height: np.ndarray  # int32
-    rejected: Counter = field(default_factory=Counter)  # reason kind -> count, found before loading
+    rejected: Counter[str] = field(default_factory=Counter[str])  # reason kind -> count, found before loading
     dataset: Path | None = None  # the local dataset directory (None for folders and streamed datasets)
     dataset_id: str = ""  # the manifest's id when opened ("" for folders and datasets before version 3)
     remote: RemoteShards | None = None  # streamed dataset: `files` are URLs read through the node cache
     validated: bool = True  # images checked by preprocess (False: shards indexed in place, images as they came)
-    targets: dict = field(default_factory=dict)  # the manifest's `targets` entry when opened ({} for folders)
+    targets: dict[str, Any] = field(default_factory=dict)  # the manifest's `targets` entry when opened ({} for folders)
 
     def __len__(self) -> int:
         return len(self.label)
@@ -149,7 +149,7 @@ def _open_dataset(path: Path, split: str, cache_dir: Path | str | None = None,
     return source
 
 
-def shard_location(dataset: Path, shard: dict) -> str:
+def shard_location(dataset: Path, shard: dict[str, Any]) -> str:
     """Where a shard's tar is read: its own `url` (a dataset made by `iofeed index`), else its file
     in the dataset folder."""
     return shard.get("url") or str(Path(dataset) / shard["name"])

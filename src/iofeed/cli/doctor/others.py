@@ -16,7 +16,8 @@ MIN_SAMPLES = 5  # samples needed to judge (0.5 s at the default interval)
 def command_cpu(trace: Trace) -> np.ndarray:
     """(n,) % of one core the command's own processes used at each sample (training + loaders)."""
     loaders = np.nansum(trace.loader_cpu, axis=0) if len(trace.loader_cpu) else np.zeros(len(trace.t))
-    return trace.trainer_cpu + loaders
+    total: np.ndarray = trace.trainer_cpu + loaders
+    return total
 
 
 def other_cpu(trace: Trace) -> np.ndarray:

@@ -7,6 +7,7 @@ import shutil
 import tempfile
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from ...errors import OptionError, require
 from ...loading.stats_file import read_stats, stats_folder
@@ -36,7 +37,7 @@ def run_doctor(source: Path | None = None, command: list[str] | None = None, int
         require("matplotlib", "doctor")
     environment = check_environment()
     data = check_data(source) if source is not None else None
-    loaders: list[dict] = []
+    loaders: list[dict[str, Any]] = []
     recording = None
     if command:
         with tempfile.TemporaryDirectory(prefix="iofeed-doctor-") as scratch, stats_folder(Path(scratch)) as folder:
@@ -72,7 +73,7 @@ def run_doctor(source: Path | None = None, command: list[str] | None = None, int
     return checkup
 
 
-def sources_read(loaders: list[dict]) -> list[str]:
+def sources_read(loaders: list[dict[str, Any]]) -> list[str]:
     """The data the traced command's iofeed loaders read (as `samples.read_from` names it; each source
     of a mixture), in order."""
     read = [s["settings"]["source"] for s in loaders if s.get("settings", {}).get("source")]

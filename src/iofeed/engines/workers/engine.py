@@ -58,7 +58,7 @@ class WorkerEngine(WorkerCrew):
         self._workers: list[WorkerProcess] = []
         self._block: SharedBlock | None = None
         self._stale: SharedBlock | None = None  # one int64: tasks of generations below it stop early
-        self._finalizer: weakref.finalize | None = None
+        self._finalizer: weakref.finalize[Any, Any] | None = None
         self._closed = False
         self._window = WindowMeter()
         self.decisions: list[dict[str, Any]] = []  # the autotuner's: after_seconds, workers, reason

@@ -57,7 +57,8 @@ class SlotLayout:
     @staticmethod
     def slot(payload: np.ndarray, slot: int) -> np.ndarray:
         """The images of one slot."""
-        return payload[slot]
+        view: np.ndarray = payload[slot]
+        return view
 
     @staticmethod
     def write(slot_payload: np.ndarray, k: int, reader: SampleReader, source: SampleSource, index: int,

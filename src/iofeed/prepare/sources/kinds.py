@@ -87,7 +87,7 @@ def scan_source(src: str | Path, options: SourceOptions, kind: str = "auto") -> 
             raise OptionError(f"{given}: {src} is a {kind} source, where it does not apply ({option} is for "
                               f"{', '.join(SOURCES.having(cap))} sources)")
     try:
-        scanned = entry.load()(src, options)
+        scanned: SourceScan = entry.load()(src, options)
     except SourceError as exc:
         raise _with_shard_hint(exc, src, kind) from None
     scanned.settle(options.label_names)

@@ -230,7 +230,7 @@ def _classes_of(target: Any) -> list[Value]:
     return list(target) if _names_classes(target) else []
 
 
-def _as_dict(extra: Any) -> dict:
+def _as_dict(extra: Any) -> dict[str, Any]:
     return extra if isinstance(extra, dict) else {"extra": extra}
 
 

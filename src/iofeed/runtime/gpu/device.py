@@ -1,7 +1,7 @@
 """Which device a loader works on: the user's `device` resolved once, to "cpu" or "cuda:N".
 
 `device="cuda"` names no GPU: DALI, the adapter's constants and the copies must not each pick
-one at a different time (docs/architecture.md, "Why the code is as it is"). `loader()` resolves
+one at a different time (docs/decisions/0062-device-resolves-the-device-once-device-cuda.md). `loader()` resolves
 it here, once, and gives engine and adapter the result.
 """
 from __future__ import annotations
