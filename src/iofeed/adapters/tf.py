@@ -17,7 +17,7 @@ from ..errors import LoaderStateError, OptionError
 from ..options.loader_options import LoaderOptions
 from .base import EpochLoader
 from .host_float import HostNormaliser
-from .model_scale import check_model_input
+from .normalised_twice import check_model_input
 from .normalize import HOST, Affine, options_affine, record_normalise_on
 from .numpy import to_numpy
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import functools
 import math
+import sys
 from pathlib import Path
 
 from ..errors import DatasetError, OptionError
@@ -124,11 +125,11 @@ def cmd_inspect(args: argparse.Namespace) -> None:
         print(f"  verified      {verified_line(checked)}")
 
 
-def cmd_bench(args: argparse.Namespace) -> None:
+def cmd_bench(args: argparse.Namespace) -> int:
     from .bench.options import BenchOptions, parse_feeds, require_bench
 
     require_bench()  # before importing what needs it
-    from .bench.report import table
+    from .bench.report import all_failed, table
     from .bench.run import run_benchmark
 
     options = BenchOptions(
@@ -150,6 +151,11 @@ def cmd_bench(args: argparse.Namespace) -> None:
     print(f"page cache: {record['page_cache']['state']}; results: {json_path} and {png_path}")
     if not record["complete"]:
         raise KeyboardInterrupt  # the table of what was measured is printed; the exit status says interrupted
+    failed = all_failed(record)
+    if failed:
+        print(f"iofeed: error: {failed}", file=sys.stderr)
+        return 1
+    return 0
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:

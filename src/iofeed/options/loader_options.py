@@ -19,6 +19,7 @@ from .adapter_choices import ADAPTERS, wants_host_arrays
 from .checks import either, flag, integer, one_of, short_repr
 from .engine_choices import AUTO, ENGINES
 from .groups import FLAT, GROUPS, Cache, Order, Resources, Skips, checked_group
+from .pixels import UINT8, pixel_scale
 
 
 @dataclass(frozen=True, repr=False)
@@ -34,6 +35,7 @@ class LoaderOptions:
     split: str = "train"
     image_size: int | None = None  # None: the recipe's (Recipe.from_timm), else 224
     augment: bool | str | Recipe | None = None  # see `recipe`
+    pixels: str | None = None  # the scale images are handed out on (see `pixel_scale`)
     framework: str = "numpy"
     device: Any = None  # the one device of this loader: the engine decodes and the adapter copies there
     dtype: Any = None
@@ -66,6 +68,7 @@ class LoaderOptions:
         if not isinstance(self.split, str) or not self.split:
             raise OptionError(f"split must be a split name such as 'train' or 'val', got {self.split!r}")
         one_of("framework", self.framework, ADAPTERS.names())
+        pixel_scale(self.pixels, self.recipe, self.framework)  # a scale the recipe or framework contradicts
         one_of("backend", self.backend, (AUTO, *ENGINES.names()))
         self._check_placement()
         check_sample_transform(self.transform)
@@ -142,9 +145,10 @@ class LoaderOptions:
                 raise OptionError(f"transform= runs in worker processes, not in backend={self.backend!r} (its "
                                   f"pipeline calls no Python per sample): pass backend="
                                   f"{either(ENGINES.having('runs_transforms'))} or 'auto'")
-        if self.dtype is not None and not recipe.normalize:
-            raise OptionError(f"dtype={self.dtype!r} is the dtype of normalised images, and the recipe has "
-                              "normalize=False (uint8 images): drop one of them")
+        if self.dtype is not None and self.pixel_scale == UINT8:
+            why = "pixels='uint8'" if self.pixels is not None else "the recipe has normalize=False"
+            raise OptionError(f"dtype={self.dtype!r} is the dtype of float images, and {why} (uint8 images): drop "
+                              "one of them")
         if self.gpu_augment and recipe.interpolation != "bilinear":
             raise OptionError(f"gpu_augment=True resizes bilinear only, got interpolation={recipe.interpolation!r}: "
                               "drop gpu_augment (the workers resize on the CPU) or use interpolation='bilinear'")
@@ -172,6 +176,12 @@ class LoaderOptions:
     def recipe(self) -> Recipe:
         """The built-in steps `augment` stands for (see `iofeed.Recipe`)."""
         return recipe_of(self.augment)
+
+    @property
+    def pixel_scale(self) -> str:
+        """The scale images are handed out on: "uint8", "0-1", "0-255" or "normalized" (`pixels=`,
+        else what the recipe says, else the framework's convention; see `options/pixels.py`)."""
+        return pixel_scale(self.pixels, self.recipe, self.framework)
 
     @property
     def train(self) -> bool:
