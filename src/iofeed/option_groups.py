@@ -14,7 +14,7 @@ from .backends.base import ON_ERROR
 from .backends.skips import DEFAULT_MAX_SKIPPED, check_max_skipped
 from .errors import OptionError
 from .option_checks import flag, integer, one_of, short_repr
-from .order import SHUFFLES
+from .order import PADS, SHUFFLES
 
 if TYPE_CHECKING:
     from typing_extensions import Self
@@ -59,12 +59,20 @@ class Order(OptionGroup):
         function of (seed, epoch, rank, batch), whatever the engine or workers.
     drop_last: drop each rank's last incomplete batch. Default (None): True for `split="train"`.
     block_shards: shards per block of `shuffle="block"` (an int >= 1).
+    pad: how an epoch's last round is filled when not `drop_last`: "ranks" (the default; every rank
+        gets the same number of batches of the same shapes, as DistributedSampler gives, by
+        repeating up to world_size - 1 samples: `loader.last_valid` marks them), "batches" (every
+        batch full, the last padded with repeats that `last_valid` marks: no short last batch for
+        a per-batch mean) or "none" (each sample exactly once: ranks may end with one batch
+        fewer or a shorter last batch, so only for metrics summed locally and reduced once after
+        the pass; refused under several JAX processes). docs/distributed.md says which to use.
     """
 
     shuffle: str | bool | None = None
     seed: int = 0
     drop_last: bool | None = None
     block_shards: int = 8
+    pad: str = "ranks"
 
     def __post_init__(self) -> None:
         if self.shuffle is not None and not isinstance(self.shuffle, bool):  # True/False as DataLoader takes them
@@ -72,6 +80,7 @@ class Order(OptionGroup):
         self._int("seed", 0)
         flag("Order.drop_last", self.drop_last, optional=True)
         self._int("block_shards", 1)
+        one_of("Order.pad", self.pad, PADS)
 
 
 @dataclass(frozen=True, repr=False)

@@ -52,6 +52,11 @@ SHUFFLES: dict[str, Shuffle] = {
     "mix": Shuffle(_mixed, False),
 }
 
+# How an epoch's last round (fewer than batch_size * world_size samples) is filled, when not drop_last:
+# "ranks": to equal shares (every rank the same batches of the same shapes, as DistributedSampler gives);
+# "batches": to full batches; "none": not at all (each sample once, ranks may end unevenly).
+PADS = ("ranks", "batches", "none")
+
 
 @dataclass(frozen=True)
 class OrderSpec:
@@ -63,9 +68,13 @@ class OrderSpec:
     `shuffle` is "global" (a permutation of all samples), "block" (see `_block`: for streamed
     datasets; needs `shard_of`, each sample's shard), "mix" (a mixture's epoch: needs `plan`, a
     `mix.MixPlan`; `samples` is its epoch length) or "none"; True and False mean "global" and "none".
-    `pad` (training) pads the ranks' shares to equal ones when not `drop_last`, so that every
-    rank steps the same number of times; without it (evaluation) each sample is dealt exactly
-    once and the first `samples % world_size` ranks hold one more.
+    `pad` (one of `PADS`; True and False mean "ranks" and "none") says how the last round is
+    filled when not `drop_last`: "ranks" pads it to equal shares, so that every rank steps the same
+    number of times with batches of the same shapes; "batches" pads it to full batches; with
+    "none" each sample is dealt exactly once and the first `samples % world_size` ranks hold one
+    more. A padded last round is dealt in runs, rank 0's first, its padding at the end: batches
+    gathered in rank order (as accelerate's `gather_for_metrics` does) hold the split, then the
+    padding, so cutting them to the split's length scores each sample once.
     """
 
     samples: int
@@ -76,7 +85,7 @@ class OrderSpec:
     rank: int = 0
     world_size: int = 1
     block_shards: int = 8
-    pad: bool = True
+    pad: str | bool = "ranks"
     shard_of: np.ndarray | None = field(default=None, compare=False, repr=False)
     plan: Any = field(default=None, compare=False, repr=False)
 
@@ -85,6 +94,10 @@ class OrderSpec:
             object.__setattr__(self, "shuffle", "global" if self.shuffle else "none")
         if self.shuffle not in SHUFFLES:
             raise OptionError(f"shuffle={self.shuffle!r} is not one of {', '.join(SHUFFLES)}")
+        if isinstance(self.pad, bool):
+            object.__setattr__(self, "pad", "ranks" if self.pad else "none")
+        if self.pad not in PADS:
+            raise OptionError(f"pad={self.pad!r} is not one of {', '.join(PADS)}")
         if self.batch_size < 1:
             raise OptionError(f"batch_size must be >= 1, got {self.batch_size}")
         if self.world_size < 1 or not 0 <= self.rank < self.world_size:
@@ -100,19 +113,27 @@ class OrderSpec:
 
     def share(self, remaining: int) -> int:
         """Samples this rank takes of `remaining` samples of the global order (padded or trimmed so
-        that all ranks are equal, unless not `pad`)."""
+        that all ranks are equal, unless `pad="none"`)."""
         if self.drop_last:
             return remaining // self.world_size
-        if not self.pad:
+        if self.pad == "none":
             return len(range(self.rank, remaining, self.world_size))
-        return math.ceil(remaining / self.world_size)
+        rounds, last = divmod(remaining, self.batch_size * self.world_size)
+        if not last:
+            return rounds * self.batch_size
+        return rounds * self.batch_size + (self.batch_size if self.pad == "batches" else
+                                           math.ceil(last / self.world_size))
 
     def own_rows(self, done: int = 0) -> int:
         """Of this rank's samples for the rest of an epoch whose first `done` samples are done, how
         many are its own: past them come the rows that pad its share (repeats of samples dealt
-        already, at most one per rank), none without `pad` or with `drop_last`."""
+        already), none with `pad="none"` or `drop_last`."""
         remaining = max(self.samples - done, 0)
-        return min(self.share(remaining), len(range(self.rank, remaining, self.world_size)))
+        if self.drop_last or self.pad == "none":
+            return self.share(remaining)
+        rounds, last = divmod(remaining, self.batch_size * self.world_size)
+        run = self.share(remaining) - rounds * self.batch_size  # this rank's rows of the last round
+        return rounds * self.batch_size + min(max(last - self.rank * run, 0), run)
 
     def own_samples(self, batches: list[np.ndarray], done: int = 0) -> list[np.ndarray]:
         """Per entry of `batches(epoch, done, first)`, the samples that are the batch's own: all
@@ -143,24 +164,29 @@ class OrderSpec:
         epoch's global order are done (by any world size and batch size).
 
         The global order of all samples (a function of the seed and epoch only) less its first
-        `done` is padded by repeating samples (from the order's start, or for a block order
-        from its end), or trimmed, to equal shares, then dealt out rank by rank: sample i of
-        what is left goes to rank i mod world_size. Ranks are disjoint apart from the padding,
-        their union covers the rest of the epoch, and they move through the order together (one
-        block live per node). So the first k batches of every rank are exactly the first
-        k * batch_size * world_size samples of the global order: "done" is always a prefix.
+        `done` is dealt out rank by rank: sample i of what is left goes to rank i mod world_size,
+        round after round of batch_size * world_size samples. A last round short of that is
+        trimmed (`drop_last`), or padded (`pad`) by repeating samples (from the order's start, or
+        for a block order from its end) and dealt in runs, rank 0's first, so that the padding is
+        at its end (`pad="none"`: dealt as the others, unpadded). Ranks are disjoint apart from the
+        padding, their union covers the rest of the epoch, and they move through the order
+        together (one block live per node). So the first k batches of every rank are exactly the
+        first k * batch_size * world_size samples of the global order: "done" is always a prefix.
         """
         shuffle = SHUFFLES[self.shuffle]
         order = shuffle.order(self, epoch)
         rest = order[min(done, len(order)):]
-        if not (self.pad or self.drop_last):  # each sample once: shares differ by at most one
+        if self.drop_last:  # trimmed to equal shares
+            rest = rest[: self.share(len(rest)) * self.world_size]
+        if self.drop_last or self.pad == "none":  # each sample once: shares differ by at most one
             return rest[self.rank :: self.world_size]
-        total = self.share(len(rest)) * self.world_size
-        if total > len(rest):
-            pad = total - len(rest)
-            extra = order[len(order) - pad:] if shuffle.pad_from_end else np.resize(order, pad)
-            rest = np.concatenate([rest, extra])
-        return rest[:total][self.rank :: self.world_size]
+        rounds = len(rest) // (self.batch_size * self.world_size)
+        head = rest[: rounds * self.batch_size * self.world_size]
+        run = self.share(len(rest)) - rounds * self.batch_size  # each rank's rows of the last round
+        pad = run * self.world_size - (len(rest) - len(head))
+        start = len(order) - pad if shuffle.pad_from_end else 0
+        last = np.concatenate([rest[len(head):], order[np.arange(start, start + pad) % max(len(order), 1)]])
+        return np.concatenate([head[self.rank :: self.world_size], last[self.rank * run : (self.rank + 1) * run]])
 
     def batches(self, epoch: int, done: int = 0, first: int = 0) -> list[np.ndarray]:
         """This rank's batches of sample indices for `epoch`, numbered from `first`: entry k is
