@@ -17,7 +17,7 @@ import numpy as np
 
 from iofeed.format.manifest import Manifest
 from iofeed.format.table import load_table
-from iofeed.order import OrderSpec
+from iofeed.sources.order import OrderSpec
 
 TAR_OVERHEAD = 3 * 512  # member header, label member header and data, per sample (plus padding)
 

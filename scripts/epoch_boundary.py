@@ -36,7 +36,7 @@ def native(path: Path, split: str, batch_size: int, size: int):
     """A plain tf.data pipeline over the split's stored JPEGs, read from the shards by offset."""
     import tensorflow as tf
 
-    from iofeed.samples import open_source
+    from iofeed.sources.samples import open_source
 
     source = open_source(path, split)
     blobs = []

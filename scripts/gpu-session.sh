@@ -62,7 +62,7 @@ gpu_name() {  # "h100", "h200", ...: the GPU's model from nvidia-smi, "cpu" with
   echo "$name" | tr 'A-Z' 'a-z' | grep -oE '\b[a-z][0-9]{2,4}[a-z]?\b' | head -1 || echo gpu
 }
 GPU=$(gpu_name); [ $DRY = 1 ] && GPU=dry-$GPU
-iofeed() { "$PY" -m iofeed.cli "$@"; }
+iofeed() { "$PY" -m iofeed.cli.main "$@"; }
 bench() {  # bench NAME MODEL FEEDS [options]: one bench run, its JSON named after the GPU
   local name=$1 model=$2 feeds=$3; shift 3
   iofeed bench "$DATA/c256" --model "$model" --device "$DEVICE" --batch-size "$BATCH" --image-size "$SIZE" \

@@ -28,7 +28,7 @@ def make_sources(folder: Path, work: Path) -> dict[str, Path]:
     import webdataset as wds
 
     from iofeed.image.sniff import sniff_bytes
-    from iofeed.prepare.scan import scan_folder
+    from iofeed.sources.folder_scan import scan_folder
 
     shards, parquet = work / "wds", work / "images.parquet"
     if not parquet.exists():

@@ -23,8 +23,8 @@ import time
 from pathlib import Path
 
 import iofeed
-from iofeed.remote.cache import eviction_lock
-from iofeed.remote.cache_dir import cache_usage
+from iofeed.sources.remote.cache import eviction_lock
+from iofeed.sources.remote.cache_dir import cache_usage
 
 
 def serve(folder: Path) -> tuple[subprocess.Popen, int]:

@@ -15,6 +15,7 @@ import subprocess
 import sys
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -69,7 +70,7 @@ def s3():
 
 # The memory bound is set by the child itself: a preexec_fn is unsafe beside the servers' threads.
 BOUNDED_CLI = (f"import resource, runpy, sys\nresource.setrlimit(resource.RLIMIT_AS, ({MEMORY}, {MEMORY}))\n"
-               "sys.argv[0] = 'iofeed'\nrunpy.run_module('iofeed.cli', run_name='__main__')")
+               "sys.argv[0] = 'iofeed'\nrunpy.run_module('iofeed.cli.main', run_name='__main__')")
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess:
@@ -113,16 +114,16 @@ def _run(source: Source, spec: str, op: str, out: str) -> subprocess.CompletedPr
 
 
 def _read(url: str, name: str) -> str:
-    from iofeed.remote.urls import filesystem
+    from iofeed.sources.remote.urls import filesystem
 
     return filesystem(url).cat_file(f"{url}/{name}").decode()
 
 
-def _load(dataset: str, cache: Path) -> tuple[dict[int, list[tuple[int, int]]], Counter]:
+def _load(dataset: str, cache: Path, backend: str) -> tuple[dict[int, list[tuple[int, int]]], Counter]:
     """{sample number: [(label code of its pixels, label the loader gave it), ...]}, skips by reason."""
     delivered: dict[int, list[str]] = {}
     with iofeed.loader(dataset, batch_size=4, image_size=32, workers=1, augment=EVAL, drop_last=False,
-                       max_skipped=None, cache_dir=cache) as ld:
+                       max_skipped=None, cache_dir=cache, backend=backend) as ld:
         for images, labels in ld:
             for image, label in zip(images, labels):
                 code, sample = decode(image)
@@ -140,6 +141,19 @@ PARAMS = [_param(case) for case in CASES]
 
 @pytest.mark.parametrize("kind, damage, op, storage", PARAMS)
 def test_every_sample_arrives_once_with_its_label_or_is_accounted_for(kind, damage, op, storage, tmp_path, request):
+    _check_case(kind, damage, op, storage, tmp_path, request, "workers")
+
+
+@pytest.mark.torchvision
+@pytest.mark.parametrize("kind, damage, op, storage", [_param(case) for case in CASES if case[3] == "local"])
+def test_the_nvjpeg_engine_delivers_every_sample_once_or_accounts_for_it(kind, damage, op, storage, tmp_path,
+                                                                        request):
+    """The same cases through the nvjpeg engine (its CPU form): its workers pack bytes unchecked, so a
+    damaged image must be found before (shards indexed in place, folders) or at the batched decode."""
+    _check_case(kind, damage, op, storage, tmp_path, request, "nvjpeg")
+
+
+def _check_case(kind: str, damage: str, op: str, storage: str, tmp_path: Path, request: Any, backend: str) -> None:
     if storage == "s3":
         s3 = request.getfixturevalue("s3")
     else:
@@ -172,9 +186,9 @@ def test_every_sample_arrives_once_with_its_label_or_is_accounted_for(kind, dama
             manifest = _manifest(dataset)
             rejected = [json.loads(x) for x in _text(dataset, "rejected.jsonl").splitlines() if x.strip()]
             if source.after is not None:
-                _check_refused_after(source, local_out)
+                _check_refused_after(source, local_out, backend)
                 return
-            delivered, skipped = _load(dataset, tmp_path / "cache")
+            delivered, skipped = _load(dataset, tmp_path / "cache", backend)
         finally:
             if served is not None:
                 served.close()
@@ -195,11 +209,11 @@ def _text(dataset: str, name: str) -> str:
     return path.read_text() if path.exists() else ""
 
 
-def _check_refused_after(source: Source, dataset: Path) -> None:
+def _check_refused_after(source: Source, dataset: Path, backend: str) -> None:
     """The damage done after the run: the loader, in a process of its own, must refuse by name."""
     says = source.after(dataset)
     code = (f"import iofeed\nwith iofeed.loader({str(dataset)!r}, batch_size=4, image_size=32, workers=1, "
-            "extras=True) as ld:\n    list(ld)")
+            f"extras=True, backend={backend!r}) as ld:\n    list(ld)")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
     try:
         done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,

@@ -148,3 +148,49 @@ def test_import_graph_sees_every_kind_of_import(tmp_path):
 def test_no_import_cycles():
     found = cycles(import_graph(PACKAGE))
     assert not found, "import cycles in iofeed: " + "; ".join(" ↔ ".join(c) for c in found)
+
+
+# The packages of src/iofeed from the call down: a module may import from its own package or from one
+# below it, never from one above (docs/architecture.md, "Packages"). `__init__.py` is the door and
+# may import anything.
+LAYERS = ("cli", "prepare", "loading", "adapters", "engines", "options", "sources", "augment", "format", "image",
+          "runtime", "errors")
+MOST_ENTRIES = 12
+
+
+def upward_imports(graph: dict[str, set[str]], layers: tuple[str, ...]) -> list[str]:
+    """Every import from a package to one above it in `layers`, as "importer -> imported"."""
+    rank = {layer: position for position, layer in enumerate(layers)}
+
+    def layer(module: str) -> str | None:
+        parts = module.split(".")
+        return parts[1] if len(parts) > 1 else None
+
+    found = []
+    for importer, imported in sorted(graph.items()):
+        for target in sorted(imported):
+            source_layer, target_layer = layer(importer), layer(target)
+            if source_layer is None or target_layer is None or source_layer == target_layer:
+                continue
+            assert source_layer in rank, f"{importer}: package {source_layer!r} is not in LAYERS"
+            assert target_layer in rank, f"{target}: package {target_layer!r} is not in LAYERS"
+            if rank[target_layer] < rank[source_layer]:
+                found.append(f"{importer} -> {target}")
+    return found
+
+
+def test_upward_import_finder_sees_an_import_from_above():
+    graph = {"pkg.low.a": {"pkg.high.b"}, "pkg.high.b": {"pkg.low.a"}, "pkg": {"pkg.low.a"}}
+    assert upward_imports(graph, ("high", "low")) == ["pkg.low.a -> pkg.high.b"]
+
+
+def test_imports_run_from_the_call_down():
+    found = upward_imports(import_graph(PACKAGE), LAYERS)
+    assert not found, "imports from a package above (see LAYERS): " + "; ".join(found)
+
+
+def test_the_top_level_reads_as_the_flow():
+    entries = sorted(p.name.removesuffix(".py") for p in PACKAGE.iterdir()
+                     if p.name not in ("__init__.py", "py.typed", "__pycache__"))
+    assert len(entries) <= MOST_ENTRIES, f"src/iofeed holds {len(entries)} entries: {entries}"
+    assert sorted(entries) == sorted(LAYERS), f"every entry is a layer and every layer an entry: {entries}"

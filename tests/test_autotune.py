@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from iofeed.backends.workers.autotune import Window, decide
+from iofeed.engines.workers.autotune import Window, decide
 
 
 def test_grows_when_starved_to_cover_the_consumer():

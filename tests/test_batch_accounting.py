@@ -7,14 +7,14 @@ import numpy as np
 import pytest
 
 from helpers.images import make_colour_tree
-from iofeed.backends.base import Batch
-from iofeed.batch_accounting import BatchAccounting
-from iofeed.epoch_position import EpochPosition
+from iofeed.engines.base import Batch
 from iofeed.errors import SampleError
-from iofeed.order import OrderSpec
-from iofeed.resume import Progress
-from iofeed.samples import open_source
-from iofeed.statsfile import STATS_DIR_ENV, read_stats
+from iofeed.loading.batch_accounting import BatchAccounting
+from iofeed.loading.epoch_position import EpochPosition
+from iofeed.loading.resume import Progress
+from iofeed.loading.stats_file import STATS_DIR_ENV, read_stats
+from iofeed.sources.order import OrderSpec
+from iofeed.sources.samples import open_source
 
 ORDER = OrderSpec(12, 4, "none", False)  # 3 batches: [0..3], [4..7], [8..11]
 TRUNCATED = "truncated JPEG (image file is truncated)"

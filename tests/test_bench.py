@@ -11,10 +11,10 @@ import time
 import pytest
 
 from helpers.images import make_colour_tree
-from iofeed.benchmark.feeds import FEEDS, FeedSpec, open_feed
-from iofeed.benchmark.host import FeedHost, HostFailed, consume
-from iofeed.benchmark.schema import validate
-from iofeed.cli import main
+from iofeed.cli.bench.feeds import FEEDS, FeedSpec, open_feed
+from iofeed.cli.bench.host import FeedHost, HostFailed, consume
+from iofeed.cli.bench.schema import validate
+from iofeed.cli.main import main
 from iofeed.errors import FeedUnavailable
 
 SIZE, BATCH = 64, 8
@@ -134,7 +134,7 @@ def test_cli_writes_valid_results_and_plot(tmp_path, capsys, feeds):
 def test_framework_feeds_share_the_table_and_plot(tmp_path, capsys, colour_dataset):
     """iofeed-jax, the tf dataset (.repeat() and a new iterator per epoch) and Grain beside the torch
     adapter, in one run; without --feeds only the PyTorch feeds run."""
-    from iofeed.benchmark.feeds import CATALOGUE, DEFAULT_FEEDS
+    from iofeed.cli.bench.feeds import CATALOGUE, DEFAULT_FEEDS
 
     names = "iofeed-dataset,iofeed-jax,iofeed-tf,iofeed-tf-epochs,grain"
     record = _bench(tmp_path, capsys, str(colour_dataset), "--feeds", names, "--seconds", "0.6", "--workers", "2")
@@ -151,7 +151,7 @@ def test_jax_batches_reach_the_torch_model_as_channels_last_views_without_a_copy
     import numpy as np
     import torch
 
-    from iofeed.benchmark.framework_feeds import _torch_view
+    from iofeed.cli.bench.framework_feeds import _torch_view
 
     pixels = np.arange(2 * 5 * 7 * 3, dtype=np.float32).reshape(2, 5, 7, 3)
     array = jnp.asarray(pixels)
@@ -237,7 +237,7 @@ def test_validator_names_what_is_wrong():
 @pytest.mark.torch
 def test_memory_is_sampled_around_timed_windows_never_inside(colour_dataset, monkeypatch):
     """Reading PSS of a worker mapping large shards costs ~0.1 s: it must not fall in the timed part."""
-    from iofeed.benchmark import measure as bench_measure
+    from iofeed.cli.bench import measure as bench_measure
 
     timing, samples = [False], []
     cpu_meter_init, cpu_meter_read = bench_measure._CpuMeter.__init__, bench_measure._CpuMeter.read
@@ -306,8 +306,8 @@ def test_resnet50_bench_fits_every_feed_on_the_gpu(tmp_path, capsys):
     """Every feed, each in its own process with its own ResNet-50 at batch 256 x 224 px, on one GPU:
     none runs out of memory (hosts hand back their cache between windows), and each records its
     peak reservation. 320 JPEGs of 160-1190 px: one batch of 256 per epoch."""
-    from iofeed.benchmark.feeds import DEFAULT_FEEDS, FEEDS, dali_installed
-    from iofeed.benchmark.sources import SOURCES
+    from iofeed.cli.bench.feeds import DEFAULT_FEEDS, FEEDS, dali_installed
+    from iofeed.cli.bench.sources import SOURCES
 
     tree = make_colour_tree(tmp_path / "tree", per_class=80)
     out = tmp_path / "gpu.json"
@@ -384,7 +384,7 @@ def test_the_plot_shows_every_feed_with_ratio_cpu_memory_and_skipped_reasons(tmp
     put the legend over the last bar."""
     from pathlib import Path
 
-    from iofeed.benchmark.plot import draw, plot
+    from iofeed.cli.bench.plot import draw, plot
 
     results = Path(__file__).resolve().parents[1] / "bench" / "results"
     cpu = json.loads((results / "ab-2026-11-24" / "main-job-final.json").read_text())

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from iofeed.benchmark.feeds import FEEDS, FeedSpec, open_feed, unmet
-from iofeed.benchmark.sources import SOURCES
+from iofeed.cli.bench.feeds import FEEDS, FeedSpec, open_feed, unmet
+from iofeed.cli.bench.sources import SOURCES
 from iofeed.errors import FeedUnavailable
-from iofeed.loader_stats import json_value
+from iofeed.loading.stats import json_value
 
 SIZE, BATCH, CLASSES = 32, 4, 4
 # what a line's source form and recipe add to its loader keywords (docs/benchmarks.md)
@@ -89,7 +89,7 @@ def test_an_iofeed_line_runs_the_loader_with_exactly_its_keywords(name, forms, t
     with ExitStack() as stack:
         spec = _spec(name, forms)
         if SOURCES[decl.source].served:
-            from iofeed.benchmark.stream import LocalEndpoint
+            from iofeed.cli.bench.stream import LocalEndpoint
 
             endpoint = LocalEndpoint(Path(spec.source), tmp_path)
             stack.callback(endpoint.close)

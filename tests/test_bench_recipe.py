@@ -7,9 +7,9 @@ import json
 import pytest
 
 from helpers.images import make_colour_tree
-from iofeed.benchmark.feeds import CATALOGUE, FeedSpec, open_feed
-from iofeed.benchmark.schema import validate
-from iofeed.cli import main
+from iofeed.cli.bench.feeds import CATALOGUE, FeedSpec, open_feed
+from iofeed.cli.bench.schema import validate
+from iofeed.cli.main import main
 
 SIZE, BATCH, CLASSES = 64, 8, 4
 

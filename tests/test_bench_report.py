@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from iofeed.benchmark.feeds import FeedSpec
-from iofeed.benchmark.host import Tally
-from iofeed.benchmark.measure import CpuUse, FeedRun, Window
-from iofeed.benchmark.report import build_record, feed_records, table
-from iofeed.benchmark.schema import validate
+from iofeed.cli.bench.feeds import FeedSpec
+from iofeed.cli.bench.host import Tally
+from iofeed.cli.bench.measure import CpuUse, FeedRun, Window
+from iofeed.cli.bench.report import build_record, feed_records, table
+from iofeed.cli.bench.schema import validate
 
 MIB = 2**20
 
@@ -45,7 +45,7 @@ def _record(runs: list[FeedRun]) -> dict:
 def _texts(record: dict) -> list[str]:
     from matplotlib.text import Text
 
-    from iofeed.benchmark.plot import draw
+    from iofeed.cli.bench.plot import draw
 
     figure = draw(record)
     figure.canvas.draw()
@@ -102,3 +102,16 @@ def test_the_raw_feeds_memory_is_labelled_as_page_cache() -> None:
     assert "300" in texts, "a feed whose memory is its own keeps a plain label"
     old = _record([_run("iofeed-raw", [900, 900], memory=5583 * MIB, file_bytes=None)])  # no kernel figure
     assert "5,583 (mostly page cache: the mapped raw shards)" in _texts(old)
+
+
+def test_the_workers_share_of_the_cpu_per_image_is_its_own_column() -> None:
+    """The nvjpeg feed's target (<= 0.1 ms per image) is its workers' reading and packing alone: the
+    table prints that beside the feed's whole CPU time."""
+    run = _run("iofeed-nvjpeg", [2000, 2000])
+    run.windows = [Window(w.round, w.drained, w.timed, CpuUse([1.0, 1.0], [1.0, 1.0], feed=1.0, other=0.0,
+                                                              children=0.1)) for w in run.windows]
+    (record,) = _record([run])["feeds"]
+    assert record["cpu_ms_per_image"] == pytest.approx(0.5) and record["worker_cpu_ms_per_image"] == pytest.approx(0.05)
+    text = table(_record([run]))
+    head, _, row = text.splitlines()[:3]
+    assert "workers ms/img" in head and "0.050" in row.split() and "the target <= 0.1" in text, text

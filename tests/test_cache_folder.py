@@ -14,9 +14,9 @@ import pytest
 import iofeed
 from iofeed.errors import OptionError
 from iofeed.format.manifest import Manifest
-from iofeed.remote.cache import ShardCache, ShardRef
-from iofeed.remote.cache_dir import MARKER, cache_usage, claim_cache_dir, resolve_limit
-from iofeed.remote.retry import RetryPolicy
+from iofeed.sources.remote.cache import ShardCache, ShardRef
+from iofeed.sources.remote.cache_dir import MARKER, cache_usage, claim_cache_dir, resolve_limit
+from iofeed.sources.remote.retry import RetryPolicy
 
 pytest.importorskip("aiohttp")
 

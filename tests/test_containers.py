@@ -17,7 +17,7 @@ from PIL import Image
 import iofeed
 from helpers.images import CLASS_COLOURS, make_colour_tree
 from iofeed.errors import OptionError
-from iofeed.system import usable_cores, usable_memory
+from iofeed.runtime.system import usable_cores, usable_memory
 
 SRC = str(Path(__file__).resolve().parents[1] / "src")
 

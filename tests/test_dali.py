@@ -10,11 +10,11 @@ from PIL import Image
 
 import iofeed
 from helpers.images import exif_rotated_jpeg, jpeg_bytes, make_colour_tree, png_bytes, smooth_rgb
-from iofeed.backends.dali import engine as dali_engine
-from iofeed.backends.dali import inputs as dali_inputs
-from iofeed.backends.dali import validate as dali_validate
+from iofeed.engines.dali import engine as dali_engine
+from iofeed.engines.dali import inputs as dali_inputs
+from iofeed.engines.dali import validate as dali_validate
 from iofeed.errors import MissingDependencyError, SampleError
-from iofeed.gpu.streams import cuda_device_id
+from iofeed.runtime.gpu.streams import cuda_device_id
 
 pytestmark = pytest.mark.dali
 pytest.importorskip("nvidia.dali")
@@ -256,8 +256,8 @@ def test_numpy_framework_on_cuda_gets_host_arrays(colour_dataset):
 
 
 @pytest.mark.gpu
-def test_auto_with_gpu_keeps_the_workers_engine_and_says_why(colour_dataset):
+def test_auto_with_gpu_never_takes_dali_and_says_why(colour_dataset):
     with iofeed.loader(colour_dataset, batch_size=4, backend="auto", device="cuda") as ld:
-        assert ld.stats.settings["backend"] == "workers"
-        (note,) = [d for d in ld.stats.settings["decisions"] if "over 'dali'" in d]
-        assert "98-99%" in note and "backend='dali'" in note
+        assert ld.stats.settings["backend"] == "nvjpeg"
+        (note,) = [d for d in ld.stats.settings["decisions"] if "chose 'nvjpeg'" in d]
+        assert "backend='workers'" in note

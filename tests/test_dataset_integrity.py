@@ -10,14 +10,14 @@ import pytest
 
 import iofeed
 from helpers.images import jpeg_bytes, make_colour_tree, make_image_tree, smooth_rgb
-from iofeed.cli import main
+from iofeed.cli.main import main
 from iofeed.errors import DatasetError, WorkerError
 from iofeed.format.manifest import Manifest
 from iofeed.format.table import load_sources
-from iofeed.format.verify import verify_dataset
 from iofeed.prepare.run import ImagePolicy, preprocess
-from iofeed.sample_reader import SampleReader
-from iofeed.samples import open_source
+from iofeed.prepare.verify import verify_dataset
+from iofeed.sources.sample_reader import SampleReader
+from iofeed.sources.samples import open_source
 
 
 def _edit_manifest(out: Path, edit) -> None:

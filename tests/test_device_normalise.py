@@ -222,7 +222,7 @@ def test_doctor_names_host_normalisation_while_the_gpu_waits():
     """`iofeed doctor` reads `normalise_on` from the loaders' stats: host normalisation beside a GPU
     and a waiting loop is named, with the device paths as advice; not without a GPU, a wait, or on
     a device."""
-    from iofeed.doctor.patterns import host_normalise_finding
+    from iofeed.cli.doctor.patterns import host_normalise_finding
 
     def stats(where, wait=4.0):
         return {"images": 1000, "wait_seconds": wait, "elapsed_seconds": 10.0, "settings": {"normalise_on": where}}
@@ -244,7 +244,7 @@ def test_keras_torch_cuda_path_normalises_the_uint8_batch_on_the_gpu(colour_data
 
     from iofeed.adapters.keras_torch import TorchBatches
     from iofeed.adapters.normalize import uint8_affine
-    from iofeed.backends.base import Batch
+    from iofeed.engines.base import Batch
 
     affine = uint8_affine(MEAN, STD)
     on_gpu, on_host = TorchBatches(affine, device="cuda:0"), TorchBatches(affine)

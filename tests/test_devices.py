@@ -8,8 +8,8 @@ import pytest
 
 from helpers.nvml import FakeGpu, fake_pynvml, four_gpus
 from iofeed.errors import IofeedError, OptionError
-from iofeed.gpu import nvml as gpu_nvml
-from iofeed.gpu.device import resolve_device
+from iofeed.runtime.gpu import nvml as gpu_nvml
+from iofeed.runtime.gpu.device import resolve_device
 
 
 def resolve(device, current=None, env=None, count=1):
@@ -63,8 +63,8 @@ def test_the_loader_resolves_cuda_under_torchrun_before_building_anything(colour
 
 
 def test_dali_takes_the_local_rank_gpu_when_cuda_is_not_initialised(monkeypatch):
-    from iofeed.gpu import streams as dali
-    from iofeed.options import LoaderOptions
+    from iofeed.options.loader_options import LoaderOptions
+    from iofeed.runtime.gpu import streams as dali
     torch = sys.modules.get("torch")
     started = torch is not None and torch.cuda.is_initialized()  # then the current device wins
     monkeypatch.setitem(sys.modules, "pynvml", four_gpus())
@@ -78,8 +78,8 @@ def test_dali_takes_the_local_rank_gpu_when_cuda_is_not_initialised(monkeypatch)
 def test_the_device_is_resolved_once_in_the_options_and_dali_takes_that_one(monkeypatch):
     """DALI used to resolve `device="cuda"` again when it built its pipeline: a LOCAL_RANK (or current
     device) that changed in between put its decoding on another GPU than the adapter's copies."""
-    from iofeed.gpu import streams as dali
-    from iofeed.options import LoaderOptions
+    from iofeed.options.loader_options import LoaderOptions
+    from iofeed.runtime.gpu import streams as dali
 
     torch = sys.modules.get("torch")
     started = torch is not None and torch.cuda.is_initialized()  # then the current device wins
@@ -131,9 +131,9 @@ def test_a_mig_instance_is_found_by_its_uuid():
 
 
 def test_auto_does_not_pick_dali_when_every_gpu_is_hidden(monkeypatch):
-    from iofeed.backends import select
-    from iofeed.backends.registry import ENGINES
-    from iofeed.options import LoaderOptions
+    from iofeed.engines import select
+    from iofeed.options.engine_choices import ENGINES
+    from iofeed.options.loader_options import LoaderOptions
 
     class JpegSource:
         def has_raw(self) -> bool:
@@ -149,11 +149,12 @@ def test_auto_does_not_pick_dali_when_every_gpu_is_hidden(monkeypatch):
     assert gpu_nvml.visible_gpu_count() == 2 and select.fits(ENGINES.caps("dali"), options, JpegSource())
 
 
-def test_auto_keeps_the_workers_engine_with_a_gpu_and_dali_and_records_why(monkeypatch):
-    """It used to take DALI whenever a GPU was present: nvJPEG's pixels differ from libjpeg-turbo's and
-    DALI fed ResNet-50 at 94% of the ceiling where the workers engine reached 98-99% (H100, 16 cores)."""
-    from iofeed.backends import select
-    from iofeed.options import LoaderOptions
+def test_auto_never_takes_dali_with_a_gpu_and_records_why(monkeypatch):
+    """It used to take DALI whenever a GPU was present: DALI fed ResNet-50 at 94% of the ceiling where the
+    workers engine reached 98-99% (H100, 16 cores). With torchvision there, the nvjpeg engine is taken
+    (its workers only pack bytes); without it the workers engine, saying why not DALI."""
+    from iofeed.engines import select
+    from iofeed.options.loader_options import LoaderOptions
 
     class JpegSource:
         def has_raw(self) -> bool:
@@ -161,8 +162,12 @@ def test_auto_keeps_the_workers_engine_with_a_gpu_and_dali_and_records_why(monke
 
     monkeypatch.setitem(sys.modules, "pynvml", four_gpus())
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
-    monkeypatch.setattr(select, "_installed", lambda module: True)  # "DALI is installed"
+    monkeypatch.setattr(select, "_installed", lambda module: True)  # "DALI and torchvision are installed"
     options = LoaderOptions(batch_size=4, device="cuda:0")
+    assert select.engine_name(options, JpegSource()) == "nvjpeg"
+    (note,) = select.choice_notes(options, "nvjpeg", JpegSource())
+    assert note.startswith("backend='auto' chose 'nvjpeg': a CUDA device") and "backend='workers'" in note
+    monkeypatch.setattr(select, "_installed", lambda module: module != "torchvision")
     assert select.engine_name(options, JpegSource()) == "workers"
     (note,) = select.choice_notes(options, "workers", JpegSource())
     assert note.startswith("backend='auto' chose 'workers' over 'dali': ") and "94%" in note
@@ -189,7 +194,7 @@ def test_gpu_info_keeps_what_it_read_when_nvml_fails(monkeypatch):
 
 
 def test_bench_machine_record_notes_what_nvml_failed(monkeypatch):
-    from iofeed.benchmark.machine import describe_machine
+    from iofeed.cli.bench.machine import describe_machine
 
     monkeypatch.setitem(sys.modules, "pynvml", four_gpus(fail_after=0))
     notes = []
@@ -199,7 +204,7 @@ def test_bench_machine_record_notes_what_nvml_failed(monkeypatch):
 
 
 def test_the_bench_sampler_outlives_failing_reads(monkeypatch):
-    from iofeed.benchmark.gpu import GpuSampler
+    from iofeed.cli.bench.gpu import GpuSampler
 
     nvml = four_gpus(fail_after=4)  # the start-up check and 3 samples succeed, then every read fails
     monkeypatch.setitem(sys.modules, "pynvml", nvml)
@@ -218,7 +223,7 @@ def test_the_bench_sampler_outlives_failing_reads(monkeypatch):
 
 
 def test_the_bench_sampler_refuses_a_hidden_gpu(monkeypatch):
-    from iofeed.benchmark.gpu import GpuSampler
+    from iofeed.cli.bench.gpu import GpuSampler
 
     monkeypatch.setitem(sys.modules, "pynvml", four_gpus())
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
@@ -230,8 +235,8 @@ def test_the_doctor_keeps_tracing_when_nvml_fails(monkeypatch):
     """Readings NVML fails are missing (NaN, null in JSON, left out of the analysis), with a note."""
     import json
 
-    from iofeed.doctor import trace as doctor_trace
-    from iofeed.doctor.stats import active_window
+    from iofeed.cli.doctor import trace as doctor_trace
+    from iofeed.cli.doctor.stats import active_window
 
     monkeypatch.setitem(sys.modules, "pynvml", fake_pynvml([FakeGpu("GPU-aaaa", util=90)], fail_after=2 + 20))
     code = "import time; time.sleep(1.5)"

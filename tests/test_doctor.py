@@ -12,14 +12,14 @@ import numpy as np
 import pytest
 
 from helpers.images import jpeg_bytes, make_image_tree, smooth_rgb
-from iofeed.cli import main
-from iofeed.doctor.data import check_data
-from iofeed.doctor.environment import _findings as environment_findings
-from iofeed.doctor.environment import check_environment
-from iofeed.doctor.patterns import diagnose
-from iofeed.doctor.precision import mixed_precision_finding
-from iofeed.doctor.stats import summarize
-from iofeed.doctor.trace import Trace, record
+from iofeed.cli.doctor.data import check_data
+from iofeed.cli.doctor.environment import _findings as environment_findings
+from iofeed.cli.doctor.environment import check_environment
+from iofeed.cli.doctor.patterns import diagnose
+from iofeed.cli.doctor.precision import mixed_precision_finding
+from iofeed.cli.doctor.stats import summarize
+from iofeed.cli.doctor.trace import Trace, record
+from iofeed.cli.main import main
 from iofeed.errors import OptionError, SourceError
 
 GIB = 2**30
@@ -408,7 +408,7 @@ def test_cli_bad_input_fails_with_one_line(tmp_path, capsys, args, message):
 
 
 def test_cli_a_failed_command_is_said_first_and_sets_the_exit_status(capsys):
-    """It used to report "no findings" and exit 0 for `doctor -- python nonexist.py`."""
+    """It used to report "no findings" and exit 0 for `cli/doctor -- python nonexist.py`."""
     code = main(["doctor", "--interval", "0.05", "--", sys.executable, "-c", "import sys; sys.exit(3)"])
     printed = capsys.readouterr().out.splitlines()
     assert code == 3
@@ -463,7 +463,7 @@ def test_the_data_check_is_of_what_the_command_reads_not_of_the_source_given(tmp
 
 
 def test_images_over_pillows_bomb_limit_are_counted_not_warned_one_by_one(tmp_path, monkeypatch):
-    """`doctor` printed Pillow's DecompressionBombWarning for every such image."""
+    """`cli/doctor` printed Pillow's DecompressionBombWarning for every such image."""
     import warnings
 
     from PIL import Image

@@ -1,8 +1,8 @@
 """Training processes told from loader workers without NVML's PIDs (containers, torchrun): fake /proc."""
 from __future__ import annotations
 
-from iofeed.doctor.trace import _Tree
-from iofeed.doctor.trainers import read_proc, recognise_trainers
+from iofeed.cli.doctor.trace import _Tree
+from iofeed.cli.doctor.trainers import read_proc, recognise_trainers
 
 LIBCUDA = b"7f00-7f10 r-xp 00000000 08:01 42 /usr/lib/x86_64-linux-gnu/libcuda.so.580.65\n"
 TORCH = b"7e00-7e10 r-xp 00000000 08:01 41 /venv/lib/python3.12/site-packages/torch/lib/libtorch_cpu.so\n"

@@ -9,9 +9,9 @@ import pytest
 
 import iofeed
 from helpers import transforms as T
-from iofeed.doctor.patterns import transform_finding
-from iofeed.doctor.run import run_doctor
-from iofeed.statsfile import STATS_DIR_ENV, read_stats
+from iofeed.cli.doctor.patterns import transform_finding
+from iofeed.cli.doctor.run import run_doctor
+from iofeed.loading.stats_file import STATS_DIR_ENV, read_stats
 
 
 def stats(wait: float, transform: float, elapsed: float = 10.0, workers: int = 2) -> dict:

@@ -8,9 +8,9 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from iofeed.epoch_position import EpochPosition
-from iofeed.order import OrderSpec
-from iofeed.resume import Progress
+from iofeed.loading.epoch_position import EpochPosition
+from iofeed.loading.resume import Progress
+from iofeed.sources.order import OrderSpec
 
 SAMPLES = 103
 

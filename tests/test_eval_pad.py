@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from iofeed.errors import OptionError
-from iofeed.order import OrderSpec, valid_rows
+from iofeed.sources.order import OrderSpec, valid_rows
 
 LAYOUTS = [(257, 16, 2), (257, 16, 3), (258, 16, 4), (10, 4, 4), (7, 3, 3), (1025, 7, 5), (5, 2, 4)]
 

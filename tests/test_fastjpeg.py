@@ -8,7 +8,7 @@ import pytest
 from PIL import Image
 
 from helpers.images import exif_rotated_jpeg, jpeg_bytes, png_bytes, smooth_rgb
-from iofeed.backends.workers.decode import decode_augmented
+from iofeed.engines.workers.decode import decode_augmented
 from iofeed.errors import SampleError
 from iofeed.image import fastjpeg
 from iofeed.image.boxes import Augment
@@ -63,7 +63,7 @@ def test_augmented_output_matches_the_pillow_path(monkeypatch, train):
     for fast in (True, False):
         if not fast:
             monkeypatch.setattr(fastjpeg, "plain_jpeg_size", lambda _: None)
-            monkeypatch.setattr("iofeed.backends.workers.decode.plain_jpeg_size", lambda _: None)
+            monkeypatch.setattr("iofeed.engines.workers.decode.plain_jpeg_size", lambda _: None)
         out = np.empty((224, 224, 3), np.uint8)
         decode_augmented(data, Augment(size=224, train=train), np.random.default_rng(3), out)
         outputs.append(out)

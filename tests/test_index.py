@@ -12,7 +12,7 @@ import pytest
 
 import iofeed
 from helpers.sources import write_webdataset
-from iofeed.cli import main
+from iofeed.cli.main import main
 from iofeed.errors import OptionError, SourceError
 from iofeed.format.manifest import Manifest
 from iofeed.format.table import load_sources

@@ -17,8 +17,8 @@ from helpers.pixelcode import Source, decode
 from helpers.transforms import fails_on_sample_three
 from iofeed.errors import OptionError
 from iofeed.format.manifest import Manifest
-from iofeed.order import OrderSpec, valid_rows
 from iofeed.prepare.run import preprocess
+from iofeed.sources.order import OrderSpec, valid_rows
 
 EVAL = iofeed.Recipe(train=False, crop_fraction=1.0)
 SAMPLES = 9  # over 2 processes: 5 + 4, padded to 5 + 5

@@ -16,12 +16,12 @@ from PIL import Image
 import iofeed
 from helpers.images import jpeg_bytes, make_colour_tree
 from helpers.sources import read_dataset
-from iofeed.cli import main
+from iofeed.cli.main import main
 from iofeed.errors import DatasetError, OptionError, SourceError
 from iofeed.format.manifest import MANIFEST_NAME, Manifest
 from iofeed.prepare.index import index_shards
 from iofeed.prepare.run import preprocess
-from iofeed.prepare.sources.targets import Targets
+from iofeed.prepare.sources.label_targets import Targets
 
 
 def coded(label: int, i: int = 0) -> bytes:

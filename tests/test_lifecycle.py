@@ -123,11 +123,11 @@ def test_a_worker_whose_consumer_is_gone_exits_quietly(colour_dataset, capsys):
 
     import numpy as np
 
-    from iofeed.backends.base import BatchKey
-    from iofeed.backends.workers.slots import SlotLayout
-    from iofeed.backends.workers.task import Task, worker_main
+    from iofeed.augment.batch_key import BatchKey
+    from iofeed.engines.workers.slots import SlotLayout
+    from iofeed.engines.workers.task import Task, worker_main
     from iofeed.image.boxes import Augment
-    from iofeed.samples import open_source
+    from iofeed.sources.samples import open_source
 
     source = open_source(colour_dataset)
     layout = SlotLayout(2, 4, 32)

@@ -107,7 +107,7 @@ def test_torch_adapter_normalises_every_host_dtype(dtype_name):
     import torch
 
     from iofeed.adapters.torch.adapter import TorchAdapter
-    from iofeed.backends.base import Batch
+    from iofeed.engines.base import Batch
 
     dtype = getattr(torch, dtype_name)
     pixels = np.random.default_rng(0).integers(0, 256, (3, 32, 32, 3), dtype=np.uint8)

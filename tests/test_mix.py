@@ -23,7 +23,7 @@ import iofeed
 from helpers.images import CLASS_COLOURS, jpeg_bytes, label_from_pixels, make_colour_tree
 from iofeed.errors import OptionError, SampleError
 from iofeed.format.manifest import Manifest
-from iofeed.mix import MixPlan, shares
+from iofeed.sources.mix import MixPlan, shares
 
 OPTIONS = dict(image_size=16, workers=1, seed=5, drop_last=False, augment=False)
 
@@ -574,7 +574,7 @@ def test_the_readme_mix_snippet_runs(colour_dataset, small_dataset, colour_tree,
 
 @pytest.mark.torch
 def test_the_bench_mix_feed_reads_the_dataset_as_three_sources(colour_dataset):
-    from iofeed.benchmark.feeds import DEFAULT_FEEDS, FeedSpec, open_feed
+    from iofeed.cli.bench.feeds import DEFAULT_FEEDS, FeedSpec, open_feed
 
     feed = open_feed(FeedSpec("iofeed-mix", str(colour_dataset), 1, 4, 32, "cpu"))
     mixture = feed.loader.mixture
@@ -628,7 +628,7 @@ def test_a_folder_whose_scan_rejected_too_much_is_named_inside_a_mixture(colour_
 
 
 def test_inspect_says_what_an_epoch_takes_from_each_source(colour_dataset, small_dataset, capsys):
-    from iofeed.cli import main
+    from iofeed.cli.main import main
 
     a, b = str(colour_dataset), str(small_dataset)
     assert main(["inspect", "--mix", f"{a}=1", "--mix", f"{b}=3", "--epoch-samples", "40"]) == 0
@@ -654,7 +654,7 @@ def test_inspect_says_what_an_epoch_takes_from_each_source(colour_dataset, small
                                            "with --mix"),
 ])
 def test_inspect_refuses_a_malformed_mix_in_one_line(argv, message, capsys):
-    from iofeed.cli import main
+    from iofeed.cli.main import main
 
     assert main(["inspect", *argv]) != 0
     err = capsys.readouterr().err
@@ -662,7 +662,7 @@ def test_inspect_refuses_a_malformed_mix_in_one_line(argv, message, capsys):
 
 
 def test_doctor_learns_every_source_a_mixture_read(colour_dataset, colour_tree):
-    from iofeed.doctor.run import sources_read
+    from iofeed.cli.doctor.run import sources_read
 
     with iofeed.loader(iofeed.Mix({str(colour_dataset): 1, str(colour_tree): 1}), batch_size=4, **OPTIONS) as ld:
         settings = ld.stats.as_dict()["settings"]

@@ -15,7 +15,7 @@ from helpers.images import label_from_pixels
 from helpers.runs import slot_memory
 from iofeed import Cache, Order, Resources, Skips
 from iofeed.errors import OptionError
-from iofeed.options import LoaderOptions
+from iofeed.options.loader_options import LoaderOptions
 
 SMALL = {"batch_size": 4, "image_size": 32}
 

@@ -13,15 +13,15 @@ import pytest
 import iofeed
 from helpers.runs import slot_memory
 from iofeed.adapters.numpy import to_numpy
-from iofeed.adapters.registry import ADAPTERS, AdapterCaps
-from iofeed.backends import select
-from iofeed.backends.registry import ENGINES
+from iofeed.engines import select
 from iofeed.errors import MissingDependencyError, OptionError
-from iofeed.gpu import nvml as gpu_nvml
-from iofeed.options import LoaderOptions
+from iofeed.options.adapter_choices import ADAPTERS, AdapterCaps
+from iofeed.options.engine_choices import ENGINES
+from iofeed.options.loader_options import LoaderOptions
 from iofeed.prepare.run import ImagePolicy, preprocess
-from iofeed.registry import Entry
-from iofeed.samples import open_source
+from iofeed.runtime.gpu import nvml as gpu_nvml
+from iofeed.runtime.registry import Entry
+from iofeed.sources.samples import open_source
 
 BAD = [
     ({"batch_size": 2.5}, "batch_size"), ({"batch_size": True}, "batch_size"), ({"batch_size": "4"}, "batch_size"),
@@ -145,7 +145,8 @@ def test_auto_decides_from_capabilities(colour_dataset, raw_source, monkeypatch)
     assert not select.fits(dali, LoaderOptions(4, device="cuda"), raw_source), "DALI reads no raw pixels"
     gpu_augment = LoaderOptions(4, device="cuda", framework="torch", gpu_augment=True)
     assert not select.fits(dali, gpu_augment, jpeg) and select.engine_name(gpu_augment, jpeg) == "workers"
-    assert select.engine_name(LoaderOptions(4, device="cuda"), jpeg) == "workers"  # fits, but auto never takes it
+    assert select.engine_name(LoaderOptions(4, device="cuda"), jpeg) == "nvjpeg"  # dali fits, but auto never takes it
+    assert select.engine_name(LoaderOptions(4, device="cuda"), raw_source) == "workers", "nvjpeg reads no raw pixels"
     monkeypatch.setattr(select, "gpu_present", lambda: False)
     assert not select.fits(dali, LoaderOptions(4, device="cuda"), jpeg)
     assert select.engine_name(LoaderOptions(4, device="cuda"), jpeg) == "workers"

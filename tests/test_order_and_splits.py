@@ -6,8 +6,8 @@ import pytest
 
 from iofeed.errors import OptionError
 from iofeed.image.boxes import Augment, center_box, random_resized_box
-from iofeed.order import OrderSpec
 from iofeed.prepare.splits import validation_mask
+from iofeed.sources.order import OrderSpec
 
 
 def test_validation_mask_per_class_and_deterministic():

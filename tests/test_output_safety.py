@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 
 from helpers.images import jpeg_bytes, make_image_tree, smooth_rgb
-from iofeed.cli import main
+from iofeed.cli.main import main
 from iofeed.errors import OptionError
-from iofeed.format.verify import verify_dataset
 from iofeed.prepare.output import _signals_held, lock_output, lock_path
 from iofeed.prepare.run import preprocess
+from iofeed.prepare.verify import verify_dataset
 
 WAIT_S = 180  # every wait on a child is bounded: a regression fails, never hangs CI
 
@@ -45,7 +45,7 @@ def _slow_tree(root: Path, images: int = 60) -> Path:
 
 def _start(*args: str, **kwargs) -> subprocess.Popen:
     """`iofeed preprocess ARGS` in a new session (its whole group can be cleaned up)."""
-    return subprocess.Popen([sys.executable, "-m", "iofeed.cli", "preprocess", *args, "--workers", "1"],
+    return subprocess.Popen([sys.executable, "-m", "iofeed.cli.main", "preprocess", *args, "--workers", "1"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
                             **kwargs)
 
@@ -172,7 +172,7 @@ def test_kill_9_leftovers_are_removed_and_reported_by_the_next_run(tmp_path):
     _finish(proc)
     stale = _partials(out)
     assert stale, "kill -9 cannot clean up"
-    done = subprocess.run([sys.executable, "-m", "iofeed.cli", "preprocess", str(src), "-o", str(out),
+    done = subprocess.run([sys.executable, "-m", "iofeed.cli.main", "preprocess", str(src), "-o", str(out),
                            "--workers", "2"], capture_output=True, text=True, timeout=WAIT_S * 3)
     assert done.returncode == 0, done.stderr
     assert f"removed       {stale[0]}" in done.stdout
@@ -186,7 +186,7 @@ def test_a_second_run_into_the_same_output_fails_with_the_lock_named(image_tree,
     src, _ = image_tree
     out = tmp_path / "o.iof"
     with lock_output(out):  # another run (a flock is per open file: a second open conflicts, any PID)
-        second = subprocess.run([sys.executable, "-m", "iofeed.cli", "preprocess", str(src), "-o", str(out),
+        second = subprocess.run([sys.executable, "-m", "iofeed.cli.main", "preprocess", str(src), "-o", str(out),
                                  "--workers", "1"], capture_output=True, text=True, timeout=WAIT_S)
         assert second.returncode == 1 and len(second.stderr.strip().splitlines()) == 1, second.stderr
         assert "another iofeed run" in second.stderr and str(lock_path(out)) in second.stderr
@@ -231,7 +231,7 @@ def test_a_full_disk_is_a_one_line_error(image_tree, tmp_path):
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
         resource.setrlimit(resource.RLIMIT_FSIZE, (20_000, 20_000))
 
-    done = subprocess.run([sys.executable, "-m", "iofeed.cli", "preprocess", str(src), "-o", str(out),
+    done = subprocess.run([sys.executable, "-m", "iofeed.cli.main", "preprocess", str(src), "-o", str(out),
                            "--workers", "1"], capture_output=True, text=True, timeout=WAIT_S, preexec_fn=limit)
     last = done.stderr.strip().splitlines()[-1]  # after the progress bar
     assert done.returncode == 1 and last.startswith("iofeed: error: cannot write") and "Traceback" not in done.stderr

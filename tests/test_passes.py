@@ -11,7 +11,7 @@ import pytest
 import iofeed
 from helpers.images import label_from_pixels, make_colour_tree
 from helpers.runs import state_after
-from iofeed.order import OrderSpec
+from iofeed.sources.order import OrderSpec
 
 
 def _pass(ld, batches: int | None = None) -> list[int]:

@@ -12,8 +12,8 @@ import pytest
 
 from helpers.images import jpeg_bytes, smooth_rgb
 from iofeed.errors import WorkerError
-from iofeed.format.verify import verify_dataset
 from iofeed.prepare.pool import ordered_map
+from iofeed.prepare.verify import verify_dataset
 
 WAIT_S = 180  # a hang guard: only a hang (or a machine loaded beyond reason) takes this long
 
@@ -74,7 +74,7 @@ def test_preprocess_survives_a_worker_killed_from_outside(tmp_path):
         folder.mkdir(parents=True, exist_ok=True)
         (folder / f"{i:03d}.jpg").write_bytes(jpeg_bytes(smooth_rgb(1200, 900, seed=i)))
     out = tmp_path / "o.iof"
-    proc = subprocess.Popen([sys.executable, "-m", "iofeed.cli", "preprocess", str(src), "-o", str(out),
+    proc = subprocess.Popen([sys.executable, "-m", "iofeed.cli.main", "preprocess", str(src), "-o", str(out),
                              "--workers", "2"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True)
     try:

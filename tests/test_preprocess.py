@@ -11,7 +11,7 @@ import pytest
 from PIL import Image, ImageOps
 
 from helpers.images import make_image_tree
-from iofeed.cli import main
+from iofeed.cli.main import main
 from iofeed.errors import IofeedError, OptionError, SourceError
 from iofeed.format.manifest import Manifest
 from iofeed.format.shards import read_index, read_member

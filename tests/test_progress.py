@@ -6,8 +6,8 @@ import io
 from pathlib import Path
 
 from helpers.images import make_colour_tree
-from iofeed.cli import main
-from iofeed.progress import progress
+from iofeed.cli.main import main
+from iofeed.runtime.progress import progress
 
 
 def _lines(text: str) -> list[str]:
@@ -50,7 +50,7 @@ def test_inspect_verify_says_how_far_it_is(tmp_path: Path, capsys) -> None:
 
 def test_the_bench_says_what_its_preprocess_wrote(tmp_path: Path, capsys) -> None:
     """The bench's raw preprocess ended without a summary."""
-    from iofeed.benchmark.inputs import resolve_inputs
+    from iofeed.cli.bench.inputs import resolve_inputs
 
     tree = make_colour_tree(tmp_path / "tree", per_class=3)
     inputs = resolve_inputs(tree, {"raw"}, False)

@@ -12,14 +12,14 @@ import pytest
 import iofeed
 from helpers.images import label_from_pixels
 from helpers.runs import state_after
-from iofeed.cli import main
+from iofeed.cli.main import main
 from iofeed.errors import OptionError, WorkerError
 from iofeed.format.manifest import Manifest
 from iofeed.format.table import RAW, load_sources
 from iofeed.image.pil import open_rgb, resize_shorter
 from iofeed.prepare.run import ImagePolicy, preprocess
-from iofeed.sample_reader import SampleReader
-from iofeed.samples import open_source
+from iofeed.sources.sample_reader import SampleReader
+from iofeed.sources.samples import open_source
 
 MIXED_THRESHOLD = 30_000  # the colour tree's stored images span 22,400–46,536 pixels
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from iofeed.cli import main
+from iofeed.cli.main import main
 from iofeed.format.manifest import Manifest
 from iofeed.prepare.run import preprocess
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from iofeed.cli import build_parser
+from iofeed.cli.main import build_parser
 
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text(encoding="utf-8")
@@ -54,7 +54,7 @@ def _shell(tmp_path: Path) -> dict[str, str]:
     """An environment where `iofeed` and `python` are this interpreter's, with this checkout's iofeed."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
-    for name, run in (("iofeed", f'"{sys.executable}" -m iofeed.cli'), ("python", f'"{sys.executable}"')):
+    for name, run in (("iofeed", f'"{sys.executable}" -m iofeed.cli.main'), ("python", f'"{sys.executable}"')):
         (bin_dir / name).write_text(f'#!/bin/sh\nexec {run} "$@"\n')
         (bin_dir / name).chmod(0o755)
     path = os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")])
@@ -69,7 +69,7 @@ def _run(line: str, cwd: Path, env: dict[str, str]) -> subprocess.CompletedProce
 @pytest.mark.slow
 def test_the_readme_commands_and_snippet_run_as_written(tmp_path):
     """In a fresh folder: the "Prepare a dataset once" block (a small stand-in: the one change), the
-    two-line snippet as `train.py`, `doctor` tracing it, and `bench` (shortened) on the result."""
+    two-line snippet as `train.py`, `cli/doctor` tracing it, and `bench` (shortened) on the result."""
     env, cwd = _shell(tmp_path), tmp_path / "work"
     cwd.mkdir()
     prepare = [line for line in command_lines("iofeed") if line.split()[1] in ("synth", "preprocess", "inspect")]

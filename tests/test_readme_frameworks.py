@@ -24,7 +24,7 @@ def snippets() -> dict[str, str]:
 
 
 def test_every_framework_has_a_snippet():
-    from iofeed.adapters.registry import ADAPTERS
+    from iofeed.options.adapter_choices import ADAPTERS
 
     assert sorted(snippets()) == sorted(ADAPTERS.names())
 

@@ -10,7 +10,7 @@ import pytest
 
 from helpers.images import make_image_tree
 from helpers.sources import encode, picture, write_webdataset
-from iofeed.cli import main
+from iofeed.cli.main import main
 from iofeed.format.manifest import Manifest
 
 README = Path(__file__).resolve().parents[1] / "README.md"

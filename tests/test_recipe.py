@@ -11,10 +11,10 @@ import pytest
 import iofeed
 from helpers.images import label_from_pixels, make_same_picture_tree, png_bytes, smooth_rgb
 from helpers.runs import slot_memory
-from iofeed.backends.base import BatchKey
+from iofeed.augment.batch_key import BatchKey
+from iofeed.augment.recipe import MAX_RATIO, MIN_CROP_FRACTION, MIN_SCALE, PRESETS, Recipe, recipe_of
 from iofeed.errors import OptionError
-from iofeed.options import LoaderOptions
-from iofeed.recipe import MAX_RATIO, MIN_CROP_FRACTION, MIN_SCALE, PRESETS, Recipe, recipe_of
+from iofeed.options.loader_options import LoaderOptions
 
 WIDTH, HEIGHT = 320, 256  # centre crop of 0.875: an integer box (48, 16, 272, 240)
 

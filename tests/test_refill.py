@@ -154,7 +154,7 @@ def test_a_skipped_place_goes_to_a_spare_of_the_same_part_first_then_to_any():
     """A mixture's skipped sample (`part_of`: its source) takes the first spare of its own source
     that loads, passing over other sources' spares, which stay for later skips; with none of its
     own it takes the next spare, as without parts."""
-    from iofeed.backends.refill import fill
+    from iofeed.engines.refill import fill
 
     def load(k: int, position: int, index: int, spare: bool) -> str | None:
         return "truncated" if index in (1, 13) else None

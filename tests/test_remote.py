@@ -14,12 +14,12 @@ import numpy as np
 import pytest
 
 import iofeed
-from iofeed.cli import main
+from iofeed.cli.main import main
 from iofeed.errors import OptionError, SampleError, SourceError
 from iofeed.format.manifest import Manifest
-from iofeed.remote.cache_dir import cache_usage
-from iofeed.remote.upload import upload_dataset
-from iofeed.samples import open_source
+from iofeed.prepare.upload import upload_dataset
+from iofeed.sources.remote.cache_dir import cache_usage
+from iofeed.sources.samples import open_source
 
 pytest.importorskip("s3fs")
 pytest.importorskip("moto.server")
@@ -208,7 +208,7 @@ def test_the_prefetcher_takes_the_next_epochs_early_shards_after_the_passs() -> 
     (Over HTTP, `scripts/streamed_boundary.py` counts the workers' downloads: 8-10 per run before,
     none after; whether a worker or a download thread reaches a shard first is scheduling, so a
     test on real servers cannot assert none.)"""
-    from iofeed.remote.prefetch import Prefetcher
+    from iofeed.sources.remote.prefetch import Prefetcher
 
     acquired, lock = [], threading.Lock()
 
@@ -424,8 +424,8 @@ def test_a_failed_bench_removes_its_streaming_cache_too(dataset: Path, tmp_path:
     pytest.importorskip("torch")
     from contextlib import ExitStack
 
-    import iofeed.benchmark.run as bench_run
-    from iofeed.benchmark.sources import SOURCES
+    import iofeed.cli.bench.run as bench_run
+    from iofeed.cli.bench.sources import SOURCES
 
     made: list[Path] = []
 
@@ -450,7 +450,7 @@ def test_a_failed_bench_removes_its_streaming_cache_too(dataset: Path, tmp_path:
 def test_the_cold_feed_refuses_a_split_its_cache_would_hold(s3, dataset: Path, tmp_path: Path, monkeypatch) -> None:
     """The bench's cold feed must evict: with the default 128 MiB shards (Caltech-256: 4 shards) its
     cache of 6 shards holds the whole split, so it is reported unavailable, naming the fix."""
-    from iofeed.benchmark.stream import stream_options
+    from iofeed.cli.bench.stream import stream_options
     from iofeed.errors import FeedUnavailable
     from iofeed.prepare.run import preprocess
 
@@ -488,14 +488,14 @@ def test_the_dali_engine_reads_the_same_stream(dataset: Path, tmp_path: Path) ->
 FETCH_SCRIPT = """
 import sys
 from pathlib import Path
-from iofeed.remote.cache import ShardCache, ShardRef
+from iofeed.sources.remote.cache import ShardCache, ShardRef
 cache = ShardCache(Path(sys.argv[1]), sys.argv[2], 1 << 30)
 cache.acquire(ShardRef(sys.argv[3], int(sys.argv[4]), sys.argv[5]))
 """
 
 
 def test_a_rank_killed_mid_download_leaves_nothing_trusted(dataset: Path, tmp_path: Path) -> None:
-    from iofeed.remote.cache import ShardCache, ShardRef
+    from iofeed.sources.remote.cache import ShardCache, ShardRef
 
     shard = _shards(dataset)[0]
     server = CountingServer(dataset.parent)
@@ -534,8 +534,8 @@ def test_a_download_becomes_its_shard_under_the_eviction_lock(dataset: Path, tmp
     the cache reached 1.04x its limit with two workers streaming the stand-in."""
     import fcntl
 
-    from iofeed.remote.cache import ShardCache, ShardRef
-    from iofeed.remote.cache_dir import EVICT_LOCK
+    from iofeed.sources.remote.cache import ShardCache, ShardRef
+    from iofeed.sources.remote.cache_dir import EVICT_LOCK
 
     shard = _shards(dataset)[0]
     server = CountingServer(dataset.parent)
@@ -582,7 +582,7 @@ def test_which_failures_are_transient() -> None:
     import aiohttp
     import botocore.exceptions
 
-    from iofeed.remote.retry import is_transient
+    from iofeed.sources.remote.retry import is_transient
 
     def response_error(status: int) -> aiohttp.ClientResponseError:
         return aiohttp.ClientResponseError(None, (), status=status)  # type: ignore[arg-type]

@@ -15,12 +15,12 @@ from pathlib import Path
 import pytest
 
 import iofeed
-from iofeed.cli import main
+from iofeed.cli.main import main
 from iofeed.errors import CacheWriteError, FetchError, OptionError, SampleError, SourceError
 from iofeed.format.manifest import Manifest
-from iofeed.remote.cache import FAILED, PART, ShardCache, ShardRef
-from iofeed.remote.retry import RetryPolicy, describe, with_retries
-from iofeed.samples import open_source
+from iofeed.sources.remote.cache import FAILED, PART, ShardCache, ShardRef
+from iofeed.sources.remote.retry import RetryPolicy, describe, with_retries
+from iofeed.sources.samples import open_source
 
 pytest.importorskip("aiohttp")
 pytest.importorskip("s3fs")
@@ -426,7 +426,7 @@ def test_a_cache_too_small_for_the_orders_live_shards_warns_with_the_numbers(ser
 
 
 def test_a_wait_for_room_is_said_once(server, dataset: Path, tmp_path: Path, monkeypatch) -> None:
-    import iofeed.remote.cache as cache_module
+    import iofeed.sources.remote.cache as cache_module
 
     monkeypatch.setattr(cache_module, "ROOM_WAIT_SECONDS", 0.6)
     first, _ = _ref(server, dataset, 0)
@@ -533,7 +533,7 @@ def test_a_connection_error_wrapping_a_plain_os_error_stays_transient() -> None:
 
     import aiohttp
 
-    from iofeed.remote.retry import is_transient
+    from iofeed.sources.remote.retry import is_transient
 
     try:
         try:
@@ -551,7 +551,7 @@ def test_an_unexpected_error_in_a_download_thread_does_not_stall_the_prefetcher(
 
     import numpy as np
 
-    from iofeed.remote.prefetch import Prefetcher
+    from iofeed.sources.remote.prefetch import Prefetcher
 
     acquired, lock = [], threading.Lock()
 
@@ -577,7 +577,7 @@ def test_an_unexpected_error_in_a_download_thread_does_not_stall_the_prefetcher(
 def test_a_closed_loaders_download_stops_instead_of_retrying_on(server, dataset: Path, tmp_path: Path) -> None:
     """A prefetcher's download against a stalled server went on retrying after close() (the
     process then took the whole retry budget to exit); cancelling stops it at its next read."""
-    from iofeed.remote.cache import Cancelled
+    from iofeed.sources.remote.cache import Cancelled
 
     ref, path = _ref(server, dataset)
     server.stall.add(path)
@@ -605,7 +605,7 @@ def test_a_closed_loaders_download_stops_instead_of_retrying_on(server, dataset:
 def s3_proxy(dataset: Path):
     """moto's S3 with the tiny dataset, behind a proxy on 127.0.0.1 that injects 500s."""
     pytest.importorskip("moto.server")
-    from iofeed.remote.upload import upload_dataset
+    from iofeed.prepare.upload import upload_dataset
 
     env = pytest.MonkeyPatch()
     for name, value in (("AWS_ACCESS_KEY_ID", "testing"), ("AWS_SECRET_ACCESS_KEY", "testing"),
@@ -667,7 +667,7 @@ def test_a_download_held_by_a_hung_process_is_waited_for_within_a_bound(server, 
     (cache.path(ref).parent / f"{ref.cached_name}{PART}4242-1").write_bytes(b"")
     lock = os.open(cache.path(ref).with_name(ref.cached_name + ".lock"), os.O_RDWR | os.O_CREAT)
     fcntl.flock(lock, fcntl.LOCK_EX)  # the hung holder
-    import iofeed.remote.cache as cache_module
+    import iofeed.sources.remote.cache as cache_module
 
     monkeypatch.setattr(cache_module, "ROOM_WAIT_SECONDS", 0.1)
     outcome: list[BaseException] = []

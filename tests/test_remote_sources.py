@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from iofeed.cli import main
+from iofeed.cli.main import main
 
 pytest.importorskip("aiohttp")
 pytest.importorskip("webdataset")
@@ -86,6 +86,6 @@ def test_a_timeout_without_a_message_still_says_what_happened() -> None:
     """fsspec raises FSTimeoutError() with no text: the message ended "FSTimeoutError:"."""
     from fsspec.exceptions import FSTimeoutError
 
-    from iofeed.remote.retry import describe
+    from iofeed.sources.remote.retry import describe
 
     assert describe(FSTimeoutError()) == "timed out (FSTimeoutError: no answer in time)"

@@ -15,12 +15,12 @@ import pytest
 import iofeed
 from helpers.adversarial import build, relabel_in_place, rotate_members, sibling_in_place
 from helpers.pixelcode import decode
-from iofeed.cli import main
+from iofeed.cli.main import main
 from iofeed.errors import DatasetError
 from iofeed.format.manifest import Manifest
-from iofeed.format.verify import verify_dataset
 from iofeed.prepare.index import index_shards
 from iofeed.prepare.run import preprocess
+from iofeed.prepare.verify import verify_dataset
 
 EVAL = iofeed.Recipe(train=False, crop_fraction=1.0)
 
@@ -214,7 +214,7 @@ def test_dalis_validation_refuses_a_fifo_in_a_folder_instead_of_waiting(tmp_path
     'not a regular file', like the workers engine says, never a read that waits for a writer."""
     os.mkfifo(tmp_path / "x.jpg")
     fifo = str(tmp_path / "x.jpg").encode()
-    code = f"from iofeed.backends.dali.validate import check_file\nprint(check_file({fifo!r}))"
+    code = f"from iofeed.engines.dali.validate import check_file\nprint(check_file({fifo!r}))"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
     assert done.returncode == 0 and done.stdout.strip() == "not a regular file", done.stderr

@@ -14,9 +14,9 @@ from iofeed.errors import SourceError
 from iofeed.format.manifest import Manifest
 from iofeed.prepare.run import preprocess
 from iofeed.prepare.sources.base import SourceOptions
-from iofeed.prepare.sources.registry import detect
+from iofeed.prepare.sources.kinds import detect
+from iofeed.prepare.sources.label_targets import Targets
 from iofeed.prepare.sources.shardlist import expand_braces
-from iofeed.prepare.sources.targets import Targets
 
 
 def _rejected(out: Path) -> dict[str, str]:

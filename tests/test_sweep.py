@@ -13,7 +13,7 @@ from PIL import Image
 
 from helpers.images import CLASS_COLOURS, jpeg_bytes, label_from_pixels, make_colour_tree
 from helpers.sources import read_dataset
-from iofeed.cli import main
+from iofeed.cli.main import main
 from iofeed.format.manifest import Manifest
 from iofeed.prepare.run import preprocess
 
@@ -48,7 +48,7 @@ def test_doctor_checks_the_classes_and_files_preprocess_reads_through_a_class_li
     """`iofeed doctor`'s own walk skipped a class folder linked in at the top, which preprocess
     reads as a class: a quarter of the data was neither counted nor checked. It now samples the
     files of the preprocess scan (its links, and nothing a link that repeats the source reaches)."""
-    from iofeed.doctor.data import check_data
+    from iofeed.cli.doctor.data import check_data
 
     elsewhere = make_colour_tree(tmp_path / "elsewhere", per_class=3)
     (elsewhere / "004.colour3" / "notes.jpg").write_bytes(b"not an image\n")

@@ -119,7 +119,7 @@ def test_bad_arguments(tmp_path: Path, bad: dict) -> None:
 @pytest.mark.parametrize("overwrite", [False, True])
 def test_a_folder_with_other_content_is_refused(tmp_path: Path, capsys, overwrite: bool) -> None:
     """Issue 22.6: a user's class folders next to the stand-in would vanish from the next preprocess."""
-    from iofeed.cli import main
+    from iofeed.cli.main import main
 
     mine = tmp_path / "001.cats" / "a.jpg"
     mine.parent.mkdir()

@@ -14,11 +14,11 @@ import numpy as np
 import pytest
 
 import iofeed
-from iofeed.cli import main
+from iofeed.cli.main import main
 from iofeed.errors import DatasetError
 from iofeed.format.manifest import Manifest
-from iofeed.format.verify import verify_dataset
-from iofeed.samples import open_source
+from iofeed.prepare.verify import verify_dataset
+from iofeed.sources.samples import open_source
 
 
 def _copy(dataset: Path, tmp_path: Path) -> Path:
@@ -102,7 +102,7 @@ def _fifo_in_place_of(out: Path, name: str) -> None:
 def test_a_fifo_named_like_a_dataset_file_is_refused_not_waited_on(colour_dataset, tmp_path, name):
     out = _copy(colour_dataset, tmp_path)
     _fifo_in_place_of(out, name)
-    code = f"from iofeed.cli import main\nraise SystemExit(main(['inspect', {str(out)!r}, '--verify']))"
+    code = f"from iofeed.cli.main import main\nraise SystemExit(main(['inspect', {str(out)!r}, '--verify']))"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env)
     assert done.returncode == 1, done.stderr
@@ -211,7 +211,7 @@ def test_out_of_descriptors_is_said_with_the_file_not_as_a_replaced_dataset(colo
     code = f"""
 import os, resource
 from iofeed.errors import SourceError
-from iofeed.samples import open_source
+from iofeed.sources.samples import open_source
 resource.setrlimit(resource.RLIMIT_NOFILE, (64, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
 held = []
 try:

@@ -18,7 +18,7 @@ import pytest
 from PIL import Image
 
 from helpers.images import CLASS_COLOURS, jpeg_bytes, label_from_pixels, png_bytes
-from iofeed.cli import main
+from iofeed.cli.main import main
 from iofeed.errors import OptionError, SourceError
 from iofeed.format.manifest import Manifest
 from iofeed.format.shards import read_member

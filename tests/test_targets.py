@@ -148,7 +148,7 @@ def test_a_missing_targets_file_is_a_one_line_error_naming_it(multi, tmp_path):
 
 
 def test_verify_accepts_a_multi_label_dataset(multi, capsys):
-    from iofeed.cli import main
+    from iofeed.cli.main import main
 
     assert main(["inspect", "--verify", str(multi)]) == 0
     assert f"verified      {len(WANT)} samples" in capsys.readouterr().out

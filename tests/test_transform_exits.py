@@ -19,7 +19,7 @@ SMALL = {"batch_size": 4, "image_size": 32, "seed": 5, "workers": 1}
 
 def _named_sample(colour_dataset: Path, message: str) -> int:
     """The label of the one sample `message` names (by its shard@offset path)."""
-    source = iofeed.samples.open_source(colour_dataset, "train")
+    source = iofeed.sources.samples.open_source(colour_dataset, "train")
     paths = {source.path_of(i): int(source.label[i]) for i in range(len(source.label))}
     named = [p for p in re.findall(r"\S+\.tar@\d+", message) if p in paths]
     assert len(named) == 1, message

@@ -13,12 +13,12 @@ import iofeed
 from helpers import transforms as T
 from helpers.images import make_same_picture_tree
 from helpers.runs import slot_memory
-from iofeed.backends import select
-from iofeed.backends.base import BatchKey
+from iofeed.augment.batch_key import BatchKey
+from iofeed.augment.transforms import SAMPLE_STREAM, Output, SampleTransform, _seeds, preserved_globals, seed_globals
+from iofeed.engines import select
 from iofeed.errors import OptionError, SampleError, WorkerError
-from iofeed.gpu import nvml as gpu_nvml
-from iofeed.options import LoaderOptions
-from iofeed.transforms import SAMPLE_STREAM, Output, SampleTransform, _seeds, preserved_globals, seed_globals
+from iofeed.options.loader_options import LoaderOptions
+from iofeed.runtime.gpu import nvml as gpu_nvml
 
 SMALL = {"batch_size": 4, "image_size": 32, "seed": 5}
 
@@ -68,7 +68,7 @@ def test_failures_are_skipped_and_counted_with_the_transform_named(colour_datase
         stats = ld.stats
     kind = "transform helpers.transforms.flaky raised ValueError"
     failing, passing = _flaky_draws()
-    source = iofeed.samples.open_source(colour_dataset, "train")
+    source = iofeed.sources.samples.open_source(colour_dataset, "train")
     skipped = {example.split(f": {kind}")[0] for example in stats.skipped_examples}
     assert stats.skipped[kind] == len(failing) and len(failing) <= 20  # all of them among the examples
     assert skipped == {source.path_of(i) for i in failing}, "exactly the samples whose seeded draw failed"
@@ -218,9 +218,9 @@ def test_auto_picks_workers_for_a_transform_and_says_so(colour_dataset, monkeypa
     monkeypatch.setattr(select, "_installed", lambda module: True)
     monkeypatch.setattr(gpu_nvml, "visible_gpu_count", lambda: 1)  # LoaderOptions resolves device= against it
     options = LoaderOptions(batch_size=4, device="cuda:0", transform=T.jitter)
-    source = iofeed.samples.open_source(colour_dataset, "train")
+    source = iofeed.sources.samples.open_source(colour_dataset, "train")
     assert select.engine_name(options, source) == "workers"
-    assert select.engine_name(LoaderOptions(batch_size=4, device="cuda:0"), source) == "workers"  # never dali
+    assert select.engine_name(LoaderOptions(batch_size=4, device="cuda:0"), source) == "nvjpeg"  # never dali
     with iofeed.loader(colour_dataset, workers=1, transform=T.jitter, **SMALL) as ld:
         assert any("transform= runs only in worker processes" in d for d in ld.stats.settings["decisions"])
 

@@ -68,7 +68,7 @@ PROGRAM = textwrap.dedent('''
 def expected(t: dict[str, str]) -> dict[str, str]:
     """What docs/frameworks/*.md (and `loader`'s docstring) say each call gives, in mypy's spelling."""
     def loader_of(*items: str) -> str:
-        return f"iofeed.loader.Loader[tuple[{', '.join(items)}]]"
+        return f"iofeed.loading.loader.Loader[tuple[{', '.join(items)}]]"
 
     numpy, torch, jax, tft = t["NDARRAY"], t["TENSOR"], t["JAX_ARRAY"], t["TF_TENSOR"]
     dataset = f"tensorflow.data.Dataset[tuple[{tft}, {tft}]]"
@@ -124,8 +124,8 @@ def test_loader_keywords_are_the_signatures_own() -> None:
     """The overloads' shared keywords (`LoaderKeywords`) name every other keyword of `loader`, with
     the same annotation, and each flat spelling of a grouped option with its field's annotation: a
     keyword added to the signature (or the flat table) alone fails here, not in users' editors."""
-    from iofeed.loader_types import LoaderKeywords
-    from iofeed.option_groups import FLAT, GROUPS
+    from iofeed.loading.keywords import LoaderKeywords
+    from iofeed.options.groups import FLAT, GROUPS
 
     params = inspect.signature(iofeed.loader).parameters
     signature = {name: p.annotation for name, p in params.items()
@@ -138,7 +138,7 @@ def test_loader_keywords_are_the_signatures_own() -> None:
 
 def test_types_import_no_framework_at_runtime() -> None:
     """`Loader[...]` works at runtime, and importing iofeed (with its types) imports no framework."""
-    code = ("import sys, iofeed; iofeed.Loader[tuple[int, int]]; import iofeed.loader_types; "
+    code = ("import sys, iofeed; iofeed.Loader[tuple[int, int]]; import iofeed.loading.keywords; "
             "print(sorted(m for m in ('torch', 'tensorflow', 'jax', 'keras') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=True)
     assert out.stdout.strip() == "[]"

@@ -14,9 +14,9 @@ import pytest
 
 import iofeed
 from helpers.transforms import WaitFor
-from iofeed.backends.workers import watchdog
-from iofeed.backends.workers.progress import IDLE, TRANSFORMING, Progress, finish_task, mark, worker_view
-from iofeed.backends.workers.watchdog import RAISE_ENV, WARN_ENV, Watchdog
+from iofeed.engines.workers import watchdog
+from iofeed.engines.workers.watchdog import RAISE_ENV, WARN_ENV, Watchdog
+from iofeed.engines.workers.worker_status import IDLE, TRANSFORMING, Progress, finish_task, mark, worker_view
 from iofeed.errors import OptionError, WorkerError
 
 SMALL = {"batch_size": 4, "image_size": 32, "workers": 1}

@@ -4,8 +4,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from iofeed.benchmark.report import table
-from iofeed.cli import main
+from iofeed.cli.bench.report import table
+from iofeed.cli.main import main
 from iofeed.prepare.run import ImagePolicy, preprocess
 
 RESULTS = Path(__file__).resolve().parents[1] / "bench" / "results" / "ab-2026-11-24" / "main-job-final.json"

@@ -6,7 +6,7 @@ import os
 import pytest
 
 import iofeed
-from iofeed.parallel import WORKERS_PER_CORE, resolve_workers
+from iofeed.runtime.processes import WORKERS_PER_CORE, resolve_workers
 
 
 @pytest.fixture

@@ -3,12 +3,12 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
+from .augment.recipe import PRESETS, Recipe  # noqa: E402
 from .errors import IofeedError  # noqa: E402
-from .loader import Loader  # noqa: E402
-from .loader_api import loader  # noqa: E402
-from .mix import Mix  # noqa: E402
-from .option_groups import Cache, Order, Resources, Skips  # noqa: E402
-from .recipe import PRESETS, Recipe  # noqa: E402
+from .loading.call import loader  # noqa: E402
+from .loading.loader import Loader  # noqa: E402
+from .options.groups import Cache, Order, Resources, Skips  # noqa: E402
+from .sources.mix import Mix  # noqa: E402
 
 __all__ = ["PRESETS", "Cache", "IofeedError", "Loader", "Mix", "Order", "Recipe", "Resources", "Skips", "__version__",
            "loader"]

@@ -4,7 +4,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any, Protocol
 
-from ..backends.base import Backend, Batch
+from ..engines.base import Backend, Batch
 
 
 class EpochLoader(Protocol):

@@ -17,7 +17,7 @@ def affine_per_image(source: np.ndarray, out: np.ndarray, scale: np.ndarray, shi
 
     On the CPU this runs in the training process beside the loader's workers: numpy keeps it
     on one thread (torch's intra-op threads spin between kernels and take the workers' cores;
-    measured: docs/architecture.md, "Why the code is as it is"), and one image at a time keeps
+    measured: docs/decisions/0063-host-float-normalises-with-numpy-on-one.md), and one image at a time keeps
     its three passes in the core's cache."""
     for image, row in zip(source, out):
         row[...] = image

@@ -8,10 +8,10 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from ..backends.base import Batch
+from ..augment.transforms import BatchTransform
+from ..engines.base import Batch
 from ..errors import OptionError
-from ..options import LoaderOptions
-from ..transforms import BatchTransform
+from ..options.loader_options import LoaderOptions
 from .host_float import HostNormaliser
 from .normalize import HOST, IMAGENET_AFFINE, Affine, options_affine, record_normalise_on
 from .numpy import to_numpy

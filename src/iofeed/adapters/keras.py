@@ -9,9 +9,9 @@ import keras
 import numpy as np
 from keras.src.trainers.data_adapters.data_adapter import DataAdapter
 
-from ..backends.base import Batch
+from ..engines.base import Batch
 from ..errors import OptionError
-from ..options import LoaderOptions
+from ..options.loader_options import LoaderOptions
 from .base import EpochLoader
 from .model_scale import check_model_input
 from .normalize import PIXELS_AFFINE, Affine, options_affine, record_normalise_on
@@ -112,7 +112,7 @@ class KerasBatches(DataAdapter):
 
     @property
     def batch_size(self) -> int:
-        return self.iofeed_loader.order.batch_size
+        return int(self.iofeed_loader.order.batch_size)
 
     @property
     def has_partial_batch(self) -> bool:

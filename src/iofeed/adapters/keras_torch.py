@@ -7,9 +7,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..backends.base import Batch
-from ..gpu.device import loader_device
-from ..transforms import BatchTransform
+from ..augment.transforms import BatchTransform
+from ..engines.base import Batch
+from ..runtime.gpu.device import loader_device
 from .host_float import HostNormaliser
 from .normalize import HOST, Affine
 from .numpy import to_numpy

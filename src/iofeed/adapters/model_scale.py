@@ -6,11 +6,12 @@ from __future__ import annotations
 import sys
 import warnings
 import weakref
+from types import FrameType
 from typing import Any
 
 from .normalize import PIXELS_AFFINE, options_affine
 
-_warned: weakref.WeakSet = weakref.WeakSet()  # loaders already warned about (or found fine)
+_warned: weakref.WeakSet[Any] = weakref.WeakSet()  # loaders already warned about (or found fine)
 DEPTH = 40  # frames looked through for the Keras model whose fit/evaluate asks for the data
 
 
@@ -35,7 +36,7 @@ def check_model_input(loader: Any) -> None:
 
 
 def _calling_model(keras: Any) -> Any:
-    frame = sys._getframe(2)
+    frame: FrameType | None = sys._getframe(2)
     for _ in range(DEPTH):
         if frame is None:
             return None

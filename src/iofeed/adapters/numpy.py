@@ -5,9 +5,9 @@ from typing import Any
 
 import numpy as np
 
-from ..backends.base import Batch
-from ..options import LoaderOptions
-from ..transforms import BatchTransform
+from ..augment.transforms import BatchTransform
+from ..engines.base import Batch
+from ..options.loader_options import LoaderOptions
 from .base import EpochLoader
 from .normalize import record_normalise_on
 

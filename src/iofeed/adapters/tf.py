@@ -11,11 +11,11 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from ..backends.base import Batch
+from ..augment.transform_checks import BATCH_RESULT_FIX, batch_result_problem
+from ..augment.transforms import batch_seed, takes, transform_name
+from ..engines.base import Batch
 from ..errors import LoaderStateError, OptionError
-from ..options import LoaderOptions
-from ..transform_checks import BATCH_RESULT_FIX, batch_result_problem
-from ..transforms import batch_seed, takes, transform_name
+from ..options.loader_options import LoaderOptions
 from .base import EpochLoader
 from .host_float import HostNormaliser
 from .model_scale import check_model_input
@@ -112,8 +112,9 @@ def to_tf_dataset(loader: EpochLoader, normalise_on: str | None = HOST, affine: 
     out of shared memory already normalised (`affine`) by numpy on one thread, into a 64-byte
     aligned array that `from_generator` hands to TensorFlow without a copy. (On the CPU,
     normalising with TF ops in a `.map` costs a copy out of the slot, another into TF, and TF's
-    thread pool on the workers' cores; measured: docs/architecture.md, "Why the code is as it
-    is".) With a device (`"/gpu:0"`) the generator yields the uint8 batch, `copy_to_device` moves
+    thread pool on the workers' cores; measured:
+    docs/decisions/0064-tf-normalises-on-the-host-before-tensorflow.md.)
+    With a device (`"/gpu:0"`) the generator yields the uint8 batch, `copy_to_device` moves
     it there and a `.map` placed on the device normalises it (then the `batch_transform`), with
     the `.prefetch` on the device too. `.prefetch(2)` overlaps either with the training step.
     tf.data's autotuning is off (nothing to tune, and its start-up slowed each new iterator),

@@ -113,7 +113,7 @@ _INT = "an integer"
 _SHARD_FIELDS = {"name": str, "index": str, "samples": _INT, "bytes": _INT}
 
 
-def _check_types(raw: dict) -> None:
+def _check_types(raw: dict[str, Any]) -> None:
     """ValueError naming the first key whose value has the wrong type (`"samples": "10"`,
     `"classes": 5`): the manifest is read from disk or a URL, so nothing in it is trusted."""
     for key in ("classes", "class_dirs"):
@@ -138,7 +138,7 @@ def _check_types(raw: dict) -> None:
                 _check_field(shard, "mtime_ns", _INT, f"shard {number} of split {name!r}")
 
 
-def _check_field(values: dict, key: str, kind: object, what: str) -> None:
+def _check_field(values: dict[str, Any], key: str, kind: Any, what: str) -> None:
     value = values.get(key)
     if kind == _INT:
         ok = isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2**63

@@ -166,6 +166,7 @@ class ShardWriter:
 
     def _finish(self) -> None:
         """Close the open shard: end blocks and record padding, index, fsync, rename."""
+        assert self._out is not None, "a shard is open"
         number = len(self._shards)
         total = _blocks(self._size + 2 * BLOCK, RECORD)
         self._out.write(bytes(total - self._size))

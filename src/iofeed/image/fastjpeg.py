@@ -41,7 +41,9 @@ def decode_rgb_array(data: bytes, min_size: tuple[int, int]) -> np.ndarray:
     """(H, W, 3) uint8 RGB at the smallest DCT scale still covering `min_size` (width, height).
     Raises SampleError for corrupt or truncated data."""
     try:
-        return _simplejpeg().decode_jpeg(data, colorspace="RGB", min_width=min_size[0], min_height=min_size[1])
+        pixels: np.ndarray = _simplejpeg().decode_jpeg(data, colorspace="RGB", min_width=min_size[0],
+                                                      min_height=min_size[1])
+        return pixels
     except ValueError as exc:
         raise SampleError(f"corrupt or truncated image ({exc})") from None
 

@@ -5,18 +5,12 @@ import hashlib
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from ..errors import SampleError
 from ..format.policy import ImagePolicy
 from ..image.fastjpeg import check_strictly
-from ..image.pil import (
-    Opened,
-    decode_rgb,
-    encode_jpeg,
-    is_progressive,
-    open_image,
-    resize_shorter,
-)
+from ..image.pil import Opened, decode_rgb, encode_jpeg, is_progressive, open_image, resize_shorter
 
 Span = tuple[int, int]  # (offset, size) of an input inside its file; size -1: the whole file
 WHOLE: Span = (0, -1)
@@ -31,7 +25,7 @@ class Prepared:
     index: int
     data: bytes | None
     reason: str | None = None
-    facts: dict = field(default_factory=dict)
+    facts: dict[str, Any] = field(default_factory=dict)
     encoding: str = "jpeg"
 
 

@@ -25,7 +25,7 @@ from pathlib import Path
 from ..errors import IofeedError, OptionError
 from ..format.files import lock_free
 from ..format.manifest import MANIFEST_NAME
-from .scan import linked_class_folders
+from ..sources.folder_scan import linked_class_folders
 
 PARTIAL = ".partial-"  # `.OUT.partial-PID`: the dataset being written
 SPOOL = ".spool-"  # `.OUT.spool-PID-*`: bytes a source copied out (Parquet cells, remote shards)
@@ -231,8 +231,8 @@ def _signals_held() -> Iterator[None]:
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, signal.SIG_DFL if handler is None else handler)
-        for sig in arrived:
-            signal.raise_signal(sig)
+        for signum in arrived:
+            signal.raise_signal(signum)
 
 
 @contextmanager

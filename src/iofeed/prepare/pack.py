@@ -7,6 +7,7 @@ from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -15,11 +16,11 @@ from ..format.policy import ImagePolicy
 from ..format.shards import ShardWriter
 from ..format.table import ENCODINGS, MEMBER_EXTENSIONS, new_table, save_table
 from ..format.targets import save_targets
-from ..progress import progress as progress_bar
+from ..runtime.progress import progress as progress_bar
+from ..sources.folder_scan import Rejection, display_path
 from .file import Prepared, Task
-from .scan import Rejection, display_path
 from .sources.base import SourceScan
-from .sources.targets import Resolved
+from .sources.label_targets import Resolved
 
 CLASSES_MEMBER = "classes.json"  # a multi-label sample's class indices, a JSON list
 EXTRA_MEMBER = "json"  # a sample's extra, any JSON value (WebDataset's metadata convention)
@@ -33,8 +34,8 @@ class PackResult:
 
     splits: dict[str, SplitInfo]
     rejected: list[Rejection]
-    facts: list[dict]
-    targets: dict
+    facts: list[dict[str, Any]]
+    targets: dict[str, Any]
 
 
 def pack(
@@ -52,11 +53,11 @@ def pack(
     tables = {name: new_table(len(order)) for name, order in orders.items()}
     sources: dict[str, list[str]] = {name: [] for name in orders}
     tasks = [(int(i), scan.paths[i], policy, scan.spans[i]) for order in orders.values() for i in order]
-    side = {name: [] for name in orders}  # per split, each row's classes and extra (multi-label or extras)
+    side: dict[str, list[Any]] = {name: [] for name in orders}  # per split: each row's classes and extra
     kind = targets.kind
     split_of = {int(i): name for name, order in orders.items() for i in order}
     rejected: list[Rejection] = []
-    facts: list[dict] = []
+    facts: list[dict[str, Any]] = []
     with run_engine(tasks) as results:
         for prepared in progress_bar(results, total=len(tasks), unit="img", desc="preprocess", disable=not progress):
             rel = scan.names[prepared.index]

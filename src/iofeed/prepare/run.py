@@ -16,16 +16,16 @@ from .. import __version__
 from ..errors import IofeedError, OptionError
 from ..format.manifest import Manifest
 from ..format.policy import ImagePolicy
-from ..remote.urls import is_url
+from ..sources.folder_scan import Rejection, display_path, none_accepted, reason_kind
+from ..sources.remote.urls import is_url
 from .duplicates import Duplicates, find_duplicates
-from .engines import select_engine
+from .executors import select_engine
 from .file import Prepared, Task
 from .output import check_inputs, check_output, spool_dir, written_aside
 from .pack import pack
-from .scan import Rejection, display_path, none_accepted, reason_kind
 from .sources.base import SourceOptions, SourceScan
-from .sources.registry import scan_source
-from .sources.targets import Resolved
+from .sources.kinds import scan_source
+from .sources.label_targets import Resolved
 from .sources.webdataset import image_keys
 from .splits import validation_mask, write_order
 from .stats import source_stats

@@ -13,14 +13,14 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 from PIL import Image, ImageDraw
 
 from ..errors import OptionError
-from ..parallel import resolve_workers, safe_context
-from ..progress import progress as progress_bar
+from ..runtime.processes import resolve_workers, safe_context
+from ..runtime.progress import progress as progress_bar
 from .caltech_names import CALTECH256_CLASSES
 
 ROOT_NAME = "256_ObjectCategories"
@@ -185,7 +185,7 @@ def _chunks(specs: list[ImageSpec], workers: int) -> Iterator[list[ImageSpec]]:
 
 
 @contextmanager
-def _imap(workers: int) -> Iterator[Callable[..., Iterable]]:
+def _imap(workers: int) -> Iterator[Callable[..., Iterable[Any]]]:
     """An unordered map over `workers` processes (forkserver or spawn, never fork); in-process for 1."""
     if workers == 1:
         yield map

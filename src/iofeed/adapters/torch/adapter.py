@@ -7,10 +7,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from ...backends.base import Batch
-from ...backends.workers.packing import PackedImages
-from ...options import LoaderOptions
-from ...transforms import BatchTransform
+from ...augment.transforms import BatchTransform
+from ...engines.base import Batch
+from ...engines.workers.packing import PackedImages
+from ...options.loader_options import LoaderOptions
 from ..base import EpochLoader
 from ..host_float import affine_per_image
 from ..normalize import HOST, IMAGENET_AFFINE, Affine, options_affine, record_normalise_on

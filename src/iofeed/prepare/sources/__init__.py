@@ -1,1 +1,1 @@
-"""The inputs `iofeed preprocess` reads: one module per source kind, chosen by `registry.py`."""
+"""The inputs `iofeed preprocess` reads: one module per source kind, chosen by `runtime/registry.py`."""

@@ -6,9 +6,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ...sources.folder_scan import Rejection
 from ..file import WHOLE, Span
-from ..scan import Rejection
-from .targets import Targets
+from .label_targets import Targets
 
 
 @dataclass(frozen=True)
@@ -58,8 +58,9 @@ class SourceScan:
             return
         self.rejected += [Rejection(self.names[i], reason) for i, reason in bad.items()]
         keep = [i for i in range(len(self)) if i not in bad]
-        self.paths, self.spans, self.names = ([column[i] for i in keep]
-                                              for column in (self.paths, self.spans, self.names))
+        self.paths = [self.paths[i] for i in keep]
+        self.spans = [self.spans[i] for i in keep]
+        self.names = [self.names[i] for i in keep]
         self.targets.keep(keep)
 
     def __len__(self) -> int:

@@ -1,9 +1,9 @@
 """The `folder` source: one subfolder per class (Caltech-256 and ImageNet train layouts)."""
 from __future__ import annotations
 
-from ..scan import scan_folder
+from ...sources.folder_scan import scan_folder
 from .base import SourceOptions, SourceScan
-from .targets import Targets
+from .label_targets import Targets
 
 
 def scan(src: str, options: SourceOptions) -> SourceScan:

@@ -8,7 +8,7 @@ import math
 import re
 from typing import Any
 
-from .targets import NOT_A_CLASS
+from .label_targets import NOT_A_CLASS
 
 _INTEGER = re.compile(r"[+-]?[0-9]{1,4000}")  # int() refuses more than 4300 digits
 _NUMBER = re.compile(r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?")

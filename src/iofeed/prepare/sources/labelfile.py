@@ -26,10 +26,10 @@ from pathlib import Path
 from typing import Any
 
 from ...errors import OptionError, SourceError
-from ..scan import Rejection, display_path, linked_folders, not_image
+from ...sources.folder_scan import Rejection, display_path, linked_folders, not_image
 from .base import SourceOptions, SourceScan
 from .label_cells import missing, parse_cell
-from .targets import Targets
+from .label_targets import Targets
 
 PATH_KEYS = ("path", "file", "filename", "image", "ImageId")
 Row = tuple[str, Any, Any, int]  # (listed path, target, extra, line number)

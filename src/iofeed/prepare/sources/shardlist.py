@@ -11,9 +11,9 @@ import re
 from pathlib import Path
 
 from ...errors import SourceError
-from ...remote.retry import describe, policy_from_env, with_retries
-from ...remote.urls import filesystem, is_url, scheme
-from ..scan import Rejection
+from ...sources.folder_scan import Rejection
+from ...sources.remote.retry import describe, policy_from_env, with_retries
+from ...sources.remote.urls import filesystem, is_url, scheme
 from .spool import copy_within, spool_room
 
 _GROUP = re.compile(r"\{([^{}]*)\}")

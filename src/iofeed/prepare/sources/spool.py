@@ -9,14 +9,14 @@ from pathlib import Path
 from typing import Any
 
 from ...errors import SourceError
-from ...remote.cache_dir import RESERVE_BYTES, RESERVE_SHARE, disk_reserve
+from ...sources.remote.cache_dir import RESERVE_BYTES, RESERVE_SHARE, disk_reserve
 
 
 def spool_room(spool: Path, disk_usage: Callable[[Path], Any] = shutil.disk_usage) -> int:
     """Bytes a copy may take in `spool`: its disk's free space now (earlier copies already taken)
     less the reserve the node cache also leaves (`disk_reserve`), at least 0."""
     free = disk_usage(spool).free
-    return max(free - disk_reserve(free), 0)
+    return int(max(free - disk_reserve(free), 0))
 
 
 def copy_within(pieces: Iterable[bytes | memoryview], target: Path, room: int, name: str, copied: str,

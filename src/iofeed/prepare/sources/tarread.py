@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from ..scan import Rejection
+from ...sources.folder_scan import Rejection
 from .spool import copy_within, spool_room
 
 BLOCK = 512  # a tar block: headers and data start on these

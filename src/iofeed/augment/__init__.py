@@ -1,0 +1,2 @@
+"""What happens to a sample's pixels: recipes (crop, flip, normalise), user transforms and their
+checks, timm configs."""

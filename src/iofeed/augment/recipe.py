@@ -1,0 +1,157 @@
+"""`Recipe`: the built-in per-image steps as one object — crop, flip, eval crop, interpolation,
+normalisation — with the common training recipes as named presets."""
+from __future__ import annotations
+
+import math
+import numbers
+from dataclasses import dataclass, replace
+from typing import Any
+
+from ..errors import OptionError
+
+INTERPOLATIONS = ("bilinear", "bicubic", "area")
+# Bounds past which a recipe is a mistake, not an augmentation: each extreme failed on every sample
+# (an overflow while drawing or decoding) or silently gave the whole image (a box under one pixel).
+MIN_SCALE = 1e-3  # area share: a 8x8 px crop of a 256 px image
+MAX_RATIO = 100.0  # aspect ratio in [1/100, 100]
+MIN_CROP_FRACTION = 0.01  # centre crop: 2.5 px of a 256 px image
+STD_RANGE = (1e-3, 1.0)  # 0-1 scale: 1/255 (the 0-255 "caffe" form) to 1 (no division); 1e-3 keeps float16 finite
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """What iofeed does to every image before your own `transform=` (if any).
+
+    Train (`train=True`, or `None` and the train split): a random-resized crop of area share
+    `scale` and aspect ratio `ratio` (log-uniform), mirrored with probability 0.5 if `flip`.
+    Evaluation: a centred square of `crop_fraction` of the shorter side (0.875: resize to 256
+    and centre-crop 224). Both resize to `image_size` with `interpolation` ("bilinear",
+    "bicubic" or "area"; antialiased when shrinking, as torchvision v2 does). The adapters
+    normalise with `mean`/`std` (per channel, on the 0–1 scale only: mean in [0, 1], std in
+    [0.001, 1]; ImageNet's 0–255 values (123.7, ...) are refused with the 0–1 ones to use; both
+    or neither); without them, each framework's own loading convention: ImageNet mean/std for
+    torch and jax (torchvision's `ToTensor` + `Normalize`, flax's ImageNet example), float32
+    0–255 for keras and tf (Keras' `image_dataset_from_directory`, for models that start with
+    `Rescaling(1/255)`). `normalize=False` hands out uint8 so that the GPU or your batch
+    transform normalises. Extremes are refused when the recipe is made: scale below 0.001, ratio
+    outside [1/100, 100], crop_fraction below 0.01, or anything not finite.
+    """
+
+    train: bool | None = None  # None: augment the train split only
+    scale: tuple[float, float] = (0.08, 1.0)
+    ratio: tuple[float, float] = (3 / 4, 4 / 3)
+    flip: bool = True
+    crop_fraction: float = 0.875
+    interpolation: str = "bilinear"
+    mean: tuple[float, float, float] | None = None  # None (with std): the framework's convention
+    std: tuple[float, float, float] | None = None
+    normalize: bool = True
+    image_size: int | None = None  # the model's input side, when the recipe knows it (from_timm); else the loader's
+
+    def __post_init__(self) -> None:
+        if not (self.train is None or isinstance(self.train, bool)):
+            raise OptionError(f"Recipe train must be True, False or None, got {self.train!r}")
+        object.__setattr__(self, "scale", _pair("scale", self.scale, MIN_SCALE, 1.0))
+        object.__setattr__(self, "ratio", _pair("ratio", self.ratio, 1 / MAX_RATIO, MAX_RATIO))
+        for name in ("flip", "normalize"):
+            if not isinstance(getattr(self, name), bool):
+                raise OptionError(f"Recipe {name} must be True or False, got {getattr(self, name)!r}")
+        fraction = self.crop_fraction
+        if not _real(fraction) or not MIN_CROP_FRACTION <= fraction <= 1.0:
+            raise OptionError(f"Recipe crop_fraction must be a number in [{MIN_CROP_FRACTION}, 1] (the centre "
+                              f"square's share of the shorter side), got {fraction!r}")
+        object.__setattr__(self, "crop_fraction", float(fraction))
+        if self.interpolation not in INTERPOLATIONS:
+            raise OptionError(f"Recipe interpolation={self.interpolation!r} is not one of {', '.join(INTERPOLATIONS)}")
+        for name, bounds in (("mean", (0.0, 1.0)), ("std", STD_RANGE)):
+            if getattr(self, name) is not None:
+                object.__setattr__(self, name, _channels(name, getattr(self, name), bounds))
+        if (self.mean is None) != (self.std is None):
+            given = "mean" if self.std is None else "std"
+            raise OptionError(f"Recipe {given}= was given without {'std' if given == 'mean' else 'mean'}=: pass "
+                              "both, or neither for the framework's convention (ImageNet mean/std for torch and "
+                              "jax, 0-255 floats for keras and tf)")
+        size = self.image_size
+        if size is not None and (isinstance(size, bool) or not isinstance(size, numbers.Integral) or size < 8):
+            raise OptionError(f"Recipe image_size must be an int >= 8 or None, got {size!r}")
+
+    @classmethod
+    def from_timm(cls, data_config: Any, **changes: Any) -> Recipe:
+        """The recipe of a timm model's data config — the dict `timm.data.resolve_data_config`
+        (or `resolve_model_data_config`) returns: `input_size` (its side becomes `image_size`),
+        `interpolation`, `mean`/`std` and `crop_pct`; the train crop is timm's default
+        (area 0.08-1, ratio 3/4-4/3, flip). `changes` are applied after. timm need not be
+        installed. OptionError naming the key for what iofeed cannot do."""
+        from .timm_config import timm_recipe
+
+        recipe: Recipe = timm_recipe(cls, data_config)
+        return replace(recipe, **changes)
+
+    @classmethod
+    def preset(cls, name: str, **changes: Any) -> Recipe:
+        """The preset `name` (see `PRESETS`), with `changes` applied."""
+        if not isinstance(name, str) or name not in PRESETS:
+            raise OptionError(f"augment={name!r} is not a preset: one of {', '.join(PRESETS)}, True, False, None "
+                              "or an iofeed.Recipe(...)")
+        return replace(PRESETS[name], **changes)
+
+    def is_train(self, split: str) -> bool:
+        """Whether images of `split` get the random crop and flip (else the centre crop)."""
+        return split == "train" if self.train is None else self.train
+
+
+def recipe_of(augment: Any) -> Recipe:
+    """The `Recipe` `loader(augment=...)` means: None (train split only), True, False, a preset
+    name or a `Recipe`. OptionError naming the value otherwise."""
+    if isinstance(augment, Recipe):
+        return augment
+    if augment is None or isinstance(augment, bool):
+        return Recipe(train=augment)
+    if isinstance(augment, str):
+        return Recipe.preset(augment)
+    raise OptionError(f"augment={augment!r} is not True, False, None, a preset ({', '.join(PRESETS)}) "
+                      "or an iofeed.Recipe(...)")
+
+
+def _real(value: Any) -> bool:
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
+def _pair(name: str, value: Any, low: float, high: float) -> tuple[float, float]:
+    """(a, b) with low <= a <= b <= high (finite): OptionError naming the value otherwise."""
+    try:
+        a, b = value
+    except (TypeError, ValueError):
+        a = b = None
+    if not (_real(a) and _real(b) and low <= a <= b <= high):
+        raise OptionError(f"Recipe {name} must be a pair (a, b) with {low:g} <= a <= b <= {high:g}, got {value!r}")
+    return float(a), float(b)
+
+
+def _channels(name: str, value: Any, bounds: tuple[float, float]) -> tuple[float, float, float]:
+    """Three per-channel numbers within `bounds` (the 0-1 scale); values that fit the 0-255 scale
+    instead are refused with the 0-1 values to pass."""
+    try:
+        values = tuple(value)
+    except TypeError:
+        values = ()
+    low, high = bounds
+    if len(values) == 3 and all(_real(v) and low <= v <= high for v in values):
+        first, second, third = (float(v) for v in values)
+        return first, second, third
+    if len(values) == 3 and all(_real(v) and math.isfinite(v) and 1 < v <= 255 * high for v in values):
+        scaled = ", ".join(f"{v / 255:.4g}" for v in values)
+        raise OptionError(f"Recipe {name}={value!r} looks like the 0-255 scale; Recipe takes the 0-1 scale (the "
+                          f"adapters divide pixels by 255 first): pass {name}=({scaled})")
+    raise OptionError(f"Recipe {name} must be 3 numbers in [{low:g}, {high:g}] (R, G, B on the 0-1 scale), "
+                      f"got {value!r}")
+
+
+# The common recipes. `train` stays None in each: the train split is augmented, others centre-cropped.
+PRESETS: dict[str, Recipe] = {
+    "imagenet": Recipe(),  # torchvision's ImageNet reference: bilinear, the framework's scale (the default)
+    "finetune": Recipe(scale=(0.35, 1.0)),  # fine-tuning: milder crops
+    "timm": Recipe(interpolation="bicubic"),  # timm's defaults for ImageNet-pretrained models
+    "inception": Recipe(interpolation="bicubic", mean=(0.5, 0.5, 0.5), std=(0.5, 0.5, 0.5)),  # [-1, 1] models
+    "uint8": Recipe(normalize=False),  # normalise yourself (on the GPU, or in batch_transform)
+}

@@ -1,0 +1,77 @@
+"""Choosing the engine: a named one checked against the source, or for "auto" the first that fits."""
+from __future__ import annotations
+
+import importlib.util
+
+from ..errors import OptionError
+from ..options.engine_choices import AUTO, ENGINES, EngineCaps
+from ..options.loader_options import LoaderOptions
+from ..runtime.gpu.nvml import gpu_present
+from ..sources.samples import SampleSource
+from .base import Backend
+
+# Why "auto" never takes DALI, even with a GPU and DALI installed (the measurements and what was
+# weighed: docs/decisions/0003-backend-auto-never-takes-the-dali-engine.md);
+# recorded in `stats.settings["decisions"]` as:
+AUTO_RULE = ("on an H100 with 16 cores the workers engine fed ResNet-50 at 98-99% of the ceiling and DALI at "
+             "94% (2026-11-24), with the same pixels on every machine (nvJPEG's differ from libjpeg-turbo's by a "
+             "few levels); pass backend='dali' to decode on the GPU (worth measuring with few cores per GPU)")
+
+
+def engine_name(options: LoaderOptions, source: SampleSource) -> str:
+    """`options.backend` when it can read `source`; for "auto" the first engine whose capabilities fit."""
+    if options.backend != AUTO:
+        if source.has_raw() and not ENGINES.caps(options.backend).reads_raw:
+            readers = " or ".join(repr(n) for n in ENGINES.having("reads_raw"))
+            raise OptionError(f"backend={options.backend!r} decodes JPEGs, and this dataset holds raw pixels: use "
+                              f"backend={readers} (raw needs no decoding), or preprocess with --format jpeg for "
+                              f"backend={options.backend!r}")
+        return options.backend
+    for name, entry in ENGINES:
+        if entry.caps.auto and fits(entry.caps, options, source):
+            return name
+    raise OptionError(f"no backend among {', '.join(ENGINES.names())} can read {source.kind} with these options")
+
+
+def fits(caps: EngineCaps, options: LoaderOptions, source: SampleSource) -> bool:
+    """Whether "auto" may pick an engine of `caps` here (nothing is imported)."""
+    if source.has_raw() and not caps.reads_raw or options.gpu_augment and not caps.packs:
+        return False
+    if options.transform is not None and not caps.runs_transforms:
+        return False
+    if options.recipe.interpolation not in caps.interpolations:
+        return False
+    if caps.needs_gpu and not (options.cuda and gpu_present()):
+        return False
+    return caps.requires is None or _installed(caps.requires)
+
+
+def choice_notes(options: LoaderOptions, chosen: str, source: SampleSource | None = None) -> list[str]:
+    """What `backend="auto"` decided, and why, for `stats.settings["decisions"]`."""
+    if options.backend != AUTO:
+        return []
+    notes = []
+    if options.transform is not None:
+        passed = [name for name in ENGINES.names() if not ENGINES.caps(name).runs_transforms]
+        notes.append(f"backend='auto' chose {chosen!r}: transform= runs only in worker processes"
+                     + (f" ({', '.join(passed)} cannot run it)" if passed else ""))
+    if ENGINES.caps(chosen).auto_because:
+        notes.append(f"backend='auto' chose {chosen!r}: {ENGINES.caps(chosen).auto_because}")
+    elif source is not None:
+        passed = [name for name, entry in ENGINES if not entry.caps.auto and fits(entry.caps, options, source)]
+        if passed:
+            notes.append(f"backend='auto' chose {chosen!r} over {', '.join(map(repr, passed))}: {AUTO_RULE}")
+    return notes
+
+
+def make_engine(options: LoaderOptions, source: SampleSource) -> Backend:
+    """The chosen engine, built (its module imported only now)."""
+    engine: Backend = ENGINES[engine_name(options, source)].load()(source, options)
+    return engine
+
+
+def _installed(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):  # a parent package missing, or a module stubbed out in sys.modules
+        return False

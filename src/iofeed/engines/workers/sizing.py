@@ -1,0 +1,48 @@
+"""The slots a `workers` engine gets: their layout (decoded images, a transform's output, or packed
+pixels for `gpu_augment`) and how many, within the memory budget and the prefetch depth."""
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from ...augment.transform_checks import Output
+from ...errors import OptionError
+from ...options.loader_options import LoaderOptions
+from ...runtime.processes import resolve_workers
+from ...runtime.system import Share, usable_cores
+from ...sources.samples import SampleSource
+from .packing import PackedLayout
+from .slots import Layout, SlotLayout, default_memory_budget, default_prefetch
+
+
+def engine_layout(source: SampleSource, options: LoaderOptions, output: Output | None = None,
+                  layout_of: Callable[[int], Any] | None = None) -> tuple[Layout, dict[str, Any]]:
+    """The slots' layout (`output`: what the sample transform returns per image, if any; `layout_of`:
+    another engine's layout for a number of slots), and the usable cores and memory budget found
+    (and why), for `loader.stats`. OptionError when the budget holds fewer than 2 batches."""
+    cores = usable_cores()
+    resources, batch_size = options.resources, options.batch_size
+    max_workers, prefetch = resolve_workers(resources.workers), resources.prefetch
+    budget = (default_memory_budget() if resources.memory_budget is None
+              else Share(resources.memory_budget, "memory_budget argument"))
+
+    def layout(slots: int) -> Layout:
+        if layout_of is not None:
+            return layout_of(slots)
+        if options.gpu_augment:
+            return PackedLayout.for_source(source, slots, batch_size)
+        if output is None:
+            return SlotLayout(slots, batch_size, options.image_size)
+        return SlotLayout(slots, batch_size, options.image_size, output.shape, output.dtype.str)
+
+    slot_bytes = layout(1).total_bytes
+    wanted = (default_prefetch(max_workers) if prefetch is None else prefetch) + 1
+    slots = min(wanted, budget.amount // slot_bytes)
+    if slots < 2:
+        raise OptionError(
+            f"memory_budget={budget.amount:,} bytes ({budget.because}) holds fewer than 2 batches of "
+            f"{slot_bytes:,} bytes: raise it, or lower batch_size or image_size"
+        )
+    found = {"usable_cores": cores.amount, "cores_because": cores.because,
+             "memory_budget": budget.amount, "memory_because": budget.because}
+    return layout(slots), found

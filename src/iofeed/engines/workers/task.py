@@ -1,0 +1,163 @@
+"""The worker side of the `workers` engine: a task (one batch into one slot), its report, and the
+loop each worker process runs."""
+from __future__ import annotations
+
+import mmap
+import signal
+import sys
+import time
+import traceback
+from dataclasses import dataclass, replace
+from multiprocessing.connection import Connection
+from typing import Any
+
+import numpy as np
+
+from ...augment.batch_key import BatchKey
+from ...augment.transforms import SampleTransform
+from ...errors import IofeedError, SampleError, is_out_of_memory, out_of_memory
+from ...format.files import raise_open_limit
+from ...image.boxes import Augment
+from ...runtime.processes import next_message
+from ...sources.sample_reader import SampleReader
+from ...sources.samples import SampleSource
+from ..base import sample_failure
+from ..refill import fill
+from .decode import load_augmented
+from .slots import Layout
+from .worker_status import IDLE, READING, TRANSFORMING, finish_task, mark, worker_view
+
+
+@dataclass(frozen=True)
+class Task:
+    generation: int
+    batch_no: int
+    slot: int
+    indices: np.ndarray
+    key: BatchKey
+    spare: np.ndarray  # samples that may take skipped ones' places (`refill.spares`)
+
+
+@dataclass(frozen=True)
+class Done:
+    generation: int
+    batch_no: int
+    slot: int
+    delivered: np.ndarray
+    skipped: list[tuple[int, str]]
+    error: str | None = None
+    sample_error: bool = False
+    kind: str = ""  # the IofeedError subclass to raise (a dataset replaced, out of descriptors), else WorkerError
+    busy_seconds: float = 0.0
+    stale: bool = False  # left undone: its pass was abandoned
+    transform_seconds: float = 0.0  # CPU time in the user's transform
+    transform_wall_seconds: float = 0.0  # wall time in the user's transform
+    cpu_seconds: float = 0.0  # CPU time of the whole task
+    refilled: int = 0  # skipped samples whose places spares took
+    exhausted: bool = False  # a skipped sample's place stayed empty: all `spares` were tried
+    spares: int = 0  # how many spares the task had
+
+
+def worker_main(
+    block: mmap.mmap, stale: mmap.mmap, layout: Layout, source: SampleSource, augment: Augment, on_error: str,
+    conn: Connection, transform: SampleTransform | None = None, progress: mmap.mmap | None = None,
+) -> None:
+    """Worker loop: take a task, decode its samples into the slot, report. Exits with its parent.
+    `progress` says which sample it is on, and in which step (for the consumer if it dies), and
+    how far it got (for the watchdog)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if "torch" in sys.modules:  # a torchvision transform: one process per core already, no intra-op threads
+        sys.modules["torch"].set_num_threads(1)
+    raise_open_limit(2 * len(source.files) + 64)  # every shard open (and mapped) at once, and its own
+    payload, labels = layout.views(memoryview(block))
+    stale_below = np.frombuffer(stale, np.int64, 1)
+    now = worker_view(progress)
+    mark(now, -1, IDLE)  # started: watched from now on
+    reader = SampleReader(source)
+    try:
+        while True:
+            task = next_message(conn)
+            if task is None:  # stop, or the consumer is gone
+                return
+            started, cpu = time.perf_counter(), time.process_time()
+            reader.begin_batch(task.key.epoch)
+            transformed = (transform.cpu_seconds, transform.wall_seconds) if transform else (0.0, 0.0)
+            done = run_task(task, layout, reader, source, augment, on_error, layout.slot(payload, task.slot),
+                            labels[task.slot], stale_below, transform, now)
+            finish_task(now)
+            reader.end_batch()
+            try:
+                conn.send(replace(done, busy_seconds=time.perf_counter() - started,
+                                  cpu_seconds=time.process_time() - cpu,
+                                  transform_seconds=(transform.cpu_seconds - transformed[0]) if transform else 0.0,
+                                  transform_wall_seconds=(transform.wall_seconds - transformed[1]) if transform
+                                  else 0.0))
+            except OSError:  # BrokenPipeError: the consumer is gone (killed, SIGTERM): nothing to report to
+                return
+    finally:
+        del payload, labels, stale_below, now
+        reader.close()
+
+
+def run_task(
+    task: Task, layout: Layout, reader: SampleReader, source: SampleSource, augment: Augment, on_error: str,
+    slot_payload: Any, labels: np.ndarray, stale_below: np.ndarray, transform: SampleTransform | None = None,
+    now: np.ndarray | None = None,
+) -> Done:
+    """Fill one slot, a skipped sample's place taken by a spare (`refill.fill`); failures become
+    `skipped` entries or an error report, never an exception. A task of a pass the consumer left
+    (generation below `stale_below[0]`) stops at its next sample. With a `transform`, each sample
+    is cropped into a scratch image, transformed, then written. `now` (`progress.worker_view`)
+    records which sample is under way, and in which step."""
+    rng = task.key.rng()
+    scratch = np.empty((augment.size, augment.size, 3), np.uint8) if transform is not None else None
+    now = worker_view(None) if now is None else now
+
+    def stop(error: str | None = None, **more: Any) -> _Stop:
+        return _Stop(Done(task.generation, task.batch_no, task.slot, np.empty(0, np.int64), [], error, **more))
+
+    def load(k: int, position: int, index: int, spare: bool) -> str | None:
+        if task.generation < stale_below[0]:
+            raise stop(stale=True)
+        try:
+            mark(now, index, READING)
+            if transform is None:
+                layout.write(slot_payload, k, reader, source, index, augment, rng)
+            else:
+                load_augmented(reader, source, index, augment, rng, scratch)
+                mark(now, index, TRANSFORMING)
+                slot_payload[k] = transform(scratch, task.key, position, source.path_of(index))
+        except SampleError as exc:
+            failure = None if spare else sample_failure(on_error, source.path_of(index), str(exc))
+            if failure is not None:
+                raise stop(str(failure), sample_error=True) from None
+            return str(exc)
+        except IofeedError as exc:  # already one line naming the file and the fix
+            raise stop(str(exc), kind=type(exc).__name__) from None
+        except Exception as exc:  # noqa: BLE001 - reported to the consumer in one line
+            raise stop(out_of_memory(f"in a loader worker while reading {source.path_of(index)} ({_one_line(exc)})")
+                       if is_out_of_memory(exc) else f"{source.path_of(index)}: {_one_line(exc)}") from None
+        labels[k] = source.label[index]
+        return None
+
+    try:
+        filled = fill(task.indices, task.spare, load, source.part_of)
+    except _Stop as stopped:
+        return stopped.done
+    return Done(task.generation, task.batch_no, task.slot, np.asarray(filled.delivered, np.int64), filled.skipped,
+                refilled=filled.refilled, exhausted=filled.exhausted, spares=len(task.spare))
+
+
+class _Stop(Exception):
+    """Ends a task early with its report."""
+
+    def __init__(self, done: Done) -> None:
+        self.done = done
+
+
+def _one_line(exc: BaseException) -> str:
+    """An unexpected worker exception as one line: what, and where in iofeed's code it was raised."""
+    frame = traceback.extract_tb(exc.__traceback__)[-1] if exc.__traceback__ else None
+    where = f" (in {frame.filename.rsplit('/', 1)[-1]}:{frame.lineno})" if frame else ""
+    text = " ".join(str(exc).split()) or "no detail"
+    return f"{type(exc).__name__}: {text}{where}"

@@ -1,0 +1,103 @@
+"""Uploading a dataset to object storage, `iofeed.json` last, so an interrupted upload never looks complete."""
+from __future__ import annotations
+
+import dataclasses
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ..errors import OptionError, SourceError
+from ..format.manifest import MANIFEST_NAME
+from ..runtime.progress import progress as progress_bar
+from ..sources.remote.cache_dir import usable_cache_dir
+from ..sources.remote.retry import RetryPolicy, describe, is_transient, policy_from_env, with_retries
+from ..sources.remote.urls import filesystem, join, scheme
+
+WRITE_CHECK = ".iofeed-write-check"  # a 0-byte object put and removed to check the target first
+# An upload is retried whole (one try per call inside s3fs), so it gets a longer budget than a read:
+# an object of hundreds of MB that is cut late is sent again; a server silent for 60 s fails an attempt.
+UPLOAD_POLICY = RetryPolicy(attempts=8, budget=300.0, stall_seconds=60.0)
+
+if TYPE_CHECKING:
+    from .run import PreprocessSummary
+
+
+def upload_failure(url: str, exc: BaseException, doing: str = "") -> SourceError:
+    """One line naming `url` and what to do, for a storage error while uploading there."""
+    bucket = url.split("://", 1)[1].split("/", 1)[0]
+    if isinstance(exc, FileNotFoundError) and "bucket" in str(exc).lower() and not is_transient(exc):
+        what = (f"bucket {bucket!r} does not exist or these credentials cannot see it ({exc}): create it "
+                "first or fix the URL")
+    elif isinstance(exc, PermissionError):
+        what = (f"access denied ({exc}): check that the credentials (AWS_* variables or config, "
+                "GOOGLE_APPLICATION_CREDENTIALS) may write there")
+    else:
+        what = describe(exc)
+    return SourceError(f"cannot upload to {url}{doing}: {what}")
+
+
+def check_target(url: str, overwrite: bool) -> None:
+    """Refuse a read-only scheme, a bucket that does not exist or cannot be written (a 0-byte object
+    is put and removed), or an existing (even partial) dataset unless `overwrite`: all before any work."""
+    if not scheme(url).writable:
+        raise OptionError(f"cannot upload to {url}: {url.split('://')[0]}:// is read-only here "
+                          "(upload to s3:// or gs://, or serve a local dataset)")
+    policy = policy_from_env()
+    fs = filesystem(url, policy=policy)
+    try:
+        exists = with_retries(lambda: fs.exists(url), policy)
+        complete = exists and with_retries(lambda: fs.exists(join(url, MANIFEST_NAME)), policy)
+        if not exists or overwrite:
+            probe = join(url, WRITE_CHECK)
+            with_retries(lambda: fs.pipe_file(probe, b""), policy)
+            with_retries(lambda: fs.rm_file(probe), policy)
+    except Exception as exc:  # noqa: BLE001 - storage errors of any library, named by URL
+        raise upload_failure(url, exc) from None
+    if exists and not overwrite:
+        what = "a dataset" if complete else "objects (an interrupted upload?)"
+        raise OptionError(f"output already exists: {url} holds {what} (pass --overwrite to replace it)")
+
+
+def upload_dataset(local: Path, url: str, *, overwrite: bool = False,
+                   on_file: Callable[[str, int], None] | None = None) -> None:
+    """Upload the dataset folder `local` to `url`: every file, then `iofeed.json`. With `overwrite`
+    the old manifest goes first, then the old objects. `on_file(name, bytes)` follows each file."""
+    local, url = Path(local), url.rstrip("/")
+    if not (local / MANIFEST_NAME).is_file():
+        raise SourceError(f"{local} is not an iofeed dataset (no {MANIFEST_NAME})")
+    check_target(url, overwrite)
+    fs = filesystem(url, policy=UPLOAD_POLICY)
+    try:
+        if with_retries(lambda: fs.exists(url)):
+            if with_retries(lambda: fs.exists(join(url, MANIFEST_NAME))):
+                with_retries(lambda: fs.rm_file(join(url, MANIFEST_NAME)))  # the old dataset stops looking complete
+            with_retries(lambda: fs.rm(url, recursive=True))
+    except Exception as exc:  # noqa: BLE001 - as in check_target
+        raise upload_failure(url, exc, " (removing the old dataset)") from None
+    files = sorted(p for p in local.rglob("*") if p.is_file() and p.name != MANIFEST_NAME)
+    for path in [*files, local / MANIFEST_NAME]:
+        name = path.relative_to(local).as_posix()
+        try:
+            with_retries(lambda path=path, name=name: fs.put_file(str(path), join(url, name)), UPLOAD_POLICY)
+        except Exception as exc:  # noqa: BLE001 - as in check_target
+            raise upload_failure(url, exc, f" ({name})") from None
+        if on_file is not None:
+            on_file(name, path.stat().st_size)
+
+
+def preprocess_to_url(src: Path, url: str, *, overwrite: bool = False, progress: bool = True,
+                      **options: Any) -> PreprocessSummary:
+    """`iofeed preprocess SRC -o URL`: prepare into a temporary folder (under the cache directory),
+    then upload it; the summary's `out` is the URL."""
+    from .run import preprocess
+
+    check_target(url, overwrite)  # before the work, not after
+    staging = usable_cache_dir(None)
+    with tempfile.TemporaryDirectory(prefix="upload-", dir=staging) as folder:
+        local = Path(folder) / "dataset"
+        summary = preprocess(src, local, progress=progress, **options)
+        total = sum(p.stat().st_size for p in local.rglob("*") if p.is_file())
+        with progress_bar(total=total, unit="B", unit_scale=True, desc="upload", disable=not progress) as bar:
+            upload_dataset(local, url, overwrite=overwrite, on_file=lambda name, size: bar.update(size))
+    return dataclasses.replace(summary, out=url)
