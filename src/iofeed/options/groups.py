@@ -149,8 +149,9 @@ class Skips(OptionGroup):
         paths in `stats.skipped_examples`), or "raise" a `SampleError` naming it. A skipped
         sample's place goes to a spare sample (the rank's later ones, counted in
         `stats.refilled`), so every rank delivers `len(loader)` full batches (a batch that runs
-        out of spares stays short, or is not delivered: `stats.skipped_batches`). An evaluation
-        split that deals each sample once takes no spares: the batch stays short.
+        out of spares stays short, or is not delivered: `stats.skipped_batches`); `last_valid`
+        marks the spare. An order that deals each sample once (`Order(pad="none")`) takes no
+        spares: the batch stays short.
     max_skipped: the share of an epoch's samples (on this rank) that may be skipped, a fraction in
         0..1 (default 0.05; 0: any skip raises). Past it, or when an epoch delivers no batch, a
         `SampleError` gives the counts by reason and the first files; for a folder, files its
