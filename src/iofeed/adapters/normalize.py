@@ -44,6 +44,6 @@ def options_affine(options: Any) -> Affine | None:
 
 def record_normalise_on(loader: Any, where: str | None) -> None:
     """`loader.stats.settings["normalise_on"]`: where its batches are normalised — "host" (numpy on
-    the training process's thread), a device ("/gpu:0", "cuda:0", "gpu"), or None when they are
+    the training process's thread), a device ("cuda:0", "gpu"), or None when they are
     handed out as they come (uint8, or a sample transform's floats). Decided once, at `loader()`."""
     loader.stats.fixed["normalise_on"] = where

@@ -20,6 +20,13 @@ def _shard_bytes(mib: float) -> int:
 
 
 def cmd_synth(args: argparse.Namespace) -> None:
+    if args.kind == "coco":
+        from ..prepare.synth_coco import synth_coco
+
+        coco = synth_coco(args.out, images=args.images, seed=args.seed, overwrite=args.overwrite)
+        print(f"wrote {coco.images} images, {coco.annotations} annotations and {coco.malformed} malformed ones to "
+              f"{coco.root} ({coco.seconds:.1f} s)")
+        return
     from ..prepare.synth import synth_caltech256
 
     summary = synth_caltech256(

@@ -33,7 +33,7 @@ SPOOL_LOCK = ".lock"  # in a spool folder: flock'd by the run using it
 ASIDE = ".replaced-"  # `.OUT.replaced-PID`: the old dataset between the two renames of a swap
 # every file preprocess and index write into a dataset (`docs/formats.md`); --overwrite replaces only these
 DATASET_FILE = re.compile(r"iofeed\.json|rejected\.jsonl|[\w.-]+-samples\.(npy|sources\.jsonl|sources\.txt)"
-                          r"|[\w.-]+-targets\.jsonl|[\w.-]+-\d{6}\.(tar|idx)")
+                          r"|[\w.-]+-targets\.jsonl|[\w.-]+-boxes\.npz|[\w.-]+-masks\.npy|[\w.-]+-\d{6}\.(tar|idx)")
 
 
 class OutputError(IofeedError):

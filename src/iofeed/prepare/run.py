@@ -68,7 +68,7 @@ def preprocess(
     src: Path | str,
     out: Path | None = None,
     *,
-    policy: ImagePolicy = ImagePolicy(),
+    policy: ImagePolicy = ImagePolicy(shorter_side=None),
     seed: int = 0,
     val_per_class: int | None = None,
     val_fraction: float | None = None,
@@ -114,6 +114,7 @@ def preprocess(
                                 image_column=image_column, image_key=image_keys(image_key), spool=Path(spool),
                                 label_names=label_names)
         scan = scan_source(src, options, source)
+        policy = policy.for_source(scan.kind)
         return _preprocess(scan, src, out, start, policy=policy, seed=seed, val_per_class=val_per_class,
                            val_fraction=val_fraction, shard_bytes=shard_bytes, overwrite=overwrite, strict=strict,
                            progress=progress,

@@ -26,6 +26,7 @@ from .pool import SlotPool
 from .process import WorkerProcess, shutdown
 from .sizing import engine_layout
 from .slots import Layout, default_prefetch
+from .target_slots import TargetLayout
 from .task import Done, Task
 from .watchdog import Watchdog, stall_bounds
 
@@ -176,10 +177,11 @@ class WorkerEngine(WorkerCrew):
         n = len(done.delivered)
         slot_payload = self.layout.slot(self._payload, done.slot)
         images, lease = self._pool.hand_out(done.slot, lambda wrap: self.layout.images(slot_payload, n, wrap))
+        geometry = self.layout.geometry(slot_payload, n) if isinstance(self.layout, TargetLayout) else None
         return Batch(images, self._labels[done.slot, :n].copy(), done.delivered, done.skipped,
                      done.transform_seconds, done.cpu_seconds, transform_wall_seconds=done.transform_wall_seconds,
                      lease=lease, copied=lease is None,
-                     refilled=done.refilled, region=self._region if lease is not None else None)
+                     refilled=done.refilled, region=self._region if lease is not None else None, geometry=geometry)
 
     def _new_ahead(self, epoch: int, rank: int) -> Ahead:
         self._generation += 1
