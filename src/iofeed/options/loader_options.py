@@ -208,19 +208,14 @@ class LoaderOptions:
 
     @property
     def deals_once(self) -> bool:
-        """Whether an epoch deals each sample exactly once: evaluation (no padding) without
-        `drop_last`. A skipped sample's place then stays empty: a spare there would be scored twice."""
-        return not self._pad and not self._drop_last
+        """Whether an epoch deals each sample exactly once: `Order(pad="none")` without `drop_last`.
+        A skipped sample's place then stays empty: a spare there would be scored twice (elsewhere it
+        keeps the batch's shape the ranks share, and `last_valid` marks it)."""
+        return self.order.pad == "none" and not self._drop_last
 
     @property
     def _drop_last(self) -> bool:
         return self.split == "train" if self.order.drop_last is None else self.order.drop_last
-
-    @property
-    def _pad(self) -> bool:
-        # evaluation reads each sample once (ranks may end unevenly), except under JAX: every process
-        # must add the same number of rows to a global batch
-        return self.split == "train" or self.framework == "jax"
 
     @property
     def follows_group(self) -> bool:
@@ -251,10 +246,13 @@ class LoaderOptions:
         rank, world_size = self.placement()
         drop_last = self._drop_last
         shuffle = "mix" if plan is not None else self.shuffle_for(streamed)
-        pad = self._pad
+        if self.framework == "jax" and world_size > 1 and self.order.pad == "none" and not drop_last:
+            raise OptionError(f"Order(pad='none') leaves the {world_size} JAX processes uneven shares, and each must "
+                              "add the same rows to a global batch: keep the default pad='ranks' and mask with "
+                              "loader.last_valid, or pass drop_last=True")
         spec = OrderSpec(samples, self.batch_size, shuffle=shuffle, drop_last=drop_last, seed=self.order.seed,
                          rank=rank, world_size=world_size, block_shards=self.order.block_shards, shard_of=shard_of,
-                         pad=pad, plan=plan)
+                         pad=self.order.pad, plan=plan)
         if len(spec) == 0:
             where = " on this rank" if world_size > 1 else ""
             raise OptionError(
@@ -268,11 +266,17 @@ MEMORY_FORMATS = ("contiguous", "channels_last")
 DEFAULT_IMAGE_SIZE = 224
 
 
+def torch_group_started() -> bool:
+    """Whether a torch.distributed process group is initialised in this process (torch not imported: no)."""
+    dist = sys.modules.get("torch.distributed")
+    return dist is not None and dist.is_available() and dist.is_initialized()
+
+
 def distributed_rank_world() -> tuple[int, int]:
     """(rank, world_size) of an initialised torch.distributed group, else of an initialised
     jax.distributed (process index and count), else RANK/WORLD_SIZE, else (0, 1)."""
-    dist = sys.modules.get("torch.distributed")
-    if dist is not None and dist.is_available() and dist.is_initialized():
+    if torch_group_started():
+        dist = sys.modules["torch.distributed"]
         return dist.get_rank(), dist.get_world_size()
     jax = sys.modules.get("jax")
     if jax is not None and jax.distributed.is_initialized():

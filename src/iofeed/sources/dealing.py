@@ -28,25 +28,36 @@ class _Once:
 @dataclass(frozen=True)
 class Dealing:
     """Which positions of the global order (`samples` long) one rank's rows are, once `done` of it
-    are done: row i is position `done + rank + i * world_size` of what is left, past the end of
-    which come `pad` repeats that even the ranks' shares (from the order's end when
-    `pad_from_end`, else from its start)."""
+    are done: its first `dealt` rows round-robin (row i at `done + rank + i * world_size`), then
+    its `run` rows of a padded last round, dealt in runs (rank 0's first) over what is left and
+    `pad` repeats after it (from the order's end when `pad_from_end`, else from its start)."""
 
     samples: int
     done: int
     rank: int
     world_size: int
+    dealt: int
+    run: int
     pad: int
     pad_from_end: bool
 
-    def positions(self, lo: int, hi: int) -> tuple[int, int, np.ndarray]:
-        """Rows [lo, hi) as (start, count, padding): `count` rows at positions start, start +
-        world_size, ..., then the padding rows' positions."""
-        left = self.samples - self.done
-        own = max(min(hi, -(-(left - self.rank) // self.world_size)) - lo, 0)  # rows inside what is left
-        extra = np.arange(lo + own, hi, dtype=np.int64) * self.world_size + self.rank - left
+    def positions(self, lo: int, hi: int) -> tuple[list[tuple[int, int, int]], np.ndarray]:
+        """Rows [lo, hi) as runs of positions (start, count, step), then the padding rows' positions."""
+        runs: list[tuple[int, int, int]] = []
+        if min(hi, self.dealt) > lo:
+            runs.append((self.done + self.rank + lo * self.world_size, min(hi, self.dealt) - lo, self.world_size))
+        a, b = max(lo, self.dealt) - self.dealt, min(hi, self.dealt + self.run) - self.dealt
+        if b <= a:
+            return runs, np.empty(0, np.int64)
+        tail = self.done + self.dealt * self.world_size  # the last round's first position
+        left = self.samples - tail  # its samples before the padding
+        q0, q1 = self.rank * self.run + a, self.rank * self.run + b  # indices into the last round
+        real = max(min(q1, left) - q0, 0)
+        if real:
+            runs.append((tail + q0, real, 1))
         first = self.samples - self.pad if self.pad_from_end else 0
-        return self.done + self.rank + lo * self.world_size, own, first + extra
+        padding = (first + np.arange(max(q0, left), q1, dtype=np.int64) - left) % max(self.samples, 1)
+        return runs, padding
 
 
 @dataclass(frozen=True)
@@ -96,9 +107,8 @@ class EpochBatches(Sequence[np.ndarray]):
         hi = min(lo + self.batch_size, self.samples)
         if hi <= lo:
             return DONE
-        start, count, padding = self.dealing.positions(lo, hi)
-        order, step = self.order.get(), self.dealing.world_size
-        rows = order[start:start + (count - 1) * step + 1:step] if count else DONE
-        if len(padding):
-            rows = np.concatenate([rows, *(order[p:p + 1] for p in padding.tolist())])
-        return np.asarray(rows, np.int64)
+        runs, padding = self.dealing.positions(lo, hi)
+        order = self.order.get()
+        parts = [order[start:start + (count - 1) * step + 1:step] for start, count, step in runs]
+        parts += [order[p:p + 1] for p in padding.tolist()]
+        return np.asarray(np.concatenate(parts), np.int64) if parts else DONE

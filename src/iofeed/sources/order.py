@@ -65,6 +65,11 @@ SHUFFLES: dict[str, Shuffle] = {
 }
 CHOICES = ("none", "global", "block")  # the shuffles a user names (`Order.shuffle`)
 
+# How an epoch's last round (fewer than batch_size * world_size samples) is filled, when not drop_last:
+# "ranks": to equal shares (every rank the same batches of the same shapes, as DistributedSampler gives);
+# "batches": to full batches; "none": not at all (each sample once, ranks may end unevenly).
+PADS = ("ranks", "batches", "none")  # why "ranks" by default: docs/decisions/0076
+
 
 @dataclass(frozen=True)
 class OrderSpec:
@@ -77,9 +82,13 @@ class OrderSpec:
     datasets; needs `shard_of`, each sample's shard), "mix" (a mixture's epoch: needs `plan`, a
     `mix_order.MixPlan`; made by a Mix, never named by a user; `samples` is its epoch length) or
     "none"; True and False mean "global" and "none".
-    `pad` (training) pads the ranks' shares to equal ones when not `drop_last`, so that every
-    rank steps the same number of times; without it (evaluation) each sample is dealt exactly
-    once and the first `samples % world_size` ranks hold one more.
+    `pad` (one of `PADS`; True and False mean "ranks" and "none") says how the last round is
+    filled when not `drop_last`: "ranks" pads it to equal shares, so that every rank steps the same
+    number of times with batches of the same shapes; "batches" pads it to full batches; with
+    "none" each sample is dealt exactly once and the first `samples % world_size` ranks hold one
+    more. A padded last round is dealt in runs, rank 0's first, its padding at the end: batches
+    gathered in rank order (as accelerate's `gather_for_metrics` does) hold the split, then the
+    padding, so cutting them to the split's length scores each sample once.
     """
 
     samples: int
@@ -90,7 +99,7 @@ class OrderSpec:
     rank: int = 0
     world_size: int = 1
     block_shards: int = 8
-    pad: bool = True
+    pad: str | bool = "ranks"
     shard_of: np.ndarray | None = field(default=None, compare=False, repr=False)
     plan: Any = field(default=None, compare=False, repr=False)
 
@@ -99,6 +108,10 @@ class OrderSpec:
             object.__setattr__(self, "shuffle", "global" if self.shuffle else "none")
         if self.shuffle not in CHOICES and (self.shuffle != "mix" or self.plan is None):
             raise OptionError(f"shuffle={self.shuffle!r} is not one of {', '.join(CHOICES)}")
+        if isinstance(self.pad, bool):
+            object.__setattr__(self, "pad", "ranks" if self.pad else "none")
+        if self.pad not in PADS:
+            raise OptionError(f"pad={self.pad!r} is not one of {', '.join(PADS)}")
         if self.batch_size < 1:
             raise OptionError(f"batch_size must be >= 1, got {self.batch_size}")
         if self.world_size < 1 or not 0 <= self.rank < self.world_size:
@@ -114,19 +127,26 @@ class OrderSpec:
 
     def share(self, remaining: int) -> int:
         """Samples this rank takes of `remaining` samples of the global order (padded or trimmed so
-        that all ranks are equal, unless not `pad`)."""
+        that all ranks are equal, unless `pad="none"`)."""
         if self.drop_last:
             return remaining // self.world_size
-        if not self.pad:
+        if self.pad == "none":
             return len(range(self.rank, remaining, self.world_size))
-        return -(-remaining // self.world_size)  # in ints: floats round past 2**53 samples
+        rounds, last = divmod(remaining, self.batch_size * self.world_size)  # ints: floats round past 2**53
+        if not last:
+            return rounds * self.batch_size
+        return rounds * self.batch_size + (self.batch_size if self.pad == "batches" else -(-last // self.world_size))
 
     def own_rows(self, done: int = 0) -> int:
         """Of this rank's samples for the rest of an epoch whose first `done` samples are done, how
         many are its own: past them come the rows that pad its share (repeats of samples dealt
-        already, at most one per rank), none without `pad` or with `drop_last`."""
+        already), none with `pad="none"` or `drop_last`."""
         remaining = max(self.samples - done, 0)
-        return min(self.share(remaining), len(range(self.rank, remaining, self.world_size)))
+        if self.drop_last or self.pad == "none":
+            return self.share(remaining)
+        rounds, last = divmod(remaining, self.batch_size * self.world_size)
+        run = self.share(remaining) - rounds * self.batch_size  # this rank's rows of the last round
+        return rounds * self.batch_size + min(max(last - self.rank * run, 0), run)
 
     def own_samples(self, batches: EpochBatches, done: int = 0) -> EpochBatches:
         """Per entry of `batches(epoch, done, first)`, the samples that are the batch's own: all
@@ -153,12 +173,14 @@ class OrderSpec:
         epoch's global order are done (by any world size and batch size).
 
         The global order of all samples (a function of the seed and epoch only) less its first
-        `done` is padded by repeating samples (from the order's start, or for a block order
-        from its end), or trimmed, to equal shares, then dealt out rank by rank: sample i of
-        what is left goes to rank i mod world_size. Ranks are disjoint apart from the padding,
-        their union covers the rest of the epoch, and they move through the order together (one
-        block live per node). So the first k batches of every rank are exactly the first
-        k * batch_size * world_size samples of the global order: "done" is always a prefix.
+        `done` is dealt out rank by rank: sample i of what is left goes to rank i mod world_size,
+        round after round of batch_size * world_size samples. A last round short of that is
+        trimmed (`drop_last`), or padded (`pad`) by repeating samples (from the order's start, or
+        for a block order from its end) and dealt in runs, rank 0's first, so that the padding is
+        at its end (`pad="none"`: dealt as the others, unpadded). Ranks are disjoint apart from the
+        padding, their union covers the rest of the epoch, and they move through the order
+        together (one block live per node). So the first k batches of every rank are exactly the
+        first k * batch_size * world_size samples of the global order: "done" is always a prefix.
         """
         rows = self._rows(done)
         whole = self._dealt(epoch, done, 0, rows, rows)
@@ -166,17 +188,20 @@ class OrderSpec:
 
     def _rows(self, done: int) -> int:
         """Rows this rank takes of the rest of an epoch whose first `done` samples are done."""
-        remaining = max(self.samples - done, 0)
-        if not (self.pad or self.drop_last):  # each sample once: shares differ by at most one
-            return len(range(self.rank, remaining, self.world_size))
-        return self.share(remaining)
+        return self.share(max(self.samples - done, 0))
 
     def _dealt(self, epoch: int, done: int, first: int, rows: int, batch_size: int) -> EpochBatches:
         """This rank's `rows` of `epoch` past `done`, in batches of `batch_size` numbered from `first`."""
         shuffle, done = SHUFFLES[self.shuffle], min(done, self.samples)
         remaining = self.samples - done
-        pad = max(self.share(remaining) * self.world_size - remaining, 0) if self.pad or self.drop_last else 0
-        dealing = Dealing(self.samples, done, self.rank, self.world_size, pad, shuffle.pad_from_end)
+        if self.drop_last or self.pad == "none":  # round-robin to the end, nothing padded
+            dealt, run, pad = self.share(remaining), 0, 0
+        else:  # whole rounds round-robin, then the last round in runs with its padding at the end
+            rounds, last = divmod(remaining, self.batch_size * self.world_size)
+            dealt = rounds * self.batch_size
+            run = self.share(remaining) - dealt
+            pad = run * self.world_size - last
+        dealing = Dealing(self.samples, done, self.rank, self.world_size, dealt, run, pad, shuffle.pad_from_end)
         count = -(-rows // batch_size) if rows else 0
         return EpochBatches(_Once(lambda: shuffle.order(self, epoch)), dealing, batch_size, first, rows,
                             range(first + count))
