@@ -49,6 +49,30 @@ def test_torch_devices_resolve_like_their_names():
     assert resolve(torch.device("cuda", 2)) == "cuda:2" and resolve(torch.device("cpu")) == "cpu"
 
 
+def test_every_cpu_spelling_torch_accepts_is_the_cpu():
+    """`accelerator.device` in a multi-process CPU run is `cpu:0`; `"cpu:0"` and
+    `torch.device("cpu", 0)` were refused as "not a device iofeed can feed"."""
+    torch = pytest.importorskip("torch")
+    for device in ("cpu:0", "cpu:1", torch.device("cpu", 0), torch.device("cpu:0")):
+        assert resolve(device, env={"LOCAL_RANK": "1"}) == "cpu", device
+    for bad in ("cpu:", "cpu:x", "cpu0"):
+        with pytest.raises(OptionError, match="device="):
+            resolve(bad)
+
+
+@pytest.mark.torch
+def test_the_torch_loader_feeds_cpu_0(colour_dataset):
+    import torch
+
+    import iofeed
+
+    for device in ("cpu:0", torch.device("cpu", 0)):
+        with iofeed.loader(colour_dataset, batch_size=4, image_size=32, framework="torch", device=device,
+                           workers=1) as ld:
+            images, labels = next(iter(ld))
+            assert images.device.type == "cpu" and images.shape == (4, 3, 32, 32) and labels.shape == (4,)
+
+
 def test_the_loader_resolves_cuda_under_torchrun_before_building_anything(colour_dataset, monkeypatch):
     """LOCAL_RANK=1 on a one-GPU machine: loader() refuses at once, naming the fix."""
     import iofeed

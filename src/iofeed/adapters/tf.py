@@ -17,7 +17,7 @@ from ..errors import LoaderStateError, OptionError
 from ..options.loader_options import LoaderOptions
 from .base import EpochLoader
 from .host_float import HostNormaliser
-from .model_scale import check_model_input
+from .normalised_twice import check_model_input
 from .normalize import HOST, Affine, options_affine, record_normalise_on
 from .numpy import to_numpy
 
@@ -28,7 +28,7 @@ class TfAdapter:
     mean/std) on the host ("host"), with numpy into a float32 array TensorFlow takes without
     copying, with a GPU too: `tf.data` has only CPU kernels for a `.map`'s function, so the
     "device path" that normalised after `copy_to_device("/gpu:0")` copied each batch back to the
-    host, normalised it there and said "/gpu:0" (docs/decisions/0080-tf-normalises-on-the-host-with-a-gpu-too.md)."""
+    host, normalised it there and said "/gpu:0" (docs/decisions/0084-tf-normalises-on-the-host-with-a-gpu-too.md)."""
 
     def __init__(self, affine: Affine | None, batch_transform: Any = None) -> None:
         self._affine = affine

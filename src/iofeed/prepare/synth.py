@@ -208,7 +208,8 @@ def _prepare_root(out: Path, overwrite: bool) -> Path:
     root = out / ROOT_NAME
     if root.is_dir() and any(root.iterdir()):
         if not overwrite:
-            raise OptionError(f"{root} already exists and is not empty: pass overwrite=True or remove it")
+            raise OptionError(f"{root} already exists and is not empty: pass --overwrite (overwrite=True from Python) "
+                              "or remove it")
         shutil.rmtree(root)
     root.mkdir(parents=True, exist_ok=True)
     return root

@@ -1,6 +1,7 @@
 """PyTorch adapter: normalised NCHW tensors on the device (contiguous, or channels_last memory), converted there."""
 from __future__ import annotations
 
+import weakref
 from typing import Any
 
 import numpy as np
@@ -11,6 +12,7 @@ from ...engines.base import Batch
 from ...engines.workers.packing import PackedImages
 from ...options.loader_options import LoaderOptions
 from ..base import EpochLoader
+from ..normalised_twice import check_output_range, check_torch_model
 from ..normalize import HOST, IMAGENET_AFFINE, Affine, options_affine, record_normalise_on
 from .gpu_augment import crop_resize_chunks
 from .host_to_device import HostToDevice
@@ -54,6 +56,8 @@ class TorchAdapter:
             batch_transform, self.device if self.device.type == "cuda" else None)
         self._copier: HostToDevice | None = None
         self.image_size = image_size
+        self._affine = affine
+        self._first_of: Any = None  # the loader whose first batch is still to come (checked for normalising twice)
 
     @classmethod
     def from_options(cls, options: LoaderOptions) -> TorchAdapter:
@@ -64,6 +68,7 @@ class TorchAdapter:
     def wrap(self, loader: EpochLoader) -> EpochLoader:
         """The loader itself; `stats.settings["normalise_on"]` says where it normalises."""
         record_normalise_on(loader, self.normalise_on)
+        self._first_of = weakref.ref(loader)
         return loader
 
     def __call__(self, batch: Batch) -> tuple[Any, Any]:
@@ -81,8 +86,14 @@ class TorchAdapter:
             images = self.normalise(images, as_is)
         if self.device.type != "cuda":  # for CUDA the copier releases it, once its copy is done
             batch.release()  # normalised out of the engine's memory
+        first = self._first_of() if self._first_of is not None else None
+        if first is not None:  # the model training now is up the call stack (the loop asking for batches)
+            self._first_of = None
+            check_torch_model(first)
         if self._batch_transform is not None:
-            return self._batch_transform(images, labels, batch.key)
+            images, labels = self._batch_transform(images, labels, batch.key)
+            if first is not None and not as_is:
+                check_output_range(first, images, self._affine)
         return images, labels
 
     def _augment_packed(self, packed: PackedImages, labels: Any, batch: Batch) -> tuple[Any, Any]:

@@ -100,6 +100,18 @@ def disturbance(record: dict[str, Any]) -> str | None:
             f"{len(windows)} timed windows; the rates are lower than on a quiet machine")
 
 
+def all_failed(record: dict[str, Any]) -> str | None:
+    """The line to end with when no feed was measured and at least one failed (the run then exits
+    non-zero: a script or CI reading the status saw success); None when any feed ran, or every
+    one was only skipped as unable to run here."""
+    statuses = [f["status"] for f in record["feeds"]]
+    if "ok" in statuses or "failed" not in statuses:
+        return None
+    failed = [f["name"] for f in record["feeds"] if f["status"] == "failed"]
+    return (f"no feed was measured: {', '.join(failed)} failed (the reasons are in the table above"
+            f"{' and ' + str(statuses.count('skipped')) + ' skipped' if 'skipped' in statuses else ''})")
+
+
 def baselines(record: dict[str, Any]) -> list[str]:
     """The baselines some feed of the record is compared with and that were measured, in feed order."""
     measured = {f["name"] for f in record["feeds"] if f["status"] == "ok"}

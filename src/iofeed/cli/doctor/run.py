@@ -16,6 +16,7 @@ from ...sources.samples import is_iofeed_dataset
 from .checkup import Checkup
 from .data import DataCheck, check_data
 from .environment import check_environment
+from .others import others_finding
 from .patterns import diagnose, host_normalise_finding, transform_finding
 from .plot import plot_timeline
 from .report import to_dict
@@ -54,6 +55,9 @@ def run_doctor(source: Path | None = None, command: list[str] | None = None, int
     host = host_normalise_finding(loaders, recording.trace.gpus) if recording else None
     if host is not None:
         findings.append(host)
+    others = others_finding(recording.trace) if recording else None  # GPU or not: a shared machine's figures
+    if others is not None:
+        findings.append(others)
     if recording is not None:  # how trainers were told from loaders is evidence where the split decides
         findings = [replace(f, evidence=[*f.evidence, *recording.notes]) if f.code in LOADER_SPLIT else f
                     for f in findings]
