@@ -67,7 +67,7 @@ class HostAffine:
         """numpy's three passes per image (cast, scale, shift), each image in the core's cache;
         float32 computed, rounded once to `dtype`."""
         direct = self.dtype == np.float32 and out.flags.c_contiguous
-        scratch = None if direct else np.empty(out.shape[1:], np.float32)
+        scratch = np.empty(out.shape[1:], np.float32)  # unused when writing straight into `out`
         if order == NHWC:
             scale, shift = self._tiled_affine(source.shape[1] * source.shape[2])
             for image, output in zip(source, out):

@@ -76,7 +76,8 @@ class TorchLayout:
 
     def _memory(self, out: Any) -> np.ndarray:
         """`out`'s memory as a numpy array in its own order (NHWC for channels_last)."""
-        return (out.permute(0, 2, 3, 1) if self.channels_last else out).numpy()
+        memory: np.ndarray = (out.permute(0, 2, 3, 1) if self.channels_last else out).numpy()
+        return memory
 
     def _host_affine(self, out: Any, source: Any) -> HostAffine | None:
         """The lookup-table writer for a CPU uint8 batch into an output numpy can hold, else None."""

@@ -162,8 +162,7 @@ class DaliEngine:
                 return
             except RuntimeError as exc:
                 yield from self._unfed(pending)
-                failed = pending.popleft() if pending else None
-                self._mark_failed(failed, exc)
+                failed = self._mark_failed(pending.popleft() if pending else None, exc)
                 restarts += 1
                 if restarts > len(batches[failed.batch_no]) + 1:
                     raise WorkerError(f"DALI keeps failing on batch {failed.batch_no}: {_first_line(exc)}") from None
@@ -187,8 +186,9 @@ class DaliEngine:
             yield Batch(np.empty((0, self._augment.size, self._augment.size, 3), np.uint8),
                         planned.labels, planned.indices, planned.skipped)
 
-    def _mark_failed(self, planned: Planned | None, exc: RuntimeError) -> None:
-        """DALI could not decode a sample that validation let through: name it, remember it, or raise."""
+    def _mark_failed(self, planned: Planned | None, exc: RuntimeError) -> Planned:
+        """DALI could not decode a sample of `planned` that validation let through: name it,
+        remember it (and return the batch, to be fed again), or raise."""
         match = _FAILED_SAMPLE.search(str(exc))
         if planned is None or match is None or int(match[1]) >= len(planned.indices):
             where = "" if planned is None else f" in batch {planned.batch_no} (" + ", ".join(
@@ -200,6 +200,7 @@ class DaliEngine:
         if failure is not None:
             raise failure from None
         self._bad[index] = reason
+        return planned
 
     def _host_or_device(self, images: Any) -> Any:
         """A CPU batch as a zero-copy, writable numpy array (the buffer keeps DALI's tensor alive);

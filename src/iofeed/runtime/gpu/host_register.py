@@ -72,7 +72,7 @@ class TorchRuntime:
     def __init__(self) -> None:
         import torch
 
-        self._cudart = torch.cuda.cudart()
+        self._cudart: Any = torch.cuda.cudart()  # type: ignore[no-untyped-call]
         self._get_last_error = _runtime_function("cudaGetLastError")
 
     def cudaHostRegister(self, address: int, size: int, flags: int) -> Any:  # noqa: N802
@@ -92,8 +92,8 @@ def _runtime_function(name: str) -> Callable[[], int]:
     path = loaded_library("libcudart.so")
     if path is None:
         return lambda: 0
-    function = getattr(ctypes.CDLL(path), name)
-    function.restype = ctypes.c_int
+    function: Callable[[], int] = getattr(ctypes.CDLL(path), name)
+    function.restype = ctypes.c_int  # type: ignore[attr-defined]
     return function
 
 
