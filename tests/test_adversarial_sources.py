@@ -22,6 +22,7 @@ import pytest
 import iofeed
 from helpers.adversarial import build, relabel_in_place, rotate_members, sibling_in_place
 from helpers.pixelcode import Source, decode
+from helpers.requirements import MODULES
 from helpers.storage import CountingServer, free_port, moto_s3
 
 for _name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
@@ -35,11 +36,12 @@ RUN_SECONDS = 120  # a run that waits on a FIFO fails instead of hanging the sui
 LOCAL = {
     "folder": ["clean", "truncated", "fifo"],
     "webdataset": ["clean", "truncated", "truncated_mid", "bad_header", "duplicate_member", "two_images", "odd_labels",
-                   "huge_label", "fifo"],
-    "parquet": ["clean", "truncated", "float_labels"],
+                   "huge_label", "plus_labels", "short_captions", "fifo"],
+    "parquet": ["clean", "truncated", "float_labels", "cut_file", "bad_footer"],
     "hf": ["clean", "truncated"],
-    "labels-csv": ["clean", "truncated", "float_labels", "odd_labels", "fifo"],
-    "labels-jsonl": ["clean", "odd_labels"],
+    "labels-csv": ["clean", "truncated", "float_labels", "odd_labels", "plus_labels", "nan_inf", "spellings", "bom",
+                   "fifo"],
+    "labels-jsonl": ["clean", "odd_labels", "bom"],
 }
 AFTER_INDEX = {"rotated": rotate_members, "relabelled": relabel_in_place, "sibling": sibling_in_place}
 CASES = (
@@ -50,6 +52,20 @@ CASES = (
        for damage in ("clean", "truncated", "duplicate_member")]
     + [(kind, "clean", "preprocess", storage) for storage in ("http", "s3") for kind in LOCAL if kind != "webdataset"]
 )
+
+
+def test_every_source_kind_can_be_written_here():
+    """The matrix writes each source kind with the library users write it with: where one is not
+    installed (Hugging Face `datasets`, pyarrow, moto, webdataset) the suite fails here, naming it,
+    rather than skipping those cases (no dependency marker skips them either)."""
+    import importlib
+
+    for module in ("datasets", "pyarrow.parquet", "moto", "fsspec", "webdataset"):
+        try:
+            importlib.import_module(module)
+        except ImportError as exc:
+            pytest.fail(f"{module} is needed to write the adversarial sources ({exc}): install the test extras")
+    assert not any(mark.name in MODULES for param in PARAMS for mark in param.marks)
 
 
 @pytest.fixture(scope="module")
@@ -110,6 +126,7 @@ def _run(source: Source, spec: str, op: str, out: str) -> subprocess.CompletedPr
     args += ["--labels", str(source.options["labels"])] if "labels" in source.options else []
     args += ["--label-column", source.options["label_column"]] if "label_column" in source.options else []
     args += ["--shard-mb", str(source.options["shard_mb"])] if "shard_mb" in source.options else []
+    args += ["--label-names"] if source.options.get("label_names") else []
     return _cli(*args)
 
 
@@ -176,6 +193,7 @@ def _check_case(kind: str, damage: str, op: str, storage: str, tmp_path: Path, r
             line = _error_line(done)
             assert source.refusal and re.search(source.refusal, line), f"refused without cause: {line}"
             return
+        assert source.says is None or re.search(source.says, done.stdout), done.stdout
         served = None
         if storage == "http" and op == "preprocess":
             served = CountingServer(tmp_path)

@@ -21,11 +21,12 @@ class KerasAdapter:
     """framework="keras": normalised float32 NHWC batches (Keras' channels_last) as the tensors of
     Keras' backend. On TensorFlow `iofeed.loader` returns the tf adapter's `tf.data.Dataset`; on
     JAX and PyTorch a Keras `DataAdapter` over the Loader (`.iofeed_loader`), yielding the JAX
-    adapter's sharded `jax.Array`s or torch tensors. With a GPU each backend gets uint8 batches
-    over the bus and normalises them there: the tf adapter's `copy_to_device` and device `.map`,
-    the JAX adapter's jitted normaliser, `TorchBatches` on the CUDA device Keras' torch backend
-    uses; without one they are normalised on the host. `stats.settings["normalise_on"]` says
-    which. Either way every `fit` epoch (and every validation pass) is one loader epoch."""
+    adapter's sharded `jax.Array`s or torch tensors. With a GPU the JAX and PyTorch backends get
+    uint8 batches over the bus and normalise them there (the JAX adapter's jitted normaliser,
+    `TorchBatches` on the CUDA device Keras' torch backend uses); TensorFlow's are normalised on
+    the host (a `tf.data` map runs on the CPU), as are all of them without a GPU.
+    `stats.settings["normalise_on"]` says which. Either way every `fit` epoch (and every
+    validation pass) is one loader epoch."""
 
     def __init__(self, backend: str, options: LoaderOptions) -> None:
         if backend not in BACKENDS:

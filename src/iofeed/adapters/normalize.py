@@ -47,6 +47,6 @@ def normalises(affine: Affine | None) -> bool:
 
 def record_normalise_on(loader: Any, where: str | None) -> None:
     """`loader.stats.settings["normalise_on"]`: where its batches are normalised — "host" (numpy on
-    the training process's thread), a device ("/gpu:0", "cuda:0", "gpu"), or None when they are
+    the training process's thread), a device ("cuda:0", "gpu"), or None when they are
     handed out as they come (uint8, or a sample transform's floats). Decided once, at `loader()`."""
     loader.stats.fixed["normalise_on"] = where

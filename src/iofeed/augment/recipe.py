@@ -47,6 +47,7 @@ class Recipe:
     std: tuple[float, float, float] | None = None
     normalize: bool = True
     image_size: int | None = None  # the model's input side, when the recipe knows it (from_timm); else the loader's
+    min_visible: float = 0.25  # target="boxes"/"masks": a box keeps at least this share of its area in the crop
 
     def __post_init__(self) -> None:
         if not (self.train is None or isinstance(self.train, bool)):
@@ -56,6 +57,9 @@ class Recipe:
         for name in ("flip", "normalize"):
             if not isinstance(getattr(self, name), bool):
                 raise OptionError(f"Recipe {name} must be True or False, got {getattr(self, name)!r}")
+        if not _real(self.min_visible) or not 0.0 <= self.min_visible <= 1.0:
+            raise OptionError(f"Recipe min_visible must be a number in [0, 1] (the share of a box's area left in "
+                              f"the crop for it to be kept), got {self.min_visible!r}")
         fraction = self.crop_fraction
         if not _real(fraction) or not MIN_CROP_FRACTION <= fraction <= 1.0:
             raise OptionError(f"Recipe crop_fraction must be a number in [{MIN_CROP_FRACTION}, 1] (the centre "
@@ -154,4 +158,5 @@ PRESETS: dict[str, Recipe] = {
     "timm": Recipe(interpolation="bicubic"),  # timm's defaults for ImageNet-pretrained models
     "inception": Recipe(interpolation="bicubic", mean=(0.5, 0.5, 0.5), std=(0.5, 0.5, 0.5)),  # [-1, 1] models
     "uint8": Recipe(normalize=False),  # normalise yourself (on the GPU, or in batch_transform)
+    "detection": Recipe(scale=(0.3, 1.0), ratio=(0.5, 2.0), min_visible=0.25),  # crops that keep most objects
 }

@@ -21,6 +21,13 @@ def _shard_bytes(mib: float) -> int:
 
 
 def cmd_synth(args: argparse.Namespace) -> None:
+    if args.kind == "coco":
+        from ..prepare.synth_coco import synth_coco
+
+        coco = synth_coco(args.out, images=args.images, seed=args.seed, overwrite=args.overwrite)
+        print(f"wrote {coco.images} images, {coco.annotations} annotations and {coco.malformed} malformed ones to "
+              f"{coco.root} ({coco.seconds:.1f} s)")
+        return
     from ..prepare.synth import synth_caltech256
 
     summary = synth_caltech256(
@@ -79,6 +86,8 @@ def cmd_index(args: argparse.Namespace) -> None:
           + (f" (see {summary.out}/rejected.jsonl)" if rejected else ""))
     for reason, count in sorted(summary.rejected.items(), key=lambda kv: -kv[1]):
         print(f"    {count:>6,}  {reason}")
+    if summary.one_sample_classes:
+        print(f"  classes       {summary.one_sample_classes}")
 
 
 def cmd_inspect(args: argparse.Namespace) -> None:

@@ -42,10 +42,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="iofeed", description="Keep GPUs fed during image training.")
     sub = parser.add_subparsers(dest="command", required=True)
 
-    synth = sub.add_parser("synth", help="make a Caltech-256-shaped stand-in dataset")
-    synth.add_argument("kind", choices=["caltech256"], help="which stand-in: caltech256 (257 classes, the real "
-                       "per-class counts, 30,607 images, ~1.1 GiB)")
-    synth.add_argument("out", type=Path, help="folder to write (OUT/256_ObjectCategories/<class>/*.jpg)")
+    synth = sub.add_parser("synth", help="make a Caltech-256- or COCO-shaped stand-in dataset")
+    synth.add_argument("kind", choices=["caltech256", "coco"], help="which stand-in: caltech256 (257 classes, the "
+                       "real per-class counts, 30,607 images, ~1.1 GiB); coco (objects with boxes and masks, "
+                       "COCO's instances JSON, a few malformed annotations)")
+    synth.add_argument("out", type=Path, help="folder to write (caltech256: OUT/256_ObjectCategories/<class>/*.jpg; "
+                       "coco: OUT/train2017/*.jpg and OUT/annotations/instances_train2017.json)")
+    synth.add_argument("--images", type=_positive_int, default=64, help="coco: images to make (default 64)")
     synth.add_argument("--per-class", type=_positive_int, default=None,
                        help="images per class (default: the real counts)")
     synth.add_argument("--seed", type=int, default=0, help="seed of the pictures, sizes and quirks (default 0)")
@@ -76,7 +79,8 @@ def build_parser() -> argparse.ArgumentParser:
     prep.add_argument("-o", "--out", default=None,
                       help="output dataset: a folder (default: SRC.iof beside SRC), or an s3:// or gs:// URL "
                            "to upload to (prepared in a temporary folder, iofeed.json uploaded last)")
-    prep.add_argument("--size", type=int, default=256, help="shorter side in pixels, never upscaled (default 256)")
+    prep.add_argument("--size", type=int, default=None,
+                      help="shorter side in pixels, never upscaled (default 256; COCO detection sources 800)")
     prep.add_argument("--quality", type=int, default=90, help="JPEG quality (default 90)")
     prep.add_argument("--format", choices=["jpeg", "raw", "mixed"], default="jpeg",
                       help="jpeg (default); raw: uint8 RGB pixels, decode-free, ~10x the disk of JPEG; "

@@ -47,6 +47,8 @@ def print_preprocess_summary(summary: PreprocessSummary) -> None:
     if summary.several_classes:
         print(f"  multi-label   {plural(summary.several_classes, 'sample')} with several classes (e.g. "
               f"{summary.several_example}): the targets are multi_label; load them with target=\"multi_hot\"")
+    if summary.one_sample_classes:
+        print(f"  classes       {summary.one_sample_classes}")
     if summary.duplicates.line():
         print(f"  duplicates    {summary.duplicates.line()}")
     for path in summary.stale_removed:

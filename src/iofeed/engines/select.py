@@ -39,6 +39,8 @@ def fits(caps: EngineCaps, options: LoaderOptions, source: SampleSource) -> bool
         return False
     if options.transform is not None and not caps.runs_transforms:
         return False
+    if options.moves_targets and not caps.targets:
+        return False
     if options.recipe.interpolation not in caps.interpolations:
         return False
     if caps.needs_gpu and not (options.cuda and gpu_present()):

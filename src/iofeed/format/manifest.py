@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import uuid
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -10,6 +11,7 @@ from typing import Any
 
 from ..errors import DatasetError, OptionError
 from .files import read_regular
+from .table import SOURCES
 from .targets import DEFAULT_TARGETS, check_targets
 
 MANIFEST_NAME = "iofeed.json"
@@ -107,6 +109,30 @@ class Manifest:
         if name not in self.splits:
             raise OptionError(f"split {name!r} not in {where} (it has: {', '.join(self.splits)})")
         return self.splits[name]
+
+
+# The names preprocess gives the files it writes: only for a folder without a manifest to go by
+# (an upload that stopped before its `iofeed.json`); otherwise `written_files` says what is iofeed's.
+DATASET_NAME = re.compile(r"rejected\.jsonl|[\w.-]+-samples\.(npy|sources\.jsonl|sources\.txt)"
+                          r"|[\w.-]+-targets\.jsonl|[\w.-]+-boxes\.npz|[\w.-]+-masks\.npy|[\w.-]+-\d{6}\.(tar|idx)")
+
+
+def written_files(manifest: Manifest) -> set[str]:
+    """The files of a dataset's folder that preprocess or index wrote, as its manifest lists them:
+    the manifest, `rejected.jsonl`, each split's table and source list, its shards and their
+    indexes, the targets files, detection's boxes and masks files. A shard indexed in place (it
+    has a `url`) is the user's file, wherever it lies: only its index is iofeed's. `--overwrite`
+    replaces these and nothing else."""
+    boxes = manifest.targets.get("boxes") or {}  # detection side files: {"files": {split: name}, "masks": ...}
+    ours = {MANIFEST_NAME, "rejected.jsonl", *manifest.targets.get("files", {}).values(),
+            *(name for kind in ("files", "masks") for name in (boxes.get(kind) or {}).values()
+              if isinstance(name, str))}
+    for info in manifest.splits.values():
+        stem = Path(info.table).stem
+        ours |= {info.table, stem + SOURCES, stem + ".sources.txt"}
+        for shard in info.shards:
+            ours |= {shard["index"]} if "url" in shard else {shard["index"], shard["name"]}
+    return ours
 
 
 _INT = "an integer"

@@ -10,9 +10,11 @@ from ..adapters.normalised_twice import check_batch_transform, check_torch_model
 from ..augment.recipe import Recipe
 from ..engines.select import choice_notes, engine_name, make_engine
 from ..engines.skips import check_scanned
+from ..errors import OptionError
 from ..options.adapter_choices import ADAPTERS
 from ..options.groups import Cache, Order, Resources, Skips, checked_group, with_flat
 from ..options.loader_options import LoaderOptions
+from ..sources.box_targets import open_boxes
 from ..sources.mix import Mix
 from ..sources.sample_targets import open_targets
 from ..sources.samples import open_source, read_from
@@ -243,10 +245,15 @@ def loader(
                                                                      streamed=data.remote is not None)
     if data.remote is not None:
         data.remote.fit_order(spec, readers=options.resources.workers or 1)
-    targets = None
-    if options.target != "class" or options.extras:
+    targets, boxes = None, None
+    if options.moves_targets:
+        if mixture is not None or data.kind != "dataset" or data.remote is not None:
+            raise OptionError(f"target={options.target!r} reads a local iofeed dataset made from a COCO folder, "
+                              f"not {'a Mix' if mixture else 'streamed shards' if data.remote else 'a folder'}")
+        boxes = open_boxes(path, options.split, data, masks=options.target == "masks")
+    elif options.target != "class" or options.extras:
         targets = mixture.targets() if mixture else open_targets(path, options.split, data)
-    loaded: Loader[Any] = Loader(data, spec, make_engine(options, data), adapter, options, targets, mixture)
+    loaded: Loader[Any] = Loader(data, spec, make_engine(options, data), adapter, options, targets, mixture, boxes)
     loaded.stats.fixed["decisions"] = choice_notes(options, engine_name(options, data), data)  # what "auto" decided
     read = read_from(path) if mixture is None else [read_from(name) for name in mixture.names]
     loaded.stats.fixed["source"] = read  # what `iofeed doctor` checks: the data really read

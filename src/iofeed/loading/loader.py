@@ -12,10 +12,12 @@ import numpy as np
 from numpy.typing import NDArray
 
 from ..adapters.base import Adapter
+from ..adapters.box_batches import as_numpy, as_torch, box_batch
 from ..augment.batch_key import BatchKey
 from ..engines.base import Backend, Batch
 from ..errors import LoaderStateError
 from ..options.loader_options import LoaderOptions
+from ..sources.box_targets import BoxTable
 from ..sources.order import OrderSpec, valid_rows
 from ..sources.remote.prefetch import NoPrefetch, Prefetcher, prefetcher_for
 from ..sources.sample_targets import SampleTargets
@@ -37,8 +39,10 @@ class Loader(DataLoaderManners, Generic[BatchT]):
     batches an epoch holds: skipped samples' places go to spare samples (`stats.refilled`)."""
 
     def __init__(self, source: SampleSource, order: OrderSpec, backend: Backend, adapter: Adapter,
-                 options: LoaderOptions, targets: SampleTargets | None = None, mixture: Mixture | None = None) -> None:
+                 options: LoaderOptions, targets: SampleTargets | None = None, mixture: Mixture | None = None,
+                 boxes: BoxTable | None = None) -> None:
         self.source, self.order, self.backend, self._adapter = source, order, backend, adapter
+        self._boxes = boxes  # target="boxes"/"masks": the split's stored boxes by sample index
         self._targets = targets  # multi-hot labels and extras by sample index (None: class indices only)
         self.mixture = mixture  # an iofeed.Mix opened: its sources, per-source stats and skip bounds
         self.options = options
@@ -177,12 +181,26 @@ class Loader(DataLoaderManners, Generic[BatchT]):
     def _deliver(self, batch: Batch) -> Any:
         """The adapter's form of `batch`: multi-hot labels for `target="multi_hot"`, and with
         `extras=True` a third item, the list of the samples' extras."""
+        if self._boxes is not None:
+            return self._with_boxes(batch)
         if self._targets is None:
             return self._adapter(batch)
         if self.options.target == "multi_hot":
             batch = dataclasses.replace(batch, labels=self._targets.multi_hot(batch.indices))
         out = self._adapter(batch)
         return (*out, self._targets.extras_of(batch.indices)) if self.options.extras else out
+
+    def _with_boxes(self, batch: Batch) -> Any:
+        """(images, targets): the boxes moved with the batch's recorded crops and flips, counted."""
+        assert self._boxes is not None and self.image_size is not None, "resolved when the loader was made"
+        moved = box_batch(self._boxes, batch, self.image_size, self.options.augmentation.letterbox,
+                          self.options.recipe.min_visible)
+        self.stats.boxes["delivered"] += len(moved.labels)
+        self.stats.boxes["dropped_not_visible"] += moved.moved.dropped
+        images = self._adapter(batch)[0]
+        if self.options.framework == "torch":
+            return images, as_torch(moved, self.image_size, self.options.device)
+        return images, as_numpy(moved)
 
     def state_dict(self) -> dict[str, Any]:
         """Where the run is, as a small plain dict (ints and strings): the dataset's identity, the

@@ -19,6 +19,7 @@ class EngineCaps:
     # whether backend="auto" may choose it (the rule: docs/decisions/0003-backend-auto-never-takes-the-dali-engine.md)
     auto: bool = True
     auto_because: str = ""  # why "auto" takes it where it fits, for `stats.settings["decisions"]`
+    targets: bool = False  # moves boxes and masks with the pixels (`target="boxes"` / `"masks"`)
 
 
 # Why "auto" takes the nvjpeg engine on a GPU (docs/decisions/0073-gpu-decode-engine.md).
@@ -39,6 +40,6 @@ ENGINES: Registry[EngineCaps] = Registry("backend", {
                              interpolations=("bilinear", "bicubic"), auto=False), extra="dali"),
     "workers": Entry("iofeed.engines.workers.engine:make_worker_engine",
                      EngineCaps(reads_raw=True, packs=True, needs_gpu=False, runs_transforms=True,
-                                interpolations=("bilinear", "bicubic", "area"))),
+                                interpolations=("bilinear", "bicubic", "area"), targets=True)),
 })
 AUTO = "auto"

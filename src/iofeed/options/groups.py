@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from ..errors import OptionError
-from ..sources.order import SHUFFLES
+from ..sources.order import CHOICES
 from .checks import flag, integer, one_of, short_repr
 
 if TYPE_CHECKING:
@@ -66,7 +66,9 @@ class Order(OptionGroup):
         dataset or folder), "block" (the default for a streamed train split: shards in a shuffled
         order, samples shuffled within blocks of `block_shards` shards, so that only two blocks
         are live at a time) or "none" (the default for other splits); True and False (as torch's
-        DataLoader takes them) mean that default of the train split, and "none".
+        DataLoader takes them) mean that default of the train split, and "none". A Mix's train
+        split interleaves its sources by its own seeded order: there, "global" or "block" says how
+        each source passes through its samples (the default: "block" for a streamed one).
     seed: seed of the shuffle and of the augmentation (an int >= 0): the order and the crops are a
         function of (seed, epoch, rank, batch), whatever the engine or workers.
     drop_last: drop each rank's last incomplete batch. Default (None): True for `split="train"`.
@@ -80,7 +82,7 @@ class Order(OptionGroup):
 
     def __post_init__(self) -> None:
         if self.shuffle is not None and not isinstance(self.shuffle, bool):  # True/False as DataLoader takes them
-            one_of("Order.shuffle", self.shuffle, tuple(SHUFFLES))
+            one_of("Order.shuffle", self.shuffle, CHOICES)
         self._int("seed", 0)
         flag("Order.drop_last", self.drop_last, optional=True)
         self._int("block_shards", 1)

@@ -15,7 +15,7 @@ from ..image.boxes import Augment
 from ..runtime.gpu.device import usable_device
 from ..sources.order import OrderSpec
 from ..sources.sample_targets import check_target_options
-from .adapter_choices import ADAPTERS
+from .adapter_choices import ADAPTERS, wants_host_arrays
 from .checks import either, flag, integer, one_of, short_repr
 from .engine_choices import AUTO, ENGINES
 from .groups import FLAT, GROUPS, Cache, Order, Resources, Skips, checked_group
@@ -113,6 +113,8 @@ class LoaderOptions:
                               f"backend={either((AUTO, *ENGINES.having('packs')))}, got framework={self.framework!r}"
                               f", backend={self.backend!r}")
         self._check_recipe()
+        if self.moves_targets:
+            self._check_box_targets()
         if self.sharding is not None and not adapter.sharding:
             raise OptionError(f"sharding= is for framework={either(ADAPTERS.having('sharding'))}, "
                               f"got framework={self.framework!r} (drop sharding=)")
@@ -154,6 +156,22 @@ class LoaderOptions:
             raise OptionError("transform= runs on the images the workers crop, and gpu_augment=True crops on the "
                               "GPU after them: drop gpu_augment (or do the work on the GPU with batch_transform=)")
 
+    def _check_box_targets(self) -> None:
+        """target="boxes"/"masks": an engine that moves them, and no step they cannot follow."""
+        if self.backend != AUTO and not ENGINES.caps(self.backend).targets:
+            raise OptionError(f"target={self.target!r}: backend={self.backend!r} does not move boxes and masks with "
+                              f"the pixels; use backend={either((AUTO, *ENGINES.having('targets')))}")
+        for given, why in ((self.gpu_augment, "gpu_augment=True crops on the device, after the boxes are placed"),
+                           (self.transform is not None, "transform= takes and returns images only"),
+                           (self.extras, "extras=True: the boxes are the targets")):
+            if given:
+                raise OptionError(f"target={self.target!r} cannot be combined here: {why}")
+
+    @property
+    def moves_targets(self) -> bool:
+        """Whether boxes (and masks) follow every crop, resize and flip (`target="boxes"` / `"masks"`)."""
+        return self.target in ("boxes", "masks")
+
     @property
     def recipe(self) -> Recipe:
         """The built-in steps `augment` stands for (see `iofeed.Recipe`)."""
@@ -175,12 +193,13 @@ class LoaderOptions:
         """The crop, flip and resize policy of every sample."""
         r = self.recipe
         return Augment(size=self.image_size, train=self.train, scale=r.scale, ratio=r.ratio, flip=r.flip,
-                       center_fraction=r.crop_fraction, interpolation=r.interpolation)
+                       center_fraction=r.crop_fraction, interpolation=r.interpolation,
+                       letterbox=self.moves_targets and not self.train)
 
     @property
     def host(self) -> bool:
         """Whether the adapter wants host arrays (an engine decoding on a GPU then copies to the host)."""
-        return ADAPTERS.caps(self.framework).host
+        return wants_host_arrays(self.framework, self.cuda)
 
     @property
     def cuda(self) -> bool:
@@ -224,16 +243,18 @@ class LoaderOptions:
             return ("block" if streamed else "global") if shuffle else "none"
         return shuffle
 
-    def order_spec(self, samples: int, shard_of: np.ndarray | None = None, streamed: bool = False) -> OrderSpec:
+    def order_spec(self, samples: int, shard_of: np.ndarray | None = None, streamed: bool = False,
+                   plan: Any = None) -> OrderSpec:
         """The epoch order of `samples` (in shards `shard_of`, for a block order; `streamed` when they
-        come from object storage) for this rank; OptionError when it would hold no batch."""
+        come from object storage; a mixture's `plan`, whose order it is then) for this rank;
+        OptionError when it would hold no batch."""
         rank, world_size = self.placement()
         drop_last = self._drop_last
-        shuffle = self.shuffle_for(streamed)
+        shuffle = "mix" if plan is not None else self.shuffle_for(streamed)
         pad = self._pad
         spec = OrderSpec(samples, self.batch_size, shuffle=shuffle, drop_last=drop_last, seed=self.order.seed,
                          rank=rank, world_size=world_size, block_shards=self.order.block_shards, shard_of=shard_of,
-                         pad=pad)
+                         pad=pad, plan=plan)
         if len(spec) == 0:
             where = " on this rank" if world_size > 1 else ""
             raise OptionError(

@@ -52,7 +52,7 @@ def prepare_file(index: int, path: str, policy: ImagePolicy, span: Span = WHOLE)
     """
     try:
         data = read_input(path, span)
-        target = policy.shorter_side
+        target = policy.side
         opened = open_image(data)
         keep = _keepable(opened, policy)
         decoded = decode_rgb(opened, min_size=(1, 1) if keep else (target, target))
@@ -93,7 +93,7 @@ def _keepable(opened: Opened, policy: ImagePolicy) -> bool:
         and img.mode == "RGB"
         and not is_progressive(img.info)
         and opened.orientation == 1
-        and min(opened.size) <= policy.shorter_side
+        and min(opened.size) <= policy.side
         and not policy.stores_raw(*opened.size)
     )
 

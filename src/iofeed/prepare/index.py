@@ -21,6 +21,7 @@ from ..sources.remote.urls import is_url
 from .output import check_inputs, check_output, spool_dir, written_aside
 from .run import REJECTED_NAME, write_rejected
 from .sources.label_targets import Resolved, Targets
+from .sources.one_sample_classes import one_sample_note
 from .sources.shardlist import fetch_or_reject, list_shards
 from .sources.tarread import Members, read_shard
 from .sources.webdataset import from_txt, image_keys, refuse_captions, sample_of, shard_targets
@@ -37,6 +38,7 @@ class IndexSummary:
     samples: int
     rejected: dict[str, int]
     seconds: float
+    one_sample_classes: str = ""  # a note when most classes have one sample (captions taken as classes?)
 
 
 @dataclass
@@ -116,7 +118,8 @@ def index_shards(spec: str, out: Path, *, split: str = "train", label_column: st
             targets=resolved.manifest_entry(files),
         ).write(staging)
     return IndexSummary(out, len(scanned), count, dict(Counter(reason_kind(r.reason) for r in rejected)),
-                        time.perf_counter() - start)
+                        time.perf_counter() - start,
+                        one_sample_note("webdataset", resolved, names, str(spec), label_names))
 
 
 def _scan(spec: str, shards: list[str], spool: Path | None, label_column: str | None,

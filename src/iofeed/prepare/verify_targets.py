@@ -50,7 +50,7 @@ def check_targets(path: Path, manifest: Manifest, split: str, rows: int, found: 
     where = Path(path) / name
     try:
         classes, extras = parse_targets(read_regular(where).decode("utf-8"), str(where), rows)
-        multi_hot(classes, len(manifest.classes))
+        multi_hot(classes, len(manifest.classes), str(where))
     except DatasetError as exc:
         return [str(exc)]
     except OSError as exc:

@@ -46,6 +46,7 @@ class SampleSource:
     remote: RemoteShards | None = None  # streamed dataset: `files` are URLs read through the node cache
     validated: bool = True  # images checked by preprocess (False: shards indexed in place, images as they came)
     targets: dict[str, Any] = field(default_factory=dict)  # the manifest's `targets` entry when opened ({} for folders)
+    masks: np.ndarray | None = None  # int64 (n, 2): each sample's instance-mask member (offset, size) in its shard
 
     def __len__(self) -> int:
         return len(self.label)

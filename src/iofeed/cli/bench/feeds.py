@@ -71,7 +71,9 @@ FEEDS: Registry[FeedDecl] = Registry("feed", {
     "torchvision-1w": dataloader("torchvision ImageFolder + DataLoader, 1 worker", workers=1),
     "torchvision-Nw": dataloader("torchvision ImageFolder + DataLoader, all cores"),
     "iofeed-folder": iofeed("folder", "iofeed workers engine on the JPEG folder", **TORCH),
-    "iofeed-dataset": iofeed("dataset", "iofeed workers engine on the preprocessed dataset", **TORCH),
+    "iofeed-dataset": iofeed("dataset", "iofeed workers engine on the preprocessed dataset (channels_last)", **TORCH),
+    "iofeed-nchw": iofeed("dataset", "the same in the torch adapter's default layout, contiguous NCHW: a layout that "
+                          "cost a pass of its own would show beside iofeed-dataset", backend="workers"),
     "iofeed-raw": iofeed("raw", "iofeed workers engine on the raw-pixel dataset (--format raw)", **TORCH),
     "iofeed-raw-gpu": iofeed("raw", "iofeed on the raw-pixel dataset, crop/resize/flip on the GPU", needs=(GPU,),
                              gpu_augment=True, **TORCH),

@@ -248,10 +248,9 @@ def host_normalise_finding(loaders: list[dict[str, Any]], gpus: int) -> Finding 
             [f"a loader normalised its batches on the host (stats.settings['normalise_on'] == 'host') "
              f"with {gpus} GPU(s) in use: one thread, ~0.15 ms per 224 px image",
              f"the training loop waited for batches {waited:.0%} of {elapsed:.0f} s (>= {TRANSFORM_WAIT:.0%})"],
-            ["framework='tf' and 'keras' normalise on the GPU when one is visible: for a one-GPU job among "
-             "several, CUDA_VISIBLE_DEVICES=N (several keep the host path for tf.distribute)",
+            ["framework='torch': device='cuda'; framework='jax': GPU devices in sharding=",
              "framework='keras' on PyTorch follows Keras' device: leave KERAS_TORCH_DEVICE unset or 'cuda'",
-             "framework='torch': device='cuda'; framework='jax': GPU devices in sharding=",
-             "or hand out uint8 (augment='uint8') and normalise inside the model"],
+             "framework='tf' and Keras on TensorFlow normalise on the host (a tf.data map runs on the CPU): "
+             "hand out uint8 (augment='uint8') and normalise inside the model, where it runs on the GPU"],
             heuristic=True)
     return None

@@ -80,8 +80,8 @@ class NvjpegEngine:
         data = torch.from_numpy(np.array(encoded.data[: encoded.used_bytes]))  # out of the slot: freed now
         packed.release()
         jpeg = np.flatnonzero(meta["kind"] == JPEG)
-        done = decode_batch([data[o:o + n] for o, n in zip(meta["offset"][jpeg].tolist(), meta["length"][jpeg].tolist())],
-                            self.device, self._decode)
+        spans = zip(meta["offset"][jpeg].tolist(), meta["length"][jpeg].tolist())
+        done = decode_batch([data[o:o + n] for o, n in spans], self.device, self._decode)
         self.decoded_on_cpu += done.on_cpu
         images = torch.empty((len(meta), self.side, self.side, 3), dtype=torch.uint8, device=self.device)
         finished = np.flatnonzero(meta["kind"] != JPEG)

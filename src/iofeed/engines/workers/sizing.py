@@ -13,6 +13,7 @@ from ...runtime.system import Share, usable_cores
 from ...sources.samples import SampleSource
 from .packing import PackedLayout
 from .slots import Layout, SlotLayout, default_memory_budget, default_prefetch
+from .target_slots import TargetLayout
 
 
 def engine_layout(source: SampleSource, options: LoaderOptions, output: Output | None = None,
@@ -31,6 +32,8 @@ def engine_layout(source: SampleSource, options: LoaderOptions, output: Output |
             return layout_of(slots)
         if options.gpu_augment:
             return PackedLayout.for_source(source, slots, batch_size)
+        if options.moves_targets:
+            return TargetLayout(slots, batch_size, options.image_size, options.target == "masks")
         if output is None:
             return SlotLayout(slots, batch_size, options.image_size)
         return SlotLayout(slots, batch_size, options.image_size, output.shape, output.dtype.str)

@@ -77,7 +77,9 @@ def _parquet_file(pq: Any, path: Path) -> Any:
     try:
         return pq.ParquetFile(path)
     except (OSError, ValueError) as exc:  # pyarrow's ArrowInvalid is a ValueError
-        raise SourceError(f"cannot read Parquet file {path}: {exc} (write it again, or leave it out of SRC)") from None
+        reason = " ".join(str(exc).split())  # pyarrow's thrift errors span lines (a footer cut or overwritten)
+        raise SourceError(f"cannot read Parquet file {path}: {reason} (write it again, or leave it out of "
+                          "SRC)") from None
 
 
 def scan_hf(src: str, options: SourceOptions, room: int | None = None) -> SourceScan:
