@@ -145,7 +145,8 @@ def test_auto_decides_from_capabilities(colour_dataset, raw_source, monkeypatch)
     assert not select.fits(dali, LoaderOptions(4, device="cuda"), raw_source), "DALI reads no raw pixels"
     gpu_augment = LoaderOptions(4, device="cuda", framework="torch", gpu_augment=True)
     assert not select.fits(dali, gpu_augment, jpeg) and select.engine_name(gpu_augment, jpeg) == "workers"
-    assert select.engine_name(LoaderOptions(4, device="cuda"), jpeg) == "workers"  # fits, but auto never takes it
+    assert select.engine_name(LoaderOptions(4, device="cuda"), jpeg) == "nvjpeg"  # dali fits, but auto never takes it
+    assert select.engine_name(LoaderOptions(4, device="cuda"), raw_source) == "workers", "nvjpeg reads no raw pixels"
     monkeypatch.setattr(select, "gpu_present", lambda: False)
     assert not select.fits(dali, LoaderOptions(4, device="cuda"), jpeg)
     assert select.engine_name(LoaderOptions(4, device="cuda"), jpeg) == "workers"

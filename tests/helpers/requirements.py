@@ -6,6 +6,7 @@ import importlib
 MODULES = {
     "torch": "torch",
     "torchvision": "torchvision",
+    "torchcodec": "torchcodec.decoders",
     "tf": "tensorflow",
     "dali": "nvidia.dali",
     "ray": "ray",

@@ -115,7 +115,8 @@ def as_hwc(value: Any) -> np.ndarray:
     torch = sys.modules.get("torch")
     if torch is not None and isinstance(value, torch.Tensor):
         value = value.detach().cpu().as_subclass(torch.Tensor)
-        return (value.permute(1, 2, 0) if value.dim() == 3 else value).numpy()
+        pixels: np.ndarray = (value.permute(1, 2, 0) if value.dim() == 3 else value).numpy()
+        return pixels
     return np.asarray(value)
 
 
@@ -219,7 +220,7 @@ def one_torch_thread() -> Iterator[None]:
     """torch on one intra-op thread inside (when loaded), the caller's count restored after."""
     torch = sys.modules.get("torch")
     threads = torch.get_num_threads() if torch is not None else 1
-    if threads == 1:
+    if torch is None or threads == 1:
         yield
         return
     torch.set_num_threads(1)

@@ -39,6 +39,8 @@ def fits(caps: EngineCaps, options: LoaderOptions, source: SampleSource) -> bool
         return False
     if options.transform is not None and not caps.runs_transforms:
         return False
+    if options.moves_targets and not caps.targets:
+        return False
     if options.recipe.interpolation not in caps.interpolations:
         return False
     if caps.needs_gpu and not (options.cuda and gpu_present()):
@@ -55,7 +57,9 @@ def choice_notes(options: LoaderOptions, chosen: str, source: SampleSource | Non
         passed = [name for name in ENGINES.names() if not ENGINES.caps(name).runs_transforms]
         notes.append(f"backend='auto' chose {chosen!r}: transform= runs only in worker processes"
                      + (f" ({', '.join(passed)} cannot run it)" if passed else ""))
-    if source is not None:
+    if ENGINES.caps(chosen).auto_because:
+        notes.append(f"backend='auto' chose {chosen!r}: {ENGINES.caps(chosen).auto_because}")
+    elif source is not None:
         passed = [name for name, entry in ENGINES if not entry.caps.auto and fits(entry.caps, options, source)]
         if passed:
             notes.append(f"backend='auto' chose {chosen!r} over {', '.join(map(repr, passed))}: {AUTO_RULE}")
@@ -64,7 +68,8 @@ def choice_notes(options: LoaderOptions, chosen: str, source: SampleSource | Non
 
 def make_engine(options: LoaderOptions, source: SampleSource) -> Backend:
     """The chosen engine, built (its module imported only now)."""
-    return ENGINES[engine_name(options, source)].load()(source, options)
+    engine: Backend = ENGINES[engine_name(options, source)].load()(source, options)
+    return engine
 
 
 def _installed(module: str) -> bool:

@@ -53,8 +53,9 @@ def decode_rgb_array(data: bytes, min_size: tuple[int, int], fast: bool = False)
     `fast`: libjpeg-turbo's fast integer IDCT and plain chroma upsampling (`Recipe(fast_decode=)`).
     Raises SampleError for corrupt or truncated data."""
     try:
-        return _simplejpeg().decode_jpeg(data, colorspace="RGB", min_width=min_size[0], min_height=min_size[1],
-                                         fastdct=fast, fastupsample=fast)
+        pixels: np.ndarray = _simplejpeg().decode_jpeg(data, colorspace="RGB", min_width=min_size[0],
+                                                      min_height=min_size[1], fastdct=fast, fastupsample=fast)
+        return pixels
     except ValueError as exc:
         raise SampleError(f"corrupt or truncated image ({exc})") from None
 

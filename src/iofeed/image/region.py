@@ -7,7 +7,7 @@ upsampling and the IDCT read neighbouring blocks), so the box is grown by one MC
 (clipped to the image), decoded, and trimmed: the pixels are a full decode's.
 
 Why nvImageCodec, why it is off unless `Recipe(region_decode=True)` asks (measured no faster than
-simplejpeg's full decode on 256 px images), and when a region pays: docs/decisions/0073-region-decode.md.
+simplejpeg's full decode on 256 px images), and when a region pays: docs/decisions/0090-region-decode.md.
 """
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ from ..errors import SampleError
 MODULE = "nvidia.nvimgcodec"
 EXTRA = "region"
 # A region is decoded only when the grown box covers at most this share of the image: above it the
-# decoder's per-call cost outweighs the rows and columns saved (measured, docs/decisions/0073).
+# decoder's per-call cost outweighs the rows and columns saved (measured, docs/decisions/0090).
 MAX_SHARE = 0.35
 # (width, height) of an MCU for each chroma subsampling `simplejpeg.decode_jpeg_header` names
 MCU = {"444": (8, 8), "422": (16, 8), "420": (16, 16), "440": (8, 16), "411": (32, 8), "Gray": (8, 8)}
@@ -98,7 +98,7 @@ def describe(asked: bool, validated: bool, fast: bool) -> str:
     full = f"the full image (libjpeg-turbo through simplejpeg, {idct})"
     if not asked:
         return (f"decode: {full}; Recipe(region_decode=True) would decode only small crops' regions "
-                f"({MODULE}), measured no faster on 256 px images (docs/decisions/0073-region-decode.md)")
+                f"({MODULE}), measured no faster on 256 px images (docs/decisions/0090-region-decode.md)")
     if not installed():
         return f"decode: {full}; Recipe(region_decode=True) needs {MODULE}: pip install 'iofeed[{EXTRA}]'"
     if not validated:

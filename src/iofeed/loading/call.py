@@ -6,12 +6,15 @@ import inspect
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, overload
 
+from ..adapters.normalised_twice import check_batch_transform, check_torch_model
 from ..augment.recipe import Recipe
 from ..engines.select import choice_notes, engine_name, make_engine
 from ..engines.skips import check_scanned
+from ..errors import OptionError
 from ..options.adapter_choices import ADAPTERS
 from ..options.groups import Cache, Order, Resources, Skips, checked_group, with_flat
 from ..options.loader_options import LoaderOptions
+from ..sources.box_targets import open_boxes
 from ..sources.mix import Mix
 from ..sources.sample_targets import open_targets
 from ..sources.samples import open_source, read_from
@@ -72,6 +75,7 @@ def loader(
     batch_size: int,
     image_size: int | None = None,
     augment: bool | str | Recipe | None = None,
+    pixels: str | None = None,
     framework: str = "numpy",
     device: Any = None,
     dtype: Any = None,
@@ -119,6 +123,12 @@ def loader(
             and False force the random crop or the centre crop; None (default) augments the
             train split only. Every engine does every step or refuses it naming the one that
             can ("area": workers only; `gpu_augment`: bilinear only).
+        pixels: the scale your script expects its images on: "uint8" (as decoded), "0-1" (floats,
+            pixel / 255, as torchvision's `ToTensor` gives: for a script that keeps its own
+            `Normalize`), "0-255" (floats, as Keras' `image_dataset_from_directory` gives) or
+            "normalized" (`(pixel / 255 - mean) / std`, the recipe's mean/std else ImageNet's).
+            Default: what the recipe says (`normalize=False`: uint8; `mean=`/`std=`: normalized),
+            else the framework's convention (below). A recipe that contradicts it is refused.
         framework: "numpy" yields (uint8 NHWC arrays, int64 labels) — views of shared memory that
             stay as delivered while you hold them (kept past the pool: copies, counted in
             `stats.copied_batches`); "torch" yields normalised (the recipe's mean/std, else
@@ -127,10 +137,11 @@ def loader(
             images, 0-255 as Keras' `image_dataset_from_directory` gives them unless the recipe
             has mean/std; "jax" yields `jax.Array`s, NHWC images (normalised float32 by default)
             and int32 labels, sharded over the batch axis (see `sharding`); "keras" what
-            `model.fit` takes on Keras' backend (float32 0-255 NHWC like "tf"; `take`/`repeat`
-            on every backend). With `normalize=False` in the recipe, torch and tf hand out uint8
-            images; keras still float32 0-255 on every backend.
-        device: where batches end up: None or "cpu", "cuda", "cuda:N", an ordinal or a
+            `model.fit` takes on Keras' backend (float32 0-255 NHWC like "tf"; iterable, with
+            tf.data's `take`/`skip`/`repeat`/`map`/`prefetch` on every backend). `pixels=` sets
+            the scale; with `normalize=False` in the recipe, torch and tf hand out uint8 images;
+            keras still float32 0-255 on every backend.
+        device: where batches end up: None or "cpu" (or "cpu:N"), "cuda", "cuda:N", an ordinal or a
             `torch.device`. The DALI engine decodes there; the torch adapter copies there. A CUDA
             device this process cannot see (no GPU) is refused at once: pass "cpu".
         dtype: floating-point torch dtype of the images (default float32; float16/bfloat16 are computed in
@@ -218,7 +229,8 @@ def loader(
     groups = with_flat({name: checked_group(name, value) for name, value in given.items()}, flat,
                        [n for n in inspect.signature(loader).parameters if n != "flat"])
     options = LoaderOptions(
-        batch_size=batch_size, split=split, image_size=image_size, augment=augment, framework=framework,
+        batch_size=batch_size, split=split, image_size=image_size, augment=augment, pixels=pixels,
+        framework=framework,
         device=device, dtype=dtype, backend=backend, rank=rank, world_size=world_size, gpu_augment=gpu_augment,
         target=target, extras=extras, transform=transform, batch_transform=batch_transform, sharding=sharding,
         memory_format=memory_format, **groups,
@@ -233,10 +245,15 @@ def loader(
                                                                      streamed=data.remote is not None)
     if data.remote is not None:
         data.remote.fit_order(spec, readers=options.resources.workers or 1)
-    targets = None
-    if options.target != "class" or options.extras:
+    targets, boxes = None, None
+    if options.moves_targets:
+        if mixture is not None or data.kind != "dataset" or data.remote is not None:
+            raise OptionError(f"target={options.target!r} reads a local iofeed dataset made from a COCO folder, "
+                              f"not {'a Mix' if mixture else 'streamed shards' if data.remote else 'a folder'}")
+        boxes = open_boxes(path, options.split, data, masks=options.target == "masks")
+    elif options.target != "class" or options.extras:
         targets = mixture.targets() if mixture else open_targets(path, options.split, data)
-    loaded: Loader[Any] = Loader(data, spec, make_engine(options, data), adapter, options, targets, mixture)
+    loaded: Loader[Any] = Loader(data, spec, make_engine(options, data), adapter, options, targets, mixture, boxes)
     # what "auto" decided, and what the engine chose (the workers': which JPEG decode)
     loaded.stats.fixed["decisions"] = [*choice_notes(options, engine_name(options, data), data),
                                        *getattr(loaded.backend, "notes", [])]
@@ -244,4 +261,8 @@ def loader(
     loaded.stats.fixed["source"] = read  # what `iofeed doctor` checks: the data really read
     asked = {name: json_value(value) for name, value in options.keywords().items()}  # by loader() keyword
     loaded.stats.fixed["options"] = asked  # what it was asked for, beside what the engine made of it
-    return adapter.wrap(loaded)
+    wrapped = adapter.wrap(loaded)
+    check_batch_transform(loaded)  # a Normalize on top of the loader's own, where iofeed can see one
+    if options.framework == "torch":
+        check_torch_model(loaded)  # a LightningModule building its loaders in setup() / *_dataloader()
+    return wrapped

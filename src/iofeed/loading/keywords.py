@@ -39,6 +39,7 @@ class LoaderKeywords(TypedDict, total=False):
     split: str
     image_size: int | None
     augment: bool | str | Recipe | None
+    pixels: str | None
     device: Any
     dtype: Any
     backend: str

@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from ..errors import OptionError
-from ..sources.order import SHUFFLES
+from ..sources.order import CHOICES, PADS
 from .checks import flag, integer, one_of, short_repr
 
 if TYPE_CHECKING:
@@ -66,24 +66,35 @@ class Order(OptionGroup):
         dataset or folder), "block" (the default for a streamed train split: shards in a shuffled
         order, samples shuffled within blocks of `block_shards` shards, so that only two blocks
         are live at a time) or "none" (the default for other splits); True and False (as torch's
-        DataLoader takes them) mean that default of the train split, and "none".
+        DataLoader takes them) mean that default of the train split, and "none". A Mix's train
+        split interleaves its sources by its own seeded order: there, "global" or "block" says how
+        each source passes through its samples (the default: "block" for a streamed one).
     seed: seed of the shuffle and of the augmentation (an int >= 0): the order and the crops are a
         function of (seed, epoch, rank, batch), whatever the engine or workers.
     drop_last: drop each rank's last incomplete batch. Default (None): True for `split="train"`.
     block_shards: shards per block of `shuffle="block"` (an int >= 1).
+    pad: how an epoch's last round is filled when not `drop_last`: "ranks" (the default; every rank
+        gets the same number of batches of the same shapes, as DistributedSampler gives, by
+        repeating up to world_size - 1 samples: `loader.last_valid` marks them), "batches" (every
+        batch full, the last padded with repeats that `last_valid` marks: no short last batch for
+        a per-batch mean) or "none" (each sample exactly once: ranks may end with one batch
+        fewer or a shorter last batch, so only for metrics summed locally and reduced once after
+        the pass; refused under several JAX processes). docs/distributed.md says which to use.
     """
 
     shuffle: str | bool | None = None
     seed: int = 0
     drop_last: bool | None = None
     block_shards: int = 8
+    pad: str = "ranks"
 
     def __post_init__(self) -> None:
         if self.shuffle is not None and not isinstance(self.shuffle, bool):  # True/False as DataLoader takes them
-            one_of("Order.shuffle", self.shuffle, tuple(SHUFFLES))
+            one_of("Order.shuffle", self.shuffle, CHOICES)
         self._int("seed", 0)
         flag("Order.drop_last", self.drop_last, optional=True)
         self._int("block_shards", 1)
+        one_of("Order.pad", self.pad, PADS)
 
 
 @dataclass(frozen=True, repr=False)
@@ -140,8 +151,9 @@ class Skips(OptionGroup):
         paths in `stats.skipped_examples`), or "raise" a `SampleError` naming it. A skipped
         sample's place goes to a spare sample (the rank's later ones, counted in
         `stats.refilled`), so every rank delivers `len(loader)` full batches (a batch that runs
-        out of spares stays short, or is not delivered: `stats.skipped_batches`). An evaluation
-        split that deals each sample once takes no spares: the batch stays short.
+        out of spares stays short, or is not delivered: `stats.skipped_batches`); `last_valid`
+        marks the spare. An order that deals each sample once (`Order(pad="none")`) takes no
+        spares: the batch stays short.
     max_skipped: the share of an epoch's samples (on this rank) that may be skipped, a fraction in
         0..1 (default 0.05; 0: any skip raises). Past it, or when an epoch delivers no batch, a
         `SampleError` gives the counts by reason and the first files; for a folder, files its

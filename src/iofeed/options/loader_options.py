@@ -15,10 +15,11 @@ from ..image.boxes import Augment
 from ..runtime.gpu.device import usable_device
 from ..sources.order import OrderSpec
 from ..sources.sample_targets import check_target_options
-from .adapter_choices import ADAPTERS
+from .adapter_choices import ADAPTERS, wants_host_arrays
 from .checks import either, flag, integer, one_of, short_repr
 from .engine_choices import AUTO, ENGINES
 from .groups import FLAT, GROUPS, Cache, Order, Resources, Skips, checked_group
+from .pixels import UINT8, pixel_scale
 
 
 @dataclass(frozen=True, repr=False)
@@ -34,6 +35,7 @@ class LoaderOptions:
     split: str = "train"
     image_size: int | None = None  # None: the recipe's (Recipe.from_timm), else 224
     augment: bool | str | Recipe | None = None  # see `recipe`
+    pixels: str | None = None  # the scale images are handed out on (see `pixel_scale`)
     framework: str = "numpy"
     device: Any = None  # the one device of this loader: the engine decodes and the adapter copies there
     dtype: Any = None
@@ -66,6 +68,7 @@ class LoaderOptions:
         if not isinstance(self.split, str) or not self.split:
             raise OptionError(f"split must be a split name such as 'train' or 'val', got {self.split!r}")
         one_of("framework", self.framework, ADAPTERS.names())
+        pixel_scale(self.pixels, self.recipe, self.framework)  # a scale the recipe or framework contradicts
         one_of("backend", self.backend, (AUTO, *ENGINES.names()))
         self._check_placement()
         check_sample_transform(self.transform)
@@ -100,7 +103,7 @@ class LoaderOptions:
             given, missing = ("rank", "world_size") if self.world_size is None else ("world_size", "rank")
             raise OptionError(f"{given}={getattr(self, given)} was given without {missing}: pass both, or neither "
                               "to take them from torch.distributed or RANK/WORLD_SIZE")
-        if self.rank is not None and self.rank >= self.world_size:
+        if self.rank is not None and self.world_size is not None and self.rank >= self.world_size:
             raise OptionError(f"rank={self.rank} is outside 0..{self.world_size - 1} (world_size={self.world_size})")
 
     def _check_combinations(self) -> None:
@@ -110,6 +113,8 @@ class LoaderOptions:
                               f"backend={either((AUTO, *ENGINES.having('packs')))}, got framework={self.framework!r}"
                               f", backend={self.backend!r}")
         self._check_recipe()
+        if self.moves_targets:
+            self._check_box_targets()
         if self.sharding is not None and not adapter.sharding:
             raise OptionError(f"sharding= is for framework={either(ADAPTERS.having('sharding'))}, "
                               f"got framework={self.framework!r} (drop sharding=)")
@@ -140,9 +145,10 @@ class LoaderOptions:
                 raise OptionError(f"transform= runs in worker processes, not in backend={self.backend!r} (its "
                                   f"pipeline calls no Python per sample): pass backend="
                                   f"{either(ENGINES.having('runs_transforms'))} or 'auto'")
-        if self.dtype is not None and not recipe.normalize:
-            raise OptionError(f"dtype={self.dtype!r} is the dtype of normalised images, and the recipe has "
-                              "normalize=False (uint8 images): drop one of them")
+        if self.dtype is not None and self.pixel_scale == UINT8:
+            why = "pixels='uint8'" if self.pixels is not None else "the recipe has normalize=False"
+            raise OptionError(f"dtype={self.dtype!r} is the dtype of float images, and {why} (uint8 images): drop "
+                              "one of them")
         if self.gpu_augment and recipe.interpolation != "bilinear":
             raise OptionError(f"gpu_augment=True resizes bilinear only, got interpolation={recipe.interpolation!r}: "
                               "drop gpu_augment (the workers resize on the CPU) or use interpolation='bilinear'")
@@ -150,10 +156,32 @@ class LoaderOptions:
             raise OptionError("transform= runs on the images the workers crop, and gpu_augment=True crops on the "
                               "GPU after them: drop gpu_augment (or do the work on the GPU with batch_transform=)")
 
+    def _check_box_targets(self) -> None:
+        """target="boxes"/"masks": an engine that moves them, and no step they cannot follow."""
+        if self.backend != AUTO and not ENGINES.caps(self.backend).targets:
+            raise OptionError(f"target={self.target!r}: backend={self.backend!r} does not move boxes and masks with "
+                              f"the pixels; use backend={either((AUTO, *ENGINES.having('targets')))}")
+        for given, why in ((self.gpu_augment, "gpu_augment=True crops on the device, after the boxes are placed"),
+                           (self.transform is not None, "transform= takes and returns images only"),
+                           (self.extras, "extras=True: the boxes are the targets")):
+            if given:
+                raise OptionError(f"target={self.target!r} cannot be combined here: {why}")
+
+    @property
+    def moves_targets(self) -> bool:
+        """Whether boxes (and masks) follow every crop, resize and flip (`target="boxes"` / `"masks"`)."""
+        return self.target in ("boxes", "masks")
+
     @property
     def recipe(self) -> Recipe:
         """The built-in steps `augment` stands for (see `iofeed.Recipe`)."""
         return recipe_of(self.augment)
+
+    @property
+    def pixel_scale(self) -> str:
+        """The scale images are handed out on: "uint8", "0-1", "0-255" or "normalized" (`pixels=`,
+        else what the recipe says, else the framework's convention; see `options/pixels.py`)."""
+        return pixel_scale(self.pixels, self.recipe, self.framework)
 
     @property
     def train(self) -> bool:
@@ -166,33 +194,28 @@ class LoaderOptions:
         r = self.recipe
         return Augment(size=self.image_size, train=self.train, scale=r.scale, ratio=r.ratio, flip=r.flip,
                        center_fraction=r.crop_fraction, interpolation=r.interpolation, fast_decode=r.fast_decode,
-                       region_decode=r.region_decode)
+                       region_decode=r.region_decode, letterbox=self.moves_targets and not self.train)
 
     @property
     def host(self) -> bool:
         """Whether the adapter wants host arrays (an engine decoding on a GPU then copies to the host)."""
-        return ADAPTERS.caps(self.framework).host
+        return wants_host_arrays(self.framework, self.cuda)
 
     @property
     def cuda(self) -> bool:
         """Whether the loader's device is a CUDA device ("cuda:N")."""
-        return self.device != "cpu"
+        return bool(self.device != "cpu")
 
     @property
     def deals_once(self) -> bool:
-        """Whether an epoch deals each sample exactly once: evaluation (no padding) without
-        `drop_last`. A skipped sample's place then stays empty: a spare there would be scored twice."""
-        return not self._pad and not self._drop_last
+        """Whether an epoch deals each sample exactly once: `Order(pad="none")` without `drop_last`.
+        A skipped sample's place then stays empty: a spare there would be scored twice (elsewhere it
+        keeps the batch's shape the ranks share, and `last_valid` marks it)."""
+        return self.order.pad == "none" and not self._drop_last
 
     @property
     def _drop_last(self) -> bool:
         return self.split == "train" if self.order.drop_last is None else self.order.drop_last
-
-    @property
-    def _pad(self) -> bool:
-        # evaluation reads each sample once (ranks may end unevenly), except under JAX: every process
-        # must add the same number of rows to a global batch
-        return self.split == "train" or self.framework == "jax"
 
     @property
     def follows_group(self) -> bool:
@@ -215,16 +238,21 @@ class LoaderOptions:
             return ("block" if streamed else "global") if shuffle else "none"
         return shuffle
 
-    def order_spec(self, samples: int, shard_of: np.ndarray | None = None, streamed: bool = False) -> OrderSpec:
+    def order_spec(self, samples: int, shard_of: np.ndarray | None = None, streamed: bool = False,
+                   plan: Any = None) -> OrderSpec:
         """The epoch order of `samples` (in shards `shard_of`, for a block order; `streamed` when they
-        come from object storage) for this rank; OptionError when it would hold no batch."""
+        come from object storage; a mixture's `plan`, whose order it is then) for this rank;
+        OptionError when it would hold no batch."""
         rank, world_size = self.placement()
         drop_last = self._drop_last
-        shuffle = self.shuffle_for(streamed)
-        pad = self._pad
+        shuffle = "mix" if plan is not None else self.shuffle_for(streamed)
+        if self.framework == "jax" and world_size > 1 and self.order.pad == "none" and not drop_last:
+            raise OptionError(f"Order(pad='none') leaves the {world_size} JAX processes uneven shares, and each must "
+                              "add the same rows to a global batch: keep the default pad='ranks' and mask with "
+                              "loader.last_valid, or pass drop_last=True")
         spec = OrderSpec(samples, self.batch_size, shuffle=shuffle, drop_last=drop_last, seed=self.order.seed,
                          rank=rank, world_size=world_size, block_shards=self.order.block_shards, shard_of=shard_of,
-                         pad=pad)
+                         pad=self.order.pad, plan=plan)
         if len(spec) == 0:
             where = " on this rank" if world_size > 1 else ""
             raise OptionError(
@@ -238,11 +266,17 @@ MEMORY_FORMATS = ("contiguous", "channels_last")
 DEFAULT_IMAGE_SIZE = 224
 
 
+def torch_group_started() -> bool:
+    """Whether a torch.distributed process group is initialised in this process (torch not imported: no)."""
+    dist = sys.modules.get("torch.distributed")
+    return dist is not None and dist.is_available() and dist.is_initialized()
+
+
 def distributed_rank_world() -> tuple[int, int]:
     """(rank, world_size) of an initialised torch.distributed group, else of an initialised
     jax.distributed (process index and count), else RANK/WORLD_SIZE, else (0, 1)."""
-    dist = sys.modules.get("torch.distributed")
-    if dist is not None and dist.is_available() and dist.is_initialized():
+    if torch_group_started():
+        dist = sys.modules["torch.distributed"]
         return dist.get_rank(), dist.get_world_size()
     jax = sys.modules.get("jax")
     if jax is not None and jax.distributed.is_initialized():

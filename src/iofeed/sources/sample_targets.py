@@ -15,7 +15,7 @@ from ..format.targets import multi_hot, parse_targets
 from .remote.urls import is_url
 from .samples import SampleSource
 
-TARGETS = ("class", "multi_hot")  # the loader's `target=` choices
+TARGETS = ("class", "multi_hot", "boxes", "masks")  # the loader's `target=` choices
 
 
 @dataclass
@@ -47,10 +47,11 @@ def open_targets(source: str | Path, split: str, data: SampleSource) -> SampleTa
     if name is None:
         classes = [[int(label)] if label >= 0 else [] for label in data.label]
         extras: list[Any] = [None] * len(data)
+        where = f"{str(source).rstrip('/')}/{split}-samples.npy (its labels)"
     else:
         where = f"{str(source).rstrip('/')}/{name}"
         classes, extras = parse_targets(_read_text(where), where, len(data))
-    offsets, indices = multi_hot(classes, len(data.classes))
+    offsets, indices = multi_hot(classes, len(data.classes), where)
     return SampleTargets(len(data.classes), offsets, indices, extras)
 
 
@@ -74,6 +75,9 @@ def check_target_options(target: str, extras: bool, framework: str) -> None:
         raise OptionError(f"target={target!r} is not one of {', '.join(TARGETS)}")
     if not isinstance(extras, bool):
         raise OptionError(f"extras must be True or False, got {extras!r}")
+    if target in ("boxes", "masks") and framework in ("tf", "keras"):
+        raise OptionError(f"target={target!r} is not built for framework={framework!r} yet (tf.RaggedTensor boxes "
+                          "are to come): use framework='torch', 'numpy' or 'jax'")
     if extras and framework == "tf":
         raise OptionError("extras=True cannot travel through a tf.data.Dataset (any JSON per sample): "
                           "use framework='numpy' or 'torch', or leave extras out")

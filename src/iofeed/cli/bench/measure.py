@@ -27,6 +27,7 @@ class CpuUse:
     core_total: list[float]
     feed: float  # the feed's processes
     other: float  # every other process, the benchmark's own included
+    children: float = 0.0  # of `feed`, the processes under its host (an iofeed feed's workers)
 
     @property
     def other_share(self) -> float:
@@ -190,9 +191,11 @@ class _CpuMeter:
             (all1, idle1), (all0, idle0) = _total_idle(after), _total_idle(before)
             busy.append(max((all1 - idle1) - (all0 - idle0), 0.0))
             total.append(max(all1 - all0, 0.0))
-        procs = _process_cpu(self._host.pids())
-        mine = sum(max(t - self._procs.get(pid, 0.0), 0.0) for pid, t in procs.items())
-        return CpuUse(busy, total, mine, max(sum(busy) - mine, 0.0))
+        pids = self._host.pids()
+        procs = _process_cpu(pids)
+        used = {pid: max(t - self._procs.get(pid, 0.0), 0.0) for pid, t in procs.items()}
+        mine, children = sum(used.values()), sum(t for pid, t in used.items() if pid not in pids[:1])
+        return CpuUse(busy, total, mine, max(sum(busy) - mine, 0.0), children)
 
 
 def measure(runs: list[FeedRun], rounds: int, window_seconds: float, warmup_seconds: float,

@@ -34,7 +34,7 @@ class WorkerCrew:
     _block: SharedBlock | None
     _stale: SharedBlock | None
     _watchdog: Watchdog
-    _finalizer: weakref.finalize | None
+    _finalizer: weakref.finalize[Any, Any] | None
     _closed: bool
     _payload: Any
     _labels: Any
@@ -106,7 +106,7 @@ class WorkerCrew:
                 worker = by_handle[handle]
                 if isinstance(handle, Connection):
                     try:
-                        done = handle.recv()
+                        done: Done = handle.recv()
                     except (EOFError, OSError):
                         continue  # it died: its sentinel says how
                     worker.busy -= 1

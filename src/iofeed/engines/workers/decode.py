@@ -8,7 +8,7 @@ import numpy as np
 
 from ...format.table import RAW
 from ...image import fastjpeg, region
-from ...image.boxes import Augment
+from ...image.boxes import Augment, Box
 from ...image.fastjpeg import decode_rgb_array, plain_jpeg_header
 from ...image.pil import check_pixels, decode_rgb, open_image
 from ...image.resize import crop_resize_into
@@ -19,14 +19,15 @@ from ...sources.samples import SampleSource
 def load_augmented(
     reader: SampleReader, source: SampleSource, index: int, augment: Augment, rng: np.random.Generator,
     out: np.ndarray,
-) -> None:
-    """Sample `index`, augmented into `out`: raw pixels need no decode. Raises SampleError."""
+) -> tuple[Box, bool]:
+    """Sample `index`, augmented into `out`: raw pixels need no decode. Returns the crop (in
+    stored pixels, as cut: rounded to whole pixels of what was decoded) and the flip. Raises SampleError."""
     if source.encoding[index] == RAW:
         pixels = reader.pixels(index)
         box, flip = augment.box(pixels.shape[1], pixels.shape[0], rng)
         crop_resize_into(pixels, box, flip, out, augment.interpolation)
-    else:
-        decode_augmented(reader.read(index), augment, rng, out, region_ok=checked_whole(source))
+        return _as_cut(box, 1.0, 1.0), flip
+    return decode_augmented(reader.read(index), augment, rng, out, region_ok=checked_whole(source))
 
 
 def decode_note(source: SampleSource, augment: Augment) -> list[str]:
@@ -46,9 +47,15 @@ def checked_whole(source: SampleSource) -> bool:
     return source.kind == "dataset" and source.validated
 
 
+def _as_cut(box: Box, sx: float, sy: float) -> Box:
+    """`box` as the crop rounds it in pixels scaled by (sx, sy), back in stored pixels."""
+    return (round(box[0] * sx) / sx, round(box[1] * sy) / sy, round(box[2] * sx) / sx, round(box[3] * sy) / sy)
+
+
 def decode_augmented(data: bytes, augment: Augment, rng: np.random.Generator, out: np.ndarray,
-                     region_ok: bool = False) -> None:
-    """Decode `data`, cut the box `augment` draws, resize to `out`'s size, flip, write into `out`.
+                     region_ok: bool = False) -> tuple[Box, bool]:
+    """Decode `data`, cut the box `augment` draws, resize to `out`'s size, flip, write into `out`;
+    the crop as cut (stored pixels) and the flip.
 
     `out` is a (size, size, 3) uint8 array (a slot in shared memory). Plain JPEGs go through
     libjpeg-turbo directly when `simplejpeg` is installed (`fastjpeg`): with `region_ok` and
@@ -70,16 +77,16 @@ def decode_augmented(data: bytes, augment: Augment, rng: np.random.Generator, ou
         cropped = _region(data, box, needed, plain)
         if cropped is not None:
             crop_resize_into(cropped, (0, 0, cropped.shape[1], cropped.shape[0]), flip, out, augment.interpolation)
-            return
+            return _as_cut(box, 1.0, 1.0), flip
     pixels = (decode_rgb_array(data, needed, augment.fast_decode) if opened is None
               else np.asarray(decode_rgb(opened, needed).image))
     sx, sy = pixels.shape[1] / width, pixels.shape[0] / height
     scaled = (box[0] * sx, box[1] * sy, box[2] * sx, box[3] * sy)
     crop_resize_into(pixels, scaled, flip, out, augment.interpolation)
+    return _as_cut(box, sx, sy), flip
 
 
-def _region(data: bytes, box: tuple[float, float, float, float], needed: tuple[int, int],
-            header: tuple[int, int, str]) -> np.ndarray | None:
+def _region(data: bytes, box: Box, needed: tuple[int, int], header: tuple[int, int, str]) -> np.ndarray | None:
     """The pixels of `box` by a region decode, or None where the full decode is the better
     choice: a DCT-scaled decode covers the crop (the region decoder does not scale), the region
     does not pay (`region.worth_it`), or the extra is missing."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 import math
 import time
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
@@ -27,6 +27,7 @@ from .pool import SlotPool
 from .process import WorkerProcess, shutdown
 from .sizing import engine_layout
 from .slots import Layout, default_prefetch
+from .target_slots import TargetLayout
 from .task import Done, Task
 from .watchdog import Watchdog, stall_bounds
 
@@ -59,11 +60,13 @@ class WorkerEngine(WorkerCrew):
         self._workers: list[WorkerProcess] = []
         self._block: SharedBlock | None = None
         self._stale: SharedBlock | None = None  # one int64: tasks of generations below it stop early
-        self._finalizer: weakref.finalize | None = None
+        self._finalizer: weakref.finalize[Any, Any] | None = None
         self._closed = False
-        self._window = WindowMeter()
+        # the autotuner's clock: the consumer's waits and its windows (a test gives it virtual time)
+        self.clock: Callable[[], float] = time.perf_counter
+        self._window = WindowMeter(lambda: self.clock())
         self.decisions: list[dict[str, Any]] = []  # the autotuner's: after_seconds, workers, reason
-        self._began = time.perf_counter()  # when the workers started (decision times count from it)
+        self._began = self.clock()  # when the workers started (decision times count from it)
         self._found = dict(found or {})  # the usable cores and memory budget, and why
         self._stall = stall_bounds()  # checked now, before any work: warn and raise after (watchdog)
 
@@ -125,7 +128,7 @@ class WorkerEngine(WorkerCrew):
         them are under way, free slots start on `following` (epoch + 1's batches)."""
         if self._block is None:
             self._start()
-            self._began = time.perf_counter()
+            self._began = self.clock()
             self._window.reset()  # starting the workers is not the consumer's time
         pool = self._pool
         ahead, self._ahead = self._ahead, None
@@ -151,7 +154,7 @@ class WorkerEngine(WorkerCrew):
                 submitted += 1
             if coming is not None and submitted == len(batches):
                 self._send_ahead(coming, following, submitted - needed)
-            asked = time.perf_counter()
+            asked = self.clock()
             while needed not in ready:
                 done = self._receive()
                 if done.generation == generation:
@@ -168,7 +171,7 @@ class WorkerEngine(WorkerCrew):
                 key = BatchKey(self._seed, epoch, rank, needed)
                 self._send(Task(generation, needed, done.slot, batches[needed], key, spare))
                 continue
-            self._window.add(len(done.delivered), time.perf_counter() - asked, done.busy_seconds)
+            self._window.add(len(done.delivered), self.clock() - asked, done.busy_seconds)
             if needed == len(batches) - 1:  # before the last yield: a consumer that stops after
                 self._ahead = coming  # len() batches (Lightning) never resumes this generator
             yield self._batch(done)
@@ -182,10 +185,11 @@ class WorkerEngine(WorkerCrew):
         n = len(done.delivered)
         slot_payload = self.layout.slot(self._payload, done.slot)
         images, lease = self._pool.hand_out(done.slot, lambda wrap: self.layout.images(slot_payload, n, wrap))
+        geometry = self.layout.geometry(slot_payload, n) if isinstance(self.layout, TargetLayout) else None
         return Batch(images, self._labels[done.slot, :n].copy(), done.delivered, done.skipped,
                      done.transform_seconds, done.cpu_seconds, transform_wall_seconds=done.transform_wall_seconds,
                      lease=lease, copied=lease is None,
-                     refilled=done.refilled, region=self._region if lease is not None else None)
+                     refilled=done.refilled, region=self._region if lease is not None else None, geometry=geometry)
 
     def _new_ahead(self, epoch: int, rank: int) -> Ahead:
         self._generation += 1
@@ -206,7 +210,7 @@ class WorkerEngine(WorkerCrew):
     def _tune(self) -> None:
         decision = decide(self._window.close(self.workers), self.max_workers)
         if decision.workers != self.workers or not self.decisions:
-            self.decisions.append({"after_seconds": round(time.perf_counter() - self._began, 1),
+            self.decisions.append({"after_seconds": round(self.clock() - self._began, 1),
                                    "workers": decision.workers, "reason": decision.reason})
         self._resize(decision.workers)
 
