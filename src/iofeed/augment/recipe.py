@@ -37,7 +37,8 @@ class Recipe:
     integer IDCT and plain chroma upsampling (simplejpeg's `fastdct`/`fastupsample`, as FFCV does)
     on the workers engine: ~8% less decode time, pixels 0.5-0.9 levels off on average, and the
     same validation accuracy (docs/benchmarks.md, "The CPU floor": the accuracy-parity run);
-    `fast_decode=False` for libjpeg-turbo's exact pixels. `region_decode=True` decodes only a
+    `fast_decode=False` for libjpeg-turbo's exact pixels (engines without a fast mode, `dali`
+    and `nvjpeg`, always decode exactly). `region_decode=True` decodes only a
     small crop's rows and columns, exactly (the `region` extra, nvImageCodec's CPU decoder):
     measured no faster than the full decode on 256 px images
     (docs/decisions/0090-region-decode.md), so off by default. Extremes are refused when the
