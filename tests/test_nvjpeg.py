@@ -17,7 +17,6 @@ from helpers.images import exif_rotated_jpeg, jpeg_bytes, label_from_pixels, png
 from iofeed.errors import SampleError
 
 pytestmark = pytest.mark.torchvision
-EVAL = iofeed.Recipe(train=False)
 # The workers engine's exact decode: the nvjpeg engine has no fast IDCT (`fast_decode` is a permission
 # an engine without one ignores), so with it the resize is the only difference left.
 EXACT_TRAIN, EXACT_EVAL = iofeed.Recipe(fast_decode=False), iofeed.Recipe(train=False, fast_decode=False)
