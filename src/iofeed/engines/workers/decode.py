@@ -65,10 +65,13 @@ def decode_augmented(data: bytes, augment: Augment, rng: np.random.Generator, ou
     CMYK, other formats). Raises SampleError.
     """
     plain = plain_jpeg_header(data)
-    if plain is not None:
-        check_pixels(*plain[:2])
-    opened = open_image(data) if plain is None else None
-    width, height = plain[:2] if plain else opened.size
+    if plain is None:
+        opened = open_image(data)
+        width, height = opened.size
+    else:
+        opened = None
+        width, height = plain[0], plain[1]
+        check_pixels(width, height)
     box, flip = augment.box(width, height, rng)
     side = augment.size
     box_w, box_h = max(box[2] - box[0], 1e-6), max(box[3] - box[1], 1e-6)
