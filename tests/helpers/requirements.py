@@ -12,6 +12,7 @@ MODULES = {
     "ray": "ray",
     "opencv": "cv2",
     "simplejpeg": "simplejpeg",
+    "region": "nvidia.nvimgcodec",
     "matplotlib": "matplotlib",
     "pyarrow": "pyarrow",
     "datasets": "datasets",

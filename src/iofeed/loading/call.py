@@ -254,7 +254,9 @@ def loader(
     elif options.target != "class" or options.extras:
         targets = mixture.targets() if mixture else open_targets(path, options.split, data)
     loaded: Loader[Any] = Loader(data, spec, make_engine(options, data), adapter, options, targets, mixture, boxes)
-    loaded.stats.fixed["decisions"] = choice_notes(options, engine_name(options, data), data)  # what "auto" decided
+    # what "auto" decided, and what the engine chose (the workers': which JPEG decode)
+    loaded.stats.fixed["decisions"] = [*choice_notes(options, engine_name(options, data), data),
+                                       *getattr(loaded.backend, "notes", [])]
     read = read_from(path) if mixture is None else [read_from(name) for name in mixture.names]
     loaded.stats.fixed["source"] = read  # what `iofeed doctor` checks: the data really read
     asked = {name: json_value(value) for name, value in options.keywords().items()}  # by loader() keyword

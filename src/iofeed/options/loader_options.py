@@ -193,8 +193,8 @@ class LoaderOptions:
         """The crop, flip and resize policy of every sample."""
         r = self.recipe
         return Augment(size=self.image_size, train=self.train, scale=r.scale, ratio=r.ratio, flip=r.flip,
-                       center_fraction=r.crop_fraction, interpolation=r.interpolation,
-                       letterbox=self.moves_targets and not self.train)
+                       center_fraction=r.crop_fraction, interpolation=r.interpolation, fast_decode=r.fast_decode,
+                       region_decode=r.region_decode, letterbox=self.moves_targets and not self.train)
 
     @property
     def host(self) -> bool:

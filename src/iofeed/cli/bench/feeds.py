@@ -23,14 +23,16 @@ CEILING = "synthetic"
 GPU = "gpu"  # a need: a CUDA device (any other need is a module to import)
 # why a feed lacking a need is skipped (any other module: "M is not installed")
 SAID = {"nvidia.dali": "NVIDIA DALI is not installed (pip install 'iofeed[dali]')",
-        GPU: "augments on the GPU: needs a CUDA GPU"}
+        GPU: "augments on the GPU: needs a CUDA GPU",
+        "ffcv": "FFCV is not installed (pip install ffcv: an sdist that compiles against OpenCV and libjpeg-turbo "
+                "found by pkg-config)"}
 
 
 @dataclass(frozen=True)
 class FeedDecl:
     """What the catalogue says of a feed: what it runs, on which form of the data, and what it needs."""
 
-    kind: str  # its family, as reported: "torchvision", "iofeed", "dali-peer", "grain" or "synthetic"
+    kind: str  # its family, as reported: "torchvision", "iofeed", "dali-peer", "grain", "ffcv" or "synthetic"
     reads: str  # "folder", "dataset" (JPEG), "raw" (raw pixels) or "" (synthetic)
     about: str
     keywords: Mapping[str, Any] = field(default_factory=dict)  # its class's settings: iofeed.loader keywords...
@@ -44,6 +46,14 @@ class FeedDecl:
 
 _HERE = "iofeed.cli.bench.feed_classes"
 _FRAMEWORKS = "iofeed.cli.bench.framework_feeds"
+
+
+def _recipe(**changes: Any) -> Any:
+    """An `iofeed.Recipe` for a line's `augment=` (imported here: the catalogue loads before iofeed's loader)."""
+    from ...augment.recipe import Recipe
+
+    return Recipe(**changes)
+
 TORCH = {"backend": "workers", "memory_format": "channels_last"}  # the torch feeds' (the bench's model: channels_last)
 
 
@@ -74,6 +84,10 @@ FEEDS: Registry[FeedDecl] = Registry("feed", {
     "iofeed-dataset": iofeed("dataset", "iofeed workers engine on the preprocessed dataset (channels_last)", **TORCH),
     "iofeed-nchw": iofeed("dataset", "the same in the torch adapter's default layout, contiguous NCHW: a layout that "
                           "cost a pass of its own would show beside iofeed-dataset", backend="workers"),
+    "iofeed-exact-decode": iofeed("dataset", "iofeed workers engine on the preprocessed dataset, "
+                                  "Recipe(fast_decode=False): libjpeg-turbo's exact IDCT and upsampling (the "
+                                  "default before issue 42)", default=False, augment=_recipe(fast_decode=False),
+                                  **TORCH),
     "iofeed-raw": iofeed("raw", "iofeed workers engine on the raw-pixel dataset (--format raw)", **TORCH),
     "iofeed-raw-gpu": iofeed("raw", "iofeed on the raw-pixel dataset, crop/resize/flip on the GPU", needs=(GPU,),
                              gpu_augment=True, **TORCH),
@@ -92,6 +106,9 @@ FEEDS: Registry[FeedDecl] = Registry("feed", {
     "grain": peer("iofeed.cli.bench.grain_feed:GrainFeed", "grain", "dataset", "Grain DataLoader over the dataset's "
                   "JPEG bytes, Pillow decode", framework="numpy", needs=("grain",), worker_buffer_size=2,
                   read_threads=0),
+    "ffcv": peer("iofeed.cli.bench.ffcv_feed:FfcvFeed", "ffcv", "dataset", "FFCV's ImageNet pipeline on the "
+                 "dataset's train images written once into a .beton (JPEG q90, <= 256 px)", needs=("ffcv",),
+                 default=False),
     "iofeed-mix": iofeed("dataset", "iofeed workers engine on a 3-source iofeed.Mix of the dataset (three names, "
                          "weights 0.5/0.3/0.2, an epoch of its size): what mixing costs beside iofeed-dataset",
                          source="mixed views", default=False, **TORCH),

@@ -21,6 +21,7 @@ from ..refill import spares_of
 from .ahead import Ahead
 from .autotune import WindowMeter, decide
 from .crew import WorkerCrew
+from .decode import decode_note
 from .memory import SharedBlock
 from .pool import SlotPool
 from .process import WorkerProcess, shutdown
@@ -98,6 +99,11 @@ class WorkerEngine(WorkerCrew):
                for key, value in zip(("stall_warn_seconds", "stall_seconds"), self._stall)},
             **self._found,
         }
+
+    @property
+    def notes(self) -> list[str]:
+        """What the engine chose once, and why, for `stats.settings["decisions"]`: the JPEG decode."""
+        return decode_note(self._source, self._augment)
 
     def _depth(self) -> int:
         """Batches in flight or ready at most: `default_prefetch` of the workers now, within the slots
