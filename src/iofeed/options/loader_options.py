@@ -208,10 +208,13 @@ class LoaderOptions:
 
     @property
     def deals_once(self) -> bool:
-        """Whether an epoch deals each sample exactly once: `Order(pad="none")` without `drop_last`.
-        A skipped sample's place then stays empty: a spare there would be scored twice (elsewhere it
-        keeps the batch's shape the ranks share, and `last_valid` marks it)."""
-        return self.order.pad == "none" and not self._drop_last
+        """Whether an epoch deals each sample exactly once: `Order(pad="none")` without `drop_last`,
+        or an evaluation split on one rank (no peer shares its shapes). A skipped sample's place
+        then stays empty: a spare there would be scored twice (elsewhere it keeps the batch's shape
+        the ranks share, and `last_valid` marks it)."""
+        if self._drop_last:
+            return False
+        return self.order.pad == "none" or (self.split != "train" and self.placement()[1] == 1)
 
     @property
     def _drop_last(self) -> bool:
