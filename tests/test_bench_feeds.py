@@ -111,3 +111,25 @@ def test_an_iofeed_line_runs_the_loader_with_exactly_its_keywords(name, forms, t
     assert changed - added == {key for key, value in recorded(decl.keywords).items() if json_value(value) != given[key]}
     assert added <= changed, f"{name}: {sorted(added - changed)} not given to the loader"
     assert feed.settings["engine"] == decl.keywords.get("engine", plain_engine), "the line's engine, else auto's"
+
+
+@pytest.mark.torch
+def test_the_bench_runs_a_line_per_torch_layout_by_default(colour_dataset):
+    """The default layout's cost shows in a default run (issue 42): the contiguous NCHW default beside
+    channels_last, each line's tensors in its layout."""
+    import torch
+
+    from iofeed.cli.bench.feeds import DEFAULT_FEEDS
+
+    assert {"iofeed-dataset", "iofeed-nchw"} <= set(DEFAULT_FEEDS)
+    for name, layout in (("iofeed-dataset", torch.channels_last), ("iofeed-nchw", torch.contiguous_format)):
+        feed = open_feed(FeedSpec(name, str(colour_dataset), 1, BATCH, SIZE, "cpu", classes=CLASSES))
+        try:
+            stream = feed.batches()
+            images, labels = next(stream)
+            stream.close()
+        finally:
+            feed.close()
+        assert images.shape == (BATCH, 3, SIZE, SIZE) and len(labels) == BATCH
+        assert images.is_contiguous(memory_format=layout) and not images.is_contiguous(
+            memory_format=torch.contiguous_format if layout == torch.channels_last else torch.channels_last), name

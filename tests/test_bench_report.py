@@ -64,7 +64,7 @@ def test_the_recipe_feeds_are_compared_with_each_other_not_with_a_dash() -> None
     assert "over torchvision-recipe's (the recipe feeds)" in text and "torchvision-Nw" not in text, text
     pytest.importorskip("matplotlib")
     texts = _texts(record)
-    assert "1,000   2.50x torchvision-recipe" in texts, texts
+    assert any(t.startswith("1,000   2.50x torchvision-recipe   windows") for t in texts), texts
     legend = next(t for t in texts if t.startswith("images/sec"))
     assert "orange: the baseline (torchvision-recipe)" in legend and "torchvision-Nw" not in legend, legend
 
@@ -102,3 +102,50 @@ def test_the_raw_feeds_memory_is_labelled_as_page_cache() -> None:
     assert "300" in texts, "a feed whose memory is its own keeps a plain label"
     old = _record([_run("iofeed-raw", [900, 900], memory=5583 * MIB, file_bytes=None)])  # no kernel figure
     assert "5,583 (mostly page cache: the mapped raw shards)" in _texts(old)
+
+
+COLD_REASON = ("cannot stream cold: the smallest cache that streams holds 10 shards (40 MiB), and the whole split "
+               "is 3 shards (12 MiB), so each shard would be fetched once; preprocess with --shard-mb 4 for a "
+               "dataset that streams")
+
+
+def test_a_feed_that_did_not_run_has_its_whole_reason_on_the_picture() -> None:
+    """The PNG cut iofeed-s3-cold's reason at 110 characters, before what to do (`--shard-mb 4`)."""
+    cold = _run("iofeed-s3-cold", [])
+    cold.stop("skipped", COLD_REASON)
+    record = _record([_run("torchvision-Nw", [500, 500]), cold])
+    pytest.importorskip("matplotlib")
+    texts = _texts(record)
+    assert "skipped: see (1) below" in texts, texts
+    (note,) = [t for t in texts if t.startswith("(1) iofeed-s3-cold skipped:")]
+    assert " ".join(note.split()) == f"(1) iofeed-s3-cold skipped: {COLD_REASON}"
+
+
+def test_the_picture_shows_the_spread_of_the_timed_windows() -> None:
+    """A rate is the mean of its windows; the PNG showed no spread, so a noisy run looked as sure as
+    a steady one."""
+    record = _record([_run("torchvision-Nw", [500, 500, 500]), _run("iofeed-dataset", [1400, 1600, 1500])])
+    pytest.importorskip("matplotlib")
+    from matplotlib.collections import LineCollection
+
+    from iofeed.cli.bench.plot import draw
+
+    texts = _texts(record)
+    assert "1,500   3.00x the baseline   windows 1,400–1,600" in texts, texts
+    figure = draw(record)
+    whiskers = [c for axes in figure.axes for c in axes.collections if isinstance(c, LineCollection)]
+    spans = sorted(tuple(sorted(seg[:, 0])) for c in whiskers for seg in c.get_segments() if seg[0, 1] == seg[1, 1])
+    assert (1400.0, 1600.0) in spans, spans
+
+
+def test_the_workers_share_of_the_cpu_per_image_is_its_own_column() -> None:
+    """The nvjpeg feed's target (<= 0.1 ms per image) is its workers' reading and packing alone: the
+    table prints that beside the feed's whole CPU time."""
+    run = _run("iofeed-nvjpeg", [2000, 2000])
+    run.windows = [Window(w.round, w.drained, w.timed, CpuUse([1.0, 1.0], [1.0, 1.0], feed=1.0, other=0.0,
+                                                              children=0.1)) for w in run.windows]
+    (record,) = _record([run])["feeds"]
+    assert record["cpu_ms_per_image"] == pytest.approx(0.5) and record["worker_cpu_ms_per_image"] == pytest.approx(0.05)
+    text = table(_record([run]))
+    head, _, row = text.splitlines()[:3]
+    assert "workers ms/img" in head and "0.050" in row.split() and "the target <= 0.1" in text, text

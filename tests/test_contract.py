@@ -8,8 +8,10 @@ import pytest
 import iofeed
 from helpers.contract import CHECKS, ContractData, check_fully_skipped_batches_are_refilled
 
-# one line per engine: the workers engine, and DALI in its CPU mode (device=None)
-ENGINES = ["workers", pytest.param("dali", marks=pytest.mark.dali)]
+# one line per engine: the workers engine, DALI in its CPU mode (device=None), and the nvjpeg engine in
+# its CPU form (torchvision's CPU decode of the same batched call; its CUDA twin: tests/test_nvjpeg.py)
+ENGINES = ["workers", pytest.param("dali", marks=pytest.mark.dali),
+           pytest.param("nvjpeg", marks=pytest.mark.torchvision)]
 
 
 @pytest.fixture

@@ -204,6 +204,54 @@ def test_loader_built_before_set_device_under_torchrun(colour_dataset, tmp_path,
             assert "LOCAL_RANK=1" in result["error"] and "set_device" in result["error"], result
 
 
+_ONE_GPU_SCRIPT = """
+import json, os, sys
+import numpy as np
+import torch
+import torch.distributed as dist
+import iofeed
+from helpers.images import label_from_pixels
+
+source, out = sys.argv[1], sys.argv[2]
+local = int(os.environ["LOCAL_RANK"])
+dist.init_process_group("gloo")  # NCCL refuses two ranks on one GPU; gloo reduces CUDA tensors too
+model = torch.nn.parallel.DistributedDataParallel(torch.nn.Conv2d(3, 4, 3).to("cuda:0"), device_ids=[0])
+result = {"indices": [], "devices": [], "labels_ok": True, "steps": 0}
+with iofeed.loader(source, batch_size=4, image_size=32, framework="torch", device="cuda:0", workers=1,
+                   augment="uint8", seed=5) as ld:
+    for images, labels in ld:
+        model(images.float()).mean().backward()  # gradients all-reduced between the two ranks
+        pixels = images.permute(0, 2, 3, 1).cpu().numpy()
+        result["labels_ok"] &= [label_from_pixels(p) for p in pixels] == labels.cpu().tolist()
+        result["indices"] += ld.last_indices.tolist()
+        result["devices"] = sorted(set(result["devices"]) | {str(images.device), str(labels.device)})
+        result["steps"] += 1
+    result["settings"] = {k: ld.stats.settings[k] for k in ("rank", "world_size")}
+dist.destroy_process_group()
+with open(os.path.join(out, f"rank{local}.json"), "w") as f:
+    json.dump(result, f)
+"""
+
+
+@pytest.mark.gpu
+def test_two_ranks_share_one_gpu_under_torchrun(colour_dataset, tmp_path):
+    """torchrun --nproc-per-node=2 on a one-GPU host, both ranks on cuda:0 with DDP over gloo: each
+    pins its own shared memory on that GPU, reads its own half, and they step together."""
+    env = {k: v for k, v in os.environ.items() if k not in DIST_ENV}
+    env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).parent), env.get("PYTHONPATH", "")])
+    script = tmp_path / "train.py"
+    script.write_text(_ONE_GPU_SCRIPT)
+    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
+                           str(script), str(colour_dataset), str(tmp_path)],
+                          env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
+    assert [r["settings"] for r in ranks] == [{"rank": 0, "world_size": 2}, {"rank": 1, "world_size": 2}]
+    assert all(r["devices"] == ["cuda:0"] and r["labels_ok"] for r in ranks), ranks
+    first, second = (set(r["indices"]) for r in ranks)
+    assert ranks[0]["steps"] == ranks[1]["steps"] > 0 and first and not first & second
+
+
 _TORCHRUN_CPU_SCRIPT = """
 import json, os, sys, iofeed
 ld = iofeed.loader(sys.argv[1], batch_size=4, image_size=32, seed=2)

@@ -1,7 +1,10 @@
-"""Issue 30 §2: with a GPU, tf and Keras (torch backend) hand uint8 batches over the bus and
-normalise on the device; without one, on the host. The device path is the same code on the CPU:
-the device decision (`gpu_device`, `training_device`), forced here onto the CPU, stands in for the
-GPU this machine lacks. Pixels encode labels (helpers/images.py), so a mix-up shows."""
+"""Where batches are normalised with a GPU (issue 30 §2, issue 37). Keras on PyTorch and the JAX
+adapter hand uint8 over the bus and normalise on the device; tf and Keras on TensorFlow normalise on
+the host and say so: a `tf.data` map has only CPU kernels, so the map that was placed on the GPU
+after `copy_to_device` ran on the host after a round trip while `normalise_on` said "/gpu:0". The
+device path is the same code on the CPU where one exists: the device decision (`training_device`),
+forced here onto the CPU, stands in for the GPU this machine lacks. Pixels encode labels
+(helpers/images.py), so a mix-up shows."""
 from __future__ import annotations
 
 import os
@@ -28,13 +31,14 @@ def pixels_of(normalised: np.ndarray) -> np.ndarray:
 
 
 @pytest.fixture
-def tf_on_device(monkeypatch):
-    """TensorFlow as it is with one GPU visible: the tf adapter's device path, on "/cpu:0"."""
-    import iofeed.adapters.tf as tf_adapter
+def tf_sees_a_gpu(monkeypatch):
+    """TensorFlow as it is with one GPU visible (what the tf adapter asked before deciding)."""
+    import tensorflow as tf
 
-    # not raising: code without the device decision then takes its one path, and the asserts say why it fails
-    monkeypatch.setattr(tf_adapter, "gpu_device", lambda: "/cpu:0", raising=False)
-    return tf_adapter
+    visible = tf.config.get_visible_devices
+    gpu = tf.config.PhysicalDevice("/physical_device:GPU:0", "GPU")
+    monkeypatch.setattr(tf.config, "get_visible_devices",
+                        lambda device_type=None: [gpu] if device_type == "GPU" else visible(device_type))
 
 
 def _tf_epochs(source, epochs, **options):
@@ -47,98 +51,47 @@ def _tf_epochs(source, epochs, **options):
 
 
 @pytest.mark.tf
-def test_tf_device_path_hands_uint8_through_the_generator(colour_dataset, tf_on_device):
-    """Today the generator yields float32 normalised on the host: 4x the bytes over the bus."""
+def test_tf_with_a_gpu_normalises_on_the_host_and_says_so(colour_dataset, tf_sees_a_gpu):
+    """No `.map` claims the GPU: the generator hands TensorFlow the batch numpy normalised, and
+    `normalise_on` says "host", which `iofeed doctor` reads."""
     dataset = iofeed.loader(colour_dataset, batch_size=4, image_size=SIZE, workers=1, framework="tf", augment=RECIPE)
     with dataset.iofeed_loader as loader:
-        images, _ = next(iter(dataset))
+        assert loader.stats.settings["normalise_on"] == "host"
+        images, labels = next(iter(dataset))
         batches = iter(loader)  # what the generator hands TensorFlow: the adapter's output
         passed, _ = next(batches)
         batches.close()
-    assert passed.dtype == np.uint8 and passed.shape == (4, SIZE, SIZE, 3), "uint8 through the generator"
-    assert images.dtype.name == "float32" and images.shape == (4, SIZE, SIZE, 3), "float32 after the device map"
-    assert images.numpy().nbytes == 4 * passed.nbytes
+    assert passed.dtype == np.float32 and passed.shape == (4, SIZE, SIZE, 3), "normalised before TensorFlow"
+    assert images.dtype.name == "float32" and images.shape == (4, SIZE, SIZE, 3)
+    assert "CPU" in images.device, images.device
+    assert [label_from_pixels(pixels_of(image)) for image in images.numpy()] == labels.numpy().tolist()
 
 
 @pytest.mark.tf
-def test_tf_device_path_gives_the_host_paths_pixels_and_labels(colour_dataset, tf_on_device):
-    """The device map normalises as numpy does on the host, batch for batch over two epochs, and
-    `stats.settings["normalise_on"]` says where (today: no such setting, and no device path)."""
-    with pytest.MonkeyPatch.context() as host:
-        host.setattr(tf_on_device, "gpu_device", lambda: None, raising=False)
-        expected, host_settings, _ = _tf_epochs(colour_dataset, 2, augment=RECIPE)
+def test_tf_with_a_gpu_gives_the_same_batches_as_without(colour_dataset, tf_sees_a_gpu):
+    """One path, whatever TensorFlow sees: the same pixels and labels, batch for batch, two epochs."""
     got, settings, dataset = _tf_epochs(colour_dataset, 2, augment=RECIPE)
-    assert host_settings["normalise_on"] == "host" and settings["normalise_on"] == "/cpu:0"
+    with pytest.MonkeyPatch.context() as cpu_only:
+        import tensorflow as tf
+
+        cpu_only.setattr(tf.config, "get_visible_devices", lambda device_type=None: [])
+        expected, host_settings, _ = _tf_epochs(colour_dataset, 2, augment=RECIPE)
+    assert settings["normalise_on"] == host_settings["normalise_on"] == "host"
     images_spec, labels_spec = dataset.element_spec
     assert images_spec.dtype.name == "float32" and images_spec.shape.as_list() == [None, SIZE, SIZE, 3]
-    assert labels_spec.dtype.name == "int64"
     assert [len(epoch) for epoch in got] == [len(epoch) for epoch in expected] == [8, 8]
     for epoch_got, epoch_expected in zip(got, expected, strict=True):
         for (labels, images), (host_labels, host_images) in zip(epoch_got, epoch_expected, strict=True):
-            assert np.array_equal(labels, host_labels)
-            assert images.dtype == np.float32 and images.shape == (4, SIZE, SIZE, 3)
-            np.testing.assert_allclose(images, host_images, rtol=1e-6, atol=1e-5)
-            assert [label_from_pixels(pixels_of(image)) for image in images] == labels.tolist()
+            assert np.array_equal(labels, host_labels) and np.array_equal(images, host_images)
     assert [labels.tolist() for labels, _ in got[0]] != [labels.tolist() for labels, _ in got[1]], "a new epoch"
 
 
 @pytest.mark.tf
-def test_tf_device_path_batches_kept_stay_as_delivered(colour_dataset, tf_on_device):
-    """Issue 30 §1 on the device path: two epochs kept (more than the engine's slots) stay as they came."""
-    from helpers.contract import assert_kept_unchanged, keep_two_epochs
-
-    dataset = iofeed.loader(colour_dataset, batch_size=4, image_size=SIZE, workers=1, seed=2,
-                            resources=iofeed.Resources(prefetch=2),
-                            framework="tf", augment=RECIPE)
-    with dataset.iofeed_loader as loader:
-        assert loader.stats.settings["normalise_on"] == "/cpu:0"
-        kept = keep_two_epochs(dataset, lambda x: np.array(x.numpy()))
-        assert_kept_unchanged(kept, lambda x: x.numpy(), loader.stats.settings["prefetch_batches"] + 1)
-
-
-@pytest.mark.tf
-def test_tf_device_path_restarts_an_abandoned_pass_and_stops_at_close(colour_dataset, tf_on_device):
-    """The Loader's rules hold through `copy_to_device`: a peeked-at pass is begun again, each full
-    pass is the next epoch, and closing ends a live iterator cleanly with one warning line."""
-    from iofeed.adapters.tf import PREFETCH
-
-    dataset = iofeed.loader(colour_dataset, batch_size=4, image_size=SIZE, workers=1, seed=3, framework="tf")
-    with dataset.iofeed_loader as loader:
-        assert loader.stats.settings["normalise_on"] == "/cpu:0"
-        peeked = [labels.numpy().tolist() for _, labels in dataset.take(1)]
-        passes = [[labels.numpy().tolist() for _, labels in dataset] for _ in range(2)]
-        assert loader.epoch == 2 and [len(p) for p in passes] == [8, 8]
-    assert peeked[0] == passes[0][0] and passes[0] != passes[1]
-    dataset = iofeed.loader(colour_dataset, batch_size=4, image_size=SIZE, workers=1, seed=3, framework="tf")
-    iterator = iter(dataset)
-    next(iterator)
-    with pytest.warns(UserWarning, match="this loader was closed.*the tf dataset stops here"):
-        dataset.iofeed_loader.close()
-        rest, again = list(iterator), list(iter(dataset))
-    # made before the close: the prefetch buffer, and one batch in each of the copy and the map stages
-    assert len(rest) <= PREFETCH + 2 and again == [], (len(rest), len(again))
-
-
-@pytest.mark.tf
-def test_tf_device_path_keeps_keras_default_0_255_floats(colour_dataset, tf_on_device):
-    """No mean/std in the recipe: the device map's float32 0-255 are the stored pixels."""
-    got, settings, _ = _tf_epochs(colour_dataset, 1)
-    with iofeed.loader(colour_dataset, batch_size=4, image_size=SIZE, workers=1, seed=3) as plain:
-        expected = [(labels.copy(), images.astype(np.float32)) for images, labels in plain]
-    assert settings["normalise_on"] == "/cpu:0" and len(got[0]) == len(expected) == 8
-    for (labels, images), (np_labels, np_images) in zip(got[0], expected, strict=True):
-        assert np.array_equal(labels, np_labels) and np.array_equal(images, np_images)
-
-
-@pytest.mark.tf
-@pytest.mark.parametrize("where", [None, "/cpu:0"], ids=["host", "device"])
-def test_tf_sample_transform_floats_pass_as_they_are_on_both_paths(colour_dataset, monkeypatch, where):
-    """A sample transform's float32 output (0-255, half the side) is the user's scale: neither the
-    host path nor the device path normalises it again, and its shape is the dataset's."""
-    import iofeed.adapters.tf as tf_adapter
+def test_tf_sample_transform_floats_pass_as_they_are(colour_dataset, tf_sees_a_gpu):
+    """A sample transform's float32 output (0-255, half the side) is the user's scale: not normalised
+    again, and its shape is the dataset's."""
     from helpers.transforms import downscale
 
-    monkeypatch.setattr(tf_adapter, "gpu_device", lambda: where)
     got, settings, dataset = _tf_epochs(colour_dataset, 1, augment=RECIPE, transform=downscale)
     assert settings["normalise_on"] is None and dataset.element_spec[0].shape.as_list() == [None, 16, 16, 3]
     assert len(got[0]) == 8
@@ -162,19 +115,17 @@ def test_keras_sample_transform_floats_pass_as_they_are(colour_dataset, tmp_path
 
 
 @pytest.mark.tf
-def test_tf_batch_transform_sees_device_normalised_floats(colour_dataset, tf_on_device):
-    """The batch transform's `.map` comes after the device map: it gets float32 normalised images."""
+def test_tf_batch_transform_sees_normalised_floats(colour_dataset, tf_sees_a_gpu):
+    """The batch transform's `.map` gets float32 normalised images."""
     seen: list[str] = []
 
     def doubled(images, labels):
         seen.append(images.dtype.name)  # when traced
         return images * 2.0, labels
 
-    with pytest.MonkeyPatch.context() as host:
-        host.setattr(tf_on_device, "gpu_device", lambda: None, raising=False)
-        expected, _, _ = _tf_epochs(colour_dataset, 1, augment=RECIPE)
+    expected, _, _ = _tf_epochs(colour_dataset, 1, augment=RECIPE)
     got, settings, _ = _tf_epochs(colour_dataset, 1, augment=RECIPE, batch_transform=doubled)
-    assert settings["normalise_on"] == "/cpu:0"
+    assert settings["normalise_on"] == "host"
     assert seen and set(seen) == {"float32"}
     assert len(got[0]) == len(expected[0]) == 8
     for (labels, images), (host_labels, host_images) in zip(got[0], expected[0], strict=True):
@@ -186,8 +137,8 @@ def test_tf_batch_transform_sees_device_normalised_floats(colour_dataset, tf_on_
 @pytest.mark.keras
 @pytest.mark.slow
 @pytest.mark.filterwarnings("ignore:Your input ran out of data")
-def test_keras_on_tensorflow_fits_on_the_device_path(colour_dataset, tf_on_device):
-    """Keras' TensorFlow backend gets the tf adapter's dataset: it trains from the device map."""
+def test_keras_on_tensorflow_with_a_gpu_says_host_and_fits(colour_dataset, tf_sees_a_gpu):
+    """Keras' TensorFlow backend gets the tf adapter's dataset: normalised on the host, said so."""
     import keras
 
     from helpers.keras_fit import tiny_classifier
@@ -195,7 +146,7 @@ def test_keras_on_tensorflow_fits_on_the_device_path(colour_dataset, tf_on_devic
     keras.utils.set_random_seed(0)
     train = iofeed.loader(colour_dataset, batch_size=4, image_size=SIZE, workers=1, seed=11, framework="keras")
     with train.iofeed_loader as loader:
-        assert loader.stats.settings["normalise_on"] == "/cpu:0"
+        assert loader.stats.settings["normalise_on"] == "host"
         history = tiny_classifier(SIZE).fit(train, epochs=2, shuffle=False, verbose=0)  # the loader shuffles
         assert loader.epoch == 2 and loader.stats.images == 2 * 32
     assert len(history.history["loss"]) == 2 and all(np.isfinite(history.history["loss"]))
@@ -228,12 +179,26 @@ def test_doctor_names_host_normalisation_while_the_gpu_waits():
     def stats(where, wait=4.0):
         return {"images": 1000, "wait_seconds": wait, "elapsed_seconds": 10.0, "settings": {"normalise_on": where}}
 
-    finding = host_normalise_finding([stats("/gpu:0"), stats("host")], gpus=1)
+    finding = host_normalise_finding([stats("cuda:0"), stats("host")], gpus=1)
     assert finding is not None and finding.code == "host-normalise" and finding.heuristic
-    assert "40% of 10 s" in finding.evidence[1] and any("CUDA_VISIBLE_DEVICES" in a for a in finding.advice)
+    assert "40% of 10 s" in finding.evidence[1]
+    assert any("framework='tf'" in a and "augment='uint8'" in a for a in finding.advice)
     assert host_normalise_finding([stats("host")], gpus=0) is None, "no GPU: nothing waits for it"
     assert host_normalise_finding([stats("host", wait=1.0)], gpus=1) is None, "the loop hardly waits"
-    assert host_normalise_finding([stats("/gpu:0"), stats(None)], gpus=1) is None
+    assert host_normalise_finding([stats("cuda:0"), stats(None)], gpus=1) is None
+
+
+@pytest.mark.tf
+def test_doctor_reads_the_tf_loader_s_host_normalisation_with_a_gpu(colour_dataset, tf_sees_a_gpu):
+    """What a tf loader records with a GPU visible is what the doctor reads: host normalisation
+    beside a waiting GPU is named (it said "/gpu:0", so the doctor believed the GPU did it)."""
+    from iofeed.cli.doctor.patterns import host_normalise_finding
+
+    dataset = iofeed.loader(colour_dataset, batch_size=4, image_size=SIZE, workers=1, framework="tf", augment=RECIPE)
+    with dataset.iofeed_loader as loader:
+        stats = {**loader.stats.as_dict(), "wait_seconds": 5.0, "elapsed_seconds": 10.0}
+    finding = host_normalise_finding([stats], gpus=1)
+    assert finding is not None and finding.code == "host-normalise", stats["settings"]
 
 
 @pytest.mark.torch

@@ -50,6 +50,31 @@ def test_torch_devices_resolve_like_their_names():
     assert resolve(torch.device("cuda", 2)) == "cuda:2" and resolve(torch.device("cpu")) == "cpu"
 
 
+def test_every_cpu_spelling_torch_accepts_is_the_cpu():
+    """`accelerator.device` in a multi-process CPU run is `cpu:0`; `"cpu:0"` and
+    `torch.device("cpu", 0)` were refused as "not a device iofeed can feed"."""
+    torch = pytest.importorskip("torch")
+    for device in ("cpu:0", "cpu:1", torch.device("cpu", 0), torch.device("cpu:0")):
+        assert resolve(device, env={"LOCAL_RANK": "1"}) == "cpu", device
+    for bad in ("cpu:", "cpu:x", "cpu0"):
+        with pytest.raises(OptionError, match="device="):
+            resolve(bad)
+
+
+@pytest.mark.torch
+def test_the_torch_loader_feeds_cpu_0(colour_dataset):
+    import torch
+
+    import iofeed
+
+    for device in ("cpu:0", torch.device("cpu", 0)):
+        with iofeed.loader(colour_dataset, batch_size=4, image_size=32, framework="torch",
+                           placement=iofeed.Placement(device=device),
+                           workers=1) as ld:
+            images, labels = next(iter(ld))
+            assert images.device.type == "cpu" and images.shape == (4, 3, 32, 32) and labels.shape == (4,)
+
+
 def test_the_loader_resolves_cuda_under_torchrun_before_building_anything(colour_dataset, monkeypatch):
     """LOCAL_RANK=1 on a one-GPU machine: loader() refuses at once, naming the fix."""
     import iofeed
@@ -151,9 +176,10 @@ def test_auto_does_not_pick_dali_when_every_gpu_is_hidden(monkeypatch):
     assert gpu_nvml.visible_gpu_count() == 2 and select.fits(ENGINES.caps("dali"), options, JpegSource())
 
 
-def test_auto_keeps_the_workers_engine_with_a_gpu_and_dali_and_records_why(monkeypatch):
-    """It used to take DALI whenever a GPU was present: nvJPEG's pixels differ from libjpeg-turbo's and
-    DALI fed ResNet-50 at 94% of the ceiling where the workers engine reached 98-99% (H100, 16 cores)."""
+def test_auto_never_takes_dali_with_a_gpu_and_records_why(monkeypatch):
+    """It used to take DALI whenever a GPU was present: DALI fed ResNet-50 at 94% of the ceiling where the
+    workers engine reached 98-99% (H100, 16 cores). With torchvision there, the nvjpeg engine is taken
+    (its workers only pack bytes); without it the workers engine, saying why not DALI."""
     from iofeed.engines import select
     from iofeed.options.loader_options import LoaderOptions
 
@@ -163,8 +189,12 @@ def test_auto_keeps_the_workers_engine_with_a_gpu_and_dali_and_records_why(monke
 
     monkeypatch.setitem(sys.modules, "pynvml", four_gpus())
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
-    monkeypatch.setattr(select, "_installed", lambda module: True)  # "DALI is installed"
+    monkeypatch.setattr(select, "_installed", lambda module: True)  # "DALI and torchvision are installed"
     options = LoaderOptions(batch_size=4, placement=iofeed.Placement(device="cuda:0"))
+    assert select.engine_name(options, JpegSource()) == "nvjpeg"
+    (note,) = select.choice_notes(options, "nvjpeg", JpegSource())
+    assert note.startswith("engine='auto' chose 'nvjpeg': a CUDA device") and "engine='workers'" in note
+    monkeypatch.setattr(select, "_installed", lambda module: module != "torchvision")
     assert select.engine_name(options, JpegSource()) == "workers"
     (note,) = select.choice_notes(options, "workers", JpegSource())
     assert note.startswith("engine='auto' chose 'workers' over 'dali': ") and "94%" in note

@@ -142,6 +142,19 @@ def test_dali_engine_resumes_elastically_like_the_workers_engine(colour_dataset)
     assert dali == workers and sum(len(d) for d in dali) > 0
 
 
+@pytest.mark.slow
+@pytest.mark.torchvision
+def test_nvjpeg_engine_resumes_elastically_like_the_workers_engine(colour_dataset):
+    """Stopped on 4 ranks by the workers engine, resumed on 3 ranks of another batch size by the nvjpeg
+    engine (its CPU form): the same samples on each rank, and labels that match (`_take`)."""
+    options = dict(OPTIONS, shuffle="global")
+    _, states, _ = _ranks(colour_dataset, 4, 2, None, 2, **options)
+    workers, _, _ = _ranks(colour_dataset, 3, 3, states[0], None, **options)
+    nvjpeg, ends, _ = _ranks(colour_dataset, 3, 3, states[0], None, engine="nvjpeg", **options)
+    assert nvjpeg == workers and sum(len(d) for d in nvjpeg) > 0
+    assert all(e["epoch"] == 1 and e["samples_done"] == 0 for e in ends), "the epoch ended"
+
+
 def test_a_resumed_epoch_counts_its_earlier_batches_in_len(colour_dataset):
     """len() is the most batches an epoch holds: a resumed one holds those done before (Lightning's
     restored counter starts there) and the rest on the new layout, here more than a whole epoch."""

@@ -62,8 +62,8 @@ def test_augmented_output_matches_the_pillow_path(monkeypatch, train):
     outputs = []
     for fast in (True, False):
         if not fast:
-            monkeypatch.setattr(fastjpeg, "plain_jpeg_size", lambda _: None)
-            monkeypatch.setattr("iofeed.engines.workers.decode.plain_jpeg_size", lambda _: None)
+            monkeypatch.setattr(fastjpeg, "plain_jpeg_header", lambda _: None)
+            monkeypatch.setattr("iofeed.engines.workers.decode.plain_jpeg_header", lambda _: None)
         out = np.empty((224, 224, 3), np.uint8)
         decode_augmented(data, Augment(size=224, train=train), np.random.default_rng(3), out)
         outputs.append(out)

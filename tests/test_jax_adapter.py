@@ -154,3 +154,71 @@ def _numpy_labels(source, rank):
     with iofeed.loader(source, batch_size=4, image_size=SIZE, workers=1, seed=2,
                        placement=iofeed.Placement(rank=rank, world_size=2)) as ld:
         return [np.asarray(labels).tolist() for _, labels in ld]
+
+
+class _DeviceBatch:
+    """A GPU engine's batch as the JAX adapter receives it: DLPack only, no host conversion (DALI's
+    GPU tensors have none). Here over host memory, so the path runs on the CPU."""
+
+    def __init__(self, pixels: np.ndarray) -> None:
+        self._pixels = pixels
+
+    def __dlpack__(self, *args, **kwargs):
+        return self._pixels.__dlpack__(*args, **kwargs)
+
+    def __dlpack_device__(self):
+        return self._pixels.__dlpack_device__()
+
+    def __array__(self, *args, **kwargs):
+        raise AssertionError("a device batch was copied through the host")
+
+
+@pytest.mark.parametrize("dtype", ["float32", "uint8"])
+def test_a_gpu_engine_s_batch_is_taken_by_dlpack_not_through_the_host(dtype):
+    """DALI on a GPU handed JAX its batches copied to the host, which JAX copied back (device → host →
+    device). Now the adapter takes the engine's device tensor by DLPack and normalises it there."""
+    from iofeed.adapters.jax import JaxAdapter
+    from iofeed.adapters.normalize import IMAGENET_AFFINE
+    from iofeed.engines.base import Batch
+
+    pixels = np.random.default_rng(0).integers(0, 256, (4, SIZE, SIZE, 3), dtype=np.uint8)
+    adapter = JaxAdapter(dtype, affine=IMAGENET_AFFINE)
+    images, labels = adapter(Batch(images=_DeviceBatch(pixels), labels=np.arange(4), indices=np.arange(4)))
+    expected = pixels if dtype == "uint8" else (pixels / 255.0 - MEAN) / STD
+    np.testing.assert_allclose(np.asarray(images, np.float64), expected, rtol=1e-5, atol=1e-5)
+    assert str(images.dtype) == dtype and np.asarray(labels).tolist() == [0, 1, 2, 3]
+    assert images.sharding.is_equivalent_to(adapter.sharding, 4)
+
+
+def test_gpu_engines_keep_jax_batches_on_the_gpu():
+    """Whether an engine decoding on a GPU copies its batches to the host, per framework: JAX takes
+    them where they are when the loader's device is a GPU."""
+    from iofeed.options.adapter_choices import wants_host_arrays
+
+    assert wants_host_arrays("jax", cuda=True) is False and wants_host_arrays("jax", cuda=False) is True
+    assert wants_host_arrays("torch", cuda=True) is False
+    assert wants_host_arrays("tf", cuda=True) is True and wants_host_arrays("numpy", cuda=True) is True
+
+
+@pytest.mark.gpu
+@pytest.mark.torch
+def test_a_cuda_batch_reaches_jax_on_the_gpu_without_the_host():
+    """The CUDA twin, with a torch CUDA tensor standing in for a GPU engine's batch (DALI is not on
+    the GPU host): JAX's array lies on the GPU and holds the normalised pixels."""
+    import jax
+    import torch
+
+    from iofeed.adapters.jax import JaxAdapter
+    from iofeed.adapters.normalize import IMAGENET_AFFINE
+    from iofeed.engines.base import Batch
+
+    os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+    pixels = np.random.default_rng(0).integers(0, 256, (4, SIZE, SIZE, 3), dtype=np.uint8)
+    gpu = jax.devices("gpu")[:1]
+    sharding = jax.sharding.NamedSharding(jax.sharding.Mesh(np.array(gpu), ("batch",)),
+                                          jax.sharding.PartitionSpec("batch"))
+    adapter = JaxAdapter("float32", sharding=sharding, affine=IMAGENET_AFFINE)
+    device_pixels = torch.from_numpy(pixels).cuda()
+    images, _ = adapter(Batch(images=device_pixels, labels=np.arange(4), indices=np.arange(4)))
+    assert {d.platform for d in images.devices()} == {"gpu"}
+    np.testing.assert_allclose(np.asarray(images), (pixels / 255.0 - MEAN) / STD, rtol=1e-5, atol=1e-5)

@@ -15,6 +15,7 @@ import iofeed
 from helpers.adversarial import build
 from helpers.pixelcode import Source, decode
 from helpers.transforms import fails_on_sample_three
+from iofeed.errors import OptionError
 from iofeed.format.manifest import Manifest
 from iofeed.prepare.run import preprocess
 from iofeed.sources.order import OrderSpec, valid_rows
@@ -136,3 +137,55 @@ def test_valid_rows_keeps_a_sample_planned_twice_in_one_batch_twice():
     (a row per planned occurrence is valid, a spare beyond them is not)."""
     assert valid_rows(np.array([4, 7, 4]), np.array([4, 7, 4])).tolist() == [True, True, True]
     assert valid_rows(np.array([4, 4, 7, 4]), np.array([4, 7, 4])).tolist() == [True, True, True, False]
+
+
+def _batches(dataset: Path, **options) -> list[list[tuple[int, bool]]]:
+    """(sample from the pixels, valid) of each row, batch by batch, on one process."""
+    with iofeed.loader(str(dataset), split="val", framework="jax", output=iofeed.Output(dtype="uint8"), batch_size=2,
+                       image_size=32,
+                       workers=1, augment=EVAL, **options) as ld:
+        return [[(decode(image)[1], bool(ok)) for image, ok in zip(np.asarray(images), ld.last_valid, strict=True)]
+                for images, _ in ld]
+
+
+def _right(sample: int) -> bool:
+    return sample % 5 != 0  # a stand-in model that gets samples 0 and 5 wrong
+
+
+@pytest.mark.jax
+def test_per_batch_means_get_no_one_row_last_batch_with_drop_last_or_pad_batches(coded_val):
+    """The Flax ImageNet example averages accuracy per batch: a 1-row last batch (9 samples at batch 2)
+    weighs one sample as much as a whole batch. drop_last keeps full batches only, as its own
+    pipeline does (`drop_remainder`); pad="batches" fills the last one with a masked repeat, so a
+    masked sum is the split's exact accuracy."""
+    dataset, _ = coded_val
+    assert [len(b) for b in _batches(dataset)] == [2, 2, 2, 2, 1], "the default: a 1-row last batch"
+    dropped = _batches(dataset, drop_last=True)
+    assert [len(b) for b in dropped] == [2] * 4 and all(ok for b in dropped for _, ok in b)
+    delivered = [sample for b in dropped for sample, _ in b]
+    per_batch = np.mean([np.mean([_right(s) for s, _ in b]) for b in dropped])
+    assert per_batch == pytest.approx(np.mean([_right(s) for s in delivered])), "full batches: the mean is exact"
+    padded = _batches(dataset, order=iofeed.Order(pad="batches"))
+    assert [len(b) for b in padded] == [2] * 5 and [ok for _, ok in padded[-1]] == [True, False]
+    masked = [sample for b in padded for sample, ok in b if ok]
+    assert sorted(masked) == list(range(SAMPLES))
+    assert sum(_right(s) for s in masked) / len(masked) == pytest.approx(7 / 9), "samples 0 and 5 wrong"
+
+
+@pytest.mark.jax
+def test_pad_batches_fills_every_batch_on_every_process_and_pad_none_is_refused(coded_val):
+    dataset, _ = coded_val
+    options = dict(split="val", framework="jax", output=iofeed.Output(dtype="uint8"), batch_size=2, image_size=32,
+                   workers=1, augment=EVAL)
+    rows = []
+    for rank in range(2):
+        with iofeed.loader(str(dataset), placement=iofeed.Placement(rank=rank, world_size=2),
+                           order=iofeed.Order(pad="batches"), **options) as ld:
+            for images, _ in ld:
+                assert len(images) == 2, "every batch full, the last ones too"
+                rows += [(decode(image)[1], bool(ok)) for image, ok in zip(np.asarray(images), ld.last_valid,
+                                                                           strict=True)]
+    assert sorted(sample for sample, ok in rows if ok) == list(range(SAMPLES))
+    with pytest.raises(OptionError, match=r"Order\(pad='none'\) leaves the 2 JAX processes uneven shares"):
+        iofeed.loader(str(dataset), placement=iofeed.Placement(rank=0, world_size=2), order=iofeed.Order(pad="none"),
+                      **options)

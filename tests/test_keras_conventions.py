@@ -1,7 +1,8 @@
 """What a Keras 3 script meets on `framework="keras"`, on each backend (a process each: KERAS_BACKEND
 is read when keras is first imported): float32 0-255 by default for a model that starts with
 `Rescaling(1/255)`, a warning when the recipe normalises for such a model, every batch of the first
-epoch trained, `take`/`repeat` everywhere, and `batch_transform=` applied everywhere."""
+epoch trained, `take`/`skip`/`repeat`/`map` everywhere, tf.data's other methods refused naming the
+alternative, and `batch_transform=` applied everywhere."""
 from __future__ import annotations
 
 import pytest
@@ -26,7 +27,13 @@ def test_keras_conventions_on_each_backend(colour_dataset, tmp_path, backend):
     assert warned == [], "no 'ran out of data', and no scale warning with the defaults"
     assert len([w for w in got["normalised"] if "starts with Rescaling" in w]) == 1, "warned once, naming the layer"
     assert got["take"] == [3, 3] and got["repeat"] == [5, 5]
-    if backend != "tensorflow":
-        assert "no .map()" in got["map"] and "batch_transform=" in got["map"]
+    assert got["take1"] == [[32, 32, 3], True], "take(1) iterates as in tf.data: the tutorial's first cell"
+    assert got["map"] == [8], "a .map with a Keras preprocessing layer, prefetch(AUTOTUNE) after it"
+    assert got["skip"] == [2, 8], "skip(6) of 8 batches; take(5).skip(1).repeat(2)"
+    assert got["numpy"] == ["ndarray", "ndarray"]
+    if backend == "tensorflow":
+        assert got["shuffle"] == "works"
+    else:
+        assert got["shuffle"].count("\n") == 0 and "Order(shuffle=" in got["shuffle"], got["shuffle"]
     assert got["zeroed_max"] == 0.0, "batch_transform= applied"
     assert "batch transform ran and failed" in got["failing"]

@@ -358,9 +358,14 @@ def test_labels_past_ints_digit_limit_are_rejected_or_names_never_a_crash(tmp_pa
     out = preprocess(str(shard), tmp_path / "out.iof", progress=False, workers=1, val_fraction=0).out
     assert assert_labels_match_pixels(out) == 3
     assert rejected(out) == {f"{shard}#long": "label not a class (inf is not an integer class index)"}
-    names = Targets()
+    texts = Targets()  # as text (a txt member, a CSV cell) the same number: one rule per spelling
+    for value in ("cat", digits):
+        texts.add(value)
+    assert texts.check() == {1: "label not a class (inf is not an integer class index)"}
+    names = Targets()  # --label-names: the digits as written, a class name
     for value in ("cat", digits):
         names.add(value)
+    names.as_names()
     assert names.resolve().names == sorted(["cat", digits])
 
 
@@ -450,3 +455,20 @@ def test_a_labels_file_that_is_not_utf8_says_what_to_pass(tmp_path):
     (tmp_path / "labels.csv").write_bytes(b"\xff\xfe0.jpg,0\n")
     with pytest.raises(SourceError, match=r"cannot read labels file .*labels\.csv: .*\(pass a UTF-8 text file"):
         preprocess(src, tmp_path / "out.iof", labels=tmp_path / "labels.csv", progress=False, workers=1)
+
+
+@pytest.mark.parametrize("form", ["csv", "csv-no-header", "jsonl", "plain"])
+def test_a_labels_file_with_a_byte_order_mark_keeps_its_first_image(tmp_path, form):
+    """Excel and Notepad write a UTF-8 byte-order mark: read as text it glued itself to the first
+    path ("\ufeff0.jpg", not found) and that image was rejected quietly while preprocess went on."""
+    src = coded_folder(tmp_path / "src", [f"{i}.jpg" for i in range(8)])  # pixels: i % 4
+    rows = [(f"{i}.jpg", i % 4) for i in range(8)]
+    text = {"csv": "path,label\n" + "".join(f"{p},{c}\n" for p, c in rows),
+            "csv-no-header": "".join(f"{p},{c}\n" for p, c in rows),
+            "jsonl": "".join(json.dumps({"path": p, "label": c}) + "\n" for p, c in rows),
+            "plain": "".join(f"{p} {c}\n" for p, c in rows)}[form]
+    labels = tmp_path / "labels.txt"
+    labels.write_bytes(b"\xef\xbb\xbf" + text.encode())
+    out = preprocess(src, tmp_path / "out.iof", labels=labels, progress=False, workers=1, val_fraction=0).out
+    assert rejected(out) == {} and assert_labels_match_pixels(out) == 8
+    assert sorted(read_dataset(out)) == sorted(p for p, _ in rows)

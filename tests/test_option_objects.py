@@ -100,6 +100,7 @@ EARLIER = [
     ("rank", 0, "placement=iofeed.Placement(rank=0)"),
     ("world_size", 2, "placement=iofeed.Placement(world_size=2)"),
     ("sharding", None, "placement=iofeed.Placement(sharding=None)"),
+    ("pixels", "0-1", "output=iofeed.Output(pixels='0-1')"),
     ("dtype", "float32", "output=iofeed.Output(dtype='float32')"),
     ("memory_format", "channels_last", "output=iofeed.Output(memory_format='channels_last')"),
     ("target", "multi_hot", "output=iofeed.Output(target='multi_hot')"),

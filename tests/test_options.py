@@ -164,7 +164,9 @@ def test_auto_decides_from_capabilities(colour_dataset, raw_source, monkeypatch)
     gpu_augment = LoaderOptions(4, placement=iofeed.Placement(device="cuda"), framework="torch", gpu_augment=True)
     assert not select.fits(dali, gpu_augment, jpeg) and select.engine_name(gpu_augment, jpeg) == "workers"
     assert select.engine_name(LoaderOptions(4, placement=iofeed.Placement(device="cuda")),
-                              jpeg) == "workers"  # fits, but auto never takes it
+                              jpeg) == "nvjpeg"  # dali fits, but auto never takes it
+    assert select.engine_name(LoaderOptions(4, placement=iofeed.Placement(device="cuda")),
+                              raw_source) == "workers", "nvjpeg reads no raw pixels"
     monkeypatch.setattr(select, "gpu_present", lambda: False)
     assert not select.fits(dali, LoaderOptions(4, placement=iofeed.Placement(device="cuda")), jpeg)
     assert select.engine_name(LoaderOptions(4, placement=iofeed.Placement(device="cuda")), jpeg) == "workers"

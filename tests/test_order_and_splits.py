@@ -76,6 +76,38 @@ def test_random_resized_box_within_image_scale_and_ratio():
     assert drawn > 400  # most boxes are drawn: the fallback is for images far from the ratio range
 
 
+def _shares_and_log_aspects(scale, ratio) -> tuple[np.ndarray, np.ndarray]:
+    """Area share and log aspect of 2,000 boxes drawn on a square 400 x 400 image."""
+    rng = np.random.default_rng(1)
+    boxes = [random_resized_box(400, 400, rng, scale, ratio) for _ in range(2000)]
+    return (np.array([(r - left) * (b - top) / 400**2 for left, top, r, b in boxes]),
+            np.log([(r - left) / (b - top) for left, top, r, b in boxes]))
+
+
+QUANTILES = [0.0, 0.25, 0.5, 0.75, 1.0]
+
+
+@pytest.mark.parametrize("scale, ratio", [((0.1, 0.5), (3 / 4, 4 / 3)), ((0.05, 0.3), (0.5, 2.0))])
+def test_random_resized_boxes_are_uniform_over_scale_and_log_ratio(scale, ratio):
+    """Boxes within bounds are not enough: drawn with one bound as both ends (`scale[0]`, `scale[0]`)
+    every box lay within them too. Where every draw fits the image (share x aspect <= 1), the
+    shares are uniform in `scale` and the log aspects in `ratio`: their quartiles where a uniform
+    draw puts them, within 4% of the range."""
+    shares, aspects = _shares_and_log_aspects(scale, ratio)
+    for values, (lo, hi) in ((shares, scale), (aspects, tuple(np.log(ratio)))):
+        wanted = lo + (hi - lo) * np.array(QUANTILES)
+        found = np.quantile(values, QUANTILES)
+        assert np.allclose(found, wanted, atol=0.04 * (hi - lo) + 0.003), (found, wanted)
+
+
+def test_the_default_crop_reaches_both_ends_of_its_scale_and_ratio():
+    """torchvision's scheme draws again when a large share at a far aspect does not fit, so the
+    default's shares lean small; still they cover (0.08, 1.0) and the aspects (3/4, 4/3)."""
+    shares, aspects = _shares_and_log_aspects((0.08, 1.0), (3 / 4, 4 / 3))
+    assert shares.min() < 0.09 and shares.max() > 0.97 and np.quantile(shares, 0.75) - np.quantile(shares, 0.25) > 0.3
+    assert aspects.min() < np.log(0.76) and aspects.max() > np.log(1.31) and abs(np.median(aspects)) < 0.03
+
+
 def _fallback(width: int, height: int, ratio: tuple[float, float]) -> tuple[int, int, int, int]:
     """torchvision's `RandomResizedCrop` fallback: the whole image, its long side cut to the nearest ratio."""
     if width / height < ratio[0]:

@@ -104,6 +104,60 @@ def test_overwrite_replaces_only_an_iofeed_dataset(image_tree, tmp_path, capsys,
     assert (precious / "thesis.tex" if kind == "folder" else precious).read_text() == "years of work"
 
 
+USER_FILES = {"backup-000001.tar": b"my backup", "old-samples.npy": b"my array", "my-targets.jsonl": b"my targets",
+              "notes-000002.idx": b"my index"}
+
+
+@pytest.mark.parametrize("name", sorted(USER_FILES))
+def test_overwrite_keeps_user_files_named_like_iofeeds_own(image_tree, tmp_path, capsys, name):
+    """Only the files the manifest lists are iofeed's: a user's file named like a shard, a table
+    or a targets file refuses the overwrite, named, and keeps its bytes."""
+    src, _ = image_tree
+    out = tmp_path / "ds.iof"
+    assert main(["preprocess", str(src), "-o", str(out), "--workers", "1"]) == 0
+    (out / name).write_bytes(USER_FILES[name])
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    status = main(["preprocess", str(src), "-o", str(out), "--overwrite", "--workers", "1"])
+    _one_line_error(capsys, status, name, "iofeed did not write")
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+
+
+def test_overwrite_never_deletes_shards_indexed_in_place(image_tree, tmp_path, capsys):
+    """A dataset `iofeed index` wrote beside the shards it read in place: those shards are the
+    user's only copy, so replacing the dataset is refused naming them, every byte kept."""
+    from helpers.adversarial import build
+
+    src, _ = image_tree
+    shards = build("webdataset", "clean", tmp_path / "wds").shards
+    out = tmp_path / "ds.iof"
+    out.mkdir()
+    for shard in shards:  # the user keeps the shards in the dataset's folder
+        shard.rename(out / shard.name)
+    spec = str(out / "shard-{000000..000002}.tar")
+    assert main(["index", spec, "-o", str(tmp_path / "made.iof")]) == 0
+    for made in (tmp_path / "made.iof").iterdir():  # ... and the index files beside them
+        made.rename(out / made.name)
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    assert {"shard-000000.tar", "iofeed.json", "shard-000000.idx"} <= set(before)
+    status = main(["preprocess", str(src), "-o", str(out), "--overwrite", "--workers", "1"])
+    _one_line_error(capsys, status, "shard-000000.tar", "iofeed did not write")
+    status = main(["index", str(tmp_path / "wds2" / "x.tar"), "-o", str(out), "--overwrite"])
+    assert status == 1
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+
+
+def test_overwrite_replaces_every_file_the_manifest_lists(image_tree, tmp_path):
+    """The refusals above are not all refusals: a dataset holding only what iofeed wrote (a val
+    split, a targets file, a source list) is replaced whole."""
+    src, _ = image_tree
+    out = tmp_path / "ds.iof"
+    assert main(["preprocess", str(src), "-o", str(out), "--workers", "1", "--val-fraction", "0.5"]) == 0
+    assert {"val-samples.npy", "val-samples.sources.jsonl"} <= {p.name for p in out.iterdir()}
+    old_id = (out / "iofeed.json").read_text()
+    assert main(["preprocess", str(src), "-o", str(out), "--overwrite", "--workers", "1", "--val-fraction", "0"]) == 0
+    assert (out / "iofeed.json").read_text() != old_id and not (out / "val-samples.npy").exists()
+
+
 # ------------------------------------------------------------------ item 2: the swap
 
 

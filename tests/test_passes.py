@@ -1,5 +1,6 @@
 """What a new `iter()` means (a new pass, as with torch's DataLoader) and how an evaluation split is
-shared among ranks (each sample exactly once); checked from the pixels, which encode the label."""
+shared among ranks (equal shares, the padding masked; or each sample exactly once); checked from
+the pixels, which encode the label."""
 from __future__ import annotations
 
 import os
@@ -106,18 +107,26 @@ def test_evaluation_orders_deal_each_sample_once(world, batch_size):
     assert sorted(np.concatenate(rest).tolist()) == list(range(done, samples))
 
 
-def test_the_val_split_is_not_padded_across_ranks_and_train_is(colour_dataset):
-    val = [iofeed.loader(colour_dataset, split="val", batch_size=2, workers=1,
-                         placement=iofeed.Placement(rank=r, world_size=3)) for r in range(3)]
-    train = [iofeed.loader(colour_dataset, batch_size=4, workers=1, placement=iofeed.Placement(rank=r, world_size=3),
-                           drop_last=False)
-             for r in range(3)]
+def test_the_val_split_is_padded_evenly_across_ranks_and_with_pad_none_dealt_once(colour_dataset):
+    """By default every rank steps the same batches of the same shapes (8 samples over 3 ranks:
+    3 + 3 + 3, one repeat that `last_valid` masks); `Order(pad="none")` deals each sample once."""
+    options = {"split": "val", "batch_size": 2, "workers": 1}
+    even = [iofeed.loader(colour_dataset, placement=iofeed.Placement(rank=r, world_size=3), **options)
+            for r in range(3)]
+    once = [iofeed.loader(colour_dataset, placement=iofeed.Placement(rank=r, world_size=3),
+                          order=iofeed.Order(pad="none"), **options) for r in range(3)]
     try:
-        shares = [_pass(ld) for ld in val]
-        assert sorted(sum(shares, [])) == list(range(8)) and [len(ld) for ld in val] == [2, 2, 1]
-        assert len({len(ld) for ld in train}) == 1, "training keeps equal batches on every rank"
+        shapes, kept = [], []
+        for ld in even:
+            shapes.append([len(indices) for indices in (_pass(ld, batches=1), _pass(ld)[2:])])
+            for _ in ld:
+                kept += ld.last_indices[ld.last_valid].tolist()
+        assert shapes == [[2, 1]] * 3 and [len(ld) for ld in even] == [2, 2, 2]
+        assert sorted(kept) == list(range(8)), "masked, each sample once"
+        shares = [_pass(ld) for ld in once]
+        assert sorted(sum(shares, [])) == list(range(8)) and [len(ld) for ld in once] == [2, 2, 1]
     finally:
-        for ld in val + train:
+        for ld in even + once:
             ld.close()
 
 

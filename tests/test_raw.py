@@ -159,7 +159,12 @@ def test_gpu_augment_flip_and_box_are_exact_on_a_gradient():
     """A known image and box: the resized crop and its mirror, checked value by value."""
     import torch
 
-    from iofeed.adapters.torch.gpu_augment import crop_resize_packed
+    from iofeed.adapters.torch.gpu_augment import crop_resize_chunks
+
+    def crop_resize_packed(data, meta, side):
+        chunks = list(crop_resize_chunks(data, meta, side, budget=1))  # one image per chunk
+        assert [rows for rows, _ in chunks] == [slice(0, 1), slice(1, 2)]
+        return torch.cat([pixels for _, pixels in chunks])
 
     height, width = 6, 8
     image = np.arange(height * width * 3, dtype=np.uint8).reshape(height, width, 3)
@@ -172,6 +177,36 @@ def test_gpu_augment_flip_and_box_are_exact_on_a_gradient():
     half = crop_resize_packed(data, {**meta, "box": torch.tensor([[0.0, 0.0, 8.0, 6.0]] * 2)}, side=2).numpy()
     rows = image[[1, 4]].astype(float)  # y = 1.0 and 4.0; x = 1.5 and 5.5: the mean of two neighbours
     assert np.allclose(half[0], 0.5 * (rows[:, [1, 5]] + rows[:, [2, 6]]))
+
+
+@pytest.mark.torch
+def test_gpu_augment_temporaries_stay_bounded_at_a_real_batch():
+    """B=64 stored 256x320 images cropped to 224 px, on the CPU (the same kernels as on the GPU): the
+    temporaries the crop makes stay within its budget, with int32 indices. The single gather of the
+    whole batch held int64 indices per value (77 MB for one corner here, 308 MB at B=256) and about
+    four times that in all."""
+    import torch
+
+    from helpers.torch_ops import PeakTemporaries
+    from iofeed.adapters.torch.gpu_augment import GATHER_BYTES, crop_resize_chunks
+
+    batch, height, width, side = 64, 256, 320, 224
+    rng = np.random.default_rng(0)
+    data = torch.from_numpy(rng.integers(0, 256, batch * height * width * 3, dtype=np.uint8))
+    left, top = rng.uniform(0, 60, batch), rng.uniform(0, 30, batch)
+    meta = {"offset": torch.arange(batch) * height * width * 3, "height": torch.full((batch,), height),
+            "width": torch.full((batch,), width), "flip": torch.from_numpy(rng.random(batch) < 0.5),
+            "box": torch.from_numpy(np.stack([left, top, left + 250, top + 220], 1).astype(np.float32))}
+    sums = torch.zeros(batch)
+    with PeakTemporaries() as held:
+        for rows, pixels in crop_resize_chunks(data, meta, side):
+            sums[rows] = pixels.sum(dim=(1, 2, 3))
+            del pixels
+    assert held.peak <= GATHER_BYTES, f"{held.peak / 2**20:.0f} MiB of temporaries"
+    large = {dtype for dtype, numel in held.dtypes if numel >= batch * side}
+    assert torch.int64 not in large and torch.int32 in large, large
+    image = data[: height * width * 3].view(height, width, 3).float()  # the first image's mean, roughly kept
+    assert abs(sums[0].item() / (side * side * 3) - image.mean().item()) < 3
 
 
 def test_bad_options_for_raw(raw_dataset, colour_tree, tmp_path):

@@ -77,22 +77,30 @@ def test_resume_after_a_refill_yields_the_rest_exactly(tmp_path, engine):
         assert resumed.stats.refilled == 1
 
 
+@pytest.mark.parametrize("pad", ["ranks", "none"])
 @pytest.mark.parametrize("engine", ENGINES)
-def test_an_evaluation_split_scores_each_readable_sample_once_despite_a_truncated_jpeg(tmp_path, engine):
-    """An evaluation split deals each sample once: a spare in the skipped sample's place was scored
-    twice (there and in its own batch), so a metric summed over ranks counted it twice."""
+def test_an_evaluation_split_scores_each_readable_sample_once_despite_a_truncated_jpeg(tmp_path, engine, pad):
+    """With pad="none" (each sample dealt once) the skipped sample's place stays empty: a spare
+    there was scored twice (there and in its own batch). By default a spare keeps the batch's
+    shape, which its peers share, and `last_valid` masks it (and the padding)."""
     if engine == "dali":
         pytest.importorskip("nvidia.dali")
     root = make_colour_tree(tmp_path / "t", per_class=4, corrupt=1)  # 17 files
-    seen, refilled, skipped = [], 0, 0
+    seen, shapes, refilled, skipped = [], [], 0, 0
     for rank in (0, 1):
         with iofeed.loader(root, split="val", batch_size=3, placement=iofeed.Placement(rank=rank, world_size=2),
-                           skips=iofeed.Skips(max_skipped=None), engine=engine, **SMALL) as ld:
+                           skips=iofeed.Skips(max_skipped=None), engine=engine, order=iofeed.Order(pad=pad),
+                           **SMALL) as ld:
             bad = next(i for i in range(len(ld.source)) if os.path.basename(ld.source.path_of(i)) == "bad0.jpg")
-            seen += [index for indices, _ in _epoch(ld) for index in indices]
+            shapes.append([])
+            for _ in ld:
+                seen += ld.last_indices[ld.last_valid].tolist()
+                shapes[-1].append(len(ld.last_indices))
             refilled, skipped = refilled + ld.stats.refilled, skipped + sum(ld.stats.skipped.values())
     assert sorted(seen) == [i for i in range(17) if i != bad], "every readable sample once, none twice"
-    assert (refilled, skipped) == (0, 1)
+    assert (refilled, skipped) == ((1 if pad == "ranks" else 0), 1)
+    if pad == "ranks":
+        assert shapes[0] == shapes[1] == [3, 3, 3], "the same shapes on both ranks: 9 + 9 rows for 17 samples"
 
 
 def _gloo_rank(rank: int, world: int, init: str, source: str, out: str) -> None:

@@ -83,6 +83,21 @@ def test_cli_uploads_and_inspects(s3, dataset: Path, capsys) -> None:
     assert main(["inspect", url]) == 0 and "samples in" in capsys.readouterr().out
 
 
+def test_overwrite_keeps_a_users_objects_under_the_dataset_url(s3, dataset: Path, capsys) -> None:
+    """--overwrite deletes the objects the old manifest lists, nothing else: a user's object named
+    like a shard refuses it, naming the object, which keeps its bytes."""
+    url = f"s3://{BUCKET}/kept.iof"
+    upload_dataset(dataset, url)
+    s3.fs.pipe_file(f"{BUCKET}/kept.iof/backup-000001.tar", b"my backup")
+    with pytest.raises(OptionError, match="backup-000001.tar.*iofeed did not write"):
+        upload_dataset(dataset, url, overwrite=True)
+    assert s3.fs.cat_file(f"{BUCKET}/kept.iof/backup-000001.tar") == b"my backup"
+    assert s3.fs.exists(f"{BUCKET}/kept.iof/iofeed.json")
+    s3.fs.rm_file(f"{BUCKET}/kept.iof/backup-000001.tar")
+    upload_dataset(dataset, url, overwrite=True)
+    assert len(open_source(url)) == len(open_source(dataset))
+
+
 def test_an_interrupted_upload_never_looks_complete(s3, dataset: Path) -> None:
     url = f"s3://{BUCKET}/interrupted.iof"
     uploaded = []

@@ -45,6 +45,28 @@ def test_a_higher_bound_lets_the_epoch_through_with_its_counts(tmp_path):
         assert delivered == 44 and ld.stats.skipped["corrupt or truncated image"] == ld.stats.refilled == 4
 
 
+@pytest.mark.parametrize("first", ["whole", "part"])
+def test_set_epoch_to_the_current_epoch_begins_a_new_skip_budget(tmp_path, first):
+    """4 bad of 44 under max_skipped=0.1 (4.4): each pass of the epoch within its bound. Begun again
+    from its first batch by set_epoch (after the whole epoch, or after a part of it), the epoch
+    counts its skips afresh: carried over, the second pass's 4 made 8 and raised."""
+    root = make_colour_tree(tmp_path / "t", per_class=10, corrupt=4)
+    with iofeed.loader(root, batch_size=4, workers=1, drop_last=False, skips=iofeed.Skips(max_skipped=0.1),
+                       shuffle=False) as ld:
+        if first == "whole":
+            assert sum(len(labels) for _, labels in ld) == 44
+        else:
+            read = 0
+            for _ in ld:  # past every bad sample (read in order), then left
+                read += 1
+                if ld.stats.skipped["corrupt or truncated image"] == 4:
+                    break
+            assert read < len(ld)
+        ld.set_epoch(0)
+        assert sum(len(labels) for _, labels in ld) == 44
+        assert ld.stats.skipped["corrupt or truncated image"] == 8  # both passes counted in the stats
+
+
 def test_the_bound_is_hit_early_not_only_at_the_end(tmp_path):
     """Skips already past the bound raise before the rest of the epoch is read."""
     root = make_colour_tree(tmp_path / "t", per_class=10)

@@ -237,8 +237,15 @@ def test_a_damaged_or_foreign_parquet_file_is_a_one_line_error_naming_it(tmp_pat
     pq.write_table(pa.table({"img": pa.array(images, pa.binary()), "label": pa.array(labels, pa.int64())}),
                    tmp_path / "a.parquet")
     (tmp_path / "cut.parquet").write_bytes((tmp_path / "a.parquet").read_bytes()[:200])
-    with pytest.raises(SourceError, match=r"cannot read Parquet file .*cut\.parquet: .*write it again"):
+    with pytest.raises(SourceError, match=r"cannot read Parquet file .*cut\.parquet: .*write it again") as caught:
         preprocess(tmp_path / "cut.parquet", tmp_path / "out.iof", progress=False, workers=1)
+    assert "\n" not in str(caught.value)
+    footer = bytearray((tmp_path / "a.parquet").read_bytes())
+    footer[-8:-4] = (100).to_bytes(4, "little")  # the footer's length: pyarrow's thrift error spans two lines
+    (tmp_path / "footer.parquet").write_bytes(bytes(footer))
+    with pytest.raises(SourceError, match=r"cannot read Parquet file .*footer\.parquet: .*write it again") as caught:
+        preprocess(tmp_path / "footer.parquet", tmp_path / "out.iof", progress=False, workers=1)
+    assert "\n" not in str(caught.value)
     damaged = bytearray((tmp_path / "a.parquet").read_bytes())
     damaged[8:300] = b"\xff" * 292  # the first page header: the footer still reads
     (tmp_path / "page.parquet").write_bytes(bytes(damaged))
@@ -460,7 +467,8 @@ def test_labels_file_rows_without_a_label_are_rejected_not_made_a_class(tmp_path
     summary = preprocess(src, tmp_path / "out.iof", labels=labels, progress=False, workers=1, val_fraction=0)
     assert Manifest.read(summary.out).classes == ["cat", "dog"]
     assert set(read_dataset(summary.out)) == {"0.jpg", "2.jpg"}
-    assert _rejected(summary.out) == {"1.jpg": f"no label (empty in labels.{kind})"}
+    said = {"csv": "empty", "jsonl": "null"}[kind]
+    assert _rejected(summary.out) == {"1.jpg": f"no label ({said} in labels.{kind})"}
 
 
 def test_a_webdataset_sample_with_a_blank_label_is_rejected():

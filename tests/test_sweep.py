@@ -222,10 +222,10 @@ def test_caption_shards_with_a_class_in_their_json_load_by_its_key(tmp_path):
     out = tmp_path / "out.iof"
     assert main(["preprocess", str(shards), "-o", str(out), "--val-fraction", "0", "--label-column", "key"]) == 0
     classes = Manifest.read(out).classes
-    assert classes == [f"{i:09d}" for i in range(6)]
+    assert classes == [str(i) for i in range(6)]  # "000000003" is a number, so class index 3 (docs: Labels)
     for name, (image, labels, _) in read_dataset(out).items():
         i = int(name.rsplit("#", 1)[1])
-        assert classes[labels[0]] == f"{i:09d}" and label_from_pixels(image) == i % 4
+        assert classes[labels[0]] == str(i) and label_from_pixels(image) == i % 4
 
 
 @pytest.mark.parametrize("option", [["--label-column", "json"], ["--label-names"]])
@@ -258,6 +258,29 @@ def test_txt_class_names_shared_by_samples_are_classes(tmp_path):
     for name, (image, labels, _) in read_dataset(out).items():
         i = int(name.rsplit("#", 1)[1])
         assert classes[labels[0]] == names[i] and label_from_pixels(image) == i % 4
+
+
+SHORT_CAPTIONS = ["Red Sports Car", "Blue Kite", "Old Barn", "Tiny Teapot", "Wet Dog", "Red Sports Car"]
+
+
+@pytest.mark.parametrize("command", ["preprocess", "index"])
+def test_short_unique_captions_are_named_in_the_summary_with_both_ways(tmp_path, command, capsys):
+    """img2dataset shards whose captions are short ("Red Sports Car") pass the caption rule and
+    become a class each, as few-shot names would: the summary names the source and says how to
+    take the texts as captions or as names; --label-names (the user saying so) silences it."""
+    shards = _caption_shards(tmp_path / "wds", SHORT_CAPTIONS)
+    split = ["--val-fraction", "0"] if command == "preprocess" else []
+    assert main([command, str(shards / "00000.tar"), "-o", str(tmp_path / "a.iof"), *split]) == 0
+    out = capsys.readouterr().out
+    note = [line for line in out.splitlines() if "have one sample" in line]
+    assert len(note) == 1, out
+    assert ("4 of 5 classes in" in note[0] and "00000.tar" in note[0] and "'Blue Kite'" in note[0]
+            and "--label-column json" in note[0] and "--label-names" in note[0]), note[0]
+    assert main([command, str(shards / "00000.tar"), "-o", str(tmp_path / "b.iof"), *split, "--label-names"]) == 0
+    assert "have one sample" not in capsys.readouterr().out
+    assert main([command, str(shards / "00000.tar"), "-o", str(tmp_path / "c.iof"), *split,
+                 "--label-column", "json"]) == 0
+    assert "have one sample" not in capsys.readouterr().out and Manifest.read(tmp_path / "c.iof").classes == []
 
 
 # class names as few-shot, face and ImageNet-named sets write them: 6 of 8 samples a class of their own

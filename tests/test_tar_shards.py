@@ -220,9 +220,37 @@ def test_a_compressed_tar_past_the_spool_s_room_is_refused_leaving_no_partial_co
     class Disk:
         free = 3 << 30
 
-    assert spool_room(spool, lambda _: Disk()) == 1 << 30  # 3 GiB free less the 2 GiB reserve
-    Disk.free = 1 << 30
+    Disk.free = 100 << 30
+    assert spool_room(spool, lambda _: Disk()) == 95 << 30  # 100 GiB free less the 5% reserve
+    Disk.free = 5 << 30
+    assert spool_room(spool, lambda _: Disk()) == 3 << 30  # 5 GiB free less the 2 GiB reserve
+    Disk.free = 1 << 30  # a small disk: the reserve is at most half of it, the copy may take the rest
+    assert spool_room(spool, lambda _: Disk()) == 512 << 20
+    Disk.free = 0
     assert spool_room(spool, lambda _: Disk()) == 0
+
+
+def test_a_small_compressed_tar_is_read_on_a_disk_with_little_free_space(tmp_path, monkeypatch, capsys):
+    """A 12-sample .tar.gz (tens of KB unpacked) on a disk with 300 MB free was refused ("it passes
+    0 bytes"): a fixed 2 GiB reserve took the whole disk. The plain .tar was read there. The
+    reserve is sized by the copy now, and a copy too large for the disk is still refused."""
+    import shutil as shutil_module
+    from types import SimpleNamespace
+
+    plain = write_tar(tmp_path / "wds" / "a.tar", samples(0, 12))
+    packed = tmp_path / "gz" / "a.tar.gz"
+    packed.parent.mkdir()
+    packed.write_bytes(gzip.compress(plain.read_bytes()))
+    real = shutil_module.disk_usage
+    free = {"bytes": 300 << 20}
+    monkeypatch.setattr(shutil_module, "disk_usage",
+                        lambda path: SimpleNamespace(**{**real(path)._asdict(), "free": free["bytes"]}))
+    ds = run("preprocess", str(packed), tmp_path / "gz.iof")
+    assert keys(kept(ds)) == [f"s{i:04d}" for i in range(12)] and rejected(ds) == []
+    free["bytes"] = plain.stat().st_size  # the copy would leave nothing for the dataset: refused by name
+    assert main(["preprocess", str(packed), "-o", str(tmp_path / "full.iof")]) != 0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"{packed}: decompressed, it passes" in err[0], err
 
 
 @pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs Linux's /dev/full, a disk always full")

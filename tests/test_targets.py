@@ -3,6 +3,7 @@ WebDataset keys (read back by webdataset and DALI), described in iofeed.json (fo
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -146,6 +147,41 @@ def test_a_missing_targets_file_is_a_one_line_error_naming_it(multi, tmp_path):
     shutil.copytree(multi, damaged)
     (damaged / "train-targets.jsonl").unlink()
     with pytest.raises(DatasetError, match="cannot read .*damaged.iof/train-targets.jsonl"):
+        iofeed.loader(str(damaged), batch_size=3, image_size=24, workers=1, output=iofeed.Output(target="multi_hot"))
+
+
+@pytest.mark.parametrize("bad", [99, -1])
+def test_a_class_out_of_range_in_the_targets_file_names_the_file_and_line(multi, tmp_path, capsys, bad):
+    """It said "a class index outside 0..2 in the targets file", naming neither file nor row."""
+    import shutil
+
+    from iofeed.cli.main import main
+
+    damaged = tmp_path / "damaged.iof"
+    shutil.copytree(multi, damaged)
+    lines = (damaged / "train-targets.jsonl").read_text().splitlines()
+    row = json.loads(lines[4])
+    lines[4] = json.dumps([[*row[0][:-1], bad], row[1]])
+    (damaged / "train-targets.jsonl").write_text("\n".join(lines) + "\n")
+    says = rf"damaged\.iof/train-targets\.jsonl line 5: class index {bad} is outside 0\.\.2"
+    with pytest.raises(DatasetError, match=says) as caught:
+        iofeed.loader(str(damaged), batch_size=3, image_size=24, workers=1, output=iofeed.Output(target="multi_hot"))
+    assert "\n" not in str(caught.value)
+    assert main(["inspect", "--verify", str(damaged)]) != 0
+    assert re.search(says, capsys.readouterr().out)
+
+
+def test_a_fractional_class_in_the_targets_file_is_malformed_not_truncated(multi, tmp_path):
+    """`int(c)` read a tampered 1.5 as class 1 without a word."""
+    import shutil
+
+    damaged = tmp_path / "damaged.iof"
+    shutil.copytree(multi, damaged)
+    lines = (damaged / "train-targets.jsonl").read_text().splitlines()
+    lines[2] = json.dumps([[1.5], None])
+    (damaged / "train-targets.jsonl").write_text("\n".join(lines) + "\n")
+    with pytest.raises(DatasetError, match=r"malformed targets file .*train-targets\.jsonl: line 3: class indices "
+                                           r"must be integers, got \[1\.5\]"):
         iofeed.loader(str(damaged), batch_size=3, image_size=24, workers=1, output=iofeed.Output(target="multi_hot"))
 
 

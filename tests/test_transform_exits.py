@@ -42,6 +42,15 @@ def test_sys_exit_in_a_transform_is_named_with_its_sample(colour_dataset):
     assert "printed above" not in message and _named_sample(colour_dataset, message) == 0
 
 
+def test_keyboard_interrupt_raised_by_a_transform_is_named_not_called_an_exit(colour_dataset):
+    """It was reported as "the transform ended its worker (os._exit or sys.exit)": workers ignore
+    SIGINT, so a KeyboardInterrupt there is the transform's own raise, said as such."""
+    message = _first_error(colour_dataset, T.interrupts_on_red)
+    assert "transform helpers.transforms.interrupts_on_red raised KeyboardInterrupt in a loader worker" in message
+    assert "os._exit" not in message and "sys.exit" not in message, message
+    assert _named_sample(colour_dataset, message) == 0
+
+
 @pytest.mark.parametrize("transform, how", [
     (T.os_exit_on_red, "exited with status 7 while running transform helpers.transforms.os_exit_on_red on sample "),
     (T.signal_on_red, "died with signal SIGTERM while running transform helpers.transforms.signal_on_red on sample "),

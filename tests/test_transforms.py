@@ -230,7 +230,7 @@ def test_auto_picks_workers_for_a_transform_and_says_so(colour_dataset, monkeypa
     source = iofeed.sources.samples.open_source(colour_dataset, "train")
     assert select.engine_name(options, source) == "workers"
     assert select.engine_name(LoaderOptions(batch_size=4, placement=iofeed.Placement(device="cuda:0")),
-                              source) == "workers"  # never dali
+                              source) == "nvjpeg"  # never dali
     with iofeed.loader(colour_dataset, workers=1, transform=T.jitter, **SMALL) as ld:
         assert any("transform= runs only in worker processes" in d for d in ld.stats.settings["decisions"])
 

@@ -113,3 +113,11 @@ def memory_limit_note() -> str:
         return ""
     return (f"; it ran under an address-space limit RLIMIT_AS (`ulimit -v`) of {limit / 2**30:.2f} GiB, and an "
             "allocation past it can crash a worker like this: raise it (`ulimit -v unlimited`) to rule it out")
+
+
+def add_note(exc: BaseException, note: str) -> None:
+    """`exc.add_note(note)` where Python has it (3.11+); on 3.10 the note is left out rather than
+    turning the error being reported into an AttributeError."""
+    adder = getattr(exc, "add_note", None)
+    if adder is not None:
+        adder(note)

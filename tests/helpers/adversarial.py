@@ -32,9 +32,14 @@ def write_tar(path: Path, members: list[tuple[str, bytes]]) -> None:
             tar.addfile(info, io.BytesIO(data))
 
 
-def wds_members(items: list[Item], names: list[str]) -> list[tuple[str, bytes]]:
+def wds_members(items: list[Item], names: list[str], ext: str = "cls") -> list[tuple[str, bytes]]:
     return [m for item in items for m in ((f"s{item.sample:04d}.jpg", jpeg_of(names, item)),
-                                          (f"s{item.sample:04d}.cls", str(item.label).encode()))]
+                                          (f"s{item.sample:04d}.{ext}", str(item.label).encode()))]
+
+
+TXT_DAMAGES = ("plus_labels", "short_captions")
+SHORT_CAPTIONS = [f"{colour} {thing}" for colour in ("Red", "Blue", "Green", "Old", "Tiny", "Wet")
+                  for thing in ("Sports Car", "Kite", "Barn", "Teapot")]
 
 
 def member_span(path: Path, name: str) -> tuple[int, int]:
@@ -46,7 +51,8 @@ def member_span(path: Path, name: str) -> tuple[int, int]:
 
 def webdataset(root: Path, damage: str) -> Source:
     """Three shards of 8 samples with `cls` labels 0..2 (`odd_labels`: 0..10 and a -1; `huge_label`:
-    one 5,000,000), damaged as `damage` says. A damaged shard may be refused by name (the run
+    one 5,000,000; `plus_labels`: `txt` members `+0`..`+10`, class indices 0..10 as in a `cls`),
+    damaged as `damage` says. A damaged shard may be refused by name (the run
     fails naming it) or rejected with the samples it held; nothing may go without a word."""
     refusal = None
     folder = root / "wds"
@@ -57,11 +63,19 @@ def webdataset(root: Path, damage: str) -> Source:
         refusal = r"s0023.*-1|-1.*s0023"  # the sample rejected, or the run refused, naming it and its value
     if damage == "huge_label":
         items[5] = Item(5, 5_000_000, None)
+    if damage == "plus_labels":  # sorted as text, +10 once became class 2 and +2 class 3
+        items = [Item(i, f"+{i % 11}", str(i % 11)) for i in range(24)]
+    if damage == "short_captions":  # img2dataset's jpg + txt + json, short unique captions: a class each
+        items = [Item(i, SHORT_CAPTIONS[i], SHORT_CAPTIONS[i]) for i in range(24)]
     source = Source("webdataset", damage, str(folder / "shard-{000000..000002}.tar"), items, names,
                     refusal=refusal if damage == "odd_labels" else None)
     for s in range(3):
         shard = folder / f"shard-{s:06d}.tar"
-        members = wds_members(items[8 * s: 8 * s + 8], names)
+        members = wds_members(items[8 * s: 8 * s + 8], names, "txt" if damage in TXT_DAMAGES else "cls")
+        if damage == "short_captions":
+            members += [(f"s{i.sample:04d}.json", json.dumps({"caption": i.label}).encode())
+                        for i in items[8 * s: 8 * s + 8]]
+            members.sort(key=lambda m: m[0].split(".")[0])
         if s == 1 and damage == "duplicate_member":  # a second picture after s0009's label, and s0008 again at the end
             members.insert(4, ("s0009.jpg", coded_jpeg(code_of(names, "0"), 9)))
             members.append(("s0008.jpg", coded_jpeg(code_of(names, "1"), 8)))
@@ -91,6 +105,8 @@ def webdataset(root: Path, damage: str) -> Source:
         source.strays = {"shard-000003.tar"}
     if damage == "huge_label":
         source.refusal = r"5000000"
+    if damage == "short_captions":  # kept as classes (they may be few-shot names), and the summary says so
+        source.says = r"24 of 24 classes in .* have one sample .*--label-column json.*--label-names"
     return source
 
 
@@ -157,8 +173,11 @@ def folder(root: Path, damage: str, count: int = 24) -> Source:
 def labels_file(root: Path, damage: str, form: str = "csv") -> Source:
     """A flat folder of images and a labels file (`form`: csv or jsonl) with a `note` column (each
     sample's extra, so the dataset has a targets file). Damages: `truncated` image, `float_labels`
-    (0.0, 1.0, 2.0: classes "0".."2"), `odd_labels` (0..10 and a -1), `fifo` (the targets file a
-    FIFO after preprocessing: the loader must refuse it, not wait)."""
+    (0.0, 1.0, 2.0: classes "0".."2"), `odd_labels` (0..10 and a -1), `plus_labels` (`+0`..`+10`:
+    class indices), `nan_inf` (integer labels with `nan`, `NaN`, `inf` rows: those rejected, never
+    the run), `spellings` (`1`, `1.0`, `+1`, `01` with --label-names: four classes as written), `bom`
+    (the file starts with a UTF-8 byte-order mark, as Excel writes it; a CSV then without header),
+    `fifo` (the targets file a FIFO after preprocessing: the loader must refuse it, not wait)."""
     src, items, names = root / "images", int_items(24), []
     src.mkdir(parents=True)
     if damage == "float_labels":
@@ -166,6 +185,14 @@ def labels_file(root: Path, damage: str, form: str = "csv") -> Source:
             item.label = float(item.label)
     if damage == "odd_labels":
         items = [Item(i, i % 11, str(i % 11)) for i in range(23)] + [Item(23, -1, None)]
+    if damage == "plus_labels":
+        items = [Item(i, f"+{i % 11}", str(i % 11)) for i in range(24)]
+    if damage == "nan_inf":  # docs: NaN is "no label", inf "not a class", each for its own row
+        odd = {5: "nan", 11: "NaN", 17: "inf"}
+        items = [Item(i, odd[i], None) if i in odd else Item(i, i % 3, str(i % 3)) for i in range(24)]
+    if damage == "spellings":  # --label-names: each label a class name as written, none folded
+        spelled = ["1", "1.0", "+1", "01"]
+        items = [Item(i, spelled[i % 4], spelled[i % 4]) for i in range(24)]
     for item in items:
         (src / f"{item.sample:04d}.jpg").write_bytes(jpeg_of(names, item))
     if damage == "truncated":
@@ -174,11 +201,15 @@ def labels_file(root: Path, damage: str, form: str = "csv") -> Source:
         items.append(Item(24, 0, None))
     rows = [{"path": f"{i.sample:04d}.jpg", "label": i.label, "note": f"n{i.sample}"} for i in items]
     labels = root / f"labels.{form}"
+    header = "" if damage == "bom" else "path,label,note\n"  # a BOM glued to the first path of a headerless CSV
     if form == "csv":
-        labels.write_text("path,label,note\n" + "".join(f"{r['path']},{r['label']},{r['note']}\n" for r in rows))
+        text = header + "".join(f"{r['path']},{r['label']},{r['note']}\n" for r in rows)
     else:
-        labels.write_text("".join(json.dumps(r) + "\n" for r in rows))
+        text = "".join(json.dumps(r) + "\n" for r in rows)
+    labels.write_bytes((b"\xef\xbb\xbf" if damage == "bom" else b"") + text.encode())
     source = Source(f"labels-{form}", damage, str(src), items, names, options={"labels": labels})
+    if damage == "spellings":
+        source.options["label_names"] = True
     if damage == "odd_labels":  # the row rejected, or the run refused, naming the file or image and the value
         source.refusal = rf"(labels\.{form}|0023\.jpg).*-1|-1.*(labels\.{form}|0023\.jpg)"
     if damage == "fifo":
@@ -198,7 +229,8 @@ def _fifo_targets(dataset: Path) -> str:
 
 def parquet(root: Path, damage: str) -> Source:
     """One Parquet file: `image` bytes and an int64 `label` (`float_labels`: float64 0.0..2.0 with a
-    NaN row, as pandas makes of an int column with one missing value); `truncated`: a cut image."""
+    NaN row, as pandas makes of an int column with one missing value); `truncated`: a cut image;
+    `cut_file`, `bad_footer`: the file itself damaged, refused in one line naming it."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -218,7 +250,16 @@ def parquet(root: Path, damage: str) -> Source:
     path = root / "train.parquet"
     pq.write_table(pa.table({"image": pa.array(images, pa.binary()), "label": pa.array(labels, kind)}), path,
                    row_group_size=10)
-    return Source("parquet", damage, str(path), items, names, options={"label_column": "label"})
+    source = Source("parquet", damage, str(path), items, names, options={"label_column": "label"})
+    if damage in ("cut_file", "bad_footer"):  # the file cut in half (its footer gone), or its footer's length wrong
+        data = bytearray(path.read_bytes())
+        if damage == "cut_file":
+            data = data[: len(data) // 2]
+        else:
+            data[-8:-4] = (100).to_bytes(4, "little")
+        path.write_bytes(bytes(data))
+        source.refusal = r"^iofeed: error: cannot read Parquet file .*train\.parquet: .*write it again"
+    return source
 
 
 def hf(root: Path, damage: str) -> Source:

@@ -89,11 +89,20 @@ def main(source: str, out: str) -> None:
         result["take"] = fit_counting(rescaling_model(), train.take(3), epochs=2)[0]
         loader.set_epoch(0)
         result["repeat"] = fit_counting(rescaling_model(), train.repeat(), epochs=2, steps_per_epoch=5)[0]
+        loader.set_epoch(0)
+        for images, labels in train.take(1):  # the Keras tutorial's first cell: look at a few images
+            result["take1"] = [list(np.array(images[0]).astype("uint8").shape), int(labels[0]) in range(4)]
+        flip = keras.layers.RandomFlip("horizontal")  # the tutorial's augmentation as a .map, AUTOTUNE (-1) as given
+        mapped = train.map(lambda images, labels: (flip(images), labels), num_parallel_calls=-1).prefetch(-1)
+        result["map"] = fit_counting(rescaling_model(), mapped, epochs=1)[0]
+        result["skip"] = [len(list(train.skip(6))), len(list(train.take(5).skip(1).repeat(2)))]
+        first = next(iter(train.as_numpy_iterator()))
+        result["numpy"] = [type(first[0]).__name__, type(first[1]).__name__]
         try:
-            train.map(lambda images, labels: (images, labels))
-            result["map"] = "works"
+            train.shuffle(8)
+            result["shuffle"] = "works"
         except AttributeError as exc:
-            result["map"] = str(exc)
+            result["shuffle"] = str(exc)
     normalised = iofeed.Recipe(mean=(0.485, 0.456, 0.406), std=(0.229, 0.224, 0.225))
     explicit = iofeed.loader(source, augment=normalised, **options)
     with explicit.iofeed_loader:

@@ -83,6 +83,7 @@ class Source:
     lenient: set[int] = field(default_factory=set)  # samples a damage may cost, if rejected by name or shard
     after: Callable[[Path], str] | None = None  # damage done after the run; returns the loader's expected error
     strays: set[str] = field(default_factory=set)  # names of inputs that hold no sample (a FIFO), rejected too
+    says: str | None = None  # a regex: a run that succeeds must print it (a note in its summary)
 
     @property
     def written(self) -> int:

@@ -6,11 +6,13 @@ import importlib
 MODULES = {
     "torch": "torch",
     "torchvision": "torchvision",
+    "torchcodec": "torchcodec.decoders",
     "tf": "tensorflow",
     "dali": "nvidia.dali",
     "ray": "ray",
     "opencv": "cv2",
     "simplejpeg": "simplejpeg",
+    "region": "nvidia.nvimgcodec",
     "matplotlib": "matplotlib",
     "pyarrow": "pyarrow",
     "datasets": "datasets",

@@ -121,6 +121,13 @@ def exits_on_red(image: np.ndarray) -> np.ndarray:
     return image
 
 
+def interrupts_on_red(image: np.ndarray) -> np.ndarray:
+    """raise KeyboardInterrupt on a red sample (a script's way to stop early, or a library's)."""
+    if _red(image):
+        raise KeyboardInterrupt("stop here")
+    return image
+
+
 def os_exit_on_red(image: np.ndarray) -> np.ndarray:
     """os._exit(7) on a red sample: the worker ends at once, printing nothing."""
     if _red(image):

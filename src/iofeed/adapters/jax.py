@@ -33,6 +33,7 @@ class JaxAdapter:
     On CPU devices the host batch is normalised with numpy (one image at a time, one thread)
     into 64-byte aligned arrays that XLA uses without a copy; they are reused once JAX lets go.
     On accelerators the uint8 batch is copied (4x fewer bytes than float32) and normalised there.
+    A GPU engine's batch (DALI's) stays on the GPU: taken by DLPack and normalised there.
     """
 
     def __init__(self, dtype: Any = None, sharding: Any = None, affine: Affine = IMAGENET_AFFINE,
@@ -48,6 +49,8 @@ class JaxAdapter:
         self._host = HostNormaliser(self.dtype, affine) if on_host and self.dtype != jnp.uint8 else None
         self._device_normalise = (None if on_host or self.dtype == jnp.uint8
                                   else _device_normaliser(self.dtype, affine))
+        # a GPU engine's batches (DLPack, already on a device) are normalised where they are, whatever the devices
+        self._normalise_there = None if self.dtype == jnp.uint8 else _device_normaliser(self.dtype, affine)
         platforms = ",".join(sorted({d.platform for d in self.sharding.device_set}))  # "gpu", "tpu"
         self.normalise_on = None if self.dtype == jnp.uint8 else HOST if on_host else platforms
 
@@ -66,7 +69,7 @@ class JaxAdapter:
         over as it returns them (its scale), only cast to `dtype`, as the torch and tf adapters do."""
         output = loader.engine.sample_output
         if output is not None and output.dtype != np.uint8:  # they were normalised as if 0-255 pixels
-            self._host = self._device_normalise = None
+            self._host = self._device_normalise = self._normalise_there = None
             self.normalise_on = None
         record_normalise_on(loader, self.normalise_on)
         order = loader.order
@@ -85,6 +88,28 @@ class JaxAdapter:
                               f"drop_last=True ({exc})") from None
 
     def __call__(self, batch: Batch) -> tuple[jax.Array, jax.Array]:
+        if not isinstance(batch.images, np.ndarray):  # a GPU engine's batch: on its device, by DLPack
+            images, labels = self._from_device(batch)
+        else:
+            images, labels = self._from_host(batch)
+        if self._batch_transform is not None:
+            return self._batch_transform(images, labels, batch.key)
+        return images, labels
+
+    def _from_device(self, batch: Batch) -> tuple[jax.Array, jax.Array]:
+        """A GPU engine's uint8 batch taken over by DLPack where it lies (no copy through the host,
+        as DALI's batches took before), laid out by the sharding there and normalised there."""
+        images = jax.dlpack.from_dlpack(batch.images)
+        if jax.process_count() == 1:
+            images = jax.device_put(images, self.sharding)  # no copy when the sharding is that one device
+        else:
+            images = self._global(images, self.sharding)
+        labels = self._global(np.array(batch.labels, np.int32), self._label_sharding)
+        return (images if self._normalise_there is None else self._normalise_there(images)), labels
+
+    def _from_host(self, batch: Batch) -> tuple[jax.Array, jax.Array]:
+        """A host batch (numpy, maybe in engine memory) as a global array, normalised on the host
+        (CPU devices) or on the devices."""
         images, labels = to_numpy(batch)
         if images.dtype != np.uint8:  # a sample transform's floats, out of the slot in `dtype` (uint8: float32)
             images = np.array(images, np.float32 if self.dtype == jnp.uint8 else self.dtype)
@@ -96,11 +121,9 @@ class JaxAdapter:
         labels = self._global(np.array(labels, np.int32), self._label_sharding)  # a copy: the array is reused
         if self._device_normalise is not None:
             images = self._device_normalise(images)
-        if self._batch_transform is not None:
-            return self._batch_transform(images, labels, batch.key)
         return images, labels
 
-    def _global(self, local: np.ndarray, sharding: Any) -> jax.Array:
+    def _global(self, local: Any, sharding: Any) -> jax.Array:
         """This process's rows as its part of the global batch laid out by `sharding`."""
         rows = len(local) * jax.process_count()
         try:

@@ -29,7 +29,7 @@ class TorchBatches:
     """One batch → NHWC float32 torch tensors (Keras' channels_last) and labels, normalised by
     `affine`: on `device` when given (the device path: the uint8 batch copied there, 4x fewer bytes
     than float32, straight from the engine's memory pinned in place when it can be, on a copy
-    stream of its own (`HostToDevice`), then normalised by torch kernels there), else on the host
+    stream of its own (`HostToDevice`), then normalised there by one kernel), else on the host
     with numpy (tensors sharing the normalised arrays' memory). `device="cpu"` takes the device
     path on the CPU, with no copy. The `batch_transform` runs last, where the images are."""
 
@@ -62,7 +62,7 @@ class TorchBatches:
         images, labels = torch.from_numpy(batch.images), torch.from_numpy(np.array(batch.labels))
         if self._copier is not None:  # the copier releases the slot once its copy has completed
             images, labels = self._copier.copy(images, labels, region=batch.region, release=batch.release)
-        out = images.to(torch.float32).mul_(self._scale).add_(self._shift)  # channels last: per-channel broadcast
+        out = torch.addcmul(self._shift, images, self._scale)  # one kernel; channels last: per-channel broadcast
         if self._copier is None:
             batch.release()  # read into `out` on this thread
         return out, labels

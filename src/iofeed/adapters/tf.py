@@ -1,8 +1,7 @@
-"""TensorFlow adapter: a `tf.data.Dataset` wrapped around a Loader: uint8 batches normalised on
-TensorFlow's GPU, or host batches normalised with numpy."""
+"""TensorFlow adapter: a `tf.data.Dataset` wrapped around a Loader, its batches normalised on the host
+with numpy, GPU or not: a `tf.data` map runs on the CPU whatever device it is placed on."""
 from __future__ import annotations
 
-import contextlib
 import threading
 import warnings
 import weakref
@@ -18,29 +17,21 @@ from ..errors import LoaderStateError, OptionError
 from ..options.loader_options import LoaderOptions
 from .base import EpochLoader
 from .host_float import HostNormaliser
-from .model_scale import check_model_input
+from .normalised_twice import check_model_input
 from .normalize import HOST, Affine, options_affine, record_normalise_on
 from .numpy import to_numpy
-
-AUTO = "auto"  # TfAdapter's normalise_on: decided by `gpu_device()`
-
-
-def gpu_device() -> str | None:
-    """"/gpu:0" when TensorFlow sees one GPU: the device normalises there. None (the host) without
-    one, and with several: a tf.distribute strategy hands them out, splitting each batch over its
-    replicas from the host itself."""
-    return "/gpu:0" if len(tf.config.get_visible_devices("GPU")) == 1 else None
 
 
 class TfAdapter:
     """The tf framework: `iofeed.loader` returns `to_tf_dataset(loader, ...)`, an explicit wrapper
-    over the Loader followed by the `batch_transform` if any. Where batches are normalised (the
-    recipe's mean/std) is decided once, `normalise_on`: on a device ("/gpu:0" when TensorFlow sees
-    a GPU) each batch is handed over as uint8 (4x fewer bytes over the bus) and normalised there;
-    on the host ("host") with numpy into a float32 array TensorFlow takes without copying."""
+    over the Loader followed by the `batch_transform` if any. Batches are normalised (the recipe's
+    mean/std) on the host ("host"), with numpy into a float32 array TensorFlow takes without
+    copying, with a GPU too: `tf.data` has only CPU kernels for a `.map`'s function, so the
+    "device path" that normalised after `copy_to_device("/gpu:0")` copied each batch back to the
+    host, normalised it there and said "/gpu:0" (docs/decisions/0084-tf-normalises-on-the-host-with-a-gpu-too.md)."""
 
-    def __init__(self, affine: Affine | None, batch_transform: Any = None, normalise_on: str | None = AUTO) -> None:
-        self._affine, self._asked = affine, normalise_on
+    def __init__(self, affine: Affine | None, batch_transform: Any = None) -> None:
+        self._affine = affine
         self.batch_transform = batch_transform
         self.affine: Affine | None = None
         self.normalise_on: str | None = None
@@ -48,12 +39,11 @@ class TfAdapter:
         self._normalise: HostNormaliser | None = None
 
     def _decide(self, sample: tuple[tuple[int, ...], Any] | None) -> None:
-        """Where batches are normalised, once what the engine's sample transform returns is known
+        """Whether batches are normalised, once what the engine's sample transform returns is known
         (`sample`: its shape and dtype): a transform's floats pass as they are."""
         floats = sample is not None and sample[1] != tf.uint8
         self.affine = None if floats else self._affine
-        device = gpu_device() if self._asked == AUTO else self._asked
-        self.normalise_on = None if self.affine is None else device or HOST
+        self.normalise_on = None if self.affine is None else HOST
         self._normalise = HostNormaliser(np.float32, self.affine) if self.normalise_on == HOST else None
         self.sample = sample
 
@@ -66,7 +56,7 @@ class TfAdapter:
         images, labels = to_numpy(batch)
         if self._normalise is not None and images.dtype == np.uint8:
             images = self._normalise(images)
-        else:  # uint8 (normalize=False, or normalised on the device), or a transform's floats: out of the slot
+        else:  # uint8 (normalize=False), or a transform's floats: out of the slot
             images = np.array(images, copy=True, order="C")
         batch.release()  # copied: the engine may reuse its memory
         labels = np.array(labels, np.float32 if labels.dtype.kind == "f" else np.int64)  # a copy: the slot is reused
@@ -80,7 +70,7 @@ class TfAdapter:
         output = loader.engine.sample_output
         self._decide(None if output is None else (output.shape, tf.as_dtype(output.dtype)))
         record_normalise_on(loader, self.normalise_on)
-        return to_tf_dataset(loader, self.normalise_on, self.affine, self.batch_transform, self.sample)
+        return to_tf_dataset(loader, self.normalise_on, self.batch_transform, self.sample)
 
 
 PREFETCH = 2  # batches TensorFlow holds ready: the workers' own slots are the deeper buffer
@@ -102,20 +92,19 @@ def checked_tf_batch(fn: Any, out: Any, images: Any, problems: list[str]) -> tup
         return tf.identity(out[0]), tf.identity(out[1])
 
 
-def to_tf_dataset(loader: EpochLoader, normalise_on: str | None = HOST, affine: Affine | None = None,
-                  batch_transform: Any = None, sample: tuple[tuple[int, ...], Any] | None = None) -> tf.data.Dataset:
+def to_tf_dataset(loader: EpochLoader, normalise_on: str | None = HOST, batch_transform: Any = None,
+                  sample: tuple[tuple[int, ...], Any] | None = None) -> tf.data.Dataset:
     """A `tf.data.Dataset` of (images float32 NHWC (None, S, S, 3), labels int64 (None,)), or
-    float32 (None, classes) labels for `target="multi_hot"`; uint8 images when `normalise_on` is
+    float32 (None, classes) labels for `Output(target="multi_hot")`; uint8 images when `normalise_on` is
     None, and a sample transform's output (of shape and dtype `sample`) as it is.
 
     `loader` is a Loader whose adapter is `TfAdapter`. With `normalise_on="host"` each batch comes
-    out of shared memory already normalised (`affine`) by numpy on one thread, into a 64-byte
+    out of shared memory already normalised by numpy on one thread, into a 64-byte
     aligned array that `from_generator` hands to TensorFlow without a copy. (On the CPU,
     normalising with TF ops in a `.map` costs a copy out of the slot, another into TF, and TF's
-    thread pool on the workers' cores; measured: docs/architecture.md, "Why the code is as it
-    is".) With a device (`"/gpu:0"`) the generator yields the uint8 batch, `copy_to_device` moves
-    it there and a `.map` placed on the device normalises it (then the `batch_transform`), with
-    the `.prefetch` on the device too. `.prefetch(2)` overlaps either with the training step.
+    thread pool on the workers' cores; measured:
+    docs/decisions/0064-tf-normalises-on-the-host-before-tensorflow.md.) `.prefetch(2)` overlaps it
+    with the training step.
     tf.data's autotuning is off (nothing to tune, and its start-up slowed each new iterator),
     which datasets derived from this one inherit.
 
@@ -173,7 +162,6 @@ def to_tf_dataset(loader: EpochLoader, normalise_on: str | None = HOST, affine: 
     multi_hot = loader.options.output.target == "multi_hot"  # float32 (batch, classes) labels
     shape, dtype = sample or ((size, size, 3), tf.uint8)
     dtype = tf.float32 if dtype == tf.uint8 and normalise_on == HOST else dtype  # a transform's floats as they are
-    device = None if normalise_on in (None, HOST) else normalise_on
     signature = (
         tf.TensorSpec(shape=(None, *shape), dtype=dtype),
         tf.TensorSpec(shape=(None, len(loader.source.classes)) if multi_hot else (None,),
@@ -182,29 +170,14 @@ def to_tf_dataset(loader: EpochLoader, normalise_on: str | None = HOST, affine: 
     options = tf.data.Options()
     options.autotune.enabled = False  # nothing here to tune; its per-iterator start-up doubled Keras' epoch stall
     dataset = tf.data.Dataset.from_generator(generate, output_signature=signature)
-    if device is not None:
-        dataset = dataset.apply(tf.data.experimental.copy_to_device(device))
-    with tf.device(device) if device is not None else contextlib.nullcontext():  # the stages after the copy
-        if device is not None and affine is not None:
-            dataset = dataset.map(device_normaliser(affine))
-        if batch_transform is not None:
-            dataset = _with_batch_transform(dataset, batch_transform)
-        dataset = dataset.prefetch(PREFETCH).with_options(options)
+    if batch_transform is not None:
+        dataset = _with_batch_transform(dataset, batch_transform)
+    dataset = dataset.prefetch(PREFETCH).with_options(options)
     dataset.iofeed_loader = loader
     # Keras reads `cardinality()` to know an epoch's steps (unknown: "Your input ran out of data" at every
     # fit). Declared, not asserted: a pass with fully skipped batches, or resumed mid-epoch, is shorter.
     dataset.cardinality = lambda: _cardinality(loader)
     return dataset
-
-
-def device_normaliser(affine: Affine) -> Any:
-    """A `.map` function: uint8 NHWC images → float32 `x * scale + shift` (`affine`), computed where
-    the map runs; the other components of the element pass through."""
-    def normalise(images: Any, *rest: Any) -> tuple[Any, ...]:
-        scale, shift = (tf.constant(v, tf.float32) for v in affine)
-        return (tf.cast(images, tf.float32) * scale + shift, *rest)
-
-    return normalise
 
 
 def _with_batch_transform(dataset: tf.data.Dataset, batch_transform: Any) -> tf.data.Dataset:

@@ -33,8 +33,17 @@ class Recipe:
     torch and jax (torchvision's `ToTensor` + `Normalize`, flax's ImageNet example), float32
     0–255 for keras and tf (Keras' `image_dataset_from_directory`, for models that start with
     `Rescaling(1/255)`). `normalize=False` hands out uint8 so that the GPU or your batch
-    transform normalises. Extremes are refused when the recipe is made: scale below 0.001, ratio
-    outside [1/100, 100], crop_fraction below 0.01, or anything not finite.
+    transform normalises. `fast_decode` (the default) decodes JPEGs with libjpeg-turbo's fast
+    integer IDCT and plain chroma upsampling (simplejpeg's `fastdct`/`fastupsample`, as FFCV does)
+    on the workers engine: ~8% less decode time, pixels 0.5-0.9 levels off on average, and the
+    same validation accuracy (docs/benchmarks.md, "The CPU floor": the accuracy-parity run);
+    `fast_decode=False` for libjpeg-turbo's exact pixels (engines without a fast mode, `dali`
+    and `nvjpeg`, always decode exactly). `region_decode=True` decodes only a
+    small crop's rows and columns, exactly (the `region` extra, nvImageCodec's CPU decoder):
+    measured no faster than the full decode on 256 px images
+    (docs/decisions/0090-region-decode.md), so off by default. Extremes are refused when the
+    recipe is made: scale below 0.001, ratio outside [1/100, 100], crop_fraction below 0.01, or
+    anything not finite.
     """
 
     train: bool | None = None  # None: augment the train split only
@@ -46,16 +55,22 @@ class Recipe:
     mean: tuple[float, float, float] | None = None  # None (with std): the framework's convention
     std: tuple[float, float, float] | None = None
     normalize: bool = True
+    fast_decode: bool = True  # libjpeg-turbo's fastdct + fastupsample on the workers engine (parity measured)
+    region_decode: bool = False  # only a small crop's region, with the `region` extra (workers engine)
     image_size: int | None = None  # the model's input side, when the recipe knows it (from_timm); else the loader's
+    min_visible: float = 0.25  # target="boxes"/"masks": a box keeps at least this share of its area in the crop
 
     def __post_init__(self) -> None:
         if not (self.train is None or isinstance(self.train, bool)):
             raise OptionError(f"Recipe train must be True, False or None, got {self.train!r}")
         object.__setattr__(self, "scale", _pair("scale", self.scale, MIN_SCALE, 1.0))
         object.__setattr__(self, "ratio", _pair("ratio", self.ratio, 1 / MAX_RATIO, MAX_RATIO))
-        for name in ("flip", "normalize"):
+        for name in ("flip", "normalize", "fast_decode", "region_decode"):
             if not isinstance(getattr(self, name), bool):
                 raise OptionError(f"Recipe {name} must be True or False, got {getattr(self, name)!r}")
+        if not _real(self.min_visible) or not 0.0 <= self.min_visible <= 1.0:
+            raise OptionError(f"Recipe min_visible must be a number in [0, 1] (the share of a box's area left in "
+                              f"the crop for it to be kept), got {self.min_visible!r}")
         fraction = self.crop_fraction
         if not _real(fraction) or not MIN_CROP_FRACTION <= fraction <= 1.0:
             raise OptionError(f"Recipe crop_fraction must be a number in [{MIN_CROP_FRACTION}, 1] (the centre "
@@ -154,4 +169,5 @@ PRESETS: dict[str, Recipe] = {
     "timm": Recipe(interpolation="bicubic"),  # timm's defaults for ImageNet-pretrained models
     "inception": Recipe(interpolation="bicubic", mean=(0.5, 0.5, 0.5), std=(0.5, 0.5, 0.5)),  # [-1, 1] models
     "uint8": Recipe(normalize=False),  # normalise yourself (on the GPU, or in batch_transform)
+    "detection": Recipe(scale=(0.3, 1.0), ratio=(0.5, 2.0), min_visible=0.25),  # crops that keep most objects
 }

@@ -115,7 +115,8 @@ def as_hwc(value: Any) -> np.ndarray:
     torch = sys.modules.get("torch")
     if torch is not None and isinstance(value, torch.Tensor):
         value = value.detach().cpu().as_subclass(torch.Tensor)
-        return (value.permute(1, 2, 0) if value.dim() == 3 else value).numpy()
+        pixels: np.ndarray = (value.permute(1, 2, 0) if value.dim() == 3 else value).numpy()
+        return pixels
     return np.asarray(value)
 
 
@@ -219,7 +220,7 @@ def one_torch_thread() -> Iterator[None]:
     """torch on one intra-op thread inside (when loaded), the caller's count restored after."""
     torch = sys.modules.get("torch")
     threads = torch.get_num_threads() if torch is not None else 1
-    if threads == 1:
+    if torch is None or threads == 1:
         yield
         return
     torch.set_num_threads(1)
@@ -233,7 +234,7 @@ class BatchTransform:
     """`batch_transform=` in the consumer: seeded per batch from its key (torch's RNG on `cuda`,
     a torch.device, included), the caller's own random streams restored after. On the CPU it
     runs on one torch thread: torch's intra-op threads spin between kernels and take the
-    workers' cores (measured: docs/architecture.md, "Why the code is as it is")."""
+    workers' cores (measured: docs/decisions/0069-transforms-runs-a-cpu-batch-transform-on.md)."""
 
     def __init__(self, fn: Any, cuda: Any = None) -> None:
         self.fn, self.cuda, self.name = fn, cuda, transform_name(fn)

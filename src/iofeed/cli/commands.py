@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import functools
 import math
+import sys
 from pathlib import Path
 
 from ..errors import DatasetError, OptionError
@@ -20,6 +21,13 @@ def _shard_bytes(mib: float) -> int:
 
 
 def cmd_synth(args: argparse.Namespace) -> None:
+    if args.kind == "coco":
+        from ..prepare.synth_coco import synth_coco
+
+        coco = synth_coco(args.out, images=args.images, seed=args.seed, overwrite=args.overwrite)
+        print(f"wrote {coco.images} images, {coco.annotations} annotations and {coco.malformed} malformed ones to "
+              f"{coco.root} ({coco.seconds:.1f} s)")
+        return
     from ..prepare.synth import synth_caltech256
 
     summary = synth_caltech256(
@@ -32,8 +40,9 @@ def cmd_synth(args: argparse.Namespace) -> None:
 
 
 def cmd_preprocess(args: argparse.Namespace) -> None:
+    from ..format.policy import ImagePolicy
     from ..prepare.output import terminate_as_interrupt
-    from ..prepare.run import ImagePolicy, preprocess
+    from ..prepare.run import preprocess
     from ..prepare.upload import preprocess_to_url
     from ..sources.remote.urls import is_url
 
@@ -77,6 +86,8 @@ def cmd_index(args: argparse.Namespace) -> None:
           + (f" (see {summary.out}/rejected.jsonl)" if rejected else ""))
     for reason, count in sorted(summary.rejected.items(), key=lambda kv: -kv[1]):
         print(f"    {count:>6,}  {reason}")
+    if summary.one_sample_classes:
+        print(f"  classes       {summary.one_sample_classes}")
 
 
 def cmd_inspect(args: argparse.Namespace) -> None:
@@ -114,11 +125,11 @@ def cmd_inspect(args: argparse.Namespace) -> None:
         print(f"  verified      {verified_line(checked)}")
 
 
-def cmd_bench(args: argparse.Namespace) -> None:
+def cmd_bench(args: argparse.Namespace) -> int:
     from .bench.options import BenchOptions, parse_feeds, require_bench
 
     require_bench()  # before importing what needs it
-    from .bench.report import table
+    from .bench.report import all_failed, table
     from .bench.run import run_benchmark
 
     options = BenchOptions(
@@ -140,6 +151,11 @@ def cmd_bench(args: argparse.Namespace) -> None:
     print(f"page cache: {record['page_cache']['state']}; results: {json_path} and {png_path}")
     if not record["complete"]:
         raise KeyboardInterrupt  # the table of what was measured is printed; the exit status says interrupted
+    failed = all_failed(record)
+    if failed:
+        print(f"iofeed: error: {failed}", file=sys.stderr)
+        return 1
+    return 0
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:

@@ -2,12 +2,25 @@
 from __future__ import annotations
 
 import argparse
+import textwrap
 from pathlib import Path
 
 from .commands import cmd_bench, cmd_doctor, cmd_index, cmd_inspect, cmd_preprocess, cmd_synth
 
 LABEL_NAMES_HELP = ("take every label as a class name as written: booleans (false, true), numbers (1.5), "
                     "sparse integer ids (5000000); classes sorted as text (docs/formats.md, Labels)")
+
+
+def feeds_epilog() -> str:
+    """`bench --help`'s list of the feeds `--feeds` names, each with what it is."""
+    from .bench.feeds import CATALOGUE, FEEDS
+
+    width = max(len(name) for name in CATALOGUE) + 4
+    lines = ["feeds (--feeds NAME,NAME...; each reads the same images with the same crop, flip and batch size):"]
+    for name in CATALOGUE:
+        lines += textwrap.wrap(FEEDS.caps(name).about, 100, initial_indent=f"  {name:<{width - 2}}",
+                               subsequent_indent=" " * width, break_on_hyphens=False)
+    return "\n".join(lines)
 
 
 def _positive_int(text: str) -> int:
@@ -29,10 +42,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="iofeed", description="Keep GPUs busy during image training.")
     sub = parser.add_subparsers(dest="command", required=True)
 
-    synth = sub.add_parser("synth", help="make a Caltech-256-shaped stand-in dataset")
-    synth.add_argument("kind", choices=["caltech256"], help="which stand-in: caltech256 (257 classes, the real "
-                       "per-class counts, 30,607 images, ~1.1 GiB)")
-    synth.add_argument("out", type=Path, help="folder to write (OUT/256_ObjectCategories/<class>/*.jpg)")
+    synth = sub.add_parser("synth", help="make a Caltech-256- or COCO-shaped stand-in dataset")
+    synth.add_argument("kind", choices=["caltech256", "coco"], help="which stand-in: caltech256 (257 classes, the "
+                       "real per-class counts, 30,607 images, ~1.1 GiB); coco (objects with boxes and masks, "
+                       "COCO's instances JSON, a few malformed annotations)")
+    synth.add_argument("out", type=Path, help="folder to write (caltech256: OUT/256_ObjectCategories/<class>/*.jpg; "
+                       "coco: OUT/train2017/*.jpg and OUT/annotations/instances_train2017.json)")
+    synth.add_argument("--images", type=_positive_int, default=64, help="coco: images to make (default 64)")
     synth.add_argument("--per-class", type=_positive_int, default=None,
                        help="images per class (default: the real counts)")
     synth.add_argument("--seed", type=int, default=0, help="seed of the pictures, sizes and quirks (default 0)")
@@ -63,7 +79,8 @@ def build_parser() -> argparse.ArgumentParser:
     prep.add_argument("-o", "--out", default=None,
                       help="output dataset: a folder (default: SRC.iof beside SRC), or an s3:// or gs:// URL "
                            "to upload to (prepared in a temporary folder, iofeed.json uploaded last)")
-    prep.add_argument("--size", type=int, default=256, help="shorter side in pixels, never upscaled (default 256)")
+    prep.add_argument("--size", type=int, default=None,
+                      help="shorter side in pixels, never upscaled (default 256; COCO detection sources 800)")
     prep.add_argument("--quality", type=int, default=90, help="JPEG quality (default 90)")
     prep.add_argument("--format", choices=["jpeg", "raw", "mixed"], default="jpeg",
                       help="jpeg (default); raw: uint8 RGB pixels, decode-free, ~10x the disk of JPEG; "
@@ -111,20 +128,20 @@ def build_parser() -> argparse.ArgumentParser:
     inspect.add_argument("--split", default="train", help="with --mix: the split (default train)")
     inspect.set_defaults(func=cmd_inspect)
 
-    from .bench.feeds import CATALOGUE
-
-    bench = sub.add_parser("bench", help="measure loaders side by side: images/sec, CPU, memory (and GPU)")
+    bench = sub.add_parser("bench", help="measure loaders side by side: images/sec, CPU, memory (and GPU)",
+                           formatter_class=argparse.RawDescriptionHelpFormatter, epilog=feeds_epilog())
     bench.add_argument("source", type=Path, nargs="?", default=None,
                        help="image folder or iofeed dataset (default: the Caltech-256 stand-in in data/c256, made if "
                              "missing)")
     bench.add_argument("--model", default=None,
                        help="resnet50, resnet18 or none (default: resnet50 on the GPU, none on the CPU)")
     bench.add_argument("--device", default=None, help="cpu or cuda (default: cuda when PyTorch sees a GPU)")
-    bench.add_argument("--batch-size", type=int, default=64)
+    bench.add_argument("--batch-size", type=int, default=64,
+                       help="images per batch, the same for every feed (default 64)")
     bench.add_argument("--image-size", type=int, default=224, help="output side in pixels (default 224)")
     bench.add_argument("--feeds", default=None,
-                       help=f"comma-separated, from: {', '.join(CATALOGUE)} (default: every PyTorch feed that can run;"
-                       " iofeed-jax, iofeed-tf, iofeed-tf-epochs and grain only when named, on the CPU)")
+                       help="comma-separated feed names (listed below; default: every PyTorch feed that can run; "
+                            "iofeed-jax, iofeed-tf, iofeed-tf-epochs and grain only when named, on the CPU)")
     bench.add_argument("--seconds", type=float, default=10.0,
                        help="timed seconds per feed, split over the rounds (default 10)")
     bench.add_argument("--rounds", type=int, default=3, help="windows per feed, feeds alternating (default 3)")
@@ -132,7 +149,8 @@ def build_parser() -> argparse.ArgumentParser:
                        help="untimed seconds per feed before its first window (default 2)")
     bench.add_argument("--workers", type=int, default=None,
                        help="worker processes/threads per feed (default: the usable cores)")
-    bench.add_argument("--seed", type=int, default=0)
+    bench.add_argument("--seed", type=int, default=0,
+                       help="seed of every feed's sample order, crops and flips (default 0)")
     bench.add_argument("--json", type=Path, default=None,
                        help="results file (default: SOURCE.bench/bench-<date>.json beside the data)")
     bench.add_argument("--plot", type=Path, default=None, help="PNG plot (default: beside the JSON)")

@@ -17,8 +17,18 @@ def plural(n: int, noun: str) -> str:
     return f"{n:,} {noun}{'' if n == 1 else 's'}"
 
 
-def mib(n: float) -> str:
-    return f"{n / 2**20:,.1f} MiB"
+def byte_size(n: float) -> str:
+    """A byte count in the unit that shows it: "830 bytes", "12.4 KiB", "1.1 MiB", "5.42 GiB" (a
+    small dataset read "0.0 MiB")."""
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= scale:
+            return f"{n / scale:,.2f} {unit}" if unit == "GiB" else f"{n / scale:,.1f} {unit}"
+    return f"{n:,.0f} bytes"
+
+
+def names(items: list[str], shown: int = 3) -> str:
+    """The first `shown` of `items`, with ", ..." only when there are more."""
+    return ", ".join(items[:shown]) + (", ..." if len(items) > shown else "")
 
 
 def print_preprocess_summary(summary: PreprocessSummary) -> None:
@@ -32,18 +42,19 @@ def print_preprocess_summary(summary: PreprocessSummary) -> None:
     for reason, count in sorted(summary.rejected.items(), key=lambda kv: -kv[1]):
         print(f"    {count:>6,}  {reason}")
     if summary.empty_classes:
-        names = ", ".join(summary.empty_classes[:5]) + (", ..." if len(summary.empty_classes) > 5 else "")
         print(f"  empty classes {len(summary.empty_classes):,} class folders without an image, "
-              f"kept as labels with 0 samples: {names}")
+              f"kept as labels with 0 samples: {names(summary.empty_classes, 5)}")
     if summary.several_classes:
         print(f"  multi-label   {plural(summary.several_classes, 'sample')} with several classes (e.g. "
               f"{summary.several_example}): the targets are multi_label; load them with "
               "output=iofeed.Output(target=\"multi_hot\")")
+    if summary.one_sample_classes:
+        print(f"  classes       {summary.one_sample_classes}")
     if summary.duplicates.line():
         print(f"  duplicates    {summary.duplicates.line()}")
     for path in summary.stale_removed:
         print(f"  removed       {path} (left by an interrupted run)")
-    print(f"  bytes         {mib(summary.bytes_in)} in, {mib(summary.bytes_out)} out")
+    print(f"  bytes         {byte_size(summary.bytes_in)} in, {byte_size(summary.bytes_out)} out")
     print(f"  time          {summary.seconds:.1f} s ({summary.images_per_sec:,.0f} images/sec)")
 
 
@@ -51,10 +62,10 @@ def print_manifest(path: Path | str, manifest: Manifest) -> None:
     """The manifest of the dataset at `path`, as a short report."""
     src = manifest.source
     print(f"{path}  ({manifest.format} v{manifest.version}, {manifest.created_by})")
-    print(f"  classes       {len(manifest.classes)} ({', '.join(manifest.classes[:3])}, ...)")
+    print(f"  classes       {len(manifest.classes)} ({names(manifest.classes)})")
     for name, info in manifest.splits.items():
-        size = sum(s["bytes"] for s in info.shards)
-        print(f"  {name:<13} {info.samples:,} samples in {plural(len(info.shards), 'shard')}, {mib(size)}")
+        total = sum(s["bytes"] for s in info.shards)
+        print(f"  {name:<13} {info.samples:,} samples in {plural(len(info.shards), 'shard')}, {byte_size(total)}")
     image = manifest.image
     if image["encoding"] == IMAGES_AS_IS:
         print("  images        as they are in the shards, indexed in place (`iofeed inspect --verify` decodes them)")
@@ -67,7 +78,7 @@ def print_manifest(path: Path | str, manifest: Manifest) -> None:
     if stored and stored["samples"]["raw"]:
         on_disk = stored["bytes"]["jpeg"] + stored["bytes"]["raw"]
         print(f"  stored        {stored['samples']['raw']:,} raw, {stored['samples']['jpeg']:,} JPEG: "
-              f"{mib(on_disk)} on disk against ~{mib(stored['as_jpeg_bytes_estimate'])} as JPEG "
+              f"{byte_size(on_disk)} on disk against ~{byte_size(stored['as_jpeg_bytes_estimate'])} as JPEG "
               f"({on_disk / max(stored['as_jpeg_bytes_estimate'], 1):.1f}x); the page cache should hold it")
     print(f"  source        {src['path']}: {src['found']:,} found, {src['accepted']:,} accepted, "
           f"{src['rejected']:,} rejected")
@@ -76,7 +87,7 @@ def print_manifest(path: Path | str, manifest: Manifest) -> None:
     if image["encoding"] == IMAGES_AS_IS:
         return
     mean_w, mean_h = src["mean_size"]
-    print(f"  source images mean {mean_w:.0f}x{mean_h:.0f}, modes {src['modes']}, {mib(src['bytes_in'])}")
+    print(f"  source images mean {mean_w:.0f}x{mean_h:.0f}, modes {src['modes']}, {byte_size(src['bytes_in'])}")
 
 
 def verified_line(checked: Verification) -> str:

@@ -37,8 +37,8 @@ def spares(batches: list[np.ndarray], batch_no: int, following: list[np.ndarray]
 
 
 def no_spares(batches: list[np.ndarray], batch_no: int, following: list[np.ndarray] | None) -> np.ndarray:
-    """None: an evaluation split deals each sample once, and a spare in a skipped sample's place
-    would be scored twice (once there, once in its own batch). Its batch stays short."""
+    """None: the order deals each sample once (`Order(pad="none")`), and a spare in a skipped
+    sample's place would be scored twice (once there, once in its own batch). Its batch stays short."""
     return np.empty(0, np.int64)
 
 

@@ -11,7 +11,8 @@ from ..sources.samples import SampleSource
 from .base import Engine
 
 # Why "auto" never takes DALI, even with a GPU and DALI installed (the measurements and what was
-# weighed: docs/architecture.md, Decisions); recorded in `stats.settings["decisions"]` as:
+# weighed: docs/decisions/0003-engine-auto-never-takes-the-dali-engine.md);
+# recorded in `stats.settings["decisions"]` as:
 AUTO_RULE = ("on an H100 with 16 cores the workers engine kept ResNet-50 at 98-99% of the ceiling and DALI at "
              "94% (2026-11-24), with the same pixels on every machine (nvJPEG's differ from libjpeg-turbo's by a "
              "few levels); pass engine='dali' to decode on the GPU (worth measuring with few cores per GPU)")
@@ -38,6 +39,8 @@ def fits(caps: EngineCaps, options: LoaderOptions, source: SampleSource) -> bool
         return False
     if options.transform is not None and not caps.runs_transforms:
         return False
+    if options.moves_targets and not caps.targets:
+        return False
     if options.recipe.interpolation not in caps.interpolations:
         return False
     if caps.needs_gpu and not (options.cuda and gpu_present()):
@@ -54,7 +57,9 @@ def choice_notes(options: LoaderOptions, chosen: str, source: SampleSource | Non
         passed = [name for name in ENGINES.names() if not ENGINES.caps(name).runs_transforms]
         notes.append(f"engine='auto' chose {chosen!r}: transform= runs only in worker processes"
                      + (f" ({', '.join(passed)} cannot run it)" if passed else ""))
-    if source is not None:
+    if ENGINES.caps(chosen).auto_because:
+        notes.append(f"engine='auto' chose {chosen!r}: {ENGINES.caps(chosen).auto_because}")
+    elif source is not None:
         passed = [name for name, entry in ENGINES if not entry.caps.auto and fits(entry.caps, options, source)]
         if passed:
             notes.append(f"engine='auto' chose {chosen!r} over {', '.join(map(repr, passed))}: {AUTO_RULE}")
@@ -63,7 +68,8 @@ def choice_notes(options: LoaderOptions, chosen: str, source: SampleSource | Non
 
 def make_engine(options: LoaderOptions, source: SampleSource) -> Engine:
     """The chosen engine, built (its module imported only now)."""
-    return ENGINES[engine_name(options, source)].load()(source, options)
+    engine: Engine = ENGINES[engine_name(options, source)].load()(source, options)
+    return engine
 
 
 def _installed(module: str) -> bool:

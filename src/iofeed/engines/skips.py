@@ -24,7 +24,7 @@ class EpochSkips:
     max_skipped: float | None
     whole: bool  # counted from the epoch's first batch (not a resumed pass)
     delivered: int = 0
-    kinds: Counter = field(default_factory=Counter)
+    kinds: Counter[str] = field(default_factory=Counter[str])
     examples: list[str] = field(default_factory=list)
 
     @property
@@ -55,7 +55,7 @@ class EpochSkips:
         return f"{counts}; first: {'; '.join(self.examples)} ({FIX})"
 
 
-def check_scanned(rejected: Counter, samples: int, max_skipped: float | None, where: str) -> None:
+def check_scanned(rejected: Counter[str], samples: int, max_skipped: float | None, where: str) -> None:
     """SampleError when the files a folder scan rejected inside class folders (hidden files and
     files outside class folders are not samples) pass `max_skipped` of the files it found there."""
     lost = Counter({kind: n for kind, n in rejected.items() if kind not in NOT_SAMPLES})

@@ -14,7 +14,7 @@ from ..errors import DatasetError, SourceError
 _NO_DESCRIPTORS = (errno.EMFILE, errno.ENFILE)
 
 
-def lock_free(path: str | os.PathLike) -> bool | None:
+def lock_free(path: str | os.PathLike[str]) -> bool | None:
     """Whether no process holds an flock on the file at `path` (its holder died, or finished):
     True or False, None when there is no such file. Other OSErrors as they come."""
     try:
@@ -30,7 +30,7 @@ def lock_free(path: str | os.PathLike) -> bool | None:
     return True
 
 
-def open_regular(path: str | bytes | os.PathLike) -> int:
+def open_regular(path: str | bytes | os.PathLike[str]) -> int:
     """A read-only descriptor of the regular file at `path`. DatasetError when it is anything else
     (opened without blocking, so a FIFO is refused rather than waited on); SourceError when the
     process is out of file descriptors; other OSErrors as they come."""
@@ -47,26 +47,26 @@ def open_regular(path: str | bytes | os.PathLike) -> int:
     return fd
 
 
-def regular_stat(path: str | bytes | os.PathLike) -> os.stat_result:
+def regular_stat(path: str | bytes | os.PathLike[str]) -> os.stat_result:
     """`os.stat(path)` of a regular file (one call, no open: cheap for thousands of shards on a
     network file system); DatasetError for anything else."""
     return _check_regular(path, os.stat(path))
 
 
-def _check_regular(path: str | bytes | os.PathLike, info: os.stat_result) -> os.stat_result:
+def _check_regular(path: str | bytes | os.PathLike[str], info: os.stat_result) -> os.stat_result:
     if not stat.S_ISREG(info.st_mode):
         raise DatasetError(f"{os.fsdecode(path)} is not a regular file ({_kind(info.st_mode)}): a dataset file must "
                            "be one (run `iofeed preprocess` again)")
     return info
 
 
-def read_regular(path: str | os.PathLike) -> bytes:
+def read_regular(path: str | os.PathLike[str]) -> bytes:
     """The bytes of the regular file at `path` (see `open_regular`)."""
     with os.fdopen(open_regular(path), "rb") as f:
         return f.read()
 
 
-def descriptor_error(exc: OSError, path: str | bytes | os.PathLike) -> OSError | SourceError:
+def descriptor_error(exc: OSError, path: str | bytes | os.PathLike[str]) -> OSError | SourceError:
     """`exc` from opening `path`, or for a process out of descriptors (EMFILE, ENFILE) a SourceError
     naming the file and the limit to raise."""
     if exc.errno not in _NO_DESCRIPTORS:

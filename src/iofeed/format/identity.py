@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+from typing import Any
 
 from ..errors import DatasetError
 from .files import open_regular
@@ -48,7 +49,7 @@ def identity_of(fd: int, *, in_place: bool) -> dict[str, object]:
     return found
 
 
-def identity_problem(fd: int, shard: dict) -> str | None:
+def identity_problem(fd: int, shard: dict[str, Any]) -> str | None:
     """Why the open tar `fd` is not the shard its manifest entry `shard` describes, or None. Fields
     a manifest lacks (written before they were recorded) are not checked."""
     info = os.fstat(fd)
@@ -62,7 +63,7 @@ def identity_problem(fd: int, shard: dict) -> str | None:
     return None
 
 
-def check_identity(path: str, shard: dict) -> None:
+def check_identity(path: str, shard: dict[str, Any]) -> None:
     """DatasetError, naming `path`, unless the local tar there is the shard `shard` describes."""
     fd = open_regular(path)
     try:

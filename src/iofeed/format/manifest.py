@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import uuid
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -10,6 +11,7 @@ from typing import Any
 
 from ..errors import DatasetError, OptionError
 from .files import read_regular
+from .table import SOURCES
 from .targets import DEFAULT_TARGETS, check_targets
 
 MANIFEST_NAME = "iofeed.json"
@@ -109,11 +111,35 @@ class Manifest:
         return self.splits[name]
 
 
+# The names preprocess gives the files it writes: only for a folder without a manifest to go by
+# (an upload that stopped before its `iofeed.json`); otherwise `written_files` says what is iofeed's.
+DATASET_NAME = re.compile(r"rejected\.jsonl|[\w.-]+-samples\.(npy|sources\.jsonl|sources\.txt)"
+                          r"|[\w.-]+-targets\.jsonl|[\w.-]+-boxes\.npz|[\w.-]+-masks\.npy|[\w.-]+-\d{6}\.(tar|idx)")
+
+
+def written_files(manifest: Manifest) -> set[str]:
+    """The files of a dataset's folder that preprocess or index wrote, as its manifest lists them:
+    the manifest, `rejected.jsonl`, each split's table and source list, its shards and their
+    indexes, the targets files, detection's boxes and masks files. A shard indexed in place (it
+    has a `url`) is the user's file, wherever it lies: only its index is iofeed's. `--overwrite`
+    replaces these and nothing else."""
+    boxes = manifest.targets.get("boxes") or {}  # detection side files: {"files": {split: name}, "masks": ...}
+    ours = {MANIFEST_NAME, "rejected.jsonl", *manifest.targets.get("files", {}).values(),
+            *(name for kind in ("files", "masks") for name in (boxes.get(kind) or {}).values()
+              if isinstance(name, str))}
+    for info in manifest.splits.values():
+        stem = Path(info.table).stem
+        ours |= {info.table, stem + SOURCES, stem + ".sources.txt"}
+        for shard in info.shards:
+            ours |= {shard["index"]} if "url" in shard else {shard["index"], shard["name"]}
+    return ours
+
+
 _INT = "an integer"
 _SHARD_FIELDS = {"name": str, "index": str, "samples": _INT, "bytes": _INT}
 
 
-def _check_types(raw: dict) -> None:
+def _check_types(raw: dict[str, Any]) -> None:
     """ValueError naming the first key whose value has the wrong type (`"samples": "10"`,
     `"classes": 5`): the manifest is read from disk or a URL, so nothing in it is trusted."""
     for key in ("classes", "class_dirs"):
@@ -138,7 +164,7 @@ def _check_types(raw: dict) -> None:
                 _check_field(shard, "mtime_ns", _INT, f"shard {number} of split {name!r}")
 
 
-def _check_field(values: dict, key: str, kind: object, what: str) -> None:
+def _check_field(values: dict[str, Any], key: str, kind: Any, what: str) -> None:
     value = values.get(key)
     if kind == _INT:
         ok = isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2**63

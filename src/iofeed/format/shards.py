@@ -56,6 +56,11 @@ def _blocks(size: int, unit: int = BLOCK) -> int:
     return -(-size // unit) * unit
 
 
+def member_after(offset: int, size: int) -> int:
+    """The data offset of the member written after one whose data is `size` bytes at `offset`."""
+    return offset + _blocks(size) + BLOCK
+
+
 def _key_of(name: str) -> str:
     """Sample key of a member name: all before the first dot of the basename (as WebDataset)."""
     dot = name.find(".", name.rfind("/") + 1)
@@ -166,6 +171,7 @@ class ShardWriter:
 
     def _finish(self) -> None:
         """Close the open shard: end blocks and record padding, index, fsync, rename."""
+        assert self._out is not None, "a shard is open"
         number = len(self._shards)
         total = _blocks(self._size + 2 * BLOCK, RECORD)
         self._out.write(bytes(total - self._size))

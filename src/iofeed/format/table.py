@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, cast
 
 import numpy as np
 
@@ -48,7 +48,7 @@ def load_table(path: Path | BinaryIO, where: str | None = None) -> np.ndarray:
     where = str(path) if where is None else where
     try:
         if hasattr(path, "read"):
-            table = _load_npy(path)
+            table = _load_npy(cast(BinaryIO, path))
         else:
             with os.fdopen(open_regular(path), "rb") as f:
                 table = _load_npy(f)
@@ -58,9 +58,9 @@ def load_table(path: Path | BinaryIO, where: str | None = None) -> np.ndarray:
         raise DatasetError(f"{where} is not a sample table (run `iofeed preprocess` again)")
     if table.dtype == SAMPLE_DTYPE:
         return table
-    if set(table.dtype.names or ()) == set(SAMPLE_DTYPE.names) - {"encoding"}:  # format version 1: all JPEG
+    if set(table.dtype.names or ()) == set(SAMPLE_DTYPE.names or ()) - {"encoding"}:  # format version 1: all JPEG
         upgraded = new_table(len(table))
-        for name in table.dtype.names:
+        for name in table.dtype.names or ():
             upgraded[name] = table[name]
         return upgraded
     raise DatasetError(f"{where}: unexpected sample table layout {table.dtype} (run `iofeed preprocess` again)")
@@ -79,7 +79,8 @@ def _load_npy(f: BinaryIO) -> np.ndarray:
     if need > have:
         raise ValueError(f"its header claims shape {shape} ({need:,} bytes), but {have:,} bytes follow")
     f.seek(start)
-    return np.load(f, allow_pickle=False)
+    table: np.ndarray = np.load(f, allow_pickle=False)
+    return table
 
 
 def table_problem(table: np.ndarray, classes: int, shard_bytes: list[int], unlabelled: bool = False) -> str | None:

@@ -43,9 +43,11 @@ def parse_targets(text: str, where: str, rows: int) -> tuple[list[list[int]], li
     """Each row's class indices and extra from a targets file's text; DatasetError when malformed."""
     classes, extras = [], []
     try:
-        for line in text.splitlines():
+        for number, line in enumerate(text.splitlines(), start=1):
             found, extra = json.loads(line)
-            classes.append([int(c) for c in found])
+            if not all(isinstance(c, int) and not isinstance(c, bool) for c in found):  # int(1.5) would be 1
+                raise ValueError(f"line {number}: class indices must be integers, got {json.dumps(found)[:40]}")
+            classes.append(list(found))
             extras.append(extra)
     except (ValueError, TypeError) as exc:
         raise DatasetError(f"malformed targets file {where}: {exc} (run `iofeed preprocess` again)") from None
@@ -54,11 +56,15 @@ def parse_targets(text: str, where: str, rows: int) -> tuple[list[list[int]], li
     return classes, extras
 
 
-def multi_hot(classes: list[list[int]], count: int) -> tuple[np.ndarray, np.ndarray]:
-    """Class lists as CSR arrays (offsets, indices), the form workers and batches slice."""
+def multi_hot(classes: list[list[int]], count: int, where: str = "the targets file") -> tuple[np.ndarray, np.ndarray]:
+    """Class lists as CSR arrays (offsets, indices), the form workers and batches slice; DatasetError
+    naming `where` (the targets file) and the first row holding an index outside 0..count-1."""
     offsets = np.zeros(len(classes) + 1, dtype=np.int64)
     offsets[1:] = np.cumsum([len(c) for c in classes])
     indices = np.fromiter((i for c in classes for i in c), dtype=np.int64, count=int(offsets[-1]))
     if len(indices) and (indices.min() < 0 or indices.max() >= count):
-        raise DatasetError(f"a class index outside 0..{count - 1} in the targets file")
+        at = int(np.flatnonzero((indices < 0) | (indices >= count))[0])
+        row = int(np.searchsorted(offsets, at, side="right")) - 1
+        raise DatasetError(f"{where} line {row + 1}: class index {int(indices[at])} is outside 0..{count - 1} (the "
+                           f"manifest has {count} classes): run `iofeed preprocess` again")
     return offsets, indices

@@ -20,9 +20,14 @@ class Augment:
     flip: bool = True
     center_fraction: float = 0.875  # centre crop of 224 after resizing to 256
     interpolation: str = "bilinear"  # "bilinear", "bicubic" or "area" (see `image/resize.py`)
+    fast_decode: bool = False  # libjpeg-turbo's fast IDCT and chroma upsampling (`Recipe(fast_decode=)`)
+    region_decode: bool = False  # only a small crop's region where that pays (`Recipe(region_decode=)`)
+    letterbox: bool = False  # evaluation with targets: the whole image, resized to fit, padded (no crop)
 
     def box(self, width: int, height: int, rng: np.random.Generator) -> tuple[Box, bool]:
         """The source box to resize to `size` x `size`, and whether to flip horizontally."""
+        if not self.train and self.letterbox:
+            return (0.0, 0.0, float(width), float(height)), False
         if not self.train:
             return center_box(width, height, self.center_fraction), False
         box = random_resized_box(width, height, rng, self.scale, self.ratio)

@@ -27,21 +27,35 @@ def _simplejpeg() -> Any:
 def plain_jpeg_size(data: bytes) -> tuple[int, int] | None:
     """(width, height) when `data` is a JPEG this module decodes exactly as Pillow would, else None
     (not a JPEG, no simplejpeg, CMYK/YCCK, an EXIF block that may rotate it, unreadable header)."""
+    header = plain_jpeg_header(data)
+    return None if header is None else header[:2]
+
+
+def plain_jpeg_header(data: bytes) -> tuple[int, int, str] | None:
+    """(width, height, chroma subsampling: "420", "444", "Gray"...) as `plain_jpeg_size`, or None."""
     simplejpeg = _simplejpeg()
     if simplejpeg is None or not data.startswith(b"\xff\xd8") or _has_exif(data):
         return None
     try:
-        height, width, colourspace, _ = simplejpeg.decode_jpeg_header(data)
+        height, width, colourspace, subsampling = simplejpeg.decode_jpeg_header(data)
     except ValueError:
         return None  # Pillow's path names the problem
-    return (width, height) if colourspace in _RGB_SOURCES else None
+    return (width, height, subsampling) if colourspace in _RGB_SOURCES else None
 
 
-def decode_rgb_array(data: bytes, min_size: tuple[int, int]) -> np.ndarray:
-    """(H, W, 3) uint8 RGB at the smallest DCT scale still covering `min_size` (width, height).
+def installed() -> bool:
+    """Whether simplejpeg (the `fast` extra) is there."""
+    return _simplejpeg() is not None
+
+
+def decode_rgb_array(data: bytes, min_size: tuple[int, int], fast: bool = False) -> np.ndarray:
+    """(H, W, 3) uint8 RGB at the smallest DCT scale still covering `min_size` (width, height);
+    `fast`: libjpeg-turbo's fast integer IDCT and plain chroma upsampling (`Recipe(fast_decode=)`).
     Raises SampleError for corrupt or truncated data."""
     try:
-        return _simplejpeg().decode_jpeg(data, colorspace="RGB", min_width=min_size[0], min_height=min_size[1])
+        pixels: np.ndarray = _simplejpeg().decode_jpeg(data, colorspace="RGB", min_width=min_size[0],
+                                                      min_height=min_size[1], fastdct=fast, fastupsample=fast)
+        return pixels
     except ValueError as exc:
         raise SampleError(f"corrupt or truncated image ({exc})") from None
 

@@ -7,6 +7,7 @@ import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from PIL import Image, ImageOps
@@ -80,7 +81,7 @@ def decode_errors() -> Iterator[None]:
         raise SampleError(f"corrupt or truncated image ({exc})") from None
 
 
-def is_progressive(info: dict) -> bool:
+def is_progressive(info: dict[str, Any]) -> bool:
     """Whether a Pillow image's `info` marks a progressive JPEG."""
     return bool(info.get("progressive") or info.get("progression"))
 

@@ -58,7 +58,8 @@ def crop_resize(pixels: np.ndarray, box: Box, flip: bool, size: tuple[int, int],
     resized = torch.nn.functional.interpolate(
         _crop_tensor(torch, pixels, box), size=size, mode=interpolation, antialias=True, align_corners=False,
     )[0].permute(1, 2, 0)
-    return (resized.flip(1) if flip else resized).numpy()
+    out: np.ndarray = (resized.flip(1) if flip else resized).numpy()
+    return out
 
 
 def crop_resize_into(pixels: np.ndarray, box: Box, flip: bool, out: np.ndarray,

@@ -44,7 +44,7 @@ class BatchAccounting:
         that continues an epoch keeps its count), remembered as it is now for `restore_skips`."""
         skips, whole = self.skips, run.start == 0
         if skips is None or skips.epoch != run.epoch or whole:
-            self.skips = EpochSkips(run.epoch, sum(len(b) for b in run.batches), self.max_skipped, whole=whole)
+            self.skips = EpochSkips(run.epoch, run.batches.samples, self.max_skipped, whole=whole)
             if self.mixture is not None:
                 self.mixture.start_epoch(run.epoch, run.batches, self.max_skipped, whole=whole)
         self._skips_at_start = copy.deepcopy((self.skips, self.mixture.skips if self.mixture is not None else None))

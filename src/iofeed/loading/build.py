@@ -6,12 +6,15 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from ..adapters.normalised_twice import check_batch_transform, check_torch_model
 from ..augment.recipe import Recipe
 from ..engines.select import choice_notes, engine_name, make_engine
 from ..engines.skips import check_scanned
+from ..errors import OptionError
 from ..options.adapter_choices import ADAPTERS
 from ..options.groups import Cache, Order, Output, Placement, Resources, Skips, checked_group
 from ..options.loader_options import LoaderOptions
+from ..sources.box_targets import open_boxes
 from ..sources.mix import Mix
 from ..sources.sample_targets import open_targets
 from ..sources.samples import open_source, read_from
@@ -62,13 +65,24 @@ def loader(
                                                                      streamed=data.remote is not None)
     if data.remote is not None:
         data.remote.fit_order(spec, readers=options.workers or 1)
-    targets = None
-    if options.output.target != "class" or options.output.extras:
+    targets, boxes = None, None
+    if options.moves_targets:
+        if mixture is not None or data.kind != "dataset" or data.remote is not None:
+            raise OptionError(f"Output.target={options.output.target!r} reads a local iofeed dataset made from a COCO "
+                              f"folder, not {'a Mix' if mixture else 'streamed shards' if data.remote else 'a folder'}")
+        boxes = open_boxes(path, options.split, data, masks=options.output.target == "masks")
+    elif options.output.target != "class" or options.output.extras:
         targets = mixture.targets() if mixture else open_targets(path, options.split, data)
-    loaded: Loader[Any] = Loader(data, spec, make_engine(options, data), adapter, options, targets, mixture)
-    loaded.stats.fixed["decisions"] = choice_notes(options, engine_name(options, data), data)  # what "auto" decided
+    loaded: Loader[Any] = Loader(data, spec, make_engine(options, data), adapter, options, targets, mixture, boxes)
+    # what "auto" decided, and what the engine chose (the workers': which JPEG decode)
+    loaded.stats.fixed["decisions"] = [*choice_notes(options, engine_name(options, data), data),
+                                       *getattr(loaded.engine, "notes", [])]
     read = read_from(path) if mixture is None else [read_from(name) for name in mixture.names]
     loaded.stats.fixed["source"] = read  # what `iofeed doctor` checks: the data really read
     asked = {name: json_value(value) for name, value in options.keywords().items()}  # by loader() keyword
     loaded.stats.fixed["options"] = asked  # what it was asked for, beside what the engine made of it
-    return adapter.wrap(loaded)
+    wrapped = adapter.wrap(loaded)
+    check_batch_transform(loaded)  # a Normalize on top of the loader's own, where iofeed can see one
+    if options.framework == "torch":
+        check_torch_model(loaded)  # a LightningModule building its loaders in setup() / *_dataloader()
+    return wrapped

@@ -136,9 +136,10 @@ def loader(*args: Any, **keywords: Any) -> Any:
             images, 0-255 as Keras' `image_dataset_from_directory` gives them unless the recipe
             has mean/std; "jax" yields `jax.Array`s, NHWC images (normalised float32 by default)
             and int32 labels, sharded over the batch axis (see `Placement.sharding`); "keras" what
-            `model.fit` takes on Keras' backend (float32 0-255 NHWC like "tf"; `take`/`repeat`
-            on every backend). With `normalize=False` in the recipe, torch and tf hand out uint8
-            images; keras still float32 0-255 on every backend.
+            `model.fit` takes on Keras' backend (float32 0-255 NHWC like "tf"; iterable, with
+            tf.data's `take`/`skip`/`repeat`/`map`/`prefetch` on every backend). `Output.pixels`
+            sets the scale; with `normalize=False` in the recipe, torch and tf hand out uint8 images;
+            keras still float32 0-255 on every backend.
         engine: what makes the batches: "workers" (CPU processes), "dali" (NVIDIA DALI; JPEG
             datasets and folders only) or "auto" (the default): the first engine that can do what
             is asked, in the registry's order; it never takes "dali" (why:

@@ -63,8 +63,8 @@ class SamplerView:
     """`loader.sampler`: what a `DistributedSampler` offers — `set_epoch`, and `len()` counted as
     DistributedSampler counts it: ceil(samples / world_size) (floor with `drop_last`). So the
     check pytorch/examples' `validate` makes, `len(sampler) * world_size < len(dataset)`, sees no
-    missing samples: on an evaluation split iofeed reads each sample once, the last ranks one
-    fewer, with no padding."""
+    missing samples: iofeed drops no tail (it pads the ranks' shares, or with `pad="none"` deals
+    each sample once, the last ranks one fewer)."""
 
     def __init__(self, loader: EpochOwner) -> None:
         self._loader = loader
@@ -75,7 +75,7 @@ class SamplerView:
 
     def __len__(self) -> int:
         order = self._loader.order
-        return order.samples // order.world_size if order.drop_last else -(-order.samples // order.world_size)
+        return int(order.samples // order.world_size if order.drop_last else -(-order.samples // order.world_size))
 
     def __repr__(self) -> str:
         order = self._loader.order

@@ -5,8 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-import numpy as np
-
+from ..sources.dealing import EpochBatches
 from ..sources.order import OrderSpec
 from .resume import Progress
 
@@ -19,8 +18,8 @@ class Pass:
 
     epoch: int
     start: int
-    batches: list[np.ndarray] = field(repr=False)
-    following: list[np.ndarray] = field(repr=False)
+    batches: EpochBatches = field(repr=False)
+    following: EpochBatches = field(repr=False)
     position: int = 0
     moves: int = 0
 

@@ -12,10 +12,13 @@ import numpy as np
 from numpy.typing import NDArray
 
 from ..adapters.base import Adapter
+from ..adapters.box_batches import as_numpy, as_torch, box_batch
 from ..augment.batch_key import BatchKey
 from ..engines.base import Batch, Engine
 from ..errors import LoaderStateError
 from ..options.loader_options import LoaderOptions
+from ..options.rank_world import torch_group_started
+from ..sources.box_targets import BoxTable
 from ..sources.order import OrderSpec, valid_rows
 from ..sources.remote.prefetch import NoPrefetch, Prefetcher, prefetcher_for
 from ..sources.sample_targets import SampleTargets
@@ -37,8 +40,10 @@ class Loader(DataLoaderAttributes, Generic[BatchT]):
     batches an epoch holds: skipped samples' places go to spare samples (`stats.refilled`)."""
 
     def __init__(self, source: SampleSource, order: OrderSpec, engine: Engine, adapter: Adapter,
-                 options: LoaderOptions, targets: SampleTargets | None = None, mixture: Mixture | None = None) -> None:
+                 options: LoaderOptions, targets: SampleTargets | None = None, mixture: Mixture | None = None,
+                 boxes: BoxTable | None = None) -> None:
         self.source, self.order, self.engine, self._adapter = source, order, engine, adapter
+        self._boxes = boxes  # target="boxes"/"masks": the split's stored boxes by sample index
         self._targets = targets  # multi-hot labels and extras by sample index (None: class indices only)
         self.mixture = mixture  # an iofeed.Mix opened: its sources, per-source stats and skip bounds
         self.options = options
@@ -51,9 +56,11 @@ class Loader(DataLoaderAttributes, Generic[BatchT]):
         self._identity = ""  # the source's fingerprint, made when a state first needs it
         self._accounting = BatchAccounting(source, engine.describe, options.skips.max_skipped, mixture)
         self._last_valid: NDArray[np.bool_] = np.empty(0, bool)  # per row of the latest batch (see last_valid)
+        self._said_uneven = False  # the warning that this rank ran out before its peers, once
         self.stats.fixed = {"samples": len(source), "rank": order.rank, "world_size": order.world_size,
                             "batch_size": order.batch_size, "image_size": options.image_size,
-                            "shuffle": order.shuffle, "drop_last": order.drop_last}  # resolved; "options": asked
+                            "shuffle": order.shuffle, "drop_last": order.drop_last,
+                            "pad": order.pad}  # resolved; "options": asked
 
     @property
     def epoch(self) -> int:
@@ -77,10 +84,11 @@ class Loader(DataLoaderAttributes, Generic[BatchT]):
     @property
     def last_valid(self) -> NDArray[np.bool_]:
         """Per row of the latest batch, whether it scores its sample for the first time: False for a
-        padding repeat (JAX evaluation over several processes) or a spare in a skipped sample's place.
-        All True when nothing was padded or refilled (torch and numpy evaluation pad nothing and take
-        no spares). It is of the latest batch the Loader delivered: a tf/Keras dataset prefetches
-        ahead of the batch in hand, so there it is not that batch's."""
+        padding repeat (the last round of an epoch over several ranks, or with `Order(pad="batches")`)
+        or a spare in a skipped sample's place. All True when nothing was padded or refilled
+        (`Order(pad="none")` pads nothing and takes no spares). It is of the latest batch the Loader
+        delivered: a tf/Keras dataset prefetches ahead of the batch in hand, so there it is not that
+        batch's (Lightning asks for a batch when it runs its step: there it is)."""
         return self._last_valid
 
     def __len__(self) -> int:
@@ -149,6 +157,7 @@ class Loader(DataLoaderAttributes, Generic[BatchT]):
                 self._accounting.record(batch, time.perf_counter() - asked)
                 batch.key = BatchKey(self.order.seed, run.epoch, self.order.rank, run.position)
                 if self._position.advance(run):  # complete once its last batch is out: a consumer that
+                    self._warn_if_first_out()
                     self._accounting.finish_epoch()
                     self._position.complete(run)  # stops after len() batches (Lightning) moves on
                     self._accounting.count_fetched()
@@ -175,14 +184,28 @@ class Loader(DataLoaderAttributes, Generic[BatchT]):
             yield from self
 
     def _deliver(self, batch: Batch) -> Any:
-        """The adapter's form of `batch`: multi-hot labels for `target="multi_hot"`, and with
-        `extras=True` a third item, the list of the samples' extras."""
+        """The adapter's form of `batch`: multi-hot labels for `Output(target="multi_hot")`, and with
+        `Output(extras=True)` a third item, the list of the samples' extras."""
+        if self._boxes is not None:
+            return self._with_boxes(batch)
         if self._targets is None:
             return self._adapter(batch)
         if self.options.output.target == "multi_hot":
             batch = dataclasses.replace(batch, labels=self._targets.multi_hot(batch.indices))
         out = self._adapter(batch)
         return (*out, self._targets.extras_of(batch.indices)) if self.options.output.extras else out
+
+    def _with_boxes(self, batch: Batch) -> Any:
+        """(images, targets): the boxes moved with the batch's recorded crops and flips, counted."""
+        assert self._boxes is not None and self.image_size is not None, "resolved when the loader was made"
+        moved = box_batch(self._boxes, batch, self.image_size, self.options.augmentation.letterbox,
+                          self.options.recipe.min_visible)
+        self.stats.boxes["delivered"] += len(moved.labels)
+        self.stats.boxes["dropped_not_visible"] += moved.moved.dropped
+        images = self._adapter(batch)[0]
+        if self.options.framework == "torch":
+            return images, as_torch(moved, self.image_size, self.options.device)
+        return images, as_numpy(moved)
 
     def state_dict(self) -> dict[str, Any]:
         """Where the run is, as a small plain dict (ints and strings): the dataset's identity, the
@@ -211,6 +234,22 @@ class Loader(DataLoaderAttributes, Generic[BatchT]):
             warnings.warn(f"the resumed epoch holds {len(self)} batches (counting {self._position.first} done before "
                           f"the resume), more than a whole epoch's {len(self.order)}: a trainer that takes len() once "
                           "(Lightning) stops it early, and the next pass continues it", UserWarning, stacklevel=2)
+
+    def _warn_if_first_out(self) -> None:
+        """Warn once when this rank's pass ends with fewer batches than rank 0's (`pad="none"`) in a
+        torch.distributed group: a per-batch collective on the other ranks would wait for ever."""
+        order = self.order
+        most = len(dataclasses.replace(order, rank=0))
+        if self._said_uneven or order.pad != "none" or len(order) >= most or not torch_group_started():
+            return
+        self._said_uneven = True
+        shares = " + ".join(str(dataclasses.replace(order, rank=r).per_rank) for r in range(order.world_size))
+        warnings.warn(f"rank {order.rank} has delivered its last batch of split {self.options.split!r} ({len(order)}) "
+                      f"while rank 0 has {most}: Order(pad='none') deals the {order.samples} samples once over "
+                      f"{order.world_size} ranks ({shares}), so a collective per batch on the others (all_reduce, "
+                      "all_gather) now waits for this rank for ever. Reduce metrics once after the pass, or keep the "
+                      "default pad='ranks' (equal batches; loader.last_valid marks the repeats)",
+                      RuntimeWarning, stacklevel=3)
 
     def _fingerprint(self) -> str:
         if not self._identity:

@@ -15,13 +15,17 @@ from ..engines.base import Batch
 from ..engines.skips import EpochSkips, check_scanned
 from ..errors import DatasetError, OptionError, SampleError
 from ..options.loader_options import LoaderOptions
+from ..sources.dealing import EpochBatches
 from ..sources.folder_scan import reason_kind
 from ..sources.mix import Mix, MixPlan, shares
+from ..sources.mix_order import MixEpoch
 from ..sources.mix_remote import MixedRemote
 from ..sources.order import SHUFFLES, OrderSpec
 from ..sources.sample_targets import SampleTargets, open_targets
 from ..sources.samples import SampleSource, check_unchanged, open_source
 from .resume import fingerprint
+
+INTERLEAVE = "blocks"  # the arrangement of the sources in a state: `mix_order.MixPlan`'s, drawn block-wise
 
 
 @dataclass
@@ -140,8 +144,7 @@ class Mixture:
         if options.shuffle_for(streamed=False) == "none":  # False too, as DataLoader spells it
             raise OptionError(f"shuffle={options.shuffle!r} does not apply to a Mix's train split (its sources "
                               "are interleaved by a seeded shuffle): leave shuffle out, or pass 'global' or 'block'")
-        base = options.order_spec(self.plan.epoch_samples)
-        return dataclasses.replace(base, shuffle="mix", plan=self.plan)
+        return options.order_spec(self.plan.epoch_samples, plan=self.plan)
 
     def targets(self) -> SampleTargets:
         """Multi-hot classes through the merged class list, and extras as {"source", "extra"}."""
@@ -161,7 +164,7 @@ class Mixture:
             self._described = {"sources": [[name, weight, fingerprint(part)] for (name, weight), part in
                                            zip(self.mix.weights.items(), self.parts)],
                                "epoch_samples": self.plan.epoch_samples, "classes": self.mix.classes,
-                               "orders": self.plan.kinds}
+                               "orders": self.plan.kinds, "interleave": INTERLEAVE}
         return self._described
 
     def state(self, order: OrderSpec, epoch: int, done: int) -> dict[str, Any]:
@@ -172,10 +175,11 @@ class Mixture:
 
     def positions(self, order: OrderSpec, epoch: int, done: int) -> list[int]:
         """Each source's position after `done` samples of `epoch` (see `state`)."""
+        if order.shuffle == "mix":  # a block of the order and one path of splits, whatever the epoch's length
+            return [epoch * n + k for n, k in zip(self.plan.counts, self.plan.before(order.seed, epoch, done))]
         first = np.bincount(self.source_of(SHUFFLES[order.shuffle].order(order, epoch)[:done]),
                             minlength=len(self.names))
-        passed = [epoch * n for n in self.plan.counts] if order.shuffle == "mix" else [0] * len(self.names)
-        return [int(a + b) for a, b in zip(passed, first)]
+        return [int(k) for k in first]
 
     def check_positions(self, given: dict[str, Any], order: OrderSpec, epoch: int, done: int) -> None:
         """OptionError when a state's source positions are not where this iofeed's order puts them
@@ -189,8 +193,10 @@ class Mixture:
                               "by an iofeed whose mixture order differs: resume with that version)")
 
     def identity(self) -> str:
-        """The "dataset" of a loader state: a hash of `describe()`."""
-        return hashlib.blake2b(json.dumps(self.describe()).encode(), digest_size=10).hexdigest()
+        """The "dataset" of a loader state: a hash of `describe()` but the interleave (a state of an
+        older interleave is told apart by `check_state`, which takes it at an epoch's start)."""
+        data = {k: v for k, v in self.describe().items() if k != "interleave"}
+        return hashlib.blake2b(json.dumps(data).encode(), digest_size=10).hexdigest()
 
     def record(self, batch: Batch, stats: dict[str, dict[str, Any]]) -> None:
         """Count a batch per source in `stats` (name -> delivered, skipped by reason; a folder's skips
@@ -209,12 +215,20 @@ class Mixture:
                 if fetched is not None and name in stats:
                     stats[name]["fetched"] = fetched
 
-    def start_epoch(self, epoch: int, batches: list[np.ndarray], max_skipped: float | None, whole: bool) -> None:
-        """Hold each source to `max_skipped` of its own samples in this epoch's batches, so that a broken
-        small source cannot hide inside a large healthy one."""
-        held = np.concatenate(batches) if batches else np.empty(0, np.int64)
-        counts = np.bincount(self.source_of(held), minlength=len(self.names))
-        self.skips = [EpochSkips(epoch, int(n), max_skipped, whole) for n in counts]
+    def start_epoch(self, epoch: int, batches: EpochBatches, max_skipped: float | None, whole: bool) -> None:
+        """Hold each source to `max_skipped` of its share of this rank's samples of the epoch, so that a
+        broken small source cannot hide inside a large healthy one. Its share: the rank's samples times
+        the source's part of what is left of the global order, rounded up (on one rank, exactly its
+        samples), counted without reading the epoch (a mixture's may hold billions)."""
+        counts = self._left(batches.order.get(), batches.dealing.done)
+        left = max(sum(counts), 1)
+        self.skips = [EpochSkips(epoch, -(-batches.samples * n // left), max_skipped, whole) for n in counts]
+
+    def _left(self, order: MixEpoch | np.ndarray, done: int) -> list[int]:
+        """Each source's samples in `order` (an epoch's global order) past its first `done`."""
+        if isinstance(order, MixEpoch):
+            return [n - k for n, k in zip(self.plan.counts, order.before(done))]
+        return np.bincount(self.source_of(order[done:]), minlength=len(self.names)).tolist()
 
     def check_skips(self, batch: Batch, path_of: Any) -> None:
         """SampleError naming the source whose skips pass its bound."""
@@ -251,6 +265,12 @@ def check_state(given: Any, mixture: Mixture | None) -> None:
     if theirs is None:
         raise OptionError(f"cannot resume: the state is of one source, this loader reads {mixture.mix}")
     mine = mixture.describe()
+    if isinstance(theirs, dict) and "interleave" not in theirs:  # saved before the order was made by blocks
+        if given.get("samples_done") not in (0, None):
+            raise OptionError("cannot resume: the state was saved mid-epoch by an iofeed whose mixture order "
+                              "interleaves the sources otherwise (before the block-wise order): resume with that "
+                              "version, or from the start of an epoch")
+        theirs = {**theirs, "interleave": INTERLEAVE}  # at an epoch's start nothing of the old order was used
     keys = {*mine, "positions"}
     if not isinstance(theirs, dict) or set(theirs) != keys or not isinstance(theirs["sources"], list) or \
             not all(isinstance(s, list) and len(s) == 3 for s in theirs["sources"]):
@@ -266,7 +286,7 @@ def check_state(given: Any, mixture: Mixture | None) -> None:
         if print_ != their_print:
             raise OptionError(f"cannot resume: {name} holds other samples than when the state was saved "
                               "(another dataset or split)")
-    for key in ("epoch_samples", "classes", "orders"):
+    for key in ("epoch_samples", "classes", "orders", "interleave"):
         if theirs[key] != mine[key]:
             raise OptionError(f"cannot resume: the state's mixture has {key}={theirs[key]!r}, this loader "
                               f"{mine[key]!r}")

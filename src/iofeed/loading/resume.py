@@ -78,7 +78,7 @@ def parse(given: Any, identity: str, order: OrderSpec) -> Progress:
     return Progress(_int(given, "epoch", 0, None), samples_done, _int(given, "batches_done", 0, samples_done))
 
 
-def _old(given: Mapping, order: OrderSpec) -> Progress:
+def _old(given: Mapping[str, Any], order: OrderSpec) -> Progress:
     """A state saved before version 2: the order was the same dealing from the start of the epoch,
     so `batches_done` batches of `batch_size` on `world_size` ranks are that many samples of the
     global order, and it continues on any world size. It names no dataset: only the sample count
@@ -95,7 +95,7 @@ def _old(given: Mapping, order: OrderSpec) -> Progress:
     return Progress(_int(given, "epoch", 0, None), min(batches * batch_size * world_size, order.samples), batches)
 
 
-def _keys(given: Mapping, expected: tuple[str, ...], optional: tuple[str, ...] = ()) -> None:
+def _keys(given: Mapping[str, Any], expected: tuple[str, ...], optional: tuple[str, ...] = ()) -> None:
     missing = [k for k in expected if k not in given]
     if missing:
         raise OptionError(f"cannot resume: the state has no {missing[0]!r} (pass the dict state_dict() returned)")
@@ -105,7 +105,7 @@ def _keys(given: Mapping, expected: tuple[str, ...], optional: tuple[str, ...] =
                           "state_dict() returned)")
 
 
-def _int(given: Mapping, key: str, low: int, high: int | None) -> int:
+def _int(given: Mapping[str, Any], key: str, low: int, high: int | None) -> int:
     """`given[key]` as an int within [low, high]; OptionError naming the key otherwise."""
     value = given[key]
     if isinstance(value, bool) or not isinstance(value, numbers.Integral) or \
@@ -115,7 +115,7 @@ def _int(given: Mapping, key: str, low: int, high: int | None) -> int:
     return int(value)
 
 
-def earliest(states: Iterable[Mapping]) -> Mapping:
+def earliest(states: Iterable[Mapping]) -> Mapping[str, Any]:
     """Of the states saved by the ranks of one run, the one least far on (a run whose ranks are
     not kept in step: resuming from it repeats samples rather than missing any). OptionError
     when they are not of one run (a key of `SAME` or the version differs)."""

@@ -30,6 +30,7 @@ class LoaderStats:
     copied_batches: int = 0  # batches copied out of engine memory: the consumer held all the engine could lend
     refilled: int = 0  # skipped samples whose places spare samples of the epoch took (full batches)
     sources: dict[str, dict[str, Any]] = field(default_factory=dict)  # a Mix: name -> delivered, skipped by reason
+    boxes: Counter[str] = field(default_factory=Counter)  # target="boxes"/"masks": delivered, dropped_not_visible
 
     @property
     def settings(self) -> dict[str, Any]:
@@ -72,6 +73,7 @@ class LoaderStats:
             "worker_cpu_seconds": self.worker_cpu_seconds,
             "transform_wall_seconds": self.transform_wall_seconds,
             "copied_batches": self.copied_batches,
+            "boxes": dict(self.boxes),
             "refilled": self.refilled,
             "transform_ms_per_image": self.transform_ms_per_image,
             "transform_cpu_ms_per_image": self.transform_cpu_ms_per_image,

@@ -1,7 +1,7 @@
 """The loader's grouped settings as small frozen objects — `Placement`, `Output`, `Order`,
 `Resources`, `Cache`, `Skips` — each checked when made (a one-line OptionError naming the field)
 and printed with only what differs from its default. Each field is spelled one way, by its name;
-why these six: docs/decisions/0002-one-spelling-per-setting.md."""
+why these six: docs/decisions/0002-one-spelling-per-setting.md (and 0072, the first four)."""
 from __future__ import annotations
 
 import dataclasses
@@ -11,8 +11,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, Literal, TypedDict, TypeVar, overload
 
 from ..errors import OptionError
+from ..sources.order import PADS
 from ..sources.sample_targets import TARGETS
 from .checks import flag, integer, one_of, short_repr
+from .pixels import check_scale
 
 if TYPE_CHECKING:
     from typing_extensions import Self, Unpack
@@ -61,7 +63,7 @@ class OptionGroup:
 class Placement(OptionGroup):
     """Where this process's batches go: the device, the share of each epoch, the layout over devices.
 
-    device: None or "cpu", "cuda", "cuda:N", an ordinal or a `torch.device`. The DALI engine
+    device: None or "cpu" (or "cpu:N"), "cuda", "cuda:N", an ordinal or a `torch.device`. The DALI engine
         decodes there; the torch adapter copies there. A CUDA device this process cannot see (no
         GPU) is refused when the loader is made: pass "cpu". "cuda" is the current CUDA device,
         else `LOCAL_RANK`'s (torchrun), else 0.
@@ -99,6 +101,7 @@ class OutputFields(TypedDict, total=False):
     """`Output`'s fields but `extras`, as type checkers see its keywords (tests/test_types.py keeps
     them equal to the dataclass's)."""
 
+    pixels: str | None
     dtype: Any
     memory_format: str | None
     target: str
@@ -108,6 +111,13 @@ class OutputFields(TypedDict, total=False):
 class Output(OptionGroup, Generic[E]):
     """What each batch looks like, beyond the framework's own types.
 
+    pixels: the scale your script expects its images on: "uint8" (as decoded), "0-1" (floats,
+        pixel / 255, as torchvision's `ToTensor` gives: for a script that keeps its own
+        `Normalize`), "0-255" (floats, as Keras' `image_dataset_from_directory` gives) or
+        "normalized" (`(pixel / 255 - mean) / std`, the recipe's mean/std else ImageNet's).
+        Default: what the recipe says (`normalize=False`: uint8; `mean=`/`std=`: normalized),
+        else the framework's convention (see `iofeed.loader`'s `framework`). A recipe that
+        contradicts it is refused.
     dtype: the floating-point torch dtype of the images (default float32; float16/bfloat16 are
         computed in float32 and rounded once). For `framework="jax"`: "float32" (default),
         "bfloat16" (normalised) or "uint8" (as decoded), as a name or a numpy/JAX dtype.
@@ -115,13 +125,16 @@ class Output(OptionGroup, Generic[E]):
         in PyTorch's default format expects; DDP warns "Grad strides do not match bucket view
         strides" otherwise) or "channels_last" (NHWC memory: pays with the model converted too,
         `model.to(memory_format=torch.channels_last)`, under AMP on a GPU).
-    target: "class" (int64 class indices) or "multi_hot" (float32 (batch, classes) vectors, 1 for
-        each class of a multi-label sample; a single-label dataset gives one-hot rows).
+    target: "class" (int64 class indices), "multi_hot" (float32 (batch, classes) vectors, 1 for
+        each class of a multi-label sample; a single-label dataset gives one-hot rows), or for a
+        dataset made from a COCO folder "boxes" / "masks" (docs/formats.md: boxes and masks
+        follow every crop, resize and flip; torch, numpy and jax).
     extras: with True each batch is (images, labels, extras), `extras` the list of the samples'
         extra JSON values (None where a sample has none), as the dataset stores them (`json`
         members: WebDataset json, labels-file columns). Not with framework="tf".
     """
 
+    pixels: str | None = None
     dtype: Any = None
     memory_format: str | None = None
     target: str = "class"
@@ -138,6 +151,7 @@ class Output(OptionGroup, Generic[E]):
         def __init__(self, *, extras: bool = False, **fields: Unpack[OutputFields]) -> None: ...
 
     def __post_init__(self) -> None:
+        check_scale(self.pixels)
         if self.memory_format is not None:
             one_of("Output.memory_format", self.memory_format, MEMORY_FORMATS)
         one_of("Output.target", self.target, TARGETS)
@@ -151,12 +165,21 @@ class Order(OptionGroup):
 
     block_shards: shards per block of `shuffle="block"` (an int >= 1): the shards are taken in a
         shuffled order, samples shuffled within each block; only two blocks are live at a time.
+    pad: how an epoch's last round is filled when not `drop_last`: "ranks" (the default; every rank
+        gets the same number of batches of the same shapes, as DistributedSampler gives, by
+        repeating up to world_size - 1 samples: `loader.last_valid` marks them), "batches" (every
+        batch full, the last padded with repeats that `last_valid` marks: no short last batch for
+        a per-batch mean) or "none" (each sample exactly once: ranks may end with one batch
+        fewer or a shorter last batch, so only for metrics summed locally and reduced once after
+        the pass; refused under several JAX processes). docs/distributed.md says which to use.
     """
 
     block_shards: int = 8
+    pad: str = "ranks"
 
     def __post_init__(self) -> None:
         self._int("block_shards", 1)
+        one_of("Order.pad", self.pad, PADS)
 
 
 @dataclass(frozen=True, repr=False, kw_only=True)
@@ -207,8 +230,9 @@ class Skips(OptionGroup):
         paths in `stats.skipped_examples`), or "raise" a `SampleError` naming it. A skipped
         sample's place goes to a spare sample (the rank's later ones, counted in
         `stats.refilled`), so every rank delivers `len(loader)` full batches (a batch that runs
-        out of spares stays short, or is not delivered: `stats.skipped_batches`). An evaluation
-        split that deals each sample once takes no spares: the batch stays short.
+        out of spares stays short, or is not delivered: `stats.skipped_batches`); `last_valid`
+        marks the spare. An order that deals each sample once (`Order(pad="none")`) takes no
+        spares: the batch stays short.
     max_skipped: the share of an epoch's samples (on this rank) that may be skipped, a fraction in
         0..1 (default 0.05; 0: any skip raises). Past it, or when an epoch delivers no batch, a
         `SampleError` gives the counts by reason and the first files; for a folder, files its

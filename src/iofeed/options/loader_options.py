@@ -1,7 +1,6 @@
 """`LoaderOptions`: every setting of `iofeed.loader` but the source, validated once, before any work."""
 from __future__ import annotations
 
-import os
 import sys
 from dataclasses import dataclass, field, fields
 from typing import Any
@@ -13,11 +12,13 @@ from ..augment.transforms import check_batch_transform, check_sample_transform
 from ..errors import OptionError
 from ..image.boxes import Augment
 from ..runtime.gpu.device import usable_device
-from ..sources.order import SHUFFLES, OrderSpec
-from .adapter_choices import ADAPTERS
+from ..sources.order import CHOICES, OrderSpec
+from .adapter_choices import ADAPTERS, wants_host_arrays
 from .checks import either, flag, integer, one_of, short_repr
 from .engine_choices import AUTO, ENGINES
 from .groups import GROUPS, Cache, Order, Output, Placement, Resources, Skips, checked_group
+from .pixels import UINT8, pixel_scale
+from .rank_world import distributed_rank_world
 
 
 @dataclass(frozen=True, repr=False)
@@ -59,12 +60,13 @@ class LoaderOptions:
             object.__setattr__(self, name, integer(name, getattr(self, name), minimum))
         object.__setattr__(self, "workers", integer("workers", self.workers, 1, optional=True))
         if self.shuffle is not None and not isinstance(self.shuffle, bool):  # True/False as DataLoader takes them
-            one_of("shuffle", self.shuffle, tuple(SHUFFLES))
+            one_of("shuffle", self.shuffle, CHOICES)
         flag("drop_last", self.drop_last, optional=True)
         flag("gpu_augment", self.gpu_augment)
         if not isinstance(self.split, str) or not self.split:
             raise OptionError(f"split must be a split name such as 'train' or 'val', got {self.split!r}")
         one_of("framework", self.framework, ADAPTERS.names())
+        pixel_scale(self.output.pixels, self.recipe, self.framework)  # a scale the recipe or framework contradicts
         one_of("engine", self.engine, (AUTO, *ENGINES.names()))
         check_sample_transform(self.transform)
         check_batch_transform(self.batch_transform)
@@ -94,6 +96,8 @@ class LoaderOptions:
                               f"engine={either((AUTO, *ENGINES.having('packs')))}, got framework={self.framework!r}"
                               f", engine={self.engine!r}")
         self._check_recipe()
+        if self.moves_targets:
+            self._check_box_targets()
         output = self.output
         if self.placement.sharding is not None and not adapter.sharding:
             raise OptionError(f"Placement.sharding is for framework={either(ADAPTERS.having('sharding'))}, "
@@ -101,6 +105,9 @@ class LoaderOptions:
         if output.memory_format is not None and self.framework != "torch":
             raise OptionError(f"Output.memory_format is for framework='torch' (NCHW tensors), got framework="
                               f"{self.framework!r}: drop it")
+        if self.moves_targets and self.framework in ("tf", "keras"):
+            raise OptionError(f"Output.target={output.target!r} is not built for framework={self.framework!r} yet "
+                              "(tf.RaggedTensor boxes are to come): use framework='torch', 'numpy' or 'jax'")
         if output.extras and self.framework == "tf":
             raise OptionError("Output.extras=True cannot travel through a tf.data.Dataset (any JSON per sample): "
                               "use framework='numpy' or 'torch', or leave extras out")
@@ -126,9 +133,10 @@ class LoaderOptions:
                 raise OptionError(f"transform= runs in worker processes, not in engine={self.engine!r} (its "
                                   f"pipeline calls no Python per sample): pass engine="
                                   f"{either(ENGINES.having('runs_transforms'))} or 'auto'")
-        if self.output.dtype is not None and not recipe.normalize:
-            raise OptionError(f"Output.dtype={self.output.dtype!r} is the dtype of normalised images, and the recipe "
-                              "has normalize=False (uint8 images): drop one of them")
+        if self.output.dtype is not None and self.pixel_scale == UINT8:
+            why = "Output.pixels='uint8'" if self.output.pixels is not None else "the recipe has normalize=False"
+            raise OptionError(f"Output.dtype={self.output.dtype!r} is the dtype of float images, and {why} (uint8 "
+                              "images): drop one of them")
         if self.gpu_augment and recipe.interpolation != "bilinear":
             raise OptionError(f"gpu_augment=True resizes bilinear only, got interpolation={recipe.interpolation!r}: "
                               "drop gpu_augment (the workers resize on the CPU) or use interpolation='bilinear'")
@@ -136,10 +144,33 @@ class LoaderOptions:
             raise OptionError("transform= runs on the images the workers crop, and gpu_augment=True crops on the "
                               "GPU after them: drop gpu_augment (or do the work on the GPU with batch_transform=)")
 
+    def _check_box_targets(self) -> None:
+        """Output(target="boxes"/"masks"): an engine that moves them, and no step they cannot follow."""
+        target = self.output.target
+        if self.engine != AUTO and not ENGINES.caps(self.engine).targets:
+            raise OptionError(f"Output.target={target!r}: engine={self.engine!r} does not move boxes and masks with "
+                              f"the pixels; use engine={either((AUTO, *ENGINES.having('targets')))}")
+        for given, why in ((self.gpu_augment, "gpu_augment=True crops on the device, after the boxes are placed"),
+                           (self.transform is not None, "transform= takes and returns images only"),
+                           (self.output.extras, "Output.extras=True: the boxes are the targets")):
+            if given:
+                raise OptionError(f"Output.target={target!r} cannot be combined here: {why}")
+
+    @property
+    def moves_targets(self) -> bool:
+        """Whether boxes (and masks) follow every crop, resize and flip (`Output(target="boxes")` / "masks")."""
+        return self.output.target in ("boxes", "masks")
+
     @property
     def recipe(self) -> Recipe:
         """The built-in steps `augment` stands for (see `iofeed.Recipe`)."""
         return recipe_of(self.augment)
+
+    @property
+    def pixel_scale(self) -> str:
+        """The scale images are handed out on: "uint8", "0-1", "0-255" or "normalized" (`Output.pixels`,
+        else what the recipe says, else the framework's convention; see `options/pixels.py`)."""
+        return pixel_scale(self.output.pixels, self.recipe, self.framework)
 
     @property
     def train(self) -> bool:
@@ -151,33 +182,32 @@ class LoaderOptions:
         """The crop, flip and resize policy of every sample."""
         r = self.recipe
         return Augment(size=self.image_size, train=self.train, scale=r.scale, ratio=r.ratio, flip=r.flip,
-                       center_fraction=r.crop_fraction, interpolation=r.interpolation)
+                       center_fraction=r.crop_fraction, interpolation=r.interpolation, fast_decode=r.fast_decode,
+                       region_decode=r.region_decode, letterbox=self.moves_targets and not self.train)
 
     @property
     def host(self) -> bool:
         """Whether the adapter wants host arrays (an engine decoding on a GPU then copies to the host)."""
-        return ADAPTERS.caps(self.framework).host
+        return wants_host_arrays(self.framework, self.cuda)
 
     @property
     def cuda(self) -> bool:
         """Whether the loader's device is a CUDA device ("cuda:N")."""
-        return self.device != "cpu"
+        return bool(self.device != "cpu")
 
     @property
     def deals_once(self) -> bool:
-        """Whether an epoch deals each sample exactly once: evaluation (no padding) without
-        `drop_last`. A skipped sample's place then stays empty: a spare there would be scored twice."""
-        return not self._pad and not self._drop_last
+        """Whether an epoch deals each sample exactly once: `Order(pad="none")` without `drop_last`,
+        or an evaluation split on one rank (no peer shares its shapes). A skipped sample's place
+        then stays empty: a spare there would be scored twice (elsewhere it keeps the batch's shape
+        the ranks share, and `last_valid` marks it)."""
+        if self._drop_last:
+            return False
+        return self.order.pad == "none" or (self.split != "train" and self.rank_and_world_size()[1] == 1)
 
     @property
     def _drop_last(self) -> bool:
         return self.split == "train" if self.drop_last is None else self.drop_last
-
-    @property
-    def _pad(self) -> bool:
-        # evaluation reads each sample once (ranks may end unevenly), except under JAX: every process
-        # must add the same number of rows to a global batch
-        return self.split == "train" or self.framework == "jax"
 
     @property
     def follows_group(self) -> bool:
@@ -200,16 +230,21 @@ class LoaderOptions:
             return ("block" if streamed else "global") if shuffle else "none"
         return shuffle
 
-    def order_spec(self, samples: int, shard_of: np.ndarray | None = None, streamed: bool = False) -> OrderSpec:
+    def order_spec(self, samples: int, shard_of: np.ndarray | None = None, streamed: bool = False,
+                   plan: Any = None) -> OrderSpec:
         """The epoch order of `samples` (in shards `shard_of`, for a block order; `streamed` when they
-        come from object storage) for this rank; OptionError when it would hold no batch."""
+        come from object storage; a mixture's `plan`, whose order it is then) for this rank;
+        OptionError when it would hold no batch."""
         rank, world_size = self.rank_and_world_size()
         drop_last = self._drop_last
-        shuffle = self.shuffle_for(streamed)
-        pad = self._pad
+        shuffle = "mix" if plan is not None else self.shuffle_for(streamed)
+        if self.framework == "jax" and world_size > 1 and self.order.pad == "none" and not drop_last:
+            raise OptionError(f"Order(pad='none') leaves the {world_size} JAX processes uneven shares, and each must "
+                              "add the same rows to a global batch: keep the default pad='ranks' and mask with "
+                              "loader.last_valid, or pass drop_last=True")
         spec = OrderSpec(samples, self.batch_size, shuffle=shuffle, drop_last=drop_last, seed=self.seed,
                          rank=rank, world_size=world_size, block_shards=self.order.block_shards, shard_of=shard_of,
-                         pad=pad)
+                         pad=self.order.pad, plan=plan)
         if len(spec) == 0:
             where = " on this rank" if world_size > 1 else ""
             raise OptionError(
@@ -232,39 +267,3 @@ def recorded(keywords: dict[str, Any]) -> dict[str, Any]:
         else:
             out[name] = value
     return out
-
-
-def distributed_rank_world() -> tuple[int, int]:
-    """(rank, world_size) of an initialised torch.distributed group, else of an initialised
-    jax.distributed (process index and count), else RANK/WORLD_SIZE, else (0, 1)."""
-    dist = sys.modules.get("torch.distributed")
-    if dist is not None and dist.is_available() and dist.is_initialized():
-        return dist.get_rank(), dist.get_world_size()
-    jax = sys.modules.get("jax")
-    if jax is not None and jax.distributed.is_initialized():
-        return jax.process_index(), jax.process_count()
-    if "RANK" in os.environ and "WORLD_SIZE" not in os.environ:
-        # Taken as (0, 1), every process would read the whole split: duplicates with no word.
-        raise OptionError(f"environment variable RANK={os.environ['RANK']!r} is set without WORLD_SIZE: set both "
-                          "(torchrun does), unset RANK, or pass placement=iofeed.Placement(rank=..., world_size=...)")
-    if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
-        rank, world_size = _env_count("RANK", 0), _env_count("WORLD_SIZE", 1)
-        if rank >= world_size:
-            raise OptionError(f"environment variable RANK={rank} is outside 0..{world_size - 1} (WORLD_SIZE="
-                              f"{world_size}): fix the launcher's variables, or pass placement=iofeed.Placement("
-                              "rank=..., world_size=...)")
-        return rank, world_size
-    return 0, 1
-
-
-def _env_count(name: str, minimum: int) -> int:
-    """The integer environment variable `name` (>= `minimum`); OptionError naming it otherwise."""
-    text = os.environ[name]
-    try:
-        value = int(text)
-    except ValueError:
-        value = None
-    if value is None or value < minimum:
-        raise OptionError(f"environment variable {name}={text!r} is not an integer >= {minimum}: fix the "
-                          "launcher's variables, or pass placement=iofeed.Placement(rank=..., world_size=...)")
-    return value

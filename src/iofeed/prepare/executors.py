@@ -61,4 +61,5 @@ def select_engine(
     entry = ENGINES[engine]
     if address is not None and not entry.caps.address:
         raise OptionError(f"--address {address} needs --engine {' or '.join(ENGINES.having('address'))}")
-    return entry.load()
+    chosen: Callable[..., AbstractContextManager[Iterator[Prepared]]] = entry.load()
+    return chosen

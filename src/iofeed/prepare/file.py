@@ -5,6 +5,7 @@ import hashlib
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from ..errors import SampleError
 from ..format.policy import ImagePolicy
@@ -24,7 +25,7 @@ class Prepared:
     index: int
     data: bytes | None
     reason: str | None = None
-    facts: dict = field(default_factory=dict)
+    facts: dict[str, Any] = field(default_factory=dict)
     encoding: str = "jpeg"
 
 
@@ -51,7 +52,7 @@ def prepare_file(index: int, path: str, policy: ImagePolicy, span: Span = WHOLE)
     """
     try:
         data = read_input(path, span)
-        target = policy.shorter_side
+        target = policy.side
         opened = open_image(data)
         keep = _keepable(opened, policy)
         decoded = decode_rgb(opened, min_size=(1, 1) if keep else (target, target))
@@ -92,7 +93,7 @@ def _keepable(opened: Opened, policy: ImagePolicy) -> bool:
         and img.mode == "RGB"
         and not is_progressive(img.info)
         and opened.orientation == 1
-        and min(opened.size) <= policy.shorter_side
+        and min(opened.size) <= policy.side
         and not policy.stores_raw(*opened.size)
     )
 

@@ -7,6 +7,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from .. import __version__
 from ..errors import OptionError, SourceError
@@ -20,6 +21,7 @@ from ..sources.remote.urls import is_url
 from .output import check_inputs, check_output, spool_dir, written_aside
 from .run import REJECTED_NAME, write_rejected
 from .sources.label_targets import Resolved, Targets
+from .sources.one_sample_classes import one_sample_note
 from .sources.shardlist import fetch_or_reject, list_shards
 from .sources.tarread import Members, read_shard
 from .sources.webdataset import from_txt, image_keys, refuse_captions, sample_of, shard_targets
@@ -36,12 +38,13 @@ class IndexSummary:
     samples: int
     rejected: dict[str, int]
     seconds: float
+    one_sample_classes: str = ""  # a note when most classes have one sample (captions taken as classes?)
 
 
 @dataclass
 class _Shard:
     location: str  # the path or URL the loader reads
-    identity: dict  # bytes, sha256, probe (and mtime_ns for a local shard): format/identity.py
+    identity: dict[str, Any]  # bytes, sha256, probe (and mtime_ns for a local shard): format/identity.py
     lines: list[str]  # the wds2idx lines of every sample in the shard
     accepted: list[tuple[int, int, str]]  # (data offset, size, name) of each accepted sample's image
 
@@ -75,7 +78,9 @@ def index_shards(spec: str, out: Path, *, split: str = "train", label_column: st
     count = sum(len(s.accepted) for s in scanned)
     if not count:
         raise none_accepted(f"no sample with an image and a label in {spec}", rejected)
-    table, names, infos = new_table(count), [], []
+    table = new_table(count)
+    names: list[str] = []
+    infos: list[Any] = []
     for number, shard in enumerate(scanned):
         for offset, size, name in shard.accepted:
             row = table[len(names)]
@@ -113,14 +118,18 @@ def index_shards(spec: str, out: Path, *, split: str = "train", label_column: st
             targets=resolved.manifest_entry(files),
         ).write(staging)
     return IndexSummary(out, len(scanned), count, dict(Counter(reason_kind(r.reason) for r in rejected)),
-                        time.perf_counter() - start)
+                        time.perf_counter() - start,
+                        one_sample_note("webdataset", resolved, names, str(spec), label_names))
 
 
 def _scan(spec: str, shards: list[str], spool: Path | None, label_column: str | None,
           image_key: tuple[str, ...] | None, label_names: bool) -> tuple[list[_Shard], Resolved, list[Rejection]]:
     """Every shard `spec` names read and indexed (URLs copied into `spool` first), targets settled
     and resolved."""
-    targets, scanned, rejected, captions = shard_targets(label_column), [], [], []
+    targets = shard_targets(label_column)
+    scanned: list[Any] = []
+    rejected: list[Rejection] = []
+    captions: list[Any] = []
     for shard in shards:
         local = fetch_or_reject(shard, spool, rejected) if is_url(shard) else Path(shard)
         if local is None:
@@ -138,7 +147,7 @@ def _scan(spec: str, shards: list[str], spool: Path | None, label_column: str | 
     return scanned, targets.resolve(), rejected
 
 
-def reread(shards: list[str], source: dict) -> tuple[list[_Shard], Resolved, list[Rejection]]:
+def reread(shards: list[str], source: dict[str, Any]) -> tuple[list[_Shard], Resolved, list[Rejection]]:
     """The local `shards` of an indexed split read again exactly as `index_shards` read them, with
     the options its manifest's `source` records (for `iofeed inspect --verify`): each shard's
     identity and accepted samples, the targets resolved, the rejections. IofeedError when they no
@@ -149,7 +158,7 @@ def reread(shards: list[str], source: dict) -> tuple[list[_Shard], Resolved, lis
 
 
 def _index_one(shard: str, local: Path, label_column: str | None, image_key: tuple[str, ...] | None,
-               targets: Targets, rejected: list[Rejection], captions: list) -> _Shard | None:
+               targets: Targets, rejected: list[Rejection], captions: list[Any]) -> _Shard | None:
     """One shard's index lines and accepted samples (targets added to `targets`, labels from
     `txt` members to `captions`); None when the shard itself is rejected (its samples are in
     `rejected`)."""

@@ -13,7 +13,6 @@ from __future__ import annotations
 import errno
 import fcntl
 import os
-import re
 import shutil
 import signal
 import tempfile
@@ -22,18 +21,16 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from ..errors import IofeedError, OptionError
+from ..errors import DatasetError, IofeedError, OptionError
 from ..format.files import lock_free
-from ..format.manifest import MANIFEST_NAME
+from ..format.manifest import MANIFEST_NAME, Manifest, written_files
 from ..sources.folder_scan import linked_class_folders
 
 PARTIAL = ".partial-"  # `.OUT.partial-PID`: the dataset being written
 SPOOL = ".spool-"  # `.OUT.spool-PID-*`: bytes a source copied out (Parquet cells, remote shards)
 SPOOL_LOCK = ".lock"  # in a spool folder: flock'd by the run using it
 ASIDE = ".replaced-"  # `.OUT.replaced-PID`: the old dataset between the two renames of a swap
-# every file preprocess and index write into a dataset (`docs/formats.md`); --overwrite replaces only these
-DATASET_FILE = re.compile(r"iofeed\.json|rejected\.jsonl|[\w.-]+-samples\.(npy|sources\.jsonl|sources\.txt)"
-                          r"|[\w.-]+-targets\.jsonl|[\w.-]+-\d{6}\.(tar|idx)")
+
 
 
 class OutputError(IofeedError):
@@ -63,8 +60,12 @@ def check_output(src: Path | None, out: Path, overwrite: bool) -> None:
     if not (Path(out) / MANIFEST_NAME).is_file():
         raise OptionError(f"output {out} is not an iofeed dataset (no {MANIFEST_NAME}): --overwrite replaces "
                           "only an iofeed dataset (remove it yourself or pick another -o)")
-    foreign = sorted(e.name for e in os.scandir(out) if not e.is_file(follow_symlinks=False)
-                     or not DATASET_FILE.fullmatch(e.name))
+    try:
+        ours = written_files(Manifest.read(Path(out)))
+    except DatasetError as exc:
+        raise OptionError(f"output {out}: {exc}; --overwrite replaces only the files a readable manifest lists "
+                          "(remove it yourself or pick another -o)") from None
+    foreign = sorted(e.name for e in os.scandir(out) if not e.is_file(follow_symlinks=False) or e.name not in ours)
     if foreign:
         raise OptionError(f"output {out} holds {', '.join(foreign[:3])}{', ...' if len(foreign) > 3 else ''}, which "
                           "iofeed did not write: --overwrite would delete it with the dataset (move it out first)")
@@ -231,8 +232,8 @@ def _signals_held() -> Iterator[None]:
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, signal.SIG_DFL if handler is None else handler)
-        for sig in arrived:
-            signal.raise_signal(sig)
+        for signum in arrived:
+            signal.raise_signal(signum)
 
 
 @contextmanager

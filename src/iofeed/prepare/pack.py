@@ -7,6 +7,7 @@ from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -17,6 +18,7 @@ from ..format.table import ENCODINGS, MEMBER_EXTENSIONS, new_table, save_table
 from ..format.targets import save_targets
 from ..runtime.progress import progress as progress_bar
 from ..sources.folder_scan import Rejection, display_path
+from .box_pack import MASK_MEMBER, SplitObjects, store_objects
 from .file import Prepared, Task
 from .sources.base import SourceScan
 from .sources.label_targets import Resolved
@@ -33,8 +35,8 @@ class PackResult:
 
     splits: dict[str, SplitInfo]
     rejected: list[Rejection]
-    facts: list[dict]
-    targets: dict
+    facts: list[dict[str, Any]]
+    targets: dict[str, Any]
 
 
 def pack(
@@ -52,11 +54,14 @@ def pack(
     tables = {name: new_table(len(order)) for name, order in orders.items()}
     sources: dict[str, list[str]] = {name: [] for name in orders}
     tasks = [(int(i), scan.paths[i], policy, scan.spans[i]) for order in orders.values() for i in order]
-    side = {name: [] for name in orders}  # per split, each row's classes and extra (multi-label or extras)
+    side: dict[str, list[Any]] = {name: [] for name in orders}  # per split: each row's classes and extra
     kind = targets.kind
     split_of = {int(i): name for name, order in orders.items() for i in order}
     rejected: list[Rejection] = []
-    facts: list[dict] = []
+    facts: list[dict[str, Any]] = []
+    objects = {name: SplitObjects() for name in orders} if scan.objects is not None else None
+    masks = scan.objects is not None and any(o.get("segmentation") for spec in scan.objects if spec
+                                             for o in spec["objects"])
     with run_engine(tasks) as results:
         for prepared in progress_bar(results, total=len(tasks), unit="img", desc="preprocess", disable=not progress):
             rel = scan.names[prepared.index]
@@ -73,7 +78,16 @@ def pack(
                 members[CLASSES_MEMBER] = json.dumps(classes).encode()
             if extra is not None:
                 members[EXTRA_MEMBER] = json.dumps(extra).encode()
+            stored = None
+            if objects is not None and scan.objects is not None:
+                stored, reason = _stored(scan.objects[prepared.index], prepared.facts, masks)
+                if stored is None:
+                    rejected.append(Rejection(rel, reason))
+                    continue
+                members = {**{k: members.pop(k) for k in list(members)[:1]}, **stored.members(), **members}
             shard, offset, size = writers[name].add(f"{prepared.index:07d}", members)
+            if stored is not None and objects is not None:
+                objects[name].add(stored, offset, size, len(members.get(MASK_MEMBER, b"")))
             if targets.side_file:
                 side[name].append([classes, extra])
             row = tables[name][len(sources[name])]
@@ -95,4 +109,19 @@ def pack(
     if targets.side_file:
         for name, rows in side.items():
             files[name] = save_targets(staging, name, rows)
-    return PackResult(splits, rejected, facts, targets.manifest_entry(files))
+    entry = targets.manifest_entry(files)
+    if objects is not None:
+        saved = {name: objects[name].save(staging, name) for name in orders}
+        entry["boxes"] = {"files": {n: f["boxes"] for n, f in saved.items()},
+                          "masks": {n: f["masks"] for n, f in saved.items() if "masks" in f}}
+    return PackResult(splits, rejected, facts, entry)
+
+
+def _stored(spec: dict[str, Any], facts: dict[str, Any], masks: bool) -> tuple[Any, str]:
+    """A detection sample's targets at its stored size, or None and why they cannot be: the file's
+    size is not the one its annotations give (the boxes would land elsewhere)."""
+    annotated = spec["size"]
+    if [facts["width_in"], facts["height_in"]] != annotated or facts.get("oriented"):
+        return None, (f"image size differs from its annotations (file {facts['width_in']}x{facts['height_in']}"
+                      f"{', EXIF-rotated' if facts.get('oriented') else ''}, annotated {annotated[0]}x{annotated[1]})")
+    return store_objects(spec, int(facts["width"]), int(facts["height"]), masks), ""

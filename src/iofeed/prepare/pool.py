@@ -11,13 +11,13 @@ from __future__ import annotations
 import signal
 import traceback
 from collections import deque
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
 from multiprocessing.process import BaseProcess
 from typing import Any, TypeVar
 
-from ..errors import WorkerError
+from ..errors import WorkerError, add_note
 from ..runtime.processes import next_message, safe_context
 
 T = TypeVar("T")
@@ -62,7 +62,7 @@ def _death(process: BaseProcess) -> str:
 def ordered_map(
     func: Callable[[T], R], items: Sequence[T], *, workers: int, chunksize: int,
     died: Callable[[T, str], R], describe: Callable[[T], str] = str, window: int | None = None,
-) -> Iterator[R]:
+) -> Generator[R, None, None]:
     """`func(item)` for each item in `workers` processes, yielded in order (see the module)."""
     ctx = safe_context()
     window = window or workers * chunksize * 4
@@ -119,7 +119,7 @@ def ordered_map(
                 if report[0] == "error":
                     _, at, message, text = report
                     error = WorkerError(f"preprocess worker failed on {describe(items[worker.held[at]])}: {message}")
-                    error.add_note(text)
+                    add_note(error, text)
                     raise error
                 done.update(zip(worker.held, report[1]))
                 worker.held, deaths_in_a_row = None, 0

@@ -17,8 +17,9 @@ from __future__ import annotations
 import math
 import os
 import pickle
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from contextlib import contextmanager
+from typing import Any
 
 import numpy as np
 
@@ -92,11 +93,11 @@ def ray_engine(
             ray.shutdown()
 
 
-def _connect(ray, address: str | None, workers: int | None) -> bool:
+def _connect(ray: Any, address: str | None, workers: int | None) -> bool:
     """Connect to (or start) Ray unless already connected; True when this call did it."""
     if ray.is_initialized():
         return False
-    options: dict = {"logging_level": "WARNING"}
+    options: dict[str, Any] = {"logging_level": "WARNING"}
     if address is None and not os.environ.get("RAY_ADDRESS"):
         options.update(num_cpus=resolve_workers(workers), include_dashboard=False)
     try:
@@ -107,7 +108,7 @@ def _connect(ray, address: str | None, workers: int | None) -> bool:
     return True
 
 
-def _results(ray, tasks: list[Task], workers: int | None, prepare: Prepare) -> Iterator[Prepared]:
+def _results(ray: Any, tasks: list[Task], workers: int | None, prepare: Prepare) -> Generator[Prepared, None, None]:
     """Prepared results in task order; missing or failed files are retried alone."""
     if not tasks:
         return
@@ -144,7 +145,7 @@ def _results(ray, tasks: list[Task], workers: int | None, prepare: Prepare) -> I
 class _RetryAlone:
     """Run one file as its own Ray task with retries; a file failing every time is rejected."""
 
-    def __init__(self, ray, prepare: Prepare) -> None:
+    def __init__(self, ray: Any, prepare: Prepare) -> None:
         self.ray, self.prepare = ray, prepare
         self.remote = ray.remote(max_retries=RETRIES, retry_exceptions=True)(_prepare_one)
 
@@ -152,7 +153,8 @@ class _RetryAlone:
         index, path, policy, span = task
         errors = self.ray.exceptions
         try:
-            return self.ray.get(self.remote.remote(index, path, policy, span, self.prepare))
+            prepared: Prepared = self.ray.get(self.remote.remote(index, path, policy, span, self.prepare))
+            return prepared
         except errors.RayTaskError as exc:
             cause = exc.cause if isinstance(getattr(exc, "cause", None), BaseException) else exc
             if isinstance(cause, ImportError):

@@ -26,6 +26,7 @@ from .pack import pack
 from .sources.base import SourceOptions, SourceScan
 from .sources.kinds import scan_source
 from .sources.label_targets import Resolved
+from .sources.one_sample_classes import one_sample_note
 from .sources.webdataset import image_keys
 from .splits import validation_mask, write_order
 from .stats import source_stats
@@ -49,6 +50,7 @@ class PreprocessSummary:
     several_classes: int = 0  # samples with more than one class (a multi-label dataset)
     several_example: str = ""  # the first of them and its classes
     duplicates: Duplicates = field(default_factory=Duplicates)  # images stored under several samples
+    one_sample_classes: str = ""  # a note when most classes have one sample (captions taken as classes?)
 
     @property
     def images_per_sec(self) -> float:
@@ -68,7 +70,7 @@ def preprocess(
     src: Path | str,
     out: Path | None = None,
     *,
-    policy: ImagePolicy = ImagePolicy(),
+    policy: ImagePolicy = ImagePolicy(shorter_side=None),
     seed: int = 0,
     val_per_class: int | None = None,
     val_fraction: float | None = None,
@@ -114,16 +116,18 @@ def preprocess(
                                 image_column=image_column, image_key=image_keys(image_key), spool=Path(spool),
                                 label_names=label_names)
         scan = scan_source(src, options, source)
+        policy = policy.for_source(scan.kind)
         return _preprocess(scan, src, out, start, policy=policy, seed=seed, val_per_class=val_per_class,
                            val_fraction=val_fraction, shard_bytes=shard_bytes, overwrite=overwrite, strict=strict,
-                           progress=progress,
+                           progress=progress, label_names=label_names,
                            run_engine=lambda tasks: run_engine(tasks, workers=workers, address=address))
 
 
 def _preprocess(scan: SourceScan, src: Path | str, out: Path, start: float, *, policy: ImagePolicy, seed: int,
                 val_per_class: int | None, val_fraction: float | None, shard_bytes: int, overwrite: bool,
                 strict: bool, progress: bool,
-                run_engine: Callable[[list[Task]], AbstractContextManager[Iterator[Prepared]]]) -> PreprocessSummary:
+                run_engine: Callable[[list[Task]], AbstractContextManager[Iterator[Prepared]]],
+                label_names: bool = False) -> PreprocessSummary:
     """Split, prepare and pack a scanned source into OUT (written aside, then swapped in)."""
     if strict and scan.rejected:
         _fail_strict(scan.rejected)
@@ -169,6 +173,7 @@ def _preprocess(scan: SourceScan, src: Path | str, out: Path, start: float, *, p
         empty_classes=scan.empty_classes,
         stale_removed=stale,
         **_several_classes(scan, targets),
+        one_sample_classes=one_sample_note(scan.kind, targets, scan.names, str(src), label_names),
         duplicates=find_duplicates([(f["digest"], f["name"], f["split"], f["classes"]) for f in results.facts]),
     )
 

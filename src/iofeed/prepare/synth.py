@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 from PIL import Image, ImageDraw
@@ -185,7 +185,7 @@ def _chunks(specs: list[ImageSpec], workers: int) -> Iterator[list[ImageSpec]]:
 
 
 @contextmanager
-def _imap(workers: int) -> Iterator[Callable[..., Iterable]]:
+def _imap(workers: int) -> Iterator[Callable[..., Iterable[Any]]]:
     """An unordered map over `workers` processes (forkserver or spawn, never fork); in-process for 1."""
     if workers == 1:
         yield map
@@ -208,7 +208,8 @@ def _prepare_root(out: Path, overwrite: bool) -> Path:
     root = out / ROOT_NAME
     if root.is_dir() and any(root.iterdir()):
         if not overwrite:
-            raise OptionError(f"{root} already exists and is not empty: pass overwrite=True or remove it")
+            raise OptionError(f"{root} already exists and is not empty: pass --overwrite (overwrite=True from Python) "
+                              "or remove it")
         shutil.rmtree(root)
     root.mkdir(parents=True, exist_ok=True)
     return root

@@ -7,8 +7,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..errors import OptionError, SourceError
-from ..format.manifest import MANIFEST_NAME
+from ..errors import DatasetError, OptionError, SourceError
+from ..format.manifest import DATASET_NAME, MANIFEST_NAME, Manifest, written_files
 from ..runtime.progress import progress as progress_bar
 from ..sources.remote.cache_dir import usable_cache_dir
 from ..sources.remote.retry import RetryPolicy, describe, is_transient, policy_from_env, with_retries
@@ -37,9 +37,11 @@ def upload_failure(url: str, exc: BaseException, doing: str = "") -> SourceError
     return SourceError(f"cannot upload to {url}{doing}: {what}")
 
 
-def check_target(url: str, overwrite: bool) -> None:
+def check_target(url: str, overwrite: bool) -> list[str]:
     """Refuse a read-only scheme, a bucket that does not exist or cannot be written (a 0-byte object
-    is put and removed), or an existing (even partial) dataset unless `overwrite`: all before any work."""
+    is put and removed), an existing (even partial) dataset unless `overwrite`, or with it, objects
+    there that iofeed did not write: all before any work. Returns the names of the old dataset's
+    objects (what an overwrite deletes)."""
     if not scheme(url).writable:
         raise OptionError(f"cannot upload to {url}: {url.split('://')[0]}:// is read-only here "
                           "(upload to s3:// or gs://, or serve a local dataset)")
@@ -57,6 +59,35 @@ def check_target(url: str, overwrite: bool) -> None:
     if exists and not overwrite:
         what = "a dataset" if complete else "objects (an interrupted upload?)"
         raise OptionError(f"output already exists: {url} holds {what} (pass --overwrite to replace it)")
+    return _old_objects(fs, url, policy) if exists else []
+
+
+def _old_objects(fs: Any, url: str, policy: RetryPolicy) -> list[str]:
+    """The object names under `url`, all written by iofeed: those its manifest lists, or without
+    one (an upload that never finished) those named as iofeed names its files. OptionError naming
+    any other: `--overwrite` never deletes what the user put there."""
+    try:
+        base = fs._strip_protocol(url).rstrip("/")
+        names = sorted(path[len(base) + 1:] for path in with_retries(lambda: fs.find(url), policy))
+        fs.invalidate_cache(url)  # a listing kept would hide the objects this upload puts
+        manifest = join(url, MANIFEST_NAME)
+        text = with_retries(lambda: fs.cat_file(manifest), policy) if MANIFEST_NAME in names else None
+    except Exception as exc:  # noqa: BLE001 - as above
+        raise upload_failure(url, exc) from None
+    if text is None:
+        ours = {name for name in names if DATASET_NAME.fullmatch(name)}
+    else:
+        try:
+            ours = written_files(Manifest.parse(text.decode("utf-8", "replace"), manifest))
+        except DatasetError as exc:
+            raise OptionError(f"output {url}: {exc}; --overwrite replaces only the objects a readable manifest "
+                              "lists (remove them yourself or pick another -o)") from None
+    foreign = [name for name in names if name not in ours]
+    if foreign:
+        raise OptionError(f"output {url} holds {', '.join(foreign[:3])}{', ...' if len(foreign) > 3 else ''}, "
+                          "which iofeed did not write: --overwrite would delete it with the dataset (move it out "
+                          "first)")
+    return names
 
 
 def upload_dataset(local: Path, url: str, *, overwrite: bool = False,
@@ -66,13 +97,14 @@ def upload_dataset(local: Path, url: str, *, overwrite: bool = False,
     local, url = Path(local), url.rstrip("/")
     if not (local / MANIFEST_NAME).is_file():
         raise SourceError(f"{local} is not an iofeed dataset (no {MANIFEST_NAME})")
-    check_target(url, overwrite)
+    old = check_target(url, overwrite)
     fs = filesystem(url, policy=UPLOAD_POLICY)
     try:
-        if with_retries(lambda: fs.exists(url)):
-            if with_retries(lambda: fs.exists(join(url, MANIFEST_NAME))):
-                with_retries(lambda: fs.rm_file(join(url, MANIFEST_NAME)))  # the old dataset stops looking complete
-            with_retries(lambda: fs.rm(url, recursive=True))
+        if MANIFEST_NAME in old:  # the old dataset stops looking complete first
+            with_retries(lambda: fs.rm_file(join(url, MANIFEST_NAME)))
+        for name in old:  # only the old dataset's own objects (check_target)
+            if name != MANIFEST_NAME:
+                with_retries(lambda name=name: fs.rm_file(join(url, name)))
     except Exception as exc:  # noqa: BLE001 - as in check_target
         raise upload_failure(url, exc, " (removing the old dataset)") from None
     files = sorted(p for p in local.rglob("*") if p.is_file() and p.name != MANIFEST_NAME)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -84,7 +85,7 @@ def verify_dataset(path: Path, progress: bool = False) -> Verification:
     return result
 
 
-def _check_indexed_shard(path: Path, shard: dict, rows: np.ndarray, result: Verification) -> list[str]:
+def _check_indexed_shard(path: Path, shard: dict[str, Any], rows: np.ndarray, result: Verification) -> list[str]:
     """The problems of a shard indexed in place (`iofeed index`): its size, each row against the
     index, and every image decoded as the loader would (a streamed shard: the index only)."""
     where = shard["url"]
@@ -120,7 +121,7 @@ def _check_indexed_shard(path: Path, shard: dict, rows: np.ndarray, result: Veri
     return problems
 
 
-def _check_shard(path: Path, shard: dict, rows: np.ndarray, result: Verification, kind: str,
+def _check_shard(path: Path, shard: dict[str, Any], rows: np.ndarray, result: Verification, kind: str,
                  found: tuple[Found, np.ndarray]) -> list[str]:
     """The problems of one shard: its size and sha256, its index, and each row against its index
     line and its image decoded."""
@@ -140,7 +141,7 @@ def _check_shard(path: Path, shard: dict, rows: np.ndarray, result: Verification
         os.close(fd)
 
 
-def _check_open_shard(fd: int, tar: Path, shard: dict, rows: np.ndarray, entries: list[IndexedSample],
+def _check_open_shard(fd: int, tar: Path, shard: dict[str, Any], rows: np.ndarray, entries: list[IndexedSample],
                       result: Verification, kind: str, found: tuple[Found, np.ndarray]) -> list[str]:
     problems = []
     size = os.fstat(fd).st_size

@@ -17,7 +17,7 @@ from ..format.shards import IndexedSample
 from ..format.targets import multi_hot, parse_targets
 from ..sources.remote.urls import is_url
 
-Found = list  # per table row: [classes, extra] as the shards hold them, None where not read
+Found = list[Any]  # per table row: [classes, extra] as the shards hold them, None where not read
 _IDENTITY = ("bytes", "sha256", "probe")
 
 
@@ -50,7 +50,7 @@ def check_targets(path: Path, manifest: Manifest, split: str, rows: int, found: 
     where = Path(path) / name
     try:
         classes, extras = parse_targets(read_regular(where).decode("utf-8"), str(where), rows)
-        multi_hot(classes, len(manifest.classes))
+        multi_hot(classes, len(manifest.classes), str(where))
     except DatasetError as exc:
         return [str(exc)]
     except OSError as exc:

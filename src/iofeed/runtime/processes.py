@@ -89,7 +89,7 @@ WORKERS_PER_CORE = 2  # the most processes per usable core: more only add memory
 def resolve_workers(workers: int | None) -> int:
     """`None` → the usable cores (`system.usable_cores`); otherwise a positive count, capped at
     `WORKERS_PER_CORE` per usable core with a warning (far more only add memory and start-up
-    time: docs/architecture.md, "Why the code is as it is"; two per core still hides I/O waits,
+    time: docs/decisions/0070-processes-caps-workers-at-workers-per-core.md; two per core still hides I/O waits,
     as `iofeed doctor` advises)."""
     if workers is None:
         return usable_cores().amount

@@ -169,7 +169,8 @@ def _refuse_lookalike_classes(root: Path, class_dirs: list[str]) -> None:
 def linked_folders(root: Path) -> list[tuple[str, str]]:
     """(name, where it points) of each symlinked folder at the top of `root` that is followed
     (`_linked_class_reason`): a labels-file source reads them as the class-folder scan does."""
-    real_root, seen, found = os.path.realpath(root), {}, []
+    real_root, found = os.path.realpath(root), []
+    seen: dict[str, str] = {}
     for entry in sorted(os.scandir(root), key=lambda e: e.name):
         if not entry.name.startswith(".") and entry.is_symlink() and entry.is_dir():
             if _linked_class_reason(entry, real_root, seen) is None:
@@ -177,7 +178,7 @@ def linked_folders(root: Path) -> list[tuple[str, str]]:
     return found
 
 
-def _linked_class_reason(entry: os.DirEntry, real_root: str, seen: dict[str, str]) -> str | None:
+def _linked_class_reason(entry: os.DirEntry[str], real_root: str, seen: dict[str, str]) -> str | None:
     """Why a symlinked class folder at the top of the tree is not followed, or None to follow it
     (a class folder linked from elsewhere is a class, as ImageNet trees built from links have).
     One pointing into the source, at a folder holding it, or at a folder another class already
@@ -212,7 +213,7 @@ def _scan_class(root: Path, rel_dir: str, label: int, scan: FolderScan, sniff: b
             scan.labels.append(label)
 
 
-def _rejection_reason(entry: os.DirEntry, sniff: bool) -> str | None:
+def _rejection_reason(entry: os.DirEntry[str], sniff: bool) -> str | None:
     """Why `entry` is not an image sample ("folder" to descend into it), or None if it is one
     (without `sniff`: a regular file, whatever its bytes)."""
     if entry.name.startswith("."):

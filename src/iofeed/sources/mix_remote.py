@@ -78,13 +78,14 @@ class MixedRemote:
     def fit_order(self, order: OrderSpec, readers: int = 1) -> None:
         """Check that the shared cache holds what the mixture keeps live of its streamed sources: each
         whole where it is read by a global permutation, two blocks of `block_shards` shards where it
-        is read block-wise, two shards where it is read in order."""
+        is read block-wise, two shards where it is read in order; never more shards than it has (as
+        for one streamed dataset: `RemoteShards.fit_order`)."""
         kinds = order.plan.kinds if order.plan is not None else [order.shuffle] * len(self.parts)
         need = 0
         for part, kind in zip(self.parts, kinds):
             if part is not None:
-                live = {"block": 2 * order.block_shards, "none": 2}.get(kind)
-                need += sum(ref.bytes for ref in part.refs) if live is None else live * part.largest
+                live = {"block": 2 * order.block_shards, "none": 2}.get(kind, len(part.refs))
+                need += min(min(live, len(part.refs)) * part.largest, sum(ref.bytes for ref in part.refs))
         if self.cache.limit < need:
             raise OptionError(f"Cache.limit={self.cache.limit:,} bytes cannot hold the {need:,} bytes this Mix keeps "
                               f"live of its streamed sources (each whole under shuffle='global', two blocks of "

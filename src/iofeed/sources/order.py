@@ -2,7 +2,6 @@
 from any point of it, whatever the worker count."""
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -10,12 +9,24 @@ from typing import Any
 import numpy as np
 
 from ..errors import OptionError
+from .dealing import Dealing, EpochBatches, _Once
 
-_DONE = np.empty(0, np.int64)  # the entry of a batch delivered before a resume
+
+@dataclass(frozen=True)
+class _InOrder:
+    """0, 1, ..., samples - 1, made a stretch at a time (`order[a:b]`) as the ranks ask for it."""
+
+    samples: int
+
+    def __len__(self) -> int:
+        return self.samples
+
+    def __getitem__(self, where: slice) -> np.ndarray:
+        return np.arange(*where.indices(self.samples), dtype=np.int64)
 
 
-def _unshuffled(spec: OrderSpec, epoch: int) -> np.ndarray:
-    return np.arange(spec.samples)
+def _unshuffled(spec: OrderSpec, epoch: int) -> _InOrder:
+    return _InOrder(spec.samples)
 
 
 def _global(spec: OrderSpec, epoch: int) -> np.ndarray:
@@ -33,15 +44,16 @@ def _block(spec: OrderSpec, epoch: int) -> np.ndarray:
     return np.lexsort((rng.random(spec.samples), block))
 
 
-def _mixed(spec: OrderSpec, epoch: int) -> np.ndarray:
-    return spec.plan.order(spec.seed, epoch)  # a mixture's epoch: see `mix.MixPlan`
+def _mixed(spec: OrderSpec, epoch: int) -> Any:
+    return spec.plan.epoch_order(spec.seed, epoch)  # a mixture's epoch, a stretch at a time: `mix_order.MixPlan`
 
 
 @dataclass(frozen=True)
 class Shuffle:
-    """One epoch order: the permutation of all samples, and which end pads a short last round."""
+    """One epoch order: the permutation of all samples (an array, or an object that gives any
+    stretch of it by slicing), and which end pads a short last round."""
 
-    order: Callable[[OrderSpec, int], np.ndarray]
+    order: Callable[[OrderSpec, int], Any]
     pad_from_end: bool  # pad with the epoch's last samples (still cached), not its first
 
 
@@ -49,8 +61,14 @@ SHUFFLES: dict[str, Shuffle] = {
     "none": Shuffle(_unshuffled, False),
     "global": Shuffle(_global, False),
     "block": Shuffle(_block, True),
-    "mix": Shuffle(_mixed, False),
+    "mix": Shuffle(_mixed, False),  # made by a Mix for its train split, never asked for by name
 }
+CHOICES = ("none", "global", "block")  # the shuffles a user names (`Order.shuffle`)
+
+# How an epoch's last round (fewer than batch_size * world_size samples) is filled, when not drop_last:
+# "ranks": to equal shares (every rank the same batches of the same shapes, as DistributedSampler gives);
+# "batches": to full batches; "none": not at all (each sample once, ranks may end unevenly).
+PADS = ("ranks", "batches", "none")  # why "ranks" by default: docs/decisions/0076
 
 
 @dataclass(frozen=True)
@@ -62,10 +80,15 @@ class OrderSpec:
 
     `shuffle` is "global" (a permutation of all samples), "block" (see `_block`: for streamed
     datasets; needs `shard_of`, each sample's shard), "mix" (a mixture's epoch: needs `plan`, a
-    `mix.MixPlan`; `samples` is its epoch length) or "none"; True and False mean "global" and "none".
-    `pad` (training) pads the ranks' shares to equal ones when not `drop_last`, so that every
-    rank steps the same number of times; without it (evaluation) each sample is dealt exactly
-    once and the first `samples % world_size` ranks hold one more.
+    `mix_order.MixPlan`; made by a Mix, never named by a user; `samples` is its epoch length) or
+    "none"; True and False mean "global" and "none".
+    `pad` (one of `PADS`; True and False mean "ranks" and "none") says how the last round is
+    filled when not `drop_last`: "ranks" pads it to equal shares, so that every rank steps the same
+    number of times with batches of the same shapes; "batches" pads it to full batches; with
+    "none" each sample is dealt exactly once and the first `samples % world_size` ranks hold one
+    more. A padded last round is dealt in runs, rank 0's first, its padding at the end: batches
+    gathered in rank order (as accelerate's `gather_for_metrics` does) hold the split, then the
+    padding, so cutting them to the split's length scores each sample once.
     """
 
     samples: int
@@ -76,15 +99,19 @@ class OrderSpec:
     rank: int = 0
     world_size: int = 1
     block_shards: int = 8
-    pad: bool = True
+    pad: str | bool = "ranks"
     shard_of: np.ndarray | None = field(default=None, compare=False, repr=False)
     plan: Any = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         if isinstance(self.shuffle, bool):
             object.__setattr__(self, "shuffle", "global" if self.shuffle else "none")
-        if self.shuffle not in SHUFFLES:
-            raise OptionError(f"shuffle={self.shuffle!r} is not one of {', '.join(SHUFFLES)}")
+        if self.shuffle not in CHOICES and (self.shuffle != "mix" or self.plan is None):
+            raise OptionError(f"shuffle={self.shuffle!r} is not one of {', '.join(CHOICES)}")
+        if isinstance(self.pad, bool):
+            object.__setattr__(self, "pad", "ranks" if self.pad else "none")
+        if self.pad not in PADS:
+            raise OptionError(f"pad={self.pad!r} is not one of {', '.join(PADS)}")
         if self.batch_size < 1:
             raise OptionError(f"batch_size must be >= 1, got {self.batch_size}")
         if self.world_size < 1 or not 0 <= self.rank < self.world_size:
@@ -93,35 +120,38 @@ class OrderSpec:
             raise OptionError(f"{self.samples} samples cannot be shared by {self.world_size} ranks")
         if self.shuffle == "block" and (self.shard_of is None or len(self.shard_of) != self.samples):
             raise OptionError("shuffle='block' needs the shard of every sample")
-        if self.shuffle == "mix" and (self.plan is None or self.plan.epoch_samples != self.samples):
-            raise OptionError("shuffle='mix' is the order of an iofeed.Mix: pass the Mix as the loader's source")
+        if self.shuffle == "mix" and self.plan.epoch_samples != self.samples:
+            raise OptionError(f"a mixture's order holds {self.plan.epoch_samples} samples, not {self.samples}")
         if self.block_shards < 1:
             raise OptionError(f"block_shards must be >= 1, got {self.block_shards}")
 
     def share(self, remaining: int) -> int:
         """Samples this rank takes of `remaining` samples of the global order (padded or trimmed so
-        that all ranks are equal, unless not `pad`)."""
+        that all ranks are equal, unless `pad="none"`)."""
         if self.drop_last:
             return remaining // self.world_size
-        if not self.pad:
+        if self.pad == "none":
             return len(range(self.rank, remaining, self.world_size))
-        return math.ceil(remaining / self.world_size)
+        rounds, last = divmod(remaining, self.batch_size * self.world_size)  # ints: floats round past 2**53
+        if not last:
+            return rounds * self.batch_size
+        return rounds * self.batch_size + (self.batch_size if self.pad == "batches" else -(-last // self.world_size))
 
     def own_rows(self, done: int = 0) -> int:
         """Of this rank's samples for the rest of an epoch whose first `done` samples are done, how
         many are its own: past them come the rows that pad its share (repeats of samples dealt
-        already, at most one per rank), none without `pad` or with `drop_last`."""
+        already), none with `pad="none"` or `drop_last`."""
         remaining = max(self.samples - done, 0)
-        return min(self.share(remaining), len(range(self.rank, remaining, self.world_size)))
+        if self.drop_last or self.pad == "none":
+            return self.share(remaining)
+        rounds, last = divmod(remaining, self.batch_size * self.world_size)
+        run = self.share(remaining) - rounds * self.batch_size  # this rank's rows of the last round
+        return rounds * self.batch_size + min(max(last - self.rank * run, 0), run)
 
-    def own_samples(self, batches: list[np.ndarray], done: int = 0) -> list[np.ndarray]:
+    def own_samples(self, batches: EpochBatches, done: int = 0) -> EpochBatches:
         """Per entry of `batches(epoch, done, first)`, the samples that are the batch's own: all
         but the padding (`own_rows`)."""
-        left, owned = self.own_rows(done), []
-        for planned in batches:
-            owned.append(planned[: max(left, 0)])
-            left -= len(planned)
-        return owned
+        return batches.limited(self.own_rows(done))
 
     @property
     def per_rank(self) -> int:
@@ -132,7 +162,7 @@ class OrderSpec:
         """Batches on each rank for the rest of an epoch whose first `done` samples of the global
         order are done."""
         share = self.share(max(self.samples - done, 0))
-        return share // self.batch_size if self.drop_last else math.ceil(share / self.batch_size)
+        return share // self.batch_size if self.drop_last else -(-share // self.batch_size)
 
     def __len__(self) -> int:
         """Batches per epoch on each rank."""
@@ -143,33 +173,47 @@ class OrderSpec:
         epoch's global order are done (by any world size and batch size).
 
         The global order of all samples (a function of the seed and epoch only) less its first
-        `done` is padded by repeating samples (from the order's start, or for a block order
-        from its end), or trimmed, to equal shares, then dealt out rank by rank: sample i of
-        what is left goes to rank i mod world_size. Ranks are disjoint apart from the padding,
-        their union covers the rest of the epoch, and they move through the order together (one
-        block live per node). So the first k batches of every rank are exactly the first
-        k * batch_size * world_size samples of the global order: "done" is always a prefix.
+        `done` is dealt out rank by rank: sample i of what is left goes to rank i mod world_size,
+        round after round of batch_size * world_size samples. A last round short of that is
+        trimmed (`drop_last`), or padded (`pad`) by repeating samples (from the order's start, or
+        for a block order from its end) and dealt in runs, rank 0's first, so that the padding is
+        at its end (`pad="none"`: dealt as the others, unpadded). Ranks are disjoint apart from the
+        padding, their union covers the rest of the epoch, and they move through the order
+        together (one block live per node). So the first k batches of every rank are exactly the
+        first k * batch_size * world_size samples of the global order: "done" is always a prefix.
         """
-        shuffle = SHUFFLES[self.shuffle]
-        order = shuffle.order(self, epoch)
-        rest = order[min(done, len(order)):]
-        if not (self.pad or self.drop_last):  # each sample once: shares differ by at most one
-            return rest[self.rank :: self.world_size]
-        total = self.share(len(rest)) * self.world_size
-        if total > len(rest):
-            pad = total - len(rest)
-            extra = order[len(order) - pad:] if shuffle.pad_from_end else np.resize(order, pad)
-            rest = np.concatenate([rest, extra])
-        return rest[:total][self.rank :: self.world_size]
+        rows = self._rows(done)
+        whole = self._dealt(epoch, done, 0, rows, rows)
+        return np.concatenate(list(whole)) if len(whole) else np.empty(0, np.int64)
 
-    def batches(self, epoch: int, done: int = 0, first: int = 0) -> list[np.ndarray]:
+    def _rows(self, done: int) -> int:
+        """Rows this rank takes of the rest of an epoch whose first `done` samples are done."""
+        return self.share(max(self.samples - done, 0))
+
+    def _dealt(self, epoch: int, done: int, first: int, rows: int, batch_size: int) -> EpochBatches:
+        """This rank's `rows` of `epoch` past `done`, in batches of `batch_size` numbered from `first`."""
+        shuffle, done = SHUFFLES[self.shuffle], min(done, self.samples)
+        remaining = self.samples - done
+        if self.drop_last or self.pad == "none":  # round-robin to the end, nothing padded
+            dealt, run, pad = self.share(remaining), 0, 0
+        else:  # whole rounds round-robin, then the last round in runs with its padding at the end
+            rounds, last = divmod(remaining, self.batch_size * self.world_size)
+            dealt = rounds * self.batch_size
+            run = self.share(remaining) - dealt
+            pad = run * self.world_size - last
+        dealing = Dealing(self.samples, done, self.rank, self.world_size, dealt, run, pad, shuffle.pad_from_end)
+        count = -(-rows // batch_size) if rows else 0
+        return EpochBatches(_Once(lambda: shuffle.order(self, epoch)), dealing, batch_size, first, rows,
+                            range(first + count))
+
+    def batches(self, epoch: int, done: int = 0, first: int = 0) -> EpochBatches:
         """This rank's batches of sample indices for `epoch`, numbered from `first`: entry k is
         batch k (its crops come from `BatchKey(..., k)`). After a resume (`done` samples of the
         global order done, `first` batches counted by the run that did them) the entries before
-        `first` are empty: they were delivered before the resume."""
-        indices = self.rank_indices(epoch, done)[: self.batch_count(done) * self.batch_size]
-        rest = [indices[i : i + self.batch_size] for i in range(0, len(indices), self.batch_size)]
-        return [_DONE] * first + rest
+        `first` are empty: they were delivered before the resume. Each batch is made when asked
+        (`dealing.EpochBatches`): an epoch of any length costs the batches in flight."""
+        rows = min(self._rows(done), self.batch_count(done) * self.batch_size)
+        return self._dealt(epoch, done, first, rows, self.batch_size)
 
 
 def valid_rows(delivered: np.ndarray, own: np.ndarray) -> np.ndarray:

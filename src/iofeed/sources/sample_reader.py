@@ -46,7 +46,7 @@ def _read_error(exc: OSError, path: bytes) -> IofeedError:
 
 
 # Whole shards mapped up front (MAP_POPULATE, Linux): far cheaper than faulting pages in one by one
-# as raw samples are touched (measured: docs/architecture.md, "Why the code is as it is").
+# as raw samples are touched (measured: docs/decisions/0061-sample-reader-maps-whole-shards-up-front.md).
 MAP_FLAGS = mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0)
 
 
@@ -118,15 +118,17 @@ class SampleReader:
             raise SampleError("shard is truncated or the index does not match it (run `iofeed preprocess` again)")
         return np.frombuffer(mapped, np.uint8, count=int(src.size[index]), offset=offset).reshape(shape)
 
-    def read(self, index: int) -> bytes:
-        """The encoded bytes of sample `index`; SampleError says why it cannot be read."""
+    def read(self, index: int, span: tuple[int, int] | None = None) -> bytes:
+        """The encoded bytes of sample `index` (or of another member of it, at `span` (offset, size)
+        in its shard); SampleError says why they cannot be read."""
         src = self._source
-        file_id, size = int(src.file_id[index]), int(src.size[index])
+        file_id, size = int(src.file_id[index]), int(src.size[index]) if span is None else int(span[1])
+        offset = int(src.offset[index]) if span is None else int(span[0])
         try:
             if size < 0:  # a folder's file, checked regular again: a FIFO put there since the scan would block
                 with os.fdopen(open_regular(src.files[file_id]), "rb") as f:
                     return f.read()
-            data = os.pread(self._fd(file_id), size, int(src.offset[index]))
+            data = os.pread(self._fd(file_id), size, offset)
         except OSError as exc:
             raise _read_error(exc, src.files[file_id]) from None
         except DatasetError:

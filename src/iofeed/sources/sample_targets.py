@@ -15,7 +15,7 @@ from ..format.targets import multi_hot, parse_targets
 from .remote.urls import is_url
 from .samples import SampleSource
 
-TARGETS = ("class", "multi_hot")  # the choices of `Output.target`
+TARGETS = ("class", "multi_hot", "boxes", "masks")  # the choices of `Output.target`
 
 
 @dataclass
@@ -47,10 +47,11 @@ def open_targets(source: str | Path, split: str, data: SampleSource) -> SampleTa
     if name is None:
         classes = [[int(label)] if label >= 0 else [] for label in data.label]
         extras: list[Any] = [None] * len(data)
+        where = f"{str(source).rstrip('/')}/{split}-samples.npy (its labels)"
     else:
         where = f"{str(source).rstrip('/')}/{name}"
         classes, extras = parse_targets(_read_text(where), where, len(data))
-    offsets, indices = multi_hot(classes, len(data.classes))
+    offsets, indices = multi_hot(classes, len(data.classes), where)
     return SampleTargets(len(data.classes), offsets, indices, extras)
 
 

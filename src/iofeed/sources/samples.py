@@ -5,7 +5,7 @@ import os
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -40,12 +40,13 @@ class SampleSource:
     encoding: np.ndarray  # uint8
     width: np.ndarray  # int32
     height: np.ndarray  # int32
-    rejected: Counter = field(default_factory=Counter)  # reason kind -> count, found before loading
+    rejected: Counter[str] = field(default_factory=Counter[str])  # reason kind -> count, found before loading
     dataset: Path | None = None  # the local dataset directory (None for folders and streamed datasets)
     dataset_id: str = ""  # the manifest's id when opened ("" for folders and datasets before version 3)
     remote: RemoteShards | None = None  # streamed dataset: `files` are URLs read through the node cache
     validated: bool = True  # images checked by preprocess (False: shards indexed in place, images as they came)
-    targets: dict = field(default_factory=dict)  # the manifest's `targets` entry when opened ({} for folders)
+    targets: dict[str, Any] = field(default_factory=dict)  # the manifest's `targets` entry when opened ({} for folders)
+    masks: np.ndarray | None = None  # int64 (n, 2): each sample's instance-mask member (offset, size) in its shard
 
     def __len__(self) -> int:
         return len(self.label)
@@ -91,12 +92,28 @@ def open_source(source: Path | str, split: str = "train", *, cache_dir: str | os
         streamed = dataset_source(opened.manifest, opened.info, opened.table, opened.files, opened.where)
         streamed.remote = opened.shards
         return streamed
-    path = Path(source)
+    path = Path(source).absolute()  # workers open its files later, from the cwd their fork server started in
     if not path.exists():
         raise SourceError(f"source not found: {path} (pass an image folder or an iofeed dataset)")
     if is_iofeed_dataset(path):
         return _open_dataset(path, split, cache_dir, cache_limit)
+    if not path.is_dir():
+        raise SourceError(_not_a_folder(path))
     return _open_folder(path)
+
+
+def _not_a_folder(path: Path) -> str:
+    """What a file passed as a source is, and what to pass instead: a dataset's own file (a shard,
+    an index, the manifest) names the dataset; a WebDataset shard names `iofeed index`."""
+    if is_iofeed_dataset(path.parent):
+        split = path.name.split("-", 1)[0] if path.name.endswith(".tar") and "-" in path.name else None
+        call = f"iofeed.loader({str(path.parent)!r}" + (f", split={split!r}" if split else "") + ", ...)"
+        return (f"{path} is a file of the iofeed dataset {path.parent} (a shard, index or manifest): pass the "
+                f"dataset's folder: {call}")
+    if path.name.endswith(".tar"):
+        return (f"{path} is a tar shard, not a dataset: index it once with `iofeed index {path} -o DATASET.iof` (or "
+                "`iofeed preprocess`), then pass that folder")
+    return f"{path} is a file: pass an image folder with one subfolder per class, or an iofeed dataset folder"
 
 
 def _open_dataset(path: Path, split: str, cache_dir: Path | str | None = None,
@@ -133,7 +150,7 @@ def _open_dataset(path: Path, split: str, cache_dir: Path | str | None = None,
     return source
 
 
-def shard_location(dataset: Path, shard: dict) -> str:
+def shard_location(dataset: Path, shard: dict[str, Any]) -> str:
     """Where a shard's tar is read: its own `url` (a dataset made by `iofeed index`), else its file
     in the dataset folder."""
     return shard.get("url") or str(Path(dataset) / shard["name"])

@@ -8,6 +8,8 @@ from typing import Any
 
 import torch
 
+from ...runtime.gpu.host_register import HostRegistration
+
 
 class HostToDevice:
     """Copies one batch's host tensors to a CUDA device without holding up the training stream.
@@ -17,20 +19,22 @@ class HostToDevice:
     which the current stream then waits for, from pinned memory:
 
     - the engine's own memory (the workers engine's slots), registered as pinned once per block
-      (`cudaHostRegister`) and copied straight from the slot: no host copy of the batch. The
+      (`HostRegistration`) and copied straight from the slot: no host copy of the batch. The
       slot's lease is released once the copy's event has completed (looked at on each call), not
       before;
     - otherwise (memory that cannot be registered) staged in pinned buffers: two sets alternate,
       a set refilled only after its last copies finished, the lease released once staged.
+
+    Everything runs with `device` as the current CUDA device (registration, pinned allocations):
+    a rank on "cuda:N" that never called `set_device` makes no context on GPU 0.
     """
 
-    def __init__(self, device: Any) -> None:
-        self.device = device
-        self._stream = torch.cuda.Stream(device)
+    def __init__(self, device: Any, registration: HostRegistration | None = None) -> None:
+        self.device = torch.device(device)
+        self._stream = torch.cuda.Stream(self.device)
         self._sets = [_PinnedSet(), _PinnedSet()]
         self._turn = 0
-        self._registered: set[int] = set()  # blocks pinned in place, by address
-        self._refused: set[int] = set()  # blocks CUDA would not register (staged instead)
+        self.registration = registration if registration is not None else HostRegistration(self.device)
         # (copy done event, release, the host tensor: kept, or dropping it would release the memory early)
         self._pending: deque[tuple[Any, Callable[[], None], Any]] = deque()
 
@@ -39,6 +43,11 @@ class HostToDevice:
         """`tensors` (on the host) on the device, ready for work queued next on the current stream.
         `tensors[0]` lies in engine memory `region` (address, bytes) when given; `release` gives it
         back to the engine, once nothing will read it any more."""
+        with torch.cuda.device(self.device):
+            return self._copy(tensors, region, release)
+
+    def _copy(self, tensors: tuple[Any, ...], region: tuple[int, int] | None,
+              release: Callable[[], None] | None) -> list[Any]:
         self._release_finished()
         direct = self.pinned_in_place(region)
         self._turn ^= 1
@@ -61,24 +70,14 @@ class HostToDevice:
 
     def pinned_in_place(self, region: tuple[int, int] | None) -> bool:
         """Whether `region` is (now) registered as pinned memory; registered once, on first sight."""
-        if region is None or region[0] in self._refused:
-            return False
-        address, size = region
-        if address not in self._registered:
-            if int(torch.cuda.cudart().cudaHostRegister(address, size, 0)) != 0:
-                self._refused.add(address)  # e.g. a platform without registration: stage instead
-                return False
-            self._registered.add(address)
-        return True
+        return self.registration.pinned(region)
 
     def close(self) -> None:
         """Wait for the copies under way, release their engine memory, and unregister the blocks
         pinned in place (before the engine unmaps them: registered memory must not be unmapped)."""
         self._stream.synchronize()
         self._release_finished()
-        for address in self._registered:
-            torch.cuda.cudart().cudaHostUnregister(address)
-        self._registered.clear()
+        self.registration.close()
 
     def _release_finished(self) -> None:
         """Release the engine memory of copies that have completed, oldest first."""

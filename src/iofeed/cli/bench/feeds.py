@@ -24,14 +24,16 @@ CEILING = "synthetic"
 GPU = "gpu"  # a need: a CUDA device (any other need is a module to import)
 # why a feed lacking a need is skipped (any other module: "M is not installed")
 SAID = {"nvidia.dali": "NVIDIA DALI is not installed (pip install 'iofeed[dali]')",
-        GPU: "augments on the GPU: needs a CUDA GPU"}
+        GPU: "augments on the GPU: needs a CUDA GPU",
+        "ffcv": "FFCV is not installed (pip install ffcv: an sdist that compiles against OpenCV and libjpeg-turbo "
+                "found by pkg-config)"}
 
 
 @dataclass(frozen=True)
 class FeedDecl:
     """What the catalogue says of a feed: what it runs, on which form of the data, and what it needs."""
 
-    kind: str  # its family, as reported: "torchvision", "iofeed", "dali-peer", "grain" or "synthetic"
+    kind: str  # its family, as reported: "torchvision", "iofeed", "dali-peer", "grain", "ffcv" or "synthetic"
     reads: str  # "folder", "dataset" (JPEG), "raw" (raw pixels) or "" (synthetic)
     about: str
     keywords: Mapping[str, Any] = field(default_factory=dict)  # its class's settings: iofeed.loader keywords...
@@ -45,6 +47,15 @@ class FeedDecl:
 
 _HERE = "iofeed.cli.bench.feed_classes"
 _FRAMEWORKS = "iofeed.cli.bench.framework_feeds"
+
+
+def _recipe(**changes: Any) -> Any:
+    """An `iofeed.Recipe` for a line's `augment=` (imported here: the catalogue loads before iofeed's loader)."""
+    from ...augment.recipe import Recipe
+
+    return Recipe(**changes)
+
+
 CHANNELS_LAST = Output(memory_format="channels_last")  # the bench's model is channels_last
 TORCH = {"engine": "workers", "output": CHANNELS_LAST}  # the torch feeds'
 
@@ -73,7 +84,13 @@ FEEDS: Registry[FeedDecl] = Registry("feed", {
     "torchvision-1w": dataloader("torchvision ImageFolder + DataLoader, 1 worker", workers=1),
     "torchvision-Nw": dataloader("torchvision ImageFolder + DataLoader, all cores"),
     "iofeed-folder": iofeed("folder", "iofeed workers engine on the JPEG folder", **TORCH),
-    "iofeed-dataset": iofeed("dataset", "iofeed workers engine on the preprocessed dataset", **TORCH),
+    "iofeed-dataset": iofeed("dataset", "iofeed workers engine on the preprocessed dataset (channels_last)", **TORCH),
+    "iofeed-nchw": iofeed("dataset", "the same in the torch adapter's default layout, contiguous NCHW: a layout that "
+                          "cost a pass of its own would show beside iofeed-dataset", engine="workers"),
+    "iofeed-exact-decode": iofeed("dataset", "iofeed workers engine on the preprocessed dataset, "
+                                  "Recipe(fast_decode=False): libjpeg-turbo's exact IDCT and upsampling (the "
+                                  "default before issue 42)", default=False, augment=_recipe(fast_decode=False),
+                                  **TORCH),
     "iofeed-raw": iofeed("raw", "iofeed workers engine on the raw-pixel dataset (--format raw)", **TORCH),
     "iofeed-raw-gpu": iofeed("raw", "iofeed on the raw-pixel dataset, crop/resize/flip on the GPU", needs=(GPU,),
                              gpu_augment=True, **TORCH),
@@ -92,11 +109,18 @@ FEEDS: Registry[FeedDecl] = Registry("feed", {
     "grain": peer("iofeed.cli.bench.grain_feed:GrainFeed", "grain", "dataset", "Grain DataLoader over the dataset's "
                   "JPEG bytes, Pillow decode", framework="numpy", needs=("grain",), worker_buffer_size=2,
                   read_threads=0),
+    "ffcv": peer("iofeed.cli.bench.ffcv_feed:FfcvFeed", "ffcv", "dataset", "FFCV's ImageNet pipeline on the "
+                 "dataset's train images written once into a .beton (JPEG q90, <= 256 px)", needs=("ffcv",),
+                 default=False),
     "iofeed-mix": iofeed("dataset", "iofeed workers engine on a 3-source iofeed.Mix of the dataset (three names, "
                          "weights 0.5/0.3/0.2, an epoch of its size): what mixing costs beside iofeed-dataset",
                          source="mixed views", default=False, **TORCH),
     "iofeed-dali": iofeed("dataset", "iofeed DALI engine on the preprocessed dataset", needs=("nvidia.dali",),
                           engine="dali", output=CHANNELS_LAST),
+    # its workers only read and pack JPEG bytes: "workers ms/img" is that cost (the target: <= 0.1 ms)
+    "iofeed-nvjpeg": iofeed("dataset", "iofeed nvjpeg engine on the preprocessed dataset: workers pack JPEG bytes, "
+                            "one batched decode per batch (nvJPEG on a GPU, libjpeg-turbo on the CPU), crop on the "
+                            "device", needs=("torchvision",), engine="nvjpeg", output=CHANNELS_LAST),
     "torchvision-recipe": dataloader("torchvision reference recipe (TrivialAugmentWide, RandomErasing, MixUp/CutMix) "
                                      "in the DataLoader, all cores", recipe="reference"),
     "iofeed-recipe": iofeed("dataset", "the same recipe with iofeed: transform= in its workers, MixUp/CutMix as "
@@ -184,4 +208,5 @@ def open_feed(spec: FeedSpec) -> Feed:
             spec.device != "cpu" or spec.model != "none"):
         raise FeedUnavailable(f"a {framework} feed is measured on the CPU without a model only "
                               "(the model step is PyTorch's; JAX's GPU arrays reach it through DLPack)")
-    return FEEDS[spec.name].load()(spec)
+    feed: Feed = FEEDS[spec.name].load()(spec)
+    return feed

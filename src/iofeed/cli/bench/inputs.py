@@ -74,7 +74,8 @@ def resolve_inputs(source: Path | None, needed: set[str], progress: bool = True)
 
 def _add_form(inputs: Inputs, form: str, needed: bool, progress: bool) -> None:
     """Add the preprocessed `form` beside the folder, preprocessing it first when missing and needed."""
-    from ...prepare.run import ImagePolicy, preprocess
+    from ...format.policy import ImagePolicy
+    from ...prepare.run import preprocess
 
     folder = inputs.folder
     dataset = preprocessed_path(folder, form)

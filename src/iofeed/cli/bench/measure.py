@@ -27,6 +27,7 @@ class CpuUse:
     core_total: list[float]
     feed: float  # the feed's processes
     other: float  # every other process, the benchmark's own included
+    children: float = 0.0  # of `feed`, the processes under its host (an iofeed feed's workers)
 
     @property
     def other_share(self) -> float:
@@ -97,8 +98,9 @@ class MemoryWatch:
     kernel gives it — shared pages counted once — else RSS) and keeping each feed's peak.
 
     Reading PSS is slow for a process that maps much memory (the kernel walks its page tables):
-    sampled inside timed windows it takes CPU from the feed measured (docs/architecture.md, "Why
-    the code is as it is"). So it samples only outside them: in the background during warm-up and drains, and
+    sampled inside timed windows it takes CPU from the feed measured
+    (docs/decisions/0066-measure-reads-memory-only-outside-timed-windows.md).
+    So it samples only outside them: in the background during warm-up and drains, and
     at each window's edges (loaders allocate their buffers up front; growth over a window
     shows in the sample after it).
     """
@@ -189,9 +191,11 @@ class _CpuMeter:
             (all1, idle1), (all0, idle0) = _total_idle(after), _total_idle(before)
             busy.append(max((all1 - idle1) - (all0 - idle0), 0.0))
             total.append(max(all1 - all0, 0.0))
-        procs = _process_cpu(self._host.pids())
-        mine = sum(max(t - self._procs.get(pid, 0.0), 0.0) for pid, t in procs.items())
-        return CpuUse(busy, total, mine, max(sum(busy) - mine, 0.0))
+        pids = self._host.pids()
+        procs = _process_cpu(pids)
+        used = {pid: max(t - self._procs.get(pid, 0.0), 0.0) for pid, t in procs.items()}
+        mine, children = sum(used.values()), sum(t for pid, t in used.items() if pid not in pids[:1])
+        return CpuUse(busy, total, mine, max(sum(busy) - mine, 0.0), children)
 
 
 def measure(runs: list[FeedRun], rounds: int, window_seconds: float, warmup_seconds: float,

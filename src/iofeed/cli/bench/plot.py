@@ -1,9 +1,11 @@
-"""The results as a PNG to paste into a report: images/sec with the ratio to the baseline, then per
-feed CPU time per image, peak memory (and GPU utilisation and memory when a GPU was used), every
-feed of the record on every panel, a feed that did not run marked with its reason; the GPU
-utilisation over time below when it was sampled."""
+"""The results as a PNG to paste into a report: images/sec with the ratio to the baseline and the
+spread of the timed windows, then per feed CPU time per image, peak memory (and GPU utilisation and
+memory when a GPU was used), every feed of the record on every panel, a feed that did not run
+pointing at its reason, written whole below the rates; the GPU utilisation over time below when
+it was sampled."""
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -15,7 +17,8 @@ MIB = 2**20
 DISTURBED_COLOUR = "tab:red"
 PAGE_CACHE_SHARE = 0.5  # a memory bar more than this much mapped files is labelled as page cache
 SKIPPED_COLOUR, BASELINE_COLOUR, FEED_COLOUR, CEILING_COLOUR = "0.55", "tab:orange", "tab:blue", "tab:green"
-REASON_CHARS = 110  # a skipped feed's reason is cut to this on the picture (the JSON keeps it whole)
+NOTE_CHARS = 170  # a feed's reason for not running is wrapped at this width below the rates, whole
+NOTE_LINE_INCHES = 0.17
 
 
 def metrics(record: dict[str, Any]) -> list[tuple[str, Callable[[dict[str, Any]], float | None], str]]:
@@ -46,21 +49,30 @@ def draw(record: dict[str, Any]) -> Any:
     names = [f["name"] for f in feeds]
     panels = metrics(record)
     timeline = [s for s in record["gpu_timeline"] if s["feed"] is not None]
-    rows = 2 + bool(timeline)
+    notes = not_run_notes(feeds)
+    notes_height = NOTE_LINE_INCHES * (len(notes) + 1) if notes else 0.0
+    rows = 2 + bool(timeline) + bool(notes)
     height = 0.32 * len(feeds) + 1.4
-    fig = plt.figure(figsize=(max(12.0, 3.6 * len(panels)), 2 * height + (3.2 if timeline else 0) + 0.9),
+    fig = plt.figure(figsize=(max(12.0, 3.6 * len(panels)), 2 * height + (3.2 if timeline else 0) + notes_height + 0.9),
                      constrained_layout=True)
-    grid = fig.add_gridspec(rows, len(panels), height_ratios=[height, height] + ([3.2] if timeline else []))
+    grid = fig.add_gridspec(rows, len(panels), height_ratios=[height] + ([notes_height] if notes else []) + [height]
+                            + ([3.2] if timeline else []))
     disturbed = disturbance(record)
     fig.suptitle(_title(record) + (f"\n{disturbed.upper()[:1]}{disturbed[1:]}" if disturbed else ""), fontsize=9,
                  color=DISTURBED_COLOUR if disturbed else "black")
 
     rate_axes = fig.add_subplot(grid[0, :])
     _rates(rate_axes, record)
+    if notes:
+        note_axes = fig.add_subplot(grid[1, :])
+        note_axes.axis("off")
+        note_axes.text(0, 1, "\n".join(notes), va="top", ha="left", fontsize=8, color="0.3", style="italic",
+                       transform=note_axes.transAxes)
+    panel_row = 1 + bool(notes)
     first = None
     drawn = set(baselines(record))
     for column, (label, value, fmt) in enumerate(panels):
-        axes = fig.add_subplot(grid[1, column], sharey=first)
+        axes = fig.add_subplot(grid[panel_row, column], sharey=first)
         first = first or axes
         values = [value(f) if f["status"] == "ok" else None for f in feeds]
         labels = None
@@ -72,7 +84,7 @@ def draw(record: dict[str, Any]) -> Any:
         if column:
             axes.tick_params(labelleft=False)
     if timeline:
-        _timeline(fig.add_subplot(grid[2, :]), timeline, names)
+        _timeline(fig.add_subplot(grid[panel_row + 1, :]), timeline, names)
     return fig
 
 
@@ -137,24 +149,48 @@ def _bars(axes: Any, feeds: list[dict[str, Any]], values: list[float | None], fm
             tick.set_color(SKIPPED_COLOUR)
 
 
+def not_run_notes(feeds: list[dict[str, Any]]) -> list[str]:
+    """Each feed that did not run with its whole reason, wrapped ("(1) iofeed-s3-cold skipped: ...");
+    its bar says "see (1)": a reason cut to fit the bar's row lost what to do."""
+    lines: list[str] = []
+    for number, feed in enumerate((f for f in feeds if f["status"] != "ok"), 1):
+        text = f"({number}) {feed['name']} {feed['status']}: {feed['reason']}"
+        lines += textwrap.wrap(text, NOTE_CHARS, subsequent_indent="      ", break_on_hyphens=False)
+    return lines
+
+
+def window_spread(feed: dict[str, Any]) -> tuple[float, float] | None:
+    """The slowest and fastest timed window's images/sec of a feed that ran (None with fewer than two)."""
+    rates = [w["images_per_sec"] for w in feed.get("windows", [])]
+    return (min(rates), max(rates)) if feed["status"] == "ok" and len(rates) >= 2 else None
+
+
 def _rates(axes: Any, record: dict[str, Any]) -> None:
-    """Images/sec per feed, labelled with the ratio to the baseline; skipped feeds with their reason."""
+    """Images/sec per feed, each with a whisker from its slowest to its fastest window, labelled with
+    the ratio to the baseline and that spread; a feed that did not run points at its note."""
     feeds, measured = record["feeds"], baselines(record)
     rates = [f["images_per_sec"] for f in feeds]
-    labels = ["" if f["status"] != "ok" else "   ".join(_rate_words(f, record["baseline"])) for f in feeds]
+    numbers = iter(range(1, len(feeds) + 1))
+    labels = [f"{f['status']}: see ({next(numbers)}) below" if f["status"] != "ok" else "" for f in feeds]
     _bars(axes, feeds, rates, ",.0f", set(measured), labels)
     for i, feed in enumerate(feeds):
-        if feed["status"] != "ok":
-            reason = f"{feed['status']}: {feed['reason']}"
-            reason = reason if len(reason) <= REASON_CHARS else reason[:REASON_CHARS - 1] + "…"
-            axes.annotate(reason, (0, i), xytext=(3, 0), textcoords="offset points", va="center", fontsize=8,
-                          color="0.3", style="italic")
-    axes.set_xlim(0, max((r for r in rates if r is not None), default=1) * 1.45)
+        rate, spread = feed["images_per_sec"], window_spread(feed)
+        if feed["status"] != "ok" or rate is None:
+            continue
+        if spread is not None:
+            axes.errorbar(rate, i, xerr=[[max(rate - spread[0], 0)], [max(spread[1] - rate, 0)]], fmt="none",
+                          ecolor="black", elinewidth=1, capsize=3)
+        end = max(rate, spread[1]) if spread is not None else rate  # the label past the whisker
+        axes.annotate("   ".join(_rate_words(feed, record["baseline"])), (end, i), xytext=(5, 0),
+                      textcoords="offset points", va="center", fontsize=7)
+    top = max((max(r, (window_spread(f) or (0, 0))[1]) for f, r in zip(feeds, rates) if r is not None), default=1)
+    axes.set_xlim(0, top * 1.6)
     ceiling = (", green: synthetic data already on the device (the ceiling)"
                if any(f["kind"] == "synthetic" for f in feeds) else "")
     skipped = ", grey: did not run" if any(f["status"] != "ok" for f in feeds) else ""
     legend = f"; orange: the baseline{'s' if len(measured) > 1 else ''} ({', '.join(measured)})" if measured else ""
-    axes.set_xlabel(f"images/sec over the timed windows{legend}{ceiling}{skipped}", fontsize=8)
+    axes.set_xlabel(f"images/sec over the timed windows (whiskers: slowest to fastest window){legend}{ceiling}"
+                    f"{skipped}", fontsize=8)
     axes.tick_params(labelsize=8)
 
 
@@ -168,6 +204,9 @@ def _rate_words(feed: dict[str, Any], main: str) -> list[str]:
     ceiling = (feed.get("training") or {}).get("percent_of_ceiling")
     if ceiling is not None and feed["kind"] != "synthetic":
         words.append(f"{ceiling:.0f}% of the ceiling")
+    spread = window_spread(feed)
+    if spread is not None:
+        words.append(f"windows {spread[0]:,.0f}–{spread[1]:,.0f}")
     return words
 
 

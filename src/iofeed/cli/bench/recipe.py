@@ -55,7 +55,7 @@ def reference_transform(image_size: int) -> Any:
 def iofeed_transform() -> Any:
     """The per-sample part iofeed does not do itself, on its uint8 HWC crop: uint8 CHW.
     TrivialAugmentWide runs on a PIL image, as in the DataLoader: its PIL kernels are the faster
-    (docs/architecture.md, "Why the code is as it is")."""
+    (docs/decisions/0067-recipe-runs-trivialaugmentwide-on-a-pil-image.md)."""
     from torchvision.transforms import v2
 
     return v2.Compose([v2.ToPILImage(), v2.TrivialAugmentWide(), v2.PILToTensor(),

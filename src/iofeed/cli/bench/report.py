@@ -45,6 +45,7 @@ def feed_record(run: FeedRun, image_size: int, baseline: float | None, ceiling: 
         "baseline": baseline_name,
         "cpu_percent_per_core": cores, "cpu_percent": sum(cores) / len(cores) if cores else None,
         "cpu_ms_per_image": 1000.0 * feed_cpu / images if images else None,
+        "worker_cpu_ms_per_image": 1000.0 * sum(w.cpu.children for w in run.windows) / images if images else None,
         "other_cpu_percent": 100.0 * other_cpu / sum(total) if sum(total) > 0 else None,
         "peak_memory_bytes": run.peak_memory_bytes if run.status == "ok" else None,
         "peak_memory_file_bytes": run.peak_file_bytes if run.status == "ok" else None,
@@ -99,6 +100,18 @@ def disturbance(record: dict[str, Any]) -> str | None:
             f"{len(windows)} timed windows; the rates are lower than on a quiet machine")
 
 
+def all_failed(record: dict[str, Any]) -> str | None:
+    """The line to end with when no feed was measured and at least one failed (the run then exits
+    non-zero: a script or CI reading the status saw success); None when any feed ran, or every
+    one was only skipped as unable to run here."""
+    statuses = [f["status"] for f in record["feeds"]]
+    if "ok" in statuses or "failed" not in statuses:
+        return None
+    failed = [f["name"] for f in record["feeds"] if f["status"] == "failed"]
+    return (f"no feed was measured: {', '.join(failed)} failed (the reasons are in the table above"
+            f"{' and ' + str(statuses.count('skipped')) + ' skipped' if 'skipped' in statuses else ''})")
+
+
 def baselines(record: dict[str, Any]) -> list[str]:
     """The baselines some feed of the record is compared with and that were measured, in feed order."""
     measured = {f["name"] for f in record["feeds"] if f["status"] == "ok"}
@@ -114,7 +127,7 @@ def table(record: dict[str, Any]) -> str:
     """The results as a fixed-width text table (one row per feed)."""
     training = record["settings"]["model"] != "none"
     measured = baselines(record)
-    head = ["feed", "workers", "img/s", "x baseline", "MPix/s", "core busy %", "CPU ms/img",
+    head = ["feed", "workers", "img/s", "x baseline", "MPix/s", "core busy %", "CPU ms/img", "workers ms/img",
             "other CPU %", "peak MiB"]
     if training:
         head += ["GPU util %", "data wait %", "% of ceiling"]
@@ -130,6 +143,7 @@ def table(record: dict[str, Any]) -> str:
         row = [feed["name"], _num(feed["workers"], "d"), _num(feed["images_per_sec"], ",.0f"),
                _num(feed["vs_baseline"], ".2f"), _num(feed["mpix_per_sec"], ".1f"),
                "/".join(f"{c:.0f}" for c in feed["cpu_percent_per_core"]), _num(feed["cpu_ms_per_image"], ".2f"),
+               _num(feed.get("worker_cpu_ms_per_image"), ".3f"),
                _num(feed["other_cpu_percent"], ".0f"),
                _num(None if feed["peak_memory_bytes"] is None else feed["peak_memory_bytes"] / 2**20, ",.0f")]
         if training:
@@ -154,6 +168,8 @@ def table(record: dict[str, Any]) -> str:
     notes[:0] = [f"  x baseline: img/s over {compared or 'a baseline (none was measured: —)'};",
                  "  core busy %: each core of the machine (0/1/...) busy while the feed was timed; "
                  "CPU ms/img: CPU time of the feed's own processes per image;",
+                 "  workers ms/img: of that, its worker processes' (iofeed-nvjpeg's: reading and packing JPEG bytes "
+                 "alone, the target <= 0.1);",
                  "  other CPU %: the machine's CPU used by other processes; peak MiB: the feed's processes' memory "
                  f"({record['settings']['memory_metric']})"]
     if disturbance(record):

@@ -37,7 +37,8 @@ _FEED = _obj({
     "training": _or_null(_TRAINING),
 })
 # added since version 2, so optional: the feed its ratio is against, and the mapped-file part of its memory
-_FEED["properties"].update({"baseline": _OPT_STR, "peak_memory_file_bytes": _OPT_INT})
+_FEED["properties"].update({"baseline": _OPT_STR, "peak_memory_file_bytes": _OPT_INT,
+                            "worker_cpu_ms_per_image": _OPT_NUM})  # since the nvjpeg feed
 SCHEMA: dict[str, Any] = _obj({
     "format": {"type": "string", "enum": [FORMAT]},
     "version": {"type": "integer", "enum": [VERSION]},

@@ -109,6 +109,7 @@ def _stream_options(url: str, temperature: str, folder: str) -> dict[str, Any]:
     from ...sources.samples import open_source
 
     remote = open_source(url, "train", cache_dir=folder, cache_limit=1 << 62).remote  # limits set below
+    assert remote is not None, f"{url} opened as a local dataset"
     total = sum(r.bytes for r in remote.refs)
     if temperature == "cold":
         limit = max(int(total * COLD_SHARE), (2 * COLD_BLOCK + 2) * remote.largest)

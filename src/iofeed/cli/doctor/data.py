@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 from time import perf_counter
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 import numpy as np
 from PIL import Image
@@ -85,7 +85,11 @@ def _check_sample(source: Path | str, sample: int, decode_sample: int, decode_bu
     picked = random.Random(seed).sample(items, min(sample, len(items)))
     check = DataCheck(source=str(path), kind=kind, total=len(items), sampled=len(picked),
                       file_kib_mean=float(np.mean([i.nbytes for i in picked])) / 1024)
-    formats, modes, sides, pixels, readable = Counter(), Counter(), [], [], []
+    formats: Counter[str] = Counter()
+    modes: Counter[str] = Counter()
+    sides: list[int] = []
+    pixels: list[int] = []
+    readable: list[Any] = []
     limit, huge = Image.MAX_IMAGE_PIXELS, []
     for item in picked:
         if item.raw_size is not None:
@@ -122,6 +126,7 @@ def _check_sample(source: Path | str, sample: int, decode_sample: int, decode_bu
         if fmt == "jpeg" and mode == "CMYK":
             check.cmyk.append(item.name)
     if huge:
+        assert limit is not None, "an image is over the limit only where there is one"
         check.notes.append(
             f"{len(huge)} of {len(picked)} sampled images are over Pillow's decompression-bomb limit of "
             f"{limit / 1e6:.0f} MP (its warning for each is left out here), e.g. {huge[0]}: Pillow warns on every "

@@ -60,7 +60,7 @@ def _gpus() -> tuple[list[dict[str, Any]], str | None]:
         import pynvml  # noqa: F401 - only to tell "not installed" from "no GPU"
     except ImportError:
         return [], "nvidia-ml-py is not installed, so GPUs cannot be queried (pip install 'iofeed[doctor]')"
-    gpus = []
+    gpus: list[dict[str, Any]] = []
     while (info := gpu_info(len(gpus))) is not None:
         gpus.append(info)
     return gpus, None if gpus else "no NVIDIA GPU found (no NVML driver library, or no device)"

@@ -21,6 +21,7 @@ user's per-sample transform took TRANSFORM_SHARE of the workers' CPU time; host-
 from __future__ import annotations
 
 import shlex
+from typing import Any
 
 import numpy as np
 
@@ -205,7 +206,7 @@ def _uneven_memory(window: Window) -> Finding | None:
          "world_size=world_size))"])
 
 
-def transform_finding(loaders: list[dict]) -> Finding | None:
+def transform_finding(loaders: list[dict[str, Any]]) -> Finding | None:
     """"Your transform is the bottleneck", from loaders' stats (`loader.stats.as_dict()` with
     `workers` and `elapsed_seconds`): the first loader whose consumer waited TRANSFORM_WAIT of its
     time while its transform took TRANSFORM_SHARE of its workers' CPU time (CPU, not wall time:
@@ -233,7 +234,7 @@ def transform_finding(loaders: list[dict]) -> Finding | None:
     return None
 
 
-def host_normalise_finding(loaders: list[dict], gpus: int) -> Finding | None:
+def host_normalise_finding(loaders: list[dict[str, Any]], gpus: int) -> Finding | None:
     """"Batches normalised on one host thread while the GPU waits" (heuristic: the wait may have
     other causes): with GPUs in the trace, the first loader that normalised on the host
     (`settings["normalise_on"] == "host"`) while its training loop waited TRANSFORM_WAIT of its time."""
@@ -249,10 +250,9 @@ def host_normalise_finding(loaders: list[dict], gpus: int) -> Finding | None:
             [f"a loader normalised its batches on the host (stats.settings['normalise_on'] == 'host') "
              f"with {gpus} GPU(s) in use: one thread, ~0.15 ms per 224 px image",
              f"the training loop waited for batches {waited:.0%} of {elapsed:.0f} s (>= {TRANSFORM_WAIT:.0%})"],
-            ["framework='tf' and 'keras' normalise on the GPU when one is visible: for a one-GPU job among "
-             "several, CUDA_VISIBLE_DEVICES=N (several keep the host path for tf.distribute)",
+            ["framework='torch': Placement(device='cuda'); framework='jax': GPU devices in Placement(sharding=...)",
              "framework='keras' on PyTorch follows Keras' device: leave KERAS_TORCH_DEVICE unset or 'cuda'",
-             "framework='torch': Placement(device='cuda'); framework='jax': GPU devices in Placement(sharding=...)",
-             "or hand out uint8 (augment='uint8') and normalise inside the model"],
+             "framework='tf' and Keras on TensorFlow normalise on the host (a tf.data map runs on the CPU): "
+             "hand out uint8 (augment='uint8') and normalise inside the model, where it runs on the GPU"],
             heuristic=True)
     return None

@@ -2,9 +2,11 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from .command import command_text
 from .finding import Finding
+from .others import command_cpu, other_cpu
 from .stats import active_window
 from .trace import Recording
 
@@ -13,6 +15,17 @@ GIB = 2**30
 
 def plot_timeline(recording: Recording, findings: list[Finding], path: Path) -> None:
     """Draw `recording`'s trace into `path` with matplotlib's Agg backend."""
+    import matplotlib.pyplot as plt
+
+    fig = draw_timeline(recording, findings)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def draw_timeline(recording: Recording, findings: list[Finding]) -> Any:
+    """The matplotlib Figure of `recording`'s trace: GPU and CPU utilisation (the traced command's
+    CPU apart from other processes'), memory, and every core over time."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -27,6 +40,9 @@ def plot_timeline(recording: Recording, findings: list[Finding], path: Path) -> 
         util.plot(trace.t, row, lw=1, label=f"GPU {i}")
     if trace.cores:
         util.plot(trace.t, trace.cpu.mean(axis=0), lw=1, ls="--", color="black", label="CPU busy (mean of cores)")
+        util.plot(trace.t, command_cpu(trace) / trace.cores, lw=1, color="tab:blue",
+                  label="of it the traced command (training + loaders)")
+        util.plot(trace.t, other_cpu(trace) / trace.cores, lw=1, color="tab:orange", label="of it other processes")
     util.plot(trace.t, trace.iowait, lw=1, ls=":", color="tab:red", label="iowait")
     window = active_window(trace)
     if trace.gpus and window is not None and window.samples:
@@ -52,6 +68,4 @@ def plot_timeline(recording: Recording, findings: list[Finding], path: Path) -> 
     heat.yaxis.get_major_locator().set_params(integer=True)
     heat.set_ylabel("core")
     heat.set_xlabel("seconds since the command started")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    return fig

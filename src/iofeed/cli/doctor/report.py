@@ -92,6 +92,7 @@ def _environment(checkup: Checkup) -> list[str]:
 
 def _data(checkup: Checkup) -> list[str]:
     d = checkup.data
+    assert d is not None, "the data section is written only after a data check"
     side = d.shorter_side
     rate = d.decode.get("original_per_sec")
     return ["\ndata",
@@ -106,6 +107,7 @@ def _data(checkup: Checkup) -> list[str]:
 
 def _trace(checkup: Checkup) -> list[str]:
     rec = checkup.recording
+    assert rec is not None, "the trace section is written only after a recording"
     s = summarize(rec.trace)
     status = "interrupted" if rec.interrupted else f"exited with status {rec.exit_code}"
     lines = ["\ntrace", f"  `{command_text(rec.command)}` {status} after {rec.seconds:.1f} s; "

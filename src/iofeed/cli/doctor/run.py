@@ -7,6 +7,7 @@ import shutil
 import tempfile
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from ...errors import OptionError, require
 from ...loading.stats_file import read_stats, stats_folder
@@ -15,6 +16,7 @@ from ...sources.samples import is_iofeed_dataset
 from .checkup import Checkup
 from .data import DataCheck, check_data
 from .environment import check_environment
+from .others import others_finding
 from .patterns import diagnose, host_normalise_finding, transform_finding
 from .plot import plot_timeline
 from .report import to_dict
@@ -35,7 +37,7 @@ def run_doctor(source: Path | None = None, command: list[str] | None = None, int
         require("matplotlib", "doctor")
     environment = check_environment()
     data = check_data(source) if source is not None else None
-    loaders: list[dict] = []
+    loaders: list[dict[str, Any]] = []
     recording = None
     if command:
         with tempfile.TemporaryDirectory(prefix="iofeed-doctor-") as scratch, stats_folder(Path(scratch)) as folder:
@@ -53,6 +55,9 @@ def run_doctor(source: Path | None = None, command: list[str] | None = None, int
     host = host_normalise_finding(loaders, recording.trace.gpus) if recording else None
     if host is not None:
         findings.append(host)
+    others = others_finding(recording.trace) if recording else None  # GPU or not: a shared machine's figures
+    if others is not None:
+        findings.append(others)
     if recording is not None:  # how trainers were told from loaders is evidence where the split decides
         findings = [replace(f, evidence=[*f.evidence, *recording.notes]) if f.code in LOADER_SPLIT else f
                     for f in findings]
@@ -68,7 +73,7 @@ def run_doctor(source: Path | None = None, command: list[str] | None = None, int
     return checkup
 
 
-def sources_read(loaders: list[dict]) -> list[str]:
+def sources_read(loaders: list[dict[str, Any]]) -> list[str]:
     """The data the traced command's iofeed loaders read (as `samples.read_from` names it; each source
     of a mixture), in order."""
     read = [s["settings"]["source"] for s in loaders if s.get("settings", {}).get("source")]

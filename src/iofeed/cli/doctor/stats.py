@@ -44,7 +44,8 @@ class Window:
     @property
     def gpu(self) -> np.ndarray:
         """(n,) utilisation averaged over the GPUs in use."""
-        return self.gpu_util[self.used].mean(axis=0)
+        means: np.ndarray = self.gpu_util[self.used].mean(axis=0)
+        return means
 
     @property
     def cpu_busy(self) -> np.ndarray:

@@ -34,11 +34,11 @@ class Trace:
 
     @property
     def gpus(self) -> int:
-        return self.gpu_util.shape[0]
+        return int(self.gpu_util.shape[0])
 
     @property
     def cores(self) -> int:
-        return self.cpu.shape[0]
+        return int(self.cpu.shape[0])
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready lists (NaN — a process not alive, a GPU reading NVML failed — as null)."""
@@ -158,7 +158,7 @@ def record(command: list[str], interval: float = 0.1) -> Recording:
     return Recording(list(command), child.returncode, seconds, interrupted, _trace(rows, nvml.total), notes)
 
 
-def _stop(child: subprocess.Popen) -> None:
+def _stop(child: subprocess.Popen[bytes]) -> None:
     """After Ctrl-C (which the command got too): wait 10 s for it to stop, then terminate it, then kill it."""
     for stop in (child.terminate, child.kill):
         try:

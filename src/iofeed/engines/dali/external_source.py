@@ -43,7 +43,7 @@ class ExternalSource:
     def __init__(self, source: SampleSource, augment: Augment, seed: int, on_error: str, bad: dict[int, str],
                  deals_once: bool = False) -> None:
         self._source, self._augment, self._seed, self._on_error, self._bad = source, augment, seed, on_error, bad
-        self._spares = spares_of(deals_once)  # evaluation: no spares (each sample scored once)
+        self._spares = spares_of(deals_once)  # pad="none": no spares (each sample scored once)
         self._reader = SampleReader(source)
         self.pending: deque[PreparedBatch] = deque()
         self._batches: list[np.ndarray] = []

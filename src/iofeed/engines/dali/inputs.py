@@ -5,14 +5,15 @@ from __future__ import annotations
 
 from ...image.pil import Opened, decode_rgb, open_image
 
-_SOF = {0xC0, 0xC1, 0xC2}  # baseline, extended, progressive Huffman JPEG
+_SOF = frozenset({0xC0, 0xC1, 0xC2})  # baseline, extended, progressive Huffman JPEG
+SEQUENTIAL = frozenset({0xC0, 0xC1})  # baseline and extended Huffman JPEG, not progressive
 
 
-def jpeg_header(data: bytes) -> tuple[int, int] | None:
+def jpeg_header(data: bytes, frames: frozenset[int] = _SOF) -> tuple[int, int] | None:
     """(width, height) of a plain JPEG DALI decodes as Pillow does, from its markers (fast).
 
     None when it is not one: other formats, EXIF (orientation needs Pillow), CMYK, arithmetic
-    coding, or anything unexpected.
+    coding, a frame type not in `frames` (start-of-frame markers), or anything unexpected.
     """
     if data[:2] != b"\xff\xd8":
         return None
@@ -27,12 +28,12 @@ def jpeg_header(data: bytes) -> tuple[int, int] | None:
         length = (data[i + 2] << 8) | data[i + 3]
         if marker == 0xE1 and data[i + 4 : i + 10] == b"Exif\x00\x00":
             return None
-        if marker in _SOF:
+        if marker in frames:
             if i + 10 > end or data[i + 9] not in (1, 3):
                 return None
             height, width = (data[i + 5] << 8) | data[i + 6], (data[i + 7] << 8) | data[i + 8]
             return (width, height) if width and height else None
-        if 0xC3 <= marker <= 0xCF or marker in (0xD9, 0xDA):  # other SOFs, end, scan before a frame
+        if marker in _SOF or 0xC3 <= marker <= 0xCF or marker in (0xD9, 0xDA):  # other SOFs, end, scan before a frame
             return None
         i += 2 + length
     return None

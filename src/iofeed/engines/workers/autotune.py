@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 HEADROOM = 1.2  # decode capacity kept above the consumer's rate
@@ -56,13 +57,14 @@ def decide(window: Window, max_workers: int) -> Decision:
 
 
 class WindowMeter:
-    """Delivered images, consumer wait and worker busy time since the window began."""
+    """Delivered images, consumer wait and worker busy time since the window began, on `clock`."""
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Callable[[], float] = time.perf_counter) -> None:
+        self._clock = clock
         self.reset()
 
     def reset(self) -> None:
-        self._start = time.perf_counter()
+        self._start = self._clock()
         self._images = 0
         self._wait = self._busy = 0.0
 
@@ -72,7 +74,7 @@ class WindowMeter:
         self._busy += busy
 
     def elapsed(self) -> float:
-        return time.perf_counter() - self._start
+        return self._clock() - self._start
 
     def close(self, workers: int) -> Window:
         """The finished window; a new one begins."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 import math
 import time
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
@@ -19,6 +19,7 @@ from ...sources.samples import SampleSource
 from ..base import Batch
 from ..refill import spares_of
 from .autotune import WindowMeter, decide
+from .decode import decode_note
 from .group import WorkerGroup
 from .memory import SharedBlock
 from .next_epoch import NextEpochStart
@@ -26,6 +27,7 @@ from .pool import SlotPool
 from .process import shutdown
 from .sizing import engine_layout
 from .slots import Layout, default_prefetch
+from .target_slots import TargetLayout
 from .task import Done, Task
 from .watchdog import stall_bounds
 
@@ -44,7 +46,7 @@ class WorkerEngine:
 
     def __init__(self, source: SampleSource, options: LoaderOptions, layout: Layout,
                  found: dict[str, Any] | None = None, output: TransformedImage | None = None) -> None:
-        self._source, self._seed = source, options.seed
+        self._source, self._augment, self._seed = source, options.augmentation, options.seed
         self.sample_output = output  # what the sample transform returns per image (probed), None without one
         self._transform = None if output is None else SampleTransform(options.transform, output)
         self._spares = spares_of(options.deals_once)
@@ -57,16 +59,18 @@ class WorkerEngine:
         self.stopped_early = 0  # tasks of abandoned passes that workers left undone
         self._block: SharedBlock | None = None
         self._stale: SharedBlock | None = None  # one int64: tasks of generations below it stop early
-        self._finalizer: weakref.finalize | None = None
+        self._finalizer: weakref.finalize[Any, Any] | None = None
         self._payload: Any = None  # the slots' images and labels, viewed in the block (see `_start`)
         self._labels: Any = None
         self._stale_below: Any = None
-        self._window = WindowMeter()
+        # the autotuner's clock: the consumer's waits and its windows (a test gives it virtual time)
+        self.clock: Callable[[], float] = time.perf_counter
+        self._window = WindowMeter(lambda: self.clock())
         self.decisions: list[dict[str, Any]] = []  # the autotuner's: after_seconds, workers, reason
-        self._began = time.perf_counter()  # when the workers started (decision times count from it)
+        self._began = self.clock()  # when the workers started (decision times count from it)
         self._found = dict(found or {})  # the usable cores and memory budget, and why
         self._stall = stall_bounds()  # checked now, before any work: warn and raise after (watchdog)
-        self._group = WorkerGroup(source, layout, options.augmentation, options.skips.on_error, self._transform,
+        self._group = WorkerGroup(source, layout, self._augment, options.skips.on_error, self._transform,
                                   self._stall, self.close)
 
     @property
@@ -99,6 +103,11 @@ class WorkerEngine:
             **self._found,
         }
 
+    @property
+    def notes(self) -> list[str]:
+        """What the engine chose once, and why, for `stats.settings["decisions"]`: the JPEG decode."""
+        return decode_note(self._source, self._augment)
+
     def _depth(self) -> int:
         """Batches in flight or ready at most: `default_prefetch` of the workers now, within the slots
         less one (the consumer's batch it is still bound to while it asks for the next)."""
@@ -119,7 +128,7 @@ class WorkerEngine:
         them are under way, free slots start on `following` (epoch + 1's batches)."""
         if self._block is None:
             self._start()
-            self._began = time.perf_counter()
+            self._began = self.clock()
             self._window.reset()  # starting the workers is not the consumer's time
         pool = self._pool
         begun, self._next_epoch = self._next_epoch, None
@@ -145,7 +154,7 @@ class WorkerEngine:
                 submitted += 1
             if coming is not None and submitted == len(batches):
                 self._send_next_epoch(coming, following, submitted - needed)
-            asked = time.perf_counter()
+            asked = self.clock()
             while needed not in ready:
                 done = self._group.receive()
                 if done.generation == generation:
@@ -162,7 +171,7 @@ class WorkerEngine:
                 key = BatchKey(self._seed, epoch, rank, needed)
                 self._group.send(Task(generation, needed, done.slot, batches[needed], key, spare))
                 continue
-            self._window.add(len(done.delivered), time.perf_counter() - asked, done.busy_seconds)
+            self._window.add(len(done.delivered), self.clock() - asked, done.busy_seconds)
             if needed == len(batches) - 1:  # before the last yield: a consumer that stops after
                 self._next_epoch = coming  # len() batches (Lightning) never resumes this generator
             yield self._batch(done)
@@ -176,10 +185,11 @@ class WorkerEngine:
         n = len(done.delivered)
         slot_payload = self.layout.slot(self._payload, done.slot)
         images, lease = self._pool.hand_out(done.slot, lambda wrap: self.layout.images(slot_payload, n, wrap))
+        geometry = self.layout.geometry(slot_payload, n) if isinstance(self.layout, TargetLayout) else None
         return Batch(images, self._labels[done.slot, :n].copy(), done.delivered, done.skipped,
                      done.transform_seconds, done.cpu_seconds, transform_wall_seconds=done.transform_wall_seconds,
                      lease=lease, copied=lease is None,
-                     refilled=done.refilled, region=self._region if lease is not None else None)
+                     refilled=done.refilled, region=self._region if lease is not None else None, geometry=geometry)
 
     def _begin_next_epoch(self, epoch: int, rank: int) -> NextEpochStart:
         self._generation += 1
@@ -200,7 +210,7 @@ class WorkerEngine:
     def _tune(self) -> None:
         decision = decide(self._window.close(self.workers), self.max_workers)
         if decision.workers != self.workers or not self.decisions:
-            self.decisions.append({"after_seconds": round(time.perf_counter() - self._began, 1),
+            self.decisions.append({"after_seconds": round(self.clock() - self._began, 1),
                                    "workers": decision.workers, "reason": decision.reason})
         self._group.resize(decision.workers)
 

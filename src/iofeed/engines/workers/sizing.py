@@ -2,6 +2,7 @@
 pixels for `gpu_augment`) and how many, within the memory budget and the prefetch depth."""
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from ...augment.transform_checks import TransformedImage
@@ -12,13 +13,14 @@ from ...runtime.system import RankAllowance, usable_cores
 from ...sources.samples import SampleSource
 from .packing import PackedLayout
 from .slots import Layout, SlotLayout, default_memory_budget, default_prefetch
+from .target_slots import TargetLayout
 
 
-def engine_layout(source: SampleSource, options: LoaderOptions,
-                  output: TransformedImage | None = None) -> tuple[Layout, dict[str, Any]]:
-    """The slots' layout (`output`: what the sample transform returns per image, if any), and the
-    usable cores and memory budget found (and why), for `loader.stats`. OptionError when the
-    budget holds fewer than 2 batches."""
+def engine_layout(source: SampleSource, options: LoaderOptions, output: TransformedImage | None = None,
+                  layout_of: Callable[[int], Any] | None = None) -> tuple[Layout, dict[str, Any]]:
+    """The slots' layout (`output`: what the sample transform returns per image, if any; `layout_of`:
+    another engine's layout for a number of slots), and the usable cores and memory budget found
+    (and why), for `loader.stats`. OptionError when the budget holds fewer than 2 batches."""
     cores = usable_cores()
     resources, batch_size = options.resources, options.batch_size
     max_workers, prefetch = resolve_workers(options.workers), resources.prefetch
@@ -26,8 +28,12 @@ def engine_layout(source: SampleSource, options: LoaderOptions,
               else RankAllowance(resources.memory_budget, "Resources.memory_budget as given"))
 
     def layout(slots: int) -> Layout:
+        if layout_of is not None:
+            return layout_of(slots)
         if options.gpu_augment:
             return PackedLayout.for_source(source, slots, batch_size)
+        if options.moves_targets:
+            return TargetLayout(slots, batch_size, options.image_size, options.output.target == "masks")
         if output is None:
             return SlotLayout(slots, batch_size, options.image_size)
         return SlotLayout(slots, batch_size, options.image_size, output.shape, output.dtype.str)

@@ -12,6 +12,7 @@ from ...sources.sample_reader import SampleReader
 from ...sources.samples import SampleSource
 from .decode import load_augmented
 from .packing import PackedLayout
+from .target_slots import TargetLayout
 
 # Batches in flight at least, whatever the worker count: with few workers sharing the cores with
 # the consumer, a shallow queue runs dry whenever the scheduler preempts the consumer (raw pixels,
@@ -57,7 +58,8 @@ class SlotLayout:
     @staticmethod
     def slot(payload: np.ndarray, slot: int) -> np.ndarray:
         """The images of one slot."""
-        return payload[slot]
+        view: np.ndarray = payload[slot]
+        return view
 
     @staticmethod
     def write(slot_payload: np.ndarray, k: int, reader: SampleReader, source: SampleSource, index: int,
@@ -71,7 +73,7 @@ class SlotLayout:
         return wrap(slot_payload[:n])
 
 
-Layout = SlotLayout | PackedLayout
+Layout = SlotLayout | PackedLayout | TargetLayout
 
 
 def default_memory_budget() -> RankAllowance:

@@ -134,6 +134,11 @@ def run_task(
             return str(exc)
         except IofeedError as exc:  # already one line naming the file and the fix
             raise stop(str(exc), kind=type(exc).__name__) from None
+        except KeyboardInterrupt:  # SIGINT is ignored here (worker_main): the transform raised it itself
+            what = f"transform {transform.name}" if transform is not None else "reading it"
+            raise stop(f"{source.path_of(index)}: {what} raised KeyboardInterrupt in a loader worker: a transform "
+                       "must return the image or raise an exception (Ctrl-C stops the main process, not a "
+                       "worker)") from None
         except Exception as exc:  # noqa: BLE001 - reported to the consumer in one line
             raise stop(out_of_memory(f"in a loader worker while reading {source.path_of(index)} ({_one_line(exc)})")
                        if is_out_of_memory(exc) else f"{source.path_of(index)}: {_one_line(exc)}") from None

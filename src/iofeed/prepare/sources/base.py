@@ -38,14 +38,18 @@ class SourceScan:
     rejected: list[Rejection] = field(default_factory=list)
     class_dirs: list[str] | None = None  # folders of a class-folder tree (else the class names)
     empty_classes: list[str] = field(default_factory=list)
+    objects: list[Any] | None = None  # detection sources: per sample {"size": [w, h], "objects": [...]}
 
     def add(self, path: str, name: str, target: Any, extra: Any = None, span: Span = WHOLE,
-            where: str | None = None) -> None:
-        """Accept one sample (`where`: where its label is written, when not in `name`)."""
+            where: str | None = None, objects: Any = None) -> None:
+        """Accept one sample (`where`: where its label is written, when not in `name`; `objects`:
+        its boxes and masks, for a detection source)."""
         self.paths.append(path)
         self.spans.append(span)
         self.names.append(name)
         self.targets.add(target, extra, where)
+        if self.objects is not None:
+            self.objects.append(objects)
 
     def settle(self, label_names: bool = False) -> None:
         """Move the samples whose target cannot be stored (`Targets.check`) to the rejections, each
@@ -58,8 +62,11 @@ class SourceScan:
             return
         self.rejected += [Rejection(self.names[i], reason) for i, reason in bad.items()]
         keep = [i for i in range(len(self)) if i not in bad]
-        self.paths, self.spans, self.names = ([column[i] for i in keep]
-                                              for column in (self.paths, self.spans, self.names))
+        self.paths = [self.paths[i] for i in keep]
+        self.spans = [self.spans[i] for i in keep]
+        self.names = [self.names[i] for i in keep]
+        if self.objects is not None:
+            self.objects = [self.objects[i] for i in keep]
         self.targets.keep(keep)
 
     def __len__(self) -> int:

@@ -11,6 +11,7 @@ from ...runtime.registry import Entry, Registry
 from ...sources.folder_scan import none_accepted
 from ...sources.remote.urls import is_url
 from .base import SourceOptions, SourceScan
+from .coco import coco_files
 from .tables import is_hf_dataset, is_parquet
 from .tarread import is_tar
 
@@ -35,6 +36,7 @@ SOURCES: Registry[SourceCaps] = Registry("source", {
     "hf": Entry("iofeed.prepare.sources.tables:scan_hf", SourceCaps(urls=False, labels_file=False, image_column=True),
                 extra="hf"),
     "labels": Entry("iofeed.prepare.sources.labelfile:scan", SourceCaps(urls=False, labels_file=True)),
+    "coco": Entry("iofeed.prepare.sources.coco:scan", SourceCaps(urls=False, labels_file=False, label_column=False)),
 })
 
 
@@ -55,6 +57,8 @@ def detect(src: str, options: SourceOptions) -> str:
         raise SourceError(f"source not found: {src}")
     if is_hf_dataset(path):
         return "hf"
+    if coco_files(path):
+        return "coco"
     files = [e.path for e in os.scandir(path) if e.is_file() and not e.name.startswith(".")]
     if any(is_parquet(f) for f in files):
         if any(is_tar(f) for f in files):
@@ -87,7 +91,7 @@ def scan_source(src: str | Path, options: SourceOptions, kind: str = "auto") -> 
             raise OptionError(f"{given}: {src} is a {kind} source, where it does not apply ({option} is for "
                               f"{', '.join(SOURCES.having(cap))} sources)")
     try:
-        scanned = entry.load()(src, options)
+        scanned: SourceScan = entry.load()(src, options)
     except SourceError as exc:
         raise _with_shard_hint(exc, src, kind) from None
     scanned.settle(options.label_names)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import math
-import re
 import unicodedata
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -19,12 +18,12 @@ from typing import Any
 
 from ...errors import OptionError, SourceError
 from ...format.targets import TARGET_KINDS
+from .label_text import text_value
 
 Value = int | str
 DENSE_FLOOR = 1 << 16  # integer labels may make up to this many classes, however few are used
 DENSE_FACTOR = 8  # ... or up to this multiple of the distinct integers used (sparse ids are refused)
 NOT_A_CLASS = "label not a class"
-_INDEX_TEXT = re.compile(r"-?(0|[1-9][0-9]{0,3999})")  # an integer as written ("3", not "03" or "+3")
 
 
 def is_class(value: Any) -> bool:
@@ -52,27 +51,30 @@ class Targets:
 
     names: list[str] | None = None  # known class names (Hugging Face ClassLabel, ...), index = position
     json_targets: bool = False
-    raw: list[Any] = field(default_factory=list)
+    raw: list[Any] = field(default_factory=list)  # each target as the rules read it (`_normal`)
+    written: list[Any] = field(default_factory=list)  # ... and as the source gave it (`as_names`)
     extras: list[Any] = field(default_factory=list)
     where: list[str | None] = field(default_factory=list)
 
     def add(self, target: Any, extra: Any = None, where: str | None = None) -> None:
         """Record one accepted sample's target and extra."""
+        self.written.append(target)
         self.raw.append(self._normal(target))
         self.extras.append(extra)
         self.where.append(where)
 
     def as_names(self) -> None:
-        """Every label as a class name, written as text (`true`, `1.5`, `5000000`), as
-        `--label-names` asks; OptionError beside known class names (a ClassLabel's)."""
+        """Every label as a class name, as written (`true`, `1.5`, `5000000`; text kept as it is:
+        `1.0`, `+1` and `1` are three classes), as `--label-names` asks; OptionError beside known
+        class names (a ClassLabel's)."""
         if self.names is not None:
             raise OptionError("--label-names: the labels have class names already (a ClassLabel): leave it out")
-        self.raw = [_as_name(t) for t in self.raw]
+        self.raw = [_as_name(t) for t in self.written]
 
     def keep(self, indices: list[int]) -> None:
         """Keep only the samples at `indices` (in that order)."""
-        self.raw, self.extras, self.where = ([values[i] for i in indices]
-                                             for values in (self.raw, self.extras, self.where))
+        self.raw, self.written, self.extras, self.where = (
+            [values[i] for i in indices] for values in (self.raw, self.written, self.extras, self.where))
 
     @property
     def multi_label(self) -> bool:
@@ -116,17 +118,18 @@ class Targets:
 
     def _normal(self, target: Any) -> Any:
         """An integral float as the integer it equals (pandas makes float64 of an int column with a
-        NaN), and without known names, integer text ("3") as that integer; a list of classes alike.
-        Any other value is kept as it is (an extra is never changed)."""
+        NaN), and without known names, text as the one text rule reads it (`label_text`: `+3`,
+        `03`, `3.0` are 3, `true` a boolean); a list of labels alike. Any other value is kept as
+        it is (an extra, a list of objects, is never changed)."""
         if isinstance(target, list):
-            normal = [self._normal(v) for v in target]
-            return normal if all(is_class(v) for v in normal) else target
+            scalars = all(not isinstance(v, (dict, list)) for v in target)
+            return [self._normal(v) for v in target] if scalars else target
         if isinstance(target, Decimal):  # a Parquet decimal column
             target = int(target) if target.is_finite() and target == target.to_integral_value() else float(target)
         if isinstance(target, float) and math.isfinite(target) and target.is_integer():
             return int(target)
-        if self.names is None and isinstance(target, str) and _INDEX_TEXT.fullmatch(target.strip()):
-            return int(target)
+        if self.names is None and isinstance(target, str):
+            return text_value(target)
         return target
 
     def _scalar_reason(self, target: Any) -> str | None:
@@ -136,8 +139,8 @@ class Targets:
             if isinstance(v, bool):
                 return (f"{NOT_A_CLASS} ({json.dumps(v)} is a boolean: write the classes as 0/1 or as names, or "
                         "pass --label-names)")
-            if isinstance(v, float):
-                return f"{NOT_A_CLASS} ({v!r} is not an integer class index)"
+            if isinstance(v, (float, Decimal)):
+                return f"{NOT_A_CLASS} ({v if isinstance(v, Decimal) else repr(v)} is not an integer class index)"
             if isinstance(v, int) and v < 0 and self.names is None:
                 return f"{NOT_A_CLASS} ({v} is negative: class indices start at 0)"
         return None
@@ -197,12 +200,16 @@ def _check_values(first: dict[Value, int], name: Callable[[int], str]) -> None:
 
 
 def _as_name(target: Any) -> Any:
-    """A label (or a list of them) as class-name text; an object or a list of them as it is."""
+    """A label (or a list of them) as class-name text, as written: text stripped and nothing
+    else (`1.0`, `+1`, `03` stay themselves), a number or boolean as JSON writes it; an object
+    or a list of them as it is."""
     if isinstance(target, list):
         return [_as_name(v) for v in target] if all(not isinstance(v, (dict, list)) for v in target) else target
     if isinstance(target, (bool, float)):
         return json.dumps(target) if isinstance(target, bool) else repr(target)
-    return str(target) if isinstance(target, int) else target
+    if isinstance(target, str):
+        return target.strip()
+    return str(target) if isinstance(target, (int, Decimal)) else target
 
 
 def _few(values: list[Value]) -> str:
@@ -230,7 +237,7 @@ def _classes_of(target: Any) -> list[Value]:
     return list(target) if _names_classes(target) else []
 
 
-def _as_dict(extra: Any) -> dict:
+def _as_dict(extra: Any) -> dict[str, Any]:
     return extra if isinstance(extra, dict) else {"extra": extra}
 
 

@@ -28,7 +28,7 @@ from typing import Any
 from ...errors import OptionError, SourceError
 from ...sources.folder_scan import Rejection, display_path, linked_folders, not_image
 from .base import SourceOptions, SourceScan
-from .label_cells import missing, parse_cell
+from .label_cells import label_cell, missing, parse_cell
 from .label_targets import Targets
 
 PATH_KEYS = ("path", "file", "filename", "image", "ImageId")
@@ -55,8 +55,9 @@ def scan(src: str, options: SourceOptions) -> SourceScan:
     for rel in sorted(files.all - set(merged)):
         result.rejected.append(Rejection(rel, f"not in the labels file {Path(options.labels).name}"))
     for rel, (targets, extra, line) in sorted(merged.items()):
+        blank = [t for t in targets if missing(t)]
         targets = [t for t in targets if not missing(t)]
-        reason = not_image(root / rel) if targets else f"no label (empty in {Path(options.labels).name})"
+        reason = not_image(root / rel) if targets else f"no label ({_said(blank[0])} in {Path(options.labels).name})"
         if reason:
             result.rejected.append(Rejection(rel, reason))
             continue
@@ -64,6 +65,13 @@ def scan(src: str, options: SourceOptions) -> SourceScan:
     if not len(result):
         raise SourceError(_none_match(src, Path(options.labels), rows, sorted(files.all)))
     return result
+
+
+def _said(value: Any) -> str:
+    """A missing label as a reason names it: empty, null, or the text written (`'NaN'`)."""
+    if isinstance(value, str) and value.strip():
+        return repr(value.strip())
+    return "null" if value is None else "empty" if isinstance(value, str) else repr(value)
 
 
 class _Files:
@@ -147,7 +155,7 @@ def read_labels(path: Path, label_column: str | None, listed: Callable[[str], bo
             continue
         if len(fields) < 2:
             raise SourceError(f"{path} line {number}: need `PATH LABEL`, got {line!r}")
-        labels = [parse_cell(f) for f in fields[1:]]
+        labels = [label_cell(f) for f in fields[1:]]
         rows.append((fields[0], labels[0] if len(labels) == 1 else labels, None, number))
     return rows
 
@@ -191,7 +199,7 @@ def _csv(path: Path, text: str, delimiter: str, label_column: str | None, listed
         if len(fields) != len(header):
             raise SourceError(f"{path} line {number}: {len(fields)} fields, the header has {len(header)}")
         rest = {h: parse_cell(f) for i, (h, f) in enumerate(zip(header, fields)) if i not in (path_at, label_at)}
-        rows.append((fields[path_at].strip(), parse_cell(fields[label_at]), rest or None, number))
+        rows.append((fields[path_at].strip(), label_cell(fields[label_at]), rest or None, number))
     return rows
 
 

@@ -12,11 +12,14 @@ from ...errors import SourceError
 from ...sources.remote.cache_dir import RESERVE_BYTES, RESERVE_SHARE, disk_reserve
 
 
-def spool_room(spool: Path, disk_usage: Callable[[Path], Any] = shutil.disk_usage) -> int:
+def spool_room(spool: Path, disk_usage: Callable[[Path], Any] | None = None) -> int:
     """Bytes a copy may take in `spool`: its disk's free space now (earlier copies already taken)
-    less the reserve the node cache also leaves (`disk_reserve`), at least 0."""
-    free = disk_usage(spool).free
-    return max(free - disk_reserve(free), 0)
+    less a reserve: the node cache's (`disk_reserve`: max(2 GiB, 5%)), but never more than half
+    the free space. The reserve keeps room for the dataset written from the copy, about as large
+    as the copy itself, so past half the disk it is sized by the copy: a 31 KB archive on a disk
+    with 300 MB free is decompressed, a zip bomb still stops with half the disk left."""
+    free = (disk_usage or shutil.disk_usage)(spool).free
+    return int(max(free - min(disk_reserve(free), free // 2), 0))
 
 
 def copy_within(pieces: Iterable[bytes | memoryview], target: Path, room: int, name: str, copied: str,
@@ -36,7 +39,7 @@ def copy_within(pieces: Iterable[bytes | memoryview], target: Path, room: int, n
                 raise SourceError(
                     f"{name}: {copied}, it passes {room:,} bytes, the room for it beside the output in "
                     f"{target.parent.parent} (free disk less max({RESERVE_BYTES >> 30} GiB, "
-                    f"{RESERVE_SHARE:.0%})): {fix}")
+                    f"{RESERVE_SHARE:.0%}), at most half of it): {fix}")
             try:
                 out.write(piece)
             except OSError as exc:

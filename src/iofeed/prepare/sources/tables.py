@@ -77,7 +77,9 @@ def _parquet_file(pq: Any, path: Path) -> Any:
     try:
         return pq.ParquetFile(path)
     except (OSError, ValueError) as exc:  # pyarrow's ArrowInvalid is a ValueError
-        raise SourceError(f"cannot read Parquet file {path}: {exc} (write it again, or leave it out of SRC)") from None
+        reason = " ".join(str(exc).split())  # pyarrow's thrift errors span lines (a footer cut or overwritten)
+        raise SourceError(f"cannot read Parquet file {path}: {reason} (write it again, or leave it out of "
+                          "SRC)") from None
 
 
 def scan_hf(src: str, options: SourceOptions, room: int | None = None) -> SourceScan:
@@ -127,7 +129,7 @@ def _unreadable_arrow(path: Path, exc: Exception) -> SourceError:
     return SourceError(f"cannot read {path}: {exc} (save the dataset again with `save_to_disk`)")
 
 
-def _saved_json(path: Path) -> dict:
+def _saved_json(path: Path) -> dict[str, Any]:
     """A JSON object `datasets.save_to_disk` wrote; SourceError naming the file when it is not one."""
     try:
         found = json.loads(path.read_text(encoding="utf-8"))
@@ -181,7 +183,7 @@ def _holds_images(kind: Any) -> bool:
     pa = require("pyarrow", "parquet")
     if pa.types.is_binary(kind) or pa.types.is_large_binary(kind):
         return True
-    return pa.types.is_struct(kind) and kind.get_field_index("bytes") >= 0
+    return bool(pa.types.is_struct(kind) and kind.get_field_index("bytes") >= 0)
 
 
 def _hf_features(metadata: bytes | None, where: Path) -> Any:
@@ -229,6 +231,7 @@ def _spool_rows(setup: _Setup, file: str, number: int, batches: Iterator[Any], o
     """Accept or reject each row of `batches`; accepted images are appended to a spool file, at
     most `room` bytes of it (None: the spool disk's room now, `spool_room`). SourceError naming
     `file` and the bound past it, or when the disk fails a write; the partial spool file removed."""
+    assert options.spool is not None, "tables are spooled only where a spool folder is set"
     options.spool.mkdir(parents=True, exist_ok=True)
     spool = options.spool / f"{number:06d}.bin"
     room = spool_room(options.spool) if room is None else room
@@ -261,7 +264,7 @@ def _accepted(setup: _Setup, file: str, spool: Path, batches: Iterator[Any]) -> 
                 setup.scan.rejected.append(Rejection(name, f"no image (column {setup.image!r} is empty{where})"))
 
 
-def _extras(batch: Any, columns: list[str]) -> list[dict | None]:
+def _extras(batch: Any, columns: list[str]) -> list[dict[str, Any] | None]:
     """Each row's extra: {column: value} of the extra columns (None when there are none)."""
     if not columns:
         return [None] * batch.num_rows

@@ -9,7 +9,7 @@ import json
 import re
 import unicodedata
 from collections import Counter
-from typing import Any
+from typing import Any, BinaryIO
 
 from ...errors import OptionError, SourceError
 from ...image.sniff import SNIFF_BYTES, sniff_bytes
@@ -119,7 +119,7 @@ def image_keys(value: str | tuple[str, ...] | list[str] | None) -> tuple[str, ..
     return keys
 
 
-def sample_of(f, members: Members, label_key: str | None,
+def sample_of(f: BinaryIO, members: Members, label_key: str | None,
               image_key: tuple[str, ...] | None = None) -> tuple[str, Any, Any]:
     """(image extension, target, extra) of one sample; ValueError with the rejection reason."""
     image = _image(f, members, image_key)
@@ -136,7 +136,7 @@ def sample_of(f, members: Members, label_key: str | None,
     return image, target, extra
 
 
-def _target(f, members: Members, extra: Any, label_key: str | None) -> Any:
+def _target(f: BinaryIO, members: Members, extra: Any, label_key: str | None) -> Any:
     """The sample's label: the member or json key `label_key`, else cls, txt, json 'label'."""
     if label_key is not None and label_key in members and label_key != "json":
         return member_label(_read(f, members[label_key]), label_key)
@@ -150,7 +150,7 @@ def _target(f, members: Members, extra: Any, label_key: str | None) -> Any:
     return extra.get(key) if isinstance(extra, dict) else None
 
 
-def _image(f, members: Members, image_key: tuple[str, ...] | None) -> str:
+def _image(f: BinaryIO, members: Members, image_key: tuple[str, ...] | None) -> str:
     """The extension of the sample's image: the first of `image_key` present, else its only image
     member (by content); several images without `image_key` are ambiguous (a mask beside a photo)."""
     if image_key:
@@ -169,13 +169,14 @@ def _image(f, members: Members, image_key: tuple[str, ...] | None) -> str:
     return images[0]
 
 
-def _is_image(f, span: tuple[int, int]) -> bool:
+def _is_image(f: BinaryIO, span: tuple[int, int]) -> bool:
     offset, size = span
     f.seek(offset)
     return size > 0 and sniff_bytes(f.read(min(size, SNIFF_BYTES))) is not None
 
 
-def _read(f, span: tuple[int, int]) -> bytes:
+def _read(f: BinaryIO, span: tuple[int, int]) -> bytes:
     offset, size = span
     f.seek(offset)
-    return f.read(size)
+    data: bytes = f.read(size)
+    return data

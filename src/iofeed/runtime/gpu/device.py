@@ -1,7 +1,7 @@
 """Which device a loader works on: the user's `device` resolved once, to "cpu" or "cuda:N".
 
-`device="cuda"` names no GPU: DALI, the adapter's constants and the copies must not each pick
-one at a different time (docs/architecture.md, "Why the code is as it is"). `loader()` resolves
+`Placement(device="cuda")` names no GPU: DALI, the adapter's constants and the copies must not each pick
+one at a different time (docs/decisions/0062-device-resolves-the-device-once-device-cuda.md). `loader()` resolves
 it here, once, and gives engine and adapter the result.
 """
 from __future__ import annotations
@@ -15,11 +15,13 @@ from typing import Any
 from ...errors import OptionError
 
 _CUDA = re.compile(r"cuda(?::(\d+))?")
+_CPU = re.compile(r"cpu(?::\d+)?")  # torch's spellings of the host: "cpu", "cpu:0" (torch.device("cpu", 0))
 
 
 def resolve_device(device: Any, *, current: int | None, env: Mapping[str, str],
                    device_count: Callable[[], int]) -> str:
-    """"cpu" or "cuda:N" for `device` (None, "cpu", "cuda", "cuda:N", an int N, a torch.device).
+    """"cpu" or "cuda:N" for `device` (None, "cpu", "cpu:N", "cuda", "cuda:N", an int N, a
+    torch.device: accelerate's `accelerator.device` in a multi-process CPU run is `cpu:0`).
 
     An explicit index wins; else `current` (the current CUDA device, when CUDA is initialised);
     else `LOCAL_RANK` from `env` (torchrun), which must name a visible GPU (`device_count()`);
@@ -30,7 +32,7 @@ def resolve_device(device: Any, *, current: int | None, env: Mapping[str, str],
     if isinstance(device, int) and not isinstance(device, bool) and device >= 0:
         return f"cuda:{device}"
     text = str(device)
-    if text == "cpu":
+    if _CPU.fullmatch(text):
         return "cpu"
     match = _CUDA.fullmatch(text)
     if match is None:

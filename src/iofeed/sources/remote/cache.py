@@ -32,6 +32,7 @@ import time
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from ...errors import CacheWriteError, FetchError
 from .cache_dir import FAILED, LOCK, PART
@@ -56,7 +57,7 @@ class ShardCache:
     root: Path
     dataset: str
     limit: int
-    settings: dict = field(default_factory=dict)  # the scheme's settings, resolved where the dataset was opened
+    settings: dict[str, Any] = field(default_factory=dict)  # the scheme settings, resolved at open
     retry: RetryPolicy = field(default_factory=policy_from_env)
     opened_at: float = field(default_factory=time.time)  # failures noted before are another run's
 
@@ -286,6 +287,6 @@ class ShardCache:
         """The current end of the fetch log."""
         return log_offset(self.directory)
 
-    def fetches_since(self, offset: int) -> list[dict]:
+    def fetches_since(self, offset: int) -> list[dict[str, Any]]:
         """Downloads of this dataset on this node logged after `offset` (by any process)."""
         return fetches_since(self.directory, offset)

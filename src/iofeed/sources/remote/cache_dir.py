@@ -165,4 +165,4 @@ def resolve_limit(root: Path, limit: int | None,
             raise OptionError(f"cache_limit must be a positive number of bytes, got {limit}")
         return int(limit)
     free = disk_usage(root).free
-    return max(cache_usage(root) + free - disk_reserve(free), 1)
+    return int(max(cache_usage(root) + free - disk_reserve(free), 1))

@@ -6,7 +6,7 @@ import threading
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -91,7 +91,7 @@ class RemoteShards:
     def _warn_small(self, shards: int, what: str, also: str) -> None:
         """Warn (with the numbers) when the cache cannot hold `shards` of the largest at once:
         fetches then wait for leases to end, and an epoch runs many times slower (measured:
-        docs/architecture.md, "Why the code is as it is")."""
+        docs/decisions/0065-dataset-warns-when-the-cache-cannot-hold.md)."""
         need = min(shards * self.largest, sum(ref.bytes for ref in self.refs))
         if self.cache.limit < need:
             warnings.warn(
@@ -102,8 +102,9 @@ class RemoteShards:
                 RuntimeWarning, stacklevel=4)
 
 
-def _cat(url: str, settings: dict, policy: RetryPolicy) -> bytes:
-    return with_retries(lambda: filesystem(url, settings, policy).cat_file(url), policy)
+def _cat(url: str, settings: dict[str, Any], policy: RetryPolicy) -> bytes:
+    data: bytes = with_retries(lambda: filesystem(url, settings, policy).cat_file(url), policy)
+    return data
 
 
 def _upload_hint(url: str) -> str:
@@ -114,7 +115,7 @@ def _upload_hint(url: str) -> str:
             "or upload to s3:// or gs:// with `iofeed preprocess SRC -o s3://BUCKET/NAME.iof`")
 
 
-def read_manifest(url: str, settings: dict | None = None) -> Manifest:
+def read_manifest(url: str, settings: dict[str, Any] | None = None) -> Manifest:
     """The manifest of the dataset at `url`; SourceError when there is none (or it cannot be read)."""
     url = url.rstrip("/")
     settings = scheme(url).settings() if settings is None else settings
@@ -145,7 +146,7 @@ class RemoteSplit:
     shards: RemoteShards
 
 
-def _shard_ref(url: str, shard: dict) -> ShardRef:
+def _shard_ref(url: str, shard: dict[str, Any]) -> ShardRef:
     """The ShardRef of one manifest entry (its size already checked by `Manifest.parse`); DatasetError
     naming the manifest for a checksum that is not a sha256 (it decides what the cache trusts)."""
     digest = shard.get("sha256", "")
@@ -177,7 +178,7 @@ def open_remote(url: str, split: str, cache_dir: Path | str | None = None,
     return RemoteSplit(manifest, info, table, files, where, shards)
 
 
-def remote_shards(dataset: str, refs: list[ShardRef], settings: dict, cache_dir: Path | str | None = None,
+def remote_shards(dataset: str, refs: list[ShardRef], settings: dict[str, Any], cache_dir: Path | str | None = None,
                   cache_limit: int | None = None) -> RemoteShards:
     """The shards `refs` read through the node cache at `cache_dir` (default: the user's), under
     the key `dataset` (its URL, or the folder of a dataset indexing shards elsewhere)."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 from .cache_dir import FETCH_LOG
 
@@ -30,7 +31,7 @@ def log_offset(directory: Path) -> int:
         return 0
 
 
-def fetches_since(directory: Path, offset: int) -> list[dict]:
+def fetches_since(directory: Path, offset: int) -> list[dict[str, Any]]:
     """Downloads logged in `directory` after `offset` (by any process)."""
     try:
         with open(directory / FETCH_LOG, "rb") as f:

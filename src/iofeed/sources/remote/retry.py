@@ -9,7 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
-from ...errors import OptionError
+from ...errors import OptionError, add_note
 
 T = TypeVar("T")
 
@@ -159,7 +159,7 @@ def with_retries(action: Callable[[], T], policy: RetryPolicy = DEFAULT_POLICY, 
             delay = min(policy.max_delay, policy.first_delay * 2 ** (failures - 1)) * (0.5 + random.random() / 2)
             if not is_transient(exc) or failures >= policy.attempts or idle + delay >= policy.budget:
                 if failures > 1 or is_transient(exc):
-                    exc.add_note(f"after {failures} attempt{'s' * (failures > 1)} in {now - first:.1f} s")
+                    add_note(exc, f"after {failures} attempt{'s' * (failures > 1)} in {now - first:.1f} s")
                 raise
             sleep(delay)
             idle += delay
