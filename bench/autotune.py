@@ -29,7 +29,7 @@ def run_rate(source: Path, rate: float, seconds: float, batch_size: int) -> dict
                     stats = ld.stats
                     timeline.append({
                         "t": now - start,
-                        "workers": ld.backend.workers,
+                        "workers": ld.engine.workers,
                         "images_per_sec": (stats.images - last_images) / (now - last_t),
                         "wait_share": (stats.wait_seconds - last_wait) / (now - last_t),
                     })
@@ -42,11 +42,11 @@ def run_rate(source: Path, rate: float, seconds: float, batch_size: int) -> dict
         return {
             "consumer_rate": rate,
             "settled_workers": settled,
-            "max_workers": ld.backend.max_workers,
+            "max_workers": ld.engine.max_workers,
             "settled_after_seconds": settle_t,
             "wait_share_after_settling": sum(p["wait_share"] for p in tail) / len(tail),
             "images_per_sec_after_settling": sum(p["images_per_sec"] for p in tail) / len(tail),
-            "decisions": ld.backend.decisions,
+            "decisions": ld.engine.decisions,
             "timeline": timeline,
         }
 

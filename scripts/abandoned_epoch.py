@@ -21,5 +21,5 @@ for k in range(5):
     next(iter(ld))
     times.append(time.perf_counter() - t)
 print("first batch after an abandoned epoch:", [round(x, 3) for x in times], "s, median",
-      round(statistics.median(times), 3), "s; queued tasks left undone:", getattr(ld.backend, "stopped_early", None))
+      round(statistics.median(times), 3), "s; queued tasks left undone:", getattr(ld.engine, "stopped_early", None))
 ld.close()

@@ -2,7 +2,7 @@
 
 Each loader's images are compared with the numpy loader's, normalised on the host: for every
 image that differs, by how much and which reference image it is nearest (its own: a deviation;
-another one: a race). The 2026-11-24 run named no backend, so "auto" chose DALI for cuda:
+another one: a race). The 2026-11-24 run named no engine, so "auto" chose DALI for cuda:
 the deviation it showed was DALI's decoder, not the copy path. Run from the repository root.
 """
 import sys
@@ -27,10 +27,11 @@ refn = [((r.transpose(0, 3, 1, 2).astype(np.float32) / 255) - mean) / std for r 
 flat = np.concatenate(refn)
 
 
-def run(name, device, sleep, backend="workers"):
+def run(name, device, sleep, engine="workers"):
     got = []
-    with iofeed.loader(ds, batch_size=4, workers=1, seed=2, framework="torch", device=device,
-                       backend=backend) as ld:
+    with iofeed.loader(ds, batch_size=4, workers=1, seed=2, framework="torch",
+                       placement=iofeed.Placement(device=device),
+                       engine=engine) as ld:
         for x, _ in ld:
             if sleep:
                 torch.cuda._sleep(50_000_000)

@@ -84,7 +84,7 @@ def main() -> None:
               f"inside epochs median {statistics.median(inside):.3f} s per batch")
         loader = getattr(dataset, "iofeed_loader", None)
         if loader is not None:
-            print(f"  batches started in the previous epoch: {getattr(loader.backend, 'started_ahead', None)}")
+            print(f"  batches started in the previous epoch: {getattr(loader.engine, 'started_ahead', None)}")
             loader.close()
 
 

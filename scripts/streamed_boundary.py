@@ -76,7 +76,8 @@ def main() -> None:
     usage = PeakUsage(cache)
     try:
         with iofeed.loader(f"http://127.0.0.1:{port}/{args.dataset.name}", batch_size=32, image_size=64, workers=2,
-                           seed=0, cache_dir=cache, cache_limit=limit, block_shards=args.block_shards) as ld:
+                           seed=0, cache=iofeed.Cache(dir=cache, limit=limit),
+                           order=iofeed.Order(block_shards=args.block_shards)) as ld:
             log = ld.source.remote.cache
             last = time.perf_counter()
             for epoch in range(args.epochs):
@@ -89,7 +90,7 @@ def main() -> None:
                 first, inside = gaps[0], gaps[1:]
                 print(f"epoch {epoch}: first batch after {first:.3f} s; inside: median {statistics.median(inside):.3f} "
                       f"s, max {max(inside):.3f} s; shards fetched by workers: {by_workers}", flush=True)
-            print(f"next-epoch batches started early: {ld.backend.started_ahead}; fetched: {ld.stats.fetched}")
+            print(f"next-epoch batches started early: {ld.engine.started_ahead}; fetched: {ld.stats.fetched}")
     finally:
         peak = usage.stop()
         server.kill()

@@ -136,11 +136,11 @@ def _read(url: str, name: str) -> str:
     return filesystem(url).cat_file(f"{url}/{name}").decode()
 
 
-def _load(dataset: str, cache: Path, backend: str) -> tuple[dict[int, list[tuple[int, int]]], Counter]:
+def _load(dataset: str, cache: Path, engine: str) -> tuple[dict[int, list[tuple[int, int]]], Counter]:
     """{sample number: [(label code of its pixels, label the loader gave it), ...]}, skips by reason."""
     delivered: dict[int, list[str]] = {}
     with iofeed.loader(dataset, batch_size=4, image_size=32, workers=1, augment=EVAL, drop_last=False,
-                       max_skipped=None, cache_dir=cache, backend=backend) as ld:
+                       skips=iofeed.Skips(max_skipped=None), cache=iofeed.Cache(dir=cache), engine=engine) as ld:
         for images, labels in ld:
             for image, label in zip(images, labels):
                 code, sample = decode(image)
@@ -170,7 +170,7 @@ def test_the_nvjpeg_engine_delivers_every_sample_once_or_accounts_for_it(kind, d
     _check_case(kind, damage, op, storage, tmp_path, request, "nvjpeg")
 
 
-def _check_case(kind: str, damage: str, op: str, storage: str, tmp_path: Path, request: Any, backend: str) -> None:
+def _check_case(kind: str, damage: str, op: str, storage: str, tmp_path: Path, request: Any, engine: str) -> None:
     if storage == "s3":
         s3 = request.getfixturevalue("s3")
     else:
@@ -204,9 +204,9 @@ def _check_case(kind: str, damage: str, op: str, storage: str, tmp_path: Path, r
             manifest = _manifest(dataset)
             rejected = [json.loads(x) for x in _text(dataset, "rejected.jsonl").splitlines() if x.strip()]
             if source.after is not None:
-                _check_refused_after(source, local_out, backend)
+                _check_refused_after(source, local_out, engine)
                 return
-            delivered, skipped = _load(dataset, tmp_path / "cache", backend)
+            delivered, skipped = _load(dataset, tmp_path / "cache", engine)
         finally:
             if served is not None:
                 served.close()
@@ -227,11 +227,11 @@ def _text(dataset: str, name: str) -> str:
     return path.read_text() if path.exists() else ""
 
 
-def _check_refused_after(source: Source, dataset: Path, backend: str) -> None:
+def _check_refused_after(source: Source, dataset: Path, engine: str) -> None:
     """The damage done after the run: the loader, in a process of its own, must refuse by name."""
     says = source.after(dataset)
     code = (f"import iofeed\nwith iofeed.loader({str(dataset)!r}, batch_size=4, image_size=32, workers=1, "
-            f"extras=True, backend={backend!r}) as ld:\n    list(ld)")
+            f"extras=True, engine={engine!r}) as ld:\n    list(ld)")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
     try:
         done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,

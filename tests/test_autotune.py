@@ -63,16 +63,16 @@ def _run(tree, seconds: float, consumer_seconds: float):
     the engine's worker count, its settings in the stats, and its decisions."""
     import iofeed
 
-    ld = iofeed.loader(tree, batch_size=8, workers=None, memory_budget=64 << 20)
-    ld.backend.max_workers = 2  # the same ceiling on any machine
+    ld = iofeed.loader(tree, batch_size=8, workers=None, resources=iofeed.Resources(memory_budget=64 << 20))
+    ld.engine.max_workers = 2  # the same ceiling on any machine
     with ld:
-        time = VirtualTime(ld.backend)
+        time = VirtualTime(ld.engine)
         while time.now < seconds:
             for _ in ld:
                 time.consume(consumer_seconds)
                 if time.now >= seconds:
                     break
-        return ld.backend.workers, ld.stats.settings, ld.backend.decisions
+        return ld.engine.workers, ld.stats.settings, ld.engine.decisions
 
 
 @pytest.mark.slow

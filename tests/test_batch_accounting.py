@@ -1,4 +1,4 @@
-"""`BatchAccounting` with no engine: batches as the engine contract (`backends.base.Batch`) hands them
+"""`BatchAccounting` with no engine: batches as the engine contract (`engines.base.Batch`) hands them
 over, for a real folder source and passes begun by a real `EpochPosition`; the stats, the epoch's
 skip budget and the stats file `iofeed doctor` reads."""
 from __future__ import annotations

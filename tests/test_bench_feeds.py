@@ -14,11 +14,12 @@ from iofeed.cli.bench.feeds import FEEDS, FeedSpec, open_feed, unmet
 from iofeed.cli.bench.sources import SOURCES
 from iofeed.errors import FeedUnavailable
 from iofeed.loading.stats import json_value
+from iofeed.options.loader_options import recorded
 
 SIZE, BATCH, CLASSES = 32, 4, 4
 # what a line's source form and recipe add to its loader keywords (docs/benchmarks.md)
-SOURCE_KEYWORDS = {"": set(), "mixed views": set(), "S3 cold": {"cache_dir", "cache_limit", "block_shards"},
-                   "S3 warm": {"cache_dir", "cache_limit"}}
+SOURCE_KEYWORDS = {"": set(), "mixed views": set(), "S3 cold": {"cache.dir", "cache.limit", "order.block_shards"},
+                   "S3 warm": {"cache.dir", "cache.limit"}}
 RECIPE_KEYWORDS = {"": set(), "reference": {"transform", "batch_transform"}}
 
 
@@ -101,15 +102,15 @@ def test_an_iofeed_line_runs_the_loader_with_exactly_its_keywords(name, forms, t
         fed = feed.loader.stats.settings["options"]
         json.dumps(feed.loader.stats.as_dict())  # the stats file and the bench's record take it as it is
         given = getattr(plain, "iofeed_loader", plain).stats.settings["options"]
-        plain_backend = getattr(plain, "iofeed_loader", plain).stats.settings["backend"]
+        plain_engine = getattr(plain, "iofeed_loader", plain).stats.settings["engine"]
     run = feed_class.run_keywords(spec)
-    asked = {**decl.keywords, **run}
+    asked = recorded({**decl.keywords, **run})  # an option object's fields by `keyword.field`, as stats say
     assert {key: fed[key] for key in asked} == {key: json_value(value) for key, value in asked.items()}, name
     changed = {key for key in fed if fed[key] != given[key]}
     added = SOURCE_KEYWORDS[decl.source] | RECIPE_KEYWORDS[decl.recipe]
-    assert changed - added == {key for key, value in decl.keywords.items() if json_value(value) != given[key]}
+    assert changed - added == {key for key, value in recorded(decl.keywords).items() if json_value(value) != given[key]}
     assert added <= changed, f"{name}: {sorted(added - changed)} not given to the loader"
-    assert feed.settings["backend"] == decl.keywords.get("backend", plain_backend), "the line's engine, else auto's"
+    assert feed.settings["engine"] == decl.keywords.get("engine", plain_engine), "the line's engine, else auto's"
 
 
 @pytest.mark.torch

@@ -68,7 +68,8 @@ def test_eviction_never_touches_the_users_files_in_the_cache_folder(served, tmp_
     """Eviction removed any file with `~` or `.part-` in its name in any subfolder of cache_dir:
     a `notes/` folder with `draft.txt~`, `report~v2.md` and `run.part-1-1` was emptied."""
     cache_dir = tmp_path / "cache"
-    with iofeed.loader(_url(served), cache_dir=cache_dir, batch_size=4, image_size=32, workers=1) as loader:
+    with iofeed.loader(_url(served), cache=iofeed.Cache(dir=cache_dir), batch_size=4, image_size=32,
+                       workers=1) as loader:
         next(iter(loader))  # the cache folder is made, marked and used
     folders = [cache_dir, *(p for p in cache_dir.iterdir() if p.is_dir())]
     assert len(folders) == 2 and len(folders[1].name) == 16, folders
@@ -80,7 +81,7 @@ def test_eviction_never_touches_the_users_files_in_the_cache_folder(served, tmp_
             (folder / name).write_bytes(data)
             os.utime(folder / name, (1, 1))  # older than any shard: first in line for an LRU eviction
     largest = max(s["bytes"] for s in Manifest.read(served[1]).splits["train"].shards)
-    with iofeed.loader(_url(served), cache_dir=cache_dir, cache_limit=3 * largest, shuffle="none",
+    with iofeed.loader(_url(served), cache=iofeed.Cache(dir=cache_dir, limit=3 * largest), shuffle="none",
                        batch_size=4, image_size=32, workers=1) as loader:  # evicts all epoch long
         delivered, seen = _labels_from_pixels(loader)
     assert delivered == seen and len(delivered) == len(loader.source)
@@ -96,10 +97,10 @@ def test_a_non_empty_folder_that_is_not_an_iofeed_cache_is_refused(served, tmp_p
         (mine / name).parent.mkdir(parents=True, exist_ok=True)
         (mine / name).write_bytes(data)
     with pytest.raises(OptionError) as refused:
-        iofeed.loader(_url(served), cache_dir=mine, batch_size=4, image_size=32, workers=1)
+        iofeed.loader(_url(served), cache=iofeed.Cache(dir=mine), batch_size=4, image_size=32, workers=1)
     message = str(refused.value)
     assert "\n" not in message and str(mine) in message and "not an iofeed cache" in message
-    assert "pass cache_dir=<a new or empty folder>" in message
+    assert "pass cache=iofeed.Cache(dir=<a new or empty folder>)" in message
     assert sorted(p.relative_to(mine).as_posix() for p in mine.rglob("*") if p.is_file()) == sorted(USER_FILES)
 
 
@@ -120,8 +121,8 @@ def test_an_empty_folder_is_marked_and_an_old_iofeed_cache_is_adopted(tmp_path: 
 
 def test_an_empty_cache_dir_is_refused_not_the_working_directory(served, tmp_path: Path, monkeypatch) -> None:
     monkeypatch.chdir(tmp_path)
-    with pytest.raises(OptionError, match=r"cache_dir='' names no folder .*pass cache_dir=<a folder"):
-        iofeed.loader(_url(served), cache_dir="", batch_size=4, image_size=32, workers=1)
+    with pytest.raises(OptionError, match=r"Cache\.dir='' names no folder .*pass cache=iofeed\.Cache\(dir=<a folder"):
+        iofeed.loader(_url(served), cache=iofeed.Cache(dir=""), batch_size=4, image_size=32, workers=1)
     assert list(tmp_path.iterdir()) == [], "nothing written in the working directory"
 
 
@@ -148,14 +149,16 @@ def test_a_limit_holding_the_whole_split_is_enough_for_any_block_size(served, tm
     shards = Manifest.read(served[1]).splits["train"].shards
     assert 1 < len(shards) < 16
     total = sum(s["bytes"] for s in shards)
-    with iofeed.loader(_url(served), cache_dir=tmp_path / "cache", cache_limit=total, block_shards=8,
+    with iofeed.loader(_url(served), cache=iofeed.Cache(dir=tmp_path / "cache", limit=total),
+                       order=iofeed.Order(block_shards=8),
                        batch_size=4, image_size=32, workers=1) as loader:
         delivered, seen = _labels_from_pixels(loader)
         again, _ = _labels_from_pixels(loader)
     assert delivered == seen and sorted(delivered) == sorted(again) and len(delivered) == len(loader.source)
     assert loader.stats.fetched["shards"] == len(shards), "each shard fetched once, none evicted"
     with pytest.raises(OptionError, match=rf"cannot hold the {len(shards)} shards"):
-        iofeed.loader(_url(served), cache_dir=tmp_path / "small", cache_limit=total - 1, block_shards=8,
+        iofeed.loader(_url(served), cache=iofeed.Cache(dir=tmp_path / "small", limit=total - 1),
+                      order=iofeed.Order(block_shards=8),
                       batch_size=4, image_size=32, workers=1)
 
 
@@ -171,7 +174,8 @@ def test_a_shard_that_failed_in_one_epoch_is_read_in_the_next(served, tmp_path: 
     path = f"/{dataset.name}/{shard['name']}"
     server.fail_status, server.failing[path] = 403, 10**6
     try:
-        with iofeed.loader(_url(served), cache_dir=tmp_path / "cache", on_error="skip", max_skipped=None,
+        with iofeed.loader(_url(served), cache=iofeed.Cache(dir=tmp_path / "cache"),
+                           skips=iofeed.Skips(on_error="skip", max_skipped=None),
                            batch_size=4, image_size=32, workers=1) as loader:
             first, _ = _labels_from_pixels(loader)
             skipped, refilled = dict(loader.stats.skipped), loader.stats.refilled

@@ -105,14 +105,15 @@ def _epoch(out: Path, **options: object) -> list[tuple[np.ndarray, dict[str, np.
     loader = iofeed.loader(out, batch_size=4, framework="numpy", image_size=SIDE, augment="uint8",
                            **options)  # type: ignore[arg-type]
     try:
-        return [(images.copy(), targets) for images, targets in loader] + [({}, loader.stats.boxes)]  # type: ignore[list-item]
+        return [(images.copy(), targets) for images,
+                targets in loader] + [({}, loader.stats.boxes)]  # type: ignore[list-item]
     finally:
         loader.close()
 
 
 def test_loader_boxes_and_masks_follow_every_crop_and_flip(coco: tuple[Path, Path]) -> None:
     _, out = coco
-    *batches, (_, counted) = _epoch(out, target="masks", workers=2, seed=5)
+    *batches, (_, counted) = _epoch(out, output=iofeed.Output(target="masks"), workers=2, seed=5)
     table = np.load(out / "train-boxes.npz")
     delivered = 0
     for images, targets in batches:
@@ -132,8 +133,8 @@ def test_loader_boxes_and_masks_follow_every_crop_and_flip(coco: tuple[Path, Pat
 
 def test_box_count_adds_up_over_an_epoch(coco: tuple[Path, Path]) -> None:
     _, out = coco
-    loader = iofeed.loader(out, batch_size=3, framework="numpy", image_size=SIDE, target="boxes", workers=1,
-                           order=iofeed.Order(drop_last=False))
+    loader = iofeed.loader(out, batch_size=3, framework="numpy", image_size=SIDE, output=iofeed.Output(target="boxes"),
+                           drop_last=False, workers=1)
     offsets = np.load(out / "train-boxes.npz")["offsets"]
     stored = 0
     for _ in loader:
@@ -144,7 +145,8 @@ def test_box_count_adds_up_over_an_epoch(coco: tuple[Path, Path]) -> None:
 
 def test_boxes_are_the_same_whatever_the_worker_count(coco: tuple[Path, Path]) -> None:
     _, out = coco
-    one, two = _epoch(out, target="boxes", workers=1, seed=9), _epoch(out, target="boxes", workers=2, seed=9)
+    boxes = iofeed.Output(target="boxes")
+    one, two = _epoch(out, output=boxes, workers=1, seed=9), _epoch(out, output=boxes, workers=2, seed=9)
     for (a_images, a), (b_images, b) in zip(one[:-1], two[:-1]):
         assert np.array_equal(a_images, b_images)
         assert all(np.array_equal(a[key], b[key]) for key in ("boxes", "labels", "counts"))
@@ -152,13 +154,15 @@ def test_boxes_are_the_same_whatever_the_worker_count(coco: tuple[Path, Path]) -
 
 def test_resume_gives_the_same_boxes(coco: tuple[Path, Path]) -> None:
     _, out = coco
-    whole = _epoch(out, target="boxes", workers=1, seed=4)[:-1]
-    first = iofeed.loader(out, batch_size=4, framework="numpy", image_size=SIDE, augment="uint8", target="boxes",
+    whole = _epoch(out, output=iofeed.Output(target="boxes"), workers=1, seed=4)[:-1]
+    first = iofeed.loader(out, batch_size=4, framework="numpy", image_size=SIDE, augment="uint8",
+                          output=iofeed.Output(target="boxes"),
                           workers=1, seed=4)
     next(iter(first))
     state = first.state_dict()
     first.close()
-    again = iofeed.loader(out, batch_size=4, framework="numpy", image_size=SIDE, augment="uint8", target="boxes",
+    again = iofeed.loader(out, batch_size=4, framework="numpy", image_size=SIDE, augment="uint8",
+                          output=iofeed.Output(target="boxes"),
                           workers=1, seed=4)
     again.load_state_dict(state)
     rest = [targets for _, targets in again]
@@ -174,7 +178,8 @@ def test_evaluation_letterboxes_and_maps_boxes_back_to_the_annotations(coco: tup
     names = [json.loads(line) for line in (out / "val-samples.sources.jsonl").read_text().splitlines()]
     by_name = {i["file_name"]: i["id"] for i in document["images"]}
     good = document["annotations"][: -len(MALFORMED)]
-    loader = iofeed.loader(out, split="val", batch_size=2, framework="numpy", image_size=SIDE, target="boxes",
+    loader = iofeed.loader(out, split="val", batch_size=2, framework="numpy", image_size=SIDE,
+                           output=iofeed.Output(target="boxes"),
                            workers=1)
     seen = 0
     for _, targets in loader:
@@ -189,18 +194,18 @@ def test_evaluation_letterboxes_and_maps_boxes_back_to_the_annotations(coco: tup
     loader.close()
 
 
-@pytest.mark.parametrize("backend", ["dali", "nvjpeg"])
-def test_engines_without_box_geometry_refuse_targets_in_one_line(coco: tuple[Path, Path], backend: str) -> None:
+@pytest.mark.parametrize("engine", ["dali", "nvjpeg"])
+def test_engines_without_box_geometry_refuse_targets_in_one_line(coco: tuple[Path, Path], engine: str) -> None:
     _, out = coco
-    with pytest.raises(OptionError, match=f"target='boxes': backend='{backend}' does not move boxes") as raised:
-        iofeed.loader(out, batch_size=2, target="boxes", backend=backend)
+    with pytest.raises(OptionError, match=f"target='boxes': engine='{engine}' does not move boxes") as raised:
+        iofeed.loader(out, batch_size=2, output=iofeed.Output(target="boxes"), engine=engine)
     assert "\n" not in str(raised.value)
 
 
 def test_tf_refuses_box_targets_in_one_line(coco: tuple[Path, Path]) -> None:
     _, out = coco
     with pytest.raises(OptionError, match="target='boxes' is not built for framework='tf'"):
-        iofeed.loader(out, batch_size=2, target="boxes", framework="tf")
+        iofeed.loader(out, batch_size=2, output=iofeed.Output(target="boxes"), framework="tf")
 
 
 def test_boxes_of_a_dataset_without_them_are_refused(tmp_path: Path) -> None:
@@ -209,7 +214,7 @@ def test_boxes_of_a_dataset_without_them_are_refused(tmp_path: Path) -> None:
     synth_caltech256(tmp_path / "c", per_class=1, workers=1, progress=False)
     preprocess(tmp_path / "c", tmp_path / "c.iof", workers=1, progress=False)
     with pytest.raises(OptionError, match="holds no boxes"):
-        iofeed.loader(tmp_path / "c.iof", batch_size=2, target="boxes", framework="numpy")
+        iofeed.loader(tmp_path / "c.iof", batch_size=2, output=iofeed.Output(target="boxes"), framework="numpy")
 
 
 @pytest.mark.torch
@@ -218,8 +223,9 @@ def test_torch_targets_are_tv_tensors_one_dict_per_image(coco: tuple[Path, Path]
     from torchvision import tv_tensors
 
     _, out = coco
-    numpy_batch = _epoch(out, target="masks", workers=1, seed=2)[0][1]
-    loader = iofeed.loader(out, batch_size=4, framework="torch", image_size=SIDE, augment="uint8", target="masks",
+    numpy_batch = _epoch(out, output=iofeed.Output(target="masks"), workers=1, seed=2)[0][1]
+    loader = iofeed.loader(out, batch_size=4, framework="torch", image_size=SIDE, augment="uint8",
+                           output=iofeed.Output(target="masks"),
                            workers=1, seed=2)
     images, targets = next(iter(loader))
     loader.close()

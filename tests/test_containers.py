@@ -138,5 +138,6 @@ def test_full_epoch_at_batch_256_with_a_64_mib_dev_shm(tmp_path):
 
 def test_a_budget_too_small_names_where_it_came_from(tmp_path):
     tree = make_colour_tree(tmp_path / "t", per_class=2)
-    with pytest.raises(OptionError, match=r"memory_budget=1,000 bytes \(memory_budget argument\)"):
-        iofeed.loader(tree, batch_size=4, memory_budget=1000)
+    with pytest.raises(OptionError, match=r"Resources\.memory_budget=1,000 bytes \(Resources\.memory_budget as "
+                                          r"given\)"):
+        iofeed.loader(tree, batch_size=4, resources=iofeed.Resources(memory_budget=1000))

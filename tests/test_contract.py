@@ -19,7 +19,7 @@ def make(request):
     """`iofeed.loader` bound to the engine under test."""
     if request.param == "dali":
         pytest.importorskip("nvidia.dali")
-    return functools.partial(iofeed.loader, backend=request.param)
+    return functools.partial(iofeed.loader, engine=request.param)
 
 
 @pytest.fixture

@@ -44,9 +44,9 @@ def test_same_crops_as_workers(image_tree, train):
     """Same boxes and flips as the workers engine: only the resampling differs (by a few levels)."""
     root, _ = image_tree
     runs = {}
-    for backend in ("workers", "dali"):
-        with iofeed.loader(root, batch_size=5, backend=backend, workers=2, augment=train, seed=4) as ld:
-            runs[backend] = _images_by_index(ld)
+    for engine in ("workers", "dali"):
+        with iofeed.loader(root, batch_size=5, engine=engine, workers=2, augment=train, seed=4) as ld:
+            runs[engine] = _images_by_index(ld)
     assert runs["dali"].keys() == runs["workers"].keys()
     for index, image in runs["dali"].items():
         assert _coarse_difference(image, runs["workers"][index]) < 2.0, index
@@ -56,10 +56,10 @@ def test_quirky_inputs_match_workers(quirky_tree):
     """Alpha, palette, 16-bit, CMYK, EXIF rotation, odd names: the same pixels as the workers engine."""
     src, valid, _ = quirky_tree
     runs = {}
-    for backend in ("workers", "dali"):
-        with iofeed.loader(src, batch_size=4, backend=backend, workers=1, augment=False, split="val",
-                           max_skipped=None) as ld:
-            runs[backend] = (_images_by_index(ld), dict(ld.stats.skipped))
+    for engine in ("workers", "dali"):
+        with iofeed.loader(src, batch_size=4, engine=engine, workers=1, augment=False, split="val",
+                           skips=iofeed.Skips(max_skipped=None)) as ld:
+            runs[engine] = (_images_by_index(ld), dict(ld.stats.skipped))
     assert runs["dali"][1] == runs["workers"][1]
     assert len(runs["dali"][0]) == len(valid)
     for index, image in runs["dali"][0].items():
@@ -71,7 +71,8 @@ def test_corrupt_folder_files_are_found_at_index_time(tmp_path, monkeypatch, inl
     if not inline:
         monkeypatch.setattr(dali_validate, "INLINE_CHECK_FILES", 0)  # validate in a process pool
     root = make_colour_tree(tmp_path / "t", per_class=3, corrupt=2)
-    with iofeed.loader(root, batch_size=4, backend="dali", workers=2, drop_last=False, max_skipped=0.2) as ld:
+    with iofeed.loader(root, batch_size=4, engine="dali", workers=2, drop_last=False,
+                       skips=iofeed.Skips(max_skipped=0.2)) as ld:
         settings = ld.stats.settings
         assert settings["validated_files"] == 14 and settings["invalid_files"] == 2
         delivered = sum(len(labels) for _, labels in ld)
@@ -90,8 +91,8 @@ def test_a_file_dali_cannot_decode_mid_epoch(tmp_path, monkeypatch, on_error):
     monkeypatch.setattr(dali_engine.DaliEngine, "_build", lambda engine: (builds.append(1), build(engine))[1])
     monkeypatch.setattr(dali_engine, "validate_folder", lambda source, workers: {})
     root = make_colour_tree(tmp_path / "t", per_class=3, corrupt=1)
-    with iofeed.loader(root, batch_size=4, backend="dali", workers=2, on_error=on_error, drop_last=False,
-                       max_skipped=0.1) as ld:
+    with iofeed.loader(root, batch_size=4, engine="dali", workers=2,
+                       skips=iofeed.Skips(on_error=on_error, max_skipped=0.1), drop_last=False) as ld:
         if on_error == "raise":
             with pytest.raises(SampleError, match="bad0.jpg"):
                 list(ld)
@@ -100,16 +101,16 @@ def test_a_file_dali_cannot_decode_mid_epoch(tmp_path, monkeypatch, on_error):
         assert sum(len(i) for i, _ in first) == 13, "a spare took the skipped sample's place"
         assert ld.stats.skipped["corrupt or truncated image"] == ld.stats.refilled == 1
         assert "bad0.jpg" in ld.stats.skipped_examples[0]
-        assert ld.backend.restarts == 1 and len(builds) == 1, "reset and fed again, one pipeline all along"
+        assert ld.engine.restarts == 1 and len(builds) == 1, "reset and fed again, one pipeline all along"
         ld.set_epoch(0)
         again = [(ld.last_indices.copy(), np.array(images)) for images, _ in ld]  # now known bad: no restart
-        assert ld.backend.restarts == 1 and len(builds) == 1
+        assert ld.engine.restarts == 1 and len(builds) == 1
     for (i1, x1), (i2, x2) in zip(first, again, strict=True):
         assert np.array_equal(i1, i2) and np.array_equal(x1, x2)
 
 
 def test_abandoned_epoch_then_next_one(colour_dataset):
-    with iofeed.loader(colour_dataset, batch_size=4, backend="dali", workers=2, seed=9) as ld:
+    with iofeed.loader(colour_dataset, batch_size=4, engine="dali", workers=2, seed=9) as ld:
         ld.set_epoch(1)
         expected = [(ld.last_indices.copy(), np.array(images)) for images, _ in ld]
         ld.set_epoch(1)
@@ -126,9 +127,10 @@ def test_abandoned_epoch_then_next_one(colour_dataset):
 
 
 def test_settings_and_dataset_sources_are_not_revalidated(colour_dataset):
-    with iofeed.loader(colour_dataset, batch_size=4, backend="dali", workers=2, prefetch=3) as ld:
+    with iofeed.loader(colour_dataset, batch_size=4, engine="dali", workers=2,
+                       resources=iofeed.Resources(prefetch=3)) as ld:
         settings = ld.stats.settings
-    assert settings["backend"] == "dali" and settings["device"] == "cpu" and settings["decoder"] == "cpu"
+    assert settings["engine"] == "dali" and settings["device"] == "cpu" and settings["decoder"] == "cpu"
     assert settings["num_threads"] == 2 and settings["prefetch_batches"] == 3
     assert settings["hw_decoder_load"] is None and settings["validated_files"] == 0
 
@@ -136,9 +138,9 @@ def test_settings_and_dataset_sources_are_not_revalidated(colour_dataset):
 @pytest.mark.torch
 def test_torch_adapter_on_cpu(colour_dataset):
     import torch
-    with iofeed.loader(colour_dataset, batch_size=4, backend="dali", workers=1, seed=2) as raw:
+    with iofeed.loader(colour_dataset, batch_size=4, engine="dali", workers=1, seed=2) as raw:
         uint8 = np.array(next(iter(raw))[0])
-    with iofeed.loader(colour_dataset, batch_size=4, backend="dali", workers=1, seed=2, framework="torch") as ld:
+    with iofeed.loader(colour_dataset, batch_size=4, engine="dali", workers=1, seed=2, framework="torch") as ld:
         images, labels = next(iter(ld))
     assert images.shape == (4, 3, 224, 224) and images.dtype == torch.float32 and labels.dtype == torch.int64
     mean = torch.tensor([0.485, 0.456, 0.406]).view(1, 3, 1, 1)
@@ -150,7 +152,7 @@ def test_torch_adapter_on_cpu(colour_dataset):
 def test_missing_dali_is_a_one_line_error(colour_dataset, monkeypatch):
     monkeypatch.setitem(sys.modules, "nvidia.dali", None)  # makes `import nvidia.dali` fail
     with pytest.raises(MissingDependencyError, match=r"pip install 'iofeed\[dali\]'") as info:
-        iofeed.loader(colour_dataset, batch_size=4, backend="dali")
+        iofeed.loader(colour_dataset, batch_size=4, engine="dali")
     assert "\n" not in str(info.value)
 
 
@@ -159,9 +161,9 @@ def test_an_older_dali_is_refused_in_one_line_naming_its_version(colour_dataset,
     import nvidia.dali
 
     monkeypatch.setattr(nvidia.dali, "__version__", "1.43.0")
-    with pytest.raises(MissingDependencyError, match=r"^NVIDIA DALI 1\.43\.0 is installed; backend='dali' needs "
+    with pytest.raises(MissingDependencyError, match=r"^NVIDIA DALI 1\.43\.0 is installed; engine='dali' needs "
                                                      r"DALI >= 1\.44 .*pip install -U 'iofeed\[dali\]'") as info:
-        iofeed.loader(colour_dataset, batch_size=4, backend="dali")
+        iofeed.loader(colour_dataset, batch_size=4, engine="dali")
     assert "\n" not in str(info.value)
 
 
@@ -178,7 +180,7 @@ def test_the_pipeline_asks_for_the_dynamic_executor_that_binds_outputs_to_a_stre
             super().__init__(*args, **kwargs)
 
     monkeypatch.setattr(nvidia.dali, "Pipeline", Recording)
-    with iofeed.loader(colour_dataset, batch_size=4, image_size=32, backend="dali", workers=1) as ld:
+    with iofeed.loader(colour_dataset, batch_size=4, image_size=32, engine="dali", workers=1) as ld:
         images, labels = next(iter(ld))
         assert images.shape == (4, 32, 32, 3)
     assert asked == [True]
@@ -205,12 +207,13 @@ def test_mixed_decode_on_gpu_matches_cpu(colour_dataset):
     """device="cuda" with a device-side adapter (torch): decoded by nvJPEG on the GPU, handed over
     by DLPack, close to the CPU decode."""
     import torch
-    with iofeed.loader(colour_dataset, batch_size=4, backend="dali", workers=2, seed=3) as cpu:
+    with iofeed.loader(colour_dataset, batch_size=4, engine="dali", workers=2, seed=3) as cpu:
         expected = np.array(next(iter(cpu))[0])
-    with iofeed.loader(colour_dataset, batch_size=4, backend="dali", workers=2, seed=3, device="cuda:0",
+    with iofeed.loader(colour_dataset, batch_size=4, engine="dali", workers=2, seed=3,
+                       placement=iofeed.Placement(device="cuda:0"),
                        framework="torch") as ld:
         assert ld.stats.settings["decoder"] == "mixed" and ld.stats.settings["device"] == "cuda:0"
-        batch = next(ld.backend.run(0, ld.order.batches(0), 0, 0))
+        batch = next(ld.engine.run(0, ld.order.batches(0), 0, 0))
         images = torch.from_dlpack(batch.images)
         assert images.is_cuda and images.dtype == torch.uint8 and tuple(images.shape) == (4, 224, 224, 3)
         assert (images.cpu().numpy().astype(int) - expected).__abs__().mean() < 3.0
@@ -220,8 +223,8 @@ def test_mixed_decode_on_gpu_matches_cpu(colour_dataset):
 @pytest.mark.gpu
 def test_torch_on_cuda_gets_gpu_tensors(colour_dataset):
     import torch
-    with iofeed.loader(colour_dataset, batch_size=4, backend="dali", workers=2, framework="torch",
-                       device="cuda") as ld:
+    with iofeed.loader(colour_dataset, batch_size=4, engine="dali", workers=2, framework="torch",
+                       placement=iofeed.Placement(device="cuda")) as ld:
         for images, labels in ld:
             assert images.is_cuda and images.dtype == torch.float32 and images.shape[1:] == (3, 224, 224)
             assert labels.is_cuda and labels.dtype == torch.int64
@@ -238,8 +241,8 @@ def test_dali_batches_stay_exact_while_the_consumer_stream_lags(colour_dataset):
 
     def run(lagging: bool) -> list:
         kept = []
-        with iofeed.loader(colour_dataset, batch_size=4, backend="dali", workers=2, framework="torch",
-                           device="cuda", seed=5) as ld:
+        with iofeed.loader(colour_dataset, batch_size=4, engine="dali", workers=2, framework="torch",
+                           placement=iofeed.Placement(device="cuda"), seed=5) as ld:
             for images, _ in ld:
                 kept.append(images.clone())
                 if lagging:
@@ -256,7 +259,8 @@ def test_dali_batches_stay_exact_while_the_consumer_stream_lags(colour_dataset):
 
 @pytest.mark.gpu
 def test_numpy_framework_on_cuda_gets_host_arrays(colour_dataset):
-    with iofeed.loader(colour_dataset, batch_size=4, backend="dali", workers=2, device="cuda") as ld:
+    with iofeed.loader(colour_dataset, batch_size=4, engine="dali", workers=2,
+                       placement=iofeed.Placement(device="cuda")) as ld:
         images, labels = next(iter(ld))
         assert ld.stats.settings["decoder"] == "mixed"
         assert isinstance(images, np.ndarray) and images.shape == (4, 224, 224, 3) and images.dtype == np.uint8
@@ -264,7 +268,7 @@ def test_numpy_framework_on_cuda_gets_host_arrays(colour_dataset):
 
 @pytest.mark.gpu
 def test_auto_with_gpu_never_takes_dali_and_says_why(colour_dataset):
-    with iofeed.loader(colour_dataset, batch_size=4, backend="auto", device="cuda") as ld:
-        assert ld.stats.settings["backend"] == "nvjpeg"
+    with iofeed.loader(colour_dataset, batch_size=4, engine="auto", placement=iofeed.Placement(device="cuda")) as ld:
+        assert ld.stats.settings["engine"] == "nvjpeg"
         (note,) = [d for d in ld.stats.settings["decisions"] if "chose 'nvjpeg'" in d]
-        assert "backend='workers'" in note
+        assert "engine='workers'" in note

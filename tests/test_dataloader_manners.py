@@ -45,7 +45,8 @@ def test_the_validation_check_of_pytorch_examples_finds_nothing_missing(colour_d
     iofeed drops no tail, so the check must stay false, by default (the shares padded) and with
     `pad="none"` (each sample once: what its validate(), summing on each rank, counts exactly)."""
     world = 3
-    loaders = [iofeed.loader(colour_dataset, split="val", rank=r, world_size=world, order=iofeed.Order(pad=pad),
+    loaders = [iofeed.loader(colour_dataset, split="val", placement=iofeed.Placement(rank=r, world_size=world),
+                             order=iofeed.Order(pad=pad),
                              **OPTIONS) for pad in ("ranks", "none") for r in range(world)]
     try:
         assert all(len(ld.sampler) * world >= len(ld.dataset) == 8 for ld in loaders)
@@ -79,14 +80,16 @@ def test_dataloader_flags_iofeed_already_honours_are_accepted(colour_dataset):
         assert _epoch(ld) == list(range(32)) != shuffled
 
 
-@pytest.mark.parametrize(("option", "value", "fix"), [
-    ("prefetch_factor", 2, "prefetch="),
-    ("collate_fn", list, "batch_transform="),
-    ("generator", object(), "seed="),
-    ("pin_memory", "yes", "True or False"),
-    ("memory_format", "channels_last", "framework='torch'"),
+@pytest.mark.parametrize(("option", "value", "named", "fix"), [
+    ("prefetch_factor", 2, "prefetch_factor", "resources=iofeed.Resources(prefetch=N)"),
+    ("collate_fn", list, "collate_fn", "batch_transform="),
+    ("generator", object(), "generator", "seed="),
+    ("pin_memory", "yes", "pin_memory", "True or False"),
+    ("output", iofeed.Output(memory_format="channels_last"), "Output.memory_format", "framework='torch'"),
 ])
-def test_dataloader_arguments_that_would_do_nothing_are_refused_in_one_line(colour_dataset, option, value, fix):
-    with pytest.raises(OptionError, match=option) as info:
+def test_dataloader_arguments_that_would_do_nothing_are_refused_in_one_line(colour_dataset, option, value, named,
+                                                                              fix):
+    with pytest.raises(OptionError) as info:
         iofeed.loader(colour_dataset, **{option: value}, **OPTIONS)
-    assert fix in str(info.value) and "\n" not in str(info.value)
+    message = str(info.value)
+    assert named in message and fix in message and "\n" not in message

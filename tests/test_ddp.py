@@ -155,12 +155,12 @@ import torch
 import iofeed
 from iofeed.errors import OptionError
 
-source, backend, out = sys.argv[1], sys.argv[2], sys.argv[3]
+source, engine, out = sys.argv[1], sys.argv[2], sys.argv[3]
 local = int(os.environ["LOCAL_RANK"])
 result = {"local_rank": local}
 try:  # built before torch.cuda.set_device, as many training scripts do
-    ld = iofeed.loader(source, batch_size=4, image_size=32, framework="torch", device="cuda", backend=backend,
-                       workers=1, drop_last=False)
+    ld = iofeed.loader(source, batch_size=4, image_size=32, framework="torch",
+                       placement=iofeed.Placement(device="cuda"), engine=engine, workers=1, drop_last=False)
 except OptionError as exc:
     result["error"] = str(exc)
 else:
@@ -178,13 +178,13 @@ with open(os.path.join(out, f"rank{local}.json"), "w") as f:
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("backend", ["workers", pytest.param("dali", marks=pytest.mark.dali)])
-def test_loader_built_before_set_device_under_torchrun(colour_dataset, tmp_path, backend):
+@pytest.mark.parametrize("engine", ["workers", pytest.param("dali", marks=pytest.mark.dali)])
+def test_loader_built_before_set_device_under_torchrun(colour_dataset, tmp_path, engine):
     """2 ranks by torchrun: each decodes and copies on its LOCAL_RANK's GPU. On a one-GPU machine
     rank 1 has no GPU of its own: it gets the one-line error naming LOCAL_RANK (no silent sharing)."""
     import torch
 
-    if backend == "dali":
+    if engine == "dali":
         pytest.importorskip("nvidia.dali")
     env = {k: v for k, v in os.environ.items() if k not in DIST_ENV}
     tests = str(Path(__file__).parent)
@@ -192,7 +192,7 @@ def test_loader_built_before_set_device_under_torchrun(colour_dataset, tmp_path,
     script = tmp_path / "train.py"
     script.write_text(_TORCHRUN_SCRIPT)
     done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
-                           str(script), str(colour_dataset), backend, str(tmp_path)],
+                           str(script), str(colour_dataset), engine, str(tmp_path)],
                           env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     count = torch.cuda.device_count()

@@ -101,7 +101,8 @@ def _train_rank(rank: int, world: int, init: str, source: str, out: str, memory_
         optimiser = torch.optim.SGD(model.parameters(), lr=0.1)
         printed = Path(out).with_name(f"stderr-{rank}.txt")
         with _stderr_to(printed), warnings.catch_warnings(record=True) as caught, iofeed.loader(
-                source, batch_size=4, image_size=32, framework="torch", workers=1, memory_format=memory_format) as ld:
+                source, batch_size=4, image_size=32, framework="torch", workers=1,
+                output=iofeed.Output(memory_format=memory_format)) as ld:
             warnings.simplefilter("always")
             for images, labels in ld:
                 optimiser.zero_grad()

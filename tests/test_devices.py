@@ -6,6 +6,7 @@ import time
 
 import pytest
 
+import iofeed
 from helpers.nvml import FakeGpu, fake_pynvml, four_gpus
 from iofeed.errors import IofeedError, OptionError
 from iofeed.runtime.gpu import nvml as gpu_nvml
@@ -67,7 +68,8 @@ def test_the_torch_loader_feeds_cpu_0(colour_dataset):
     import iofeed
 
     for device in ("cpu:0", torch.device("cpu", 0)):
-        with iofeed.loader(colour_dataset, batch_size=4, image_size=32, framework="torch", device=device,
+        with iofeed.loader(colour_dataset, batch_size=4, image_size=32, framework="torch",
+                           placement=iofeed.Placement(device=device),
                            workers=1) as ld:
             images, labels = next(iter(ld))
             assert images.device.type == "cpu" and images.shape == (4, 3, 32, 32) and labels.shape == (4,)
@@ -81,8 +83,9 @@ def test_the_loader_resolves_cuda_under_torchrun_before_building_anything(colour
     monkeypatch.setenv("LOCAL_RANK", "1")
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     with pytest.raises(OptionError, match="LOCAL_RANK=1"):
-        iofeed.loader(colour_dataset, batch_size=4, image_size=32, device="cuda", workers=1)
-    with iofeed.loader(colour_dataset, batch_size=4, image_size=32, device="cpu", workers=1) as ld:
+        iofeed.loader(colour_dataset, batch_size=4, image_size=32, placement=iofeed.Placement(device="cuda"), workers=1)
+    with iofeed.loader(colour_dataset, batch_size=4, image_size=32, placement=iofeed.Placement(device="cpu"),
+                       workers=1) as ld:
         assert next(iter(ld))[0].shape == (4, 32, 32, 3)
 
 
@@ -94,7 +97,7 @@ def test_dali_takes_the_local_rank_gpu_when_cuda_is_not_initialised(monkeypatch)
     monkeypatch.setitem(sys.modules, "pynvml", four_gpus())
     monkeypatch.setenv("LOCAL_RANK", "2")
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
-    device = LoaderOptions(batch_size=4, device="cuda").device
+    device = LoaderOptions(batch_size=4, placement=iofeed.Placement(device="cuda")).device
     assert dali.cuda_device_id(device) == (torch.cuda.current_device() if started else 2)
     assert dali.cuda_device_id("cuda:1") == 1 and dali.cuda_device_id("cpu") is None
 
@@ -110,7 +113,7 @@ def test_the_device_is_resolved_once_in_the_options_and_dali_takes_that_one(monk
     monkeypatch.setitem(sys.modules, "pynvml", four_gpus())
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     monkeypatch.setenv("LOCAL_RANK", "1")
-    options = LoaderOptions(batch_size=4, device="cuda")
+    options = LoaderOptions(batch_size=4, placement=iofeed.Placement(device="cuda"))
     monkeypatch.setenv("LOCAL_RANK", "3")
     want = torch.cuda.current_device() if started else 1
     assert options.device == f"cuda:{want}" and dali.cuda_device_id(options.device) == want
@@ -165,7 +168,7 @@ def test_auto_does_not_pick_dali_when_every_gpu_is_hidden(monkeypatch):
 
     monkeypatch.setitem(sys.modules, "pynvml", four_gpus())
     monkeypatch.setattr(select, "_installed", lambda module: True)  # "DALI is installed"
-    options = LoaderOptions(batch_size=4, device="cuda:0")
+    options = LoaderOptions(batch_size=4, placement=iofeed.Placement(device="cuda:0"))
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
     assert gpu_nvml.visible_gpu_count() == 0 and not gpu_nvml.gpu_present()
     assert not select.fits(ENGINES.caps("dali"), options, JpegSource())
@@ -187,16 +190,18 @@ def test_auto_never_takes_dali_with_a_gpu_and_records_why(monkeypatch):
     monkeypatch.setitem(sys.modules, "pynvml", four_gpus())
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     monkeypatch.setattr(select, "_installed", lambda module: True)  # "DALI and torchvision are installed"
-    options = LoaderOptions(batch_size=4, device="cuda:0")
+    options = LoaderOptions(batch_size=4, placement=iofeed.Placement(device="cuda:0"))
     assert select.engine_name(options, JpegSource()) == "nvjpeg"
     (note,) = select.choice_notes(options, "nvjpeg", JpegSource())
-    assert note.startswith("backend='auto' chose 'nvjpeg': a CUDA device") and "backend='workers'" in note
+    assert note.startswith("engine='auto' chose 'nvjpeg': a CUDA device") and "engine='workers'" in note
     monkeypatch.setattr(select, "_installed", lambda module: module != "torchvision")
     assert select.engine_name(options, JpegSource()) == "workers"
     (note,) = select.choice_notes(options, "workers", JpegSource())
-    assert note.startswith("backend='auto' chose 'workers' over 'dali': ") and "94%" in note
-    assert select.choice_notes(LoaderOptions(batch_size=4, device="cpu"), "workers", JpegSource()) == []
-    assert select.engine_name(LoaderOptions(batch_size=4, device="cuda:0", backend="dali"), JpegSource()) == "dali"
+    assert note.startswith("engine='auto' chose 'workers' over 'dali': ") and "94%" in note
+    assert select.choice_notes(LoaderOptions(batch_size=4, placement=iofeed.Placement(device="cpu")), "workers",
+                               JpegSource()) == []
+    assert select.engine_name(LoaderOptions(batch_size=4, placement=iofeed.Placement(device="cuda:0"), engine="dali"),
+                              JpegSource()) == "dali"
 
 
 def test_gpu_info_describes_the_visible_gpu(monkeypatch):
@@ -275,20 +280,20 @@ def test_the_doctor_keeps_tracing_when_nvml_fails(monkeypatch):
     assert doctor_trace.Trace.from_dict(raw).gpu_util.shape == rec.trace.gpu_util.shape
 
 
-@pytest.mark.parametrize("options", [{"framework": "numpy"}, {"framework": "torch"}, {"backend": "dali"}],
+@pytest.mark.parametrize("options", [{"framework": "numpy"}, {"framework": "torch"}, {"engine": "dali"}],
                          ids=lambda o: next(iter(o.values())))
 def test_cuda_without_a_visible_gpu_is_refused_at_the_loader(colour_dataset, monkeypatch, options):
     """It used to give CPU arrays silently (numpy), PyTorch's driver traceback or DALI's assert at the
-    first batch; now one line at `loader()`, before any work, naming device='cpu'."""
+    first batch; now one line at `loader()`, before any work, naming Placement(device='cpu')."""
     import iofeed
     from helpers.runs import slot_memory
 
     monkeypatch.setitem(sys.modules, "pynvml", fake_pynvml([]))
     monkeypatch.delenv("LOCAL_RANK", raising=False)
     before = slot_memory()
-    with pytest.raises(OptionError, match=r"^device='cuda', but no CUDA device is available here: pass "
-                                          r"device='cpu'") as info:
-        iofeed.loader(colour_dataset, batch_size=4, device="cuda", **options)
+    with pytest.raises(OptionError, match=r"^Placement\.device='cuda', but no CUDA device is available here: pass "
+                                          r"placement=iofeed\.Placement\(device='cpu'\)") as info:
+        iofeed.loader(colour_dataset, batch_size=4, placement=iofeed.Placement(device="cuda"), **options)
     assert "\n" not in str(info.value) and slot_memory() == before
 
 
@@ -298,7 +303,7 @@ def test_a_gpu_index_beyond_the_visible_ones_is_refused(colour_dataset, monkeypa
     monkeypatch.setitem(sys.modules, "pynvml", fake_pynvml([FakeGpu("GPU-aaaa")]))
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
     with pytest.raises(OptionError, match=r"device='cuda:2' is GPU 2, but 1 GPU\(s\) are visible here"):
-        iofeed.loader(colour_dataset, batch_size=4, device="cuda:2")
+        iofeed.loader(colour_dataset, batch_size=4, placement=iofeed.Placement(device="cuda:2"))
 
 
 def test_backend_dali_without_dali_names_its_extra_at_the_loader(colour_dataset, monkeypatch):
@@ -309,5 +314,5 @@ def test_backend_dali_without_dali_names_its_extra_at_the_loader(colour_dataset,
     monkeypatch.setitem(sys.modules, "nvidia.dali", None)
     before = slot_memory()
     with pytest.raises(MissingDependencyError, match=r"pip install 'iofeed\[dali\]'"):
-        iofeed.loader(colour_dataset, batch_size=4, backend="dali")
+        iofeed.loader(colour_dataset, batch_size=4, engine="dali")
     assert slot_memory() == before

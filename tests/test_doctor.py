@@ -66,7 +66,7 @@ def test_data_starved_by_cpu():
     assert any("mean GPU utilisation 20%" in e for e in starved.evidence)
     assert any("8 of 8 cores" in e for e in starved.evidence)
     advice = " ".join(starved.advice)
-    assert "iofeed preprocess /data/c256" in advice and 'backend="dali"' in advice
+    assert "iofeed preprocess /data/c256" in advice and 'engine="dali"' in advice
     assert not starved.heuristic
 
 

@@ -102,7 +102,8 @@ def _ranks(source: Path, world: int, batch: int, state: dict | None, batches: in
     """Each rank's samples (`batches` of them, or the rest of the epoch) and its state after."""
     seen, states, counts = [], [], []
     for rank in range(world):
-        with iofeed.loader(source, batch_size=batch, rank=rank, world_size=world, **options) as ld:
+        with iofeed.loader(source, batch_size=batch, placement=iofeed.Placement(rank=rank, world_size=world),
+                           **options) as ld:
             if state is not None:
                 ld.load_state_dict(state)
             counts.append(len(ld))
@@ -117,7 +118,7 @@ OPTIONS = dict(image_size=16, workers=1, seed=3, drop_last=False)
 @pytest.mark.slow
 @pytest.mark.parametrize("shuffle", SHUFFLES)
 def test_loaders_stopped_at_4_ranks_resume_at_2_3_8_and_another_batch_size(colour_dataset, shuffle):
-    options = dict(OPTIONS, shuffle=shuffle, block_shards=2)
+    options = dict(OPTIONS, shuffle=shuffle, order=iofeed.Order(block_shards=2))
     before, states, _ = _ranks(colour_dataset, 4, 2, None, 2, **options)
     assert all(s == states[0] for s in states), "every rank saves the same state"
     assert states[0]["samples_done"] == 16 and states[0]["batches_done"] == 2
@@ -137,7 +138,7 @@ def test_dali_engine_resumes_elastically_like_the_workers_engine(colour_dataset)
     options = dict(OPTIONS, shuffle="global")
     _, states, _ = _ranks(colour_dataset, 4, 2, None, 2, **options)
     workers, _, _ = _ranks(colour_dataset, 3, 3, states[0], None, **options)
-    dali, _, _ = _ranks(colour_dataset, 3, 3, states[0], None, backend="dali", **options)
+    dali, _, _ = _ranks(colour_dataset, 3, 3, states[0], None, engine="dali", **options)
     assert dali == workers and sum(len(d) for d in dali) > 0
 
 
@@ -149,7 +150,7 @@ def test_nvjpeg_engine_resumes_elastically_like_the_workers_engine(colour_datase
     options = dict(OPTIONS, shuffle="global")
     _, states, _ = _ranks(colour_dataset, 4, 2, None, 2, **options)
     workers, _, _ = _ranks(colour_dataset, 3, 3, states[0], None, **options)
-    nvjpeg, ends, _ = _ranks(colour_dataset, 3, 3, states[0], None, backend="nvjpeg", **options)
+    nvjpeg, ends, _ = _ranks(colour_dataset, 3, 3, states[0], None, engine="nvjpeg", **options)
     assert nvjpeg == workers and sum(len(d) for d in nvjpeg) > 0
     assert all(e["epoch"] == 1 and e["samples_done"] == 0 for e in ends), "the epoch ended"
 
@@ -160,13 +161,13 @@ def test_a_resumed_epoch_counts_its_earlier_batches_in_len(colour_dataset):
     with iofeed.loader(colour_dataset, batch_size=2, **OPTIONS) as ld:
         _take(ld, 3)  # 6 of 32 samples
         state = ld.state_dict()
-    with iofeed.loader(colour_dataset, batch_size=2, rank=0, world_size=4, **OPTIONS) as ld:
+    with iofeed.loader(colour_dataset, batch_size=2, placement=iofeed.Placement(rank=0, world_size=4), **OPTIONS) as ld:
         with pytest.warns(UserWarning, match="holds 7 batches .* whole epoch's 4"):
             ld.load_state_dict(state)
         assert len(ld) == 3 + 4 == 7, "26 samples left: 7 per rank, 4 batches of 2"
         assert len(_take(ld, None)) == 7 and ld.epoch == 1
         assert len(ld) == 4, "whole epochs again"
-    with iofeed.loader(colour_dataset, batch_size=2, world_size=1, rank=0, **OPTIONS) as ld:
+    with iofeed.loader(colour_dataset, batch_size=2, placement=iofeed.Placement(world_size=1, rank=0), **OPTIONS) as ld:
         ld.load_state_dict(state)
         assert len(ld) == 16 and len(_take(ld, None)) == 26, "fewer than a whole epoch: len stays"
 

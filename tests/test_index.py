@@ -58,8 +58,9 @@ def test_loader_yields_exactly_the_shards_samples_in_a_global_shuffle_on_three_r
     manifest, names = Manifest.read(ds), _names(ds)
     per_rank, skipped = [], Counter()
     for rank in range(3):
-        with iofeed.loader(str(ds), batch_size=2, image_size=24, workers=1, rank=rank, world_size=3,
-                           drop_last=False, max_skipped=0.5) as ld:  # 1 broken of 11: past the 5% default
+        with iofeed.loader(str(ds), batch_size=2, image_size=24, workers=1,
+                           placement=iofeed.Placement(rank=rank, world_size=3), skips=iofeed.Skips(max_skipped=0.5),
+                           drop_last=False) as ld:  # 1 broken of 11: past the 5% default
             per_rank.append(_epoch(ld))
             skipped += ld.stats.skipped
     assert skipped == {"corrupt or truncated image": 1}, "the truncated JPEG is skipped and counted"
@@ -104,8 +105,8 @@ def test_dali_reads_the_same_shards(indexed):
     from nvidia.dali import fn, pipeline_def
 
     ds, wds, expected = indexed
-    with iofeed.loader(str(ds), batch_size=3, image_size=24, workers=1, backend="dali", seed=1) as dali, \
-            iofeed.loader(str(ds), batch_size=3, image_size=24, workers=1, backend="workers", seed=1) as workers:
+    with iofeed.loader(str(ds), batch_size=3, image_size=24, workers=1, engine="dali", seed=1) as dali, \
+            iofeed.loader(str(ds), batch_size=3, image_size=24, workers=1, engine="workers", seed=1) as workers:
         assert _epoch(dali) == _epoch(workers)
     manifest = Manifest.read(ds)
     tars = [s["url"] for s in manifest.splits["train"].shards]
@@ -135,7 +136,8 @@ def test_index_of_shards_over_http_streams_them_through_the_node_cache(tmp_path)
         assert [s["url"] for s in shards] == [f"{server.url}/shard-00000{n}.tar" for n in range(2)]
         assert all(len(s["sha256"]) == 64 for s in shards)
         with iofeed.loader(str(tmp_path / "ds.iof"), batch_size=2, image_size=24, workers=1, drop_last=False,
-                           cache_dir=tmp_path / "cache", on_error="skip", max_skipped=0.5) as ld:
+                           cache=iofeed.Cache(dir=tmp_path / "cache"),
+                           skips=iofeed.Skips(on_error="skip", max_skipped=0.5)) as ld:
             seen = sorted(i for indices, _ in _epoch(ld) for i in indices)
             assert ld.stats.fetched["shards"] == 2
     finally:

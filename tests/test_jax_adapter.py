@@ -48,8 +48,9 @@ def test_batches_equal_the_numpy_loader(colour_dataset, dtype, atol):
     import jax
 
     expected = _first_batches(colour_dataset)
-    got = _first_batches(colour_dataset, framework="jax", dtype=dtype)
-    with iofeed.loader(colour_dataset, framework="jax", batch_size=4, image_size=SIZE, workers=1, dtype=dtype) as ld:
+    got = _first_batches(colour_dataset, framework="jax", output=iofeed.Output(dtype=dtype))
+    with iofeed.loader(colour_dataset, framework="jax", batch_size=4, image_size=SIZE, workers=1,
+                       output=iofeed.Output(dtype=dtype)) as ld:
         images, labels = next(iter(ld))
         assert isinstance(images, jax.Array) and images.shape == (4, SIZE, SIZE, 3)
         assert images.dtype.name == (dtype or "float32") and labels.dtype.name == "int32"
@@ -83,7 +84,8 @@ def test_a_sample_transforms_floats_are_handed_over_as_they_are(colour_dataset, 
     from helpers.images import label_from_pixels
     from helpers.transforms import downscale
 
-    with iofeed.loader(colour_dataset, framework="jax", dtype=dtype, transform=downscale, batch_size=4,
+    with iofeed.loader(colour_dataset, framework="jax", output=iofeed.Output(dtype=dtype), transform=downscale,
+                       batch_size=4,
                        image_size=SIZE, workers=1) as ld:
         assert ld.stats.settings["normalise_on"] is None
         batches = [(np.asarray(images).astype(np.float32), np.asarray(labels), images.dtype) for images, labels in ld]
@@ -94,9 +96,9 @@ def test_a_sample_transforms_floats_are_handed_over_as_they_are(colour_dataset, 
 
 
 @pytest.mark.parametrize(("options", "word"), [
-    ({"framework": "jax", "dtype": "float16"}, "dtype"),
-    ({"framework": "jax", "sharding": "batch"}, "sharding"),
-    ({"framework": "numpy", "sharding": object()}, "sharding"),
+    ({"framework": "jax", "output": iofeed.Output(dtype="float16")}, "dtype"),
+    ({"framework": "jax", "placement": iofeed.Placement(sharding="batch")}, "sharding"),
+    ({"framework": "numpy", "placement": iofeed.Placement(sharding=object())}, "sharding"),
 ])
 def test_bad_dtype_or_sharding_is_one_line(colour_dataset, options, word):
     with pytest.raises(OptionError, match=word) as info:
@@ -149,7 +151,8 @@ def test_two_hosts_under_jax_distributed_get_disjoint_halves(colour_dataset, tmp
 
 
 def _numpy_labels(source, rank):
-    with iofeed.loader(source, batch_size=4, image_size=SIZE, workers=1, seed=2, rank=rank, world_size=2) as ld:
+    with iofeed.loader(source, batch_size=4, image_size=SIZE, workers=1, seed=2,
+                       placement=iofeed.Placement(rank=rank, world_size=2)) as ld:
         return [np.asarray(labels).tolist() for _, labels in ld]
 
 

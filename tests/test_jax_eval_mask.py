@@ -41,8 +41,9 @@ def _rows(dataset: Path, world: int, **options) -> list[tuple[int, str, bool]]:
 
     classes, rows = Manifest.read(dataset).classes, []
     for rank in range(world):
-        with iofeed.loader(str(dataset), split="val", framework="jax", dtype="uint8", batch_size=2, image_size=32,
-                           workers=1, augment=EVAL, rank=rank, world_size=world, **options) as ld:
+        with iofeed.loader(str(dataset), split="val", framework="jax", output=iofeed.Output(dtype="uint8"),
+                           placement=iofeed.Placement(rank=rank, world_size=world), batch_size=2, image_size=32,
+                           workers=1, augment=EVAL, **options) as ld:
             for images, labels in ld:
                 valid = jax.make_array_from_process_local_data(labels.sharding, ld.last_valid)
                 assert valid.dtype == bool and valid.shape == labels.shape and valid.sharding == labels.sharding
@@ -66,7 +67,7 @@ def test_a_spare_in_a_skipped_samples_place_is_masked(coded_val):
     """Sample 3's transform raises: a spare (a later sample of the pass, scored in its own batch too)
     keeps the batch full; masked, sample 3 is missing and no other sample counts twice."""
     dataset, source = coded_val
-    rows = _rows(dataset, world=2, transform=fails_on_sample_three, max_skipped=0.5)
+    rows = _rows(dataset, world=2, transform=fails_on_sample_three, skips=iofeed.Skips(max_skipped=0.5))
     assert 3 not in {sample for sample, _, _ in rows}
     assert len(rows) == SAMPLES + 1, "full batches: the spare took sample 3's place"
     assert all(source.kept()[sample] == name for sample, name, _ in rows)
@@ -86,16 +87,17 @@ def test_masked_evaluation_resumed_on_another_process_count_scores_each_sample_o
     """Stopped after one batch on 2 processes (4 samples done), resumed on 3: the rest (5 samples)
     is padded to 3 x 2 rows, and the masked rows before and after are the split, each once."""
     dataset, source = coded_val
-    options = dict(split="val", framework="jax", dtype="uint8", batch_size=2, image_size=32, workers=1, augment=EVAL)
+    options = dict(split="val", framework="jax", output=iofeed.Output(dtype="uint8"), batch_size=2, image_size=32,
+                   workers=1, augment=EVAL)
     seen, state = [], None
     for rank in range(2):
-        with iofeed.loader(str(dataset), rank=rank, world_size=2, **options) as ld:
+        with iofeed.loader(str(dataset), placement=iofeed.Placement(rank=rank, world_size=2), **options) as ld:
             images, _ = next(iter(ld))
             seen += [(decode(image)[1], bool(ok)) for image, ok in zip(np.asarray(images), ld.last_valid, strict=True)]
             state = ld.state_dict()
     after = []
     for rank in range(3):
-        with iofeed.loader(str(dataset), rank=rank, world_size=3, **options) as ld:
+        with iofeed.loader(str(dataset), placement=iofeed.Placement(rank=rank, world_size=3), **options) as ld:
             ld.load_state_dict(state)
             for images, _ in ld:
                 after += [(decode(image)[1], bool(ok)) for image, ok in zip(np.asarray(images), ld.last_valid,
@@ -139,7 +141,8 @@ def test_valid_rows_keeps_a_sample_planned_twice_in_one_batch_twice():
 
 def _batches(dataset: Path, **options) -> list[list[tuple[int, bool]]]:
     """(sample from the pixels, valid) of each row, batch by batch, on one process."""
-    with iofeed.loader(str(dataset), split="val", framework="jax", dtype="uint8", batch_size=2, image_size=32,
+    with iofeed.loader(str(dataset), split="val", framework="jax", output=iofeed.Output(dtype="uint8"), batch_size=2,
+                       image_size=32,
                        workers=1, augment=EVAL, **options) as ld:
         return [[(decode(image)[1], bool(ok)) for image, ok in zip(np.asarray(images), ld.last_valid, strict=True)]
                 for images, _ in ld]
@@ -172,14 +175,17 @@ def test_per_batch_means_get_no_one_row_last_batch_with_drop_last_or_pad_batches
 @pytest.mark.jax
 def test_pad_batches_fills_every_batch_on_every_process_and_pad_none_is_refused(coded_val):
     dataset, _ = coded_val
-    options = dict(split="val", framework="jax", dtype="uint8", batch_size=2, image_size=32, workers=1, augment=EVAL)
+    options = dict(split="val", framework="jax", output=iofeed.Output(dtype="uint8"), batch_size=2, image_size=32,
+                   workers=1, augment=EVAL)
     rows = []
     for rank in range(2):
-        with iofeed.loader(str(dataset), rank=rank, world_size=2, order=iofeed.Order(pad="batches"), **options) as ld:
+        with iofeed.loader(str(dataset), placement=iofeed.Placement(rank=rank, world_size=2),
+                           order=iofeed.Order(pad="batches"), **options) as ld:
             for images, _ in ld:
                 assert len(images) == 2, "every batch full, the last ones too"
                 rows += [(decode(image)[1], bool(ok)) for image, ok in zip(np.asarray(images), ld.last_valid,
                                                                            strict=True)]
     assert sorted(sample for sample, ok in rows if ok) == list(range(SAMPLES))
     with pytest.raises(OptionError, match=r"Order\(pad='none'\) leaves the 2 JAX processes uneven shares"):
-        iofeed.loader(str(dataset), rank=0, world_size=2, order=iofeed.Order(pad="none"), **options)
+        iofeed.loader(str(dataset), placement=iofeed.Placement(rank=0, world_size=2), order=iofeed.Order(pad="none"),
+                      **options)

@@ -14,7 +14,8 @@ from helpers.contract import assert_kept_unchanged, keep_two_epochs
 from helpers.images import label_from_pixels
 from helpers.keras_fit import run_on_backend
 
-SMALL = {"batch_size": 4, "image_size": 32, "workers": 1, "seed": 2, "prefetch": 2}  # 3 slots
+SMALL = {"batch_size": 4, "image_size": 32, "workers": 1, "seed": 2,
+         "resources": iofeed.Resources(prefetch=2)}  # 3 slots
 
 
 def _slots(ld) -> int:
@@ -107,7 +108,7 @@ def test_torch_cpu_batches_kept_whatever_the_reference_counts_say(colour_dataset
 @pytest.mark.jax
 def test_jax_host_batches_kept_whatever_the_reference_counts_say(colour_dataset, borrowed_references):
     """The host normaliser (tf, jax and keras on the CPU) rested on the same thresholds."""
-    with iofeed.loader(colour_dataset, framework="jax", dtype="float32", **SMALL) as ld:
+    with iofeed.loader(colour_dataset, framework="jax", output=iofeed.Output(dtype="float32"), **SMALL) as ld:
         kept = keep_two_epochs(ld, np.array)
         assert_kept_unchanged(kept, np.asarray, _slots(ld))
 
@@ -142,7 +143,7 @@ def test_a_streaming_torch_consumer_reuses_a_few_outputs(colour_dataset):
 @pytest.mark.parametrize("dtype", ["uint8", "float32"])
 def test_jax(colour_dataset, dtype):
     """uint8 batches on CPU devices alias the slot (XLA keeps the array): held by the lease."""
-    with iofeed.loader(colour_dataset, framework="jax", dtype=dtype, **SMALL) as ld:
+    with iofeed.loader(colour_dataset, framework="jax", output=iofeed.Output(dtype=dtype), **SMALL) as ld:
         kept = keep_two_epochs(ld, np.array)
         assert_kept_unchanged(kept, np.asarray, _slots(ld))
     if dtype == "uint8":
@@ -174,7 +175,7 @@ def test_lent_batches_name_the_block_they_lie_in(colour_dataset):
     """What the CUDA copy pins in place (`Batch.region`, the whole slot block) holds the lent
     images; a copied batch lies in no block of the engine's."""
     with iofeed.loader(colour_dataset, **SMALL) as ld:
-        batches = list(ld.backend.run(0, ld.order.batches(0), 0, 0))
+        batches = list(ld.engine.run(0, ld.order.batches(0), 0, 0))
         lent = [b for b in batches if b.lease is not None]
         assert lent and len(lent) < len(batches)
         for batch in batches:
@@ -184,7 +185,7 @@ def test_lent_batches_name_the_block_they_lie_in(colour_dataset):
             address, size = batch.region
             start = batch.images.ctypes.data
             assert address <= start and start + batch.images.nbytes <= address + size
-            assert size == ld.backend.layout.total_bytes
+            assert size == ld.engine.layout.total_bytes
 
 
 @pytest.mark.torch
@@ -195,10 +196,10 @@ def test_cuda_batches_kept_while_the_copy_stream_lags_stay_exact(colour_dataset)
     the copy. Every kept device batch equals the CPU loader's."""
     import torch
 
-    options = {**SMALL, "backend": "workers"}
+    options = {**SMALL, "engine": "workers"}
     with iofeed.loader(colour_dataset, framework="torch", **options) as ld:
         expected = keep_two_epochs(ld, lambda x: x.numpy().copy())
-    with iofeed.loader(colour_dataset, framework="torch", device="cuda", **options) as ld:
+    with iofeed.loader(colour_dataset, framework="torch", placement=iofeed.Placement(device="cuda"), **options) as ld:
         kept = []
         for _ in range(2):
             for images, labels in ld:

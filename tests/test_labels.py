@@ -439,7 +439,8 @@ def test_odd_labels_in_shards_over_http_are_rejected_by_url(tmp_path, command):
         split = ["--val-fraction", "0"] if command == "preprocess" else []
         assert main([command, url, "-o", str(out), *split]) == 0
         classes = Manifest.read(out).classes
-        with iofeed.loader(str(out), batch_size=4, image_size=16, workers=1, cache_dir=tmp_path / "cache") as ld:
+        with iofeed.loader(str(out), batch_size=4, image_size=16, workers=1,
+                           cache=iofeed.Cache(dir=tmp_path / "cache")) as ld:
             seen = [(int(classes[label]), decoded(image)) for images, labels in ld
                     for image, label in zip(images, labels, strict=True)]
     finally:

@@ -26,10 +26,10 @@ def big_tree(tmp_path):
 def test_killed_worker_raises_within_seconds(big_tree, workers, dead_before_next_task):
     """A worker killed mid-epoch raises WorkerError naming the signal: found by its sentinel while
     the engine waits, or, dead while the consumer held a batch, when it is sent the next task."""
-    with iofeed.loader(big_tree, batch_size=4, workers=workers, prefetch=2) as ld:
+    with iofeed.loader(big_tree, batch_size=4, workers=workers, resources=iofeed.Resources(prefetch=2)) as ld:
         stream = iter(ld)
         next(stream)
-        victim = ld.backend.processes()[0]
+        victim = ld.engine.processes()[0]
         os.kill(victim.pid, signal.SIGKILL)
         if dead_before_next_task:
             assert _gone([victim.pid])
@@ -46,10 +46,10 @@ def mapped(pid):
     with open(f"/proc/{pid}/maps") as maps:
         paths = [line.split(maxsplit=5)[5].strip() for line in maps if len(line.split(maxsplit=5)) == 6]
     return sorted({p.split(" (deleted)")[0] for p in paths if "/dev/shm/" in p or "iofeed-slots" in p})
-ld = iofeed.loader(sys.argv[1], batch_size=4, workers=2, prefetch=2)
+ld = iofeed.loader(sys.argv[1], batch_size=4, workers=2, resources=iofeed.Resources(prefetch=2))
 for k, _ in enumerate(ld):
     if k == 0:
-        pids = [p.pid for p in ld.backend.processes()]
+        pids = [p.pid for p in ld.engine.processes()]
         print("mapped", *sorted({m for pid in [os.getpid(), *pids] for m in mapped(pid)}), flush=True)
         print("workers", *pids, flush=True)
     if sys.argv[2] == "exit" and k == 2:
@@ -107,7 +107,7 @@ def test_garbage_collected_loader_cleans_up(big_tree):
     before = slot_memory()
     ld = iofeed.loader(big_tree, batch_size=4, workers=2)
     next(iter(ld))
-    procs = list(ld.backend.processes())
+    procs = list(ld.engine.processes())
     del ld
     gc.collect()
     assert _gone([p.pid for p in procs])

@@ -12,14 +12,14 @@ from helpers.images import label_from_pixels
 from helpers.runs import slot_memory
 from iofeed.errors import LoaderStateError, OptionError, SourceError
 
-BACKENDS = ["workers", pytest.param("dali", marks=pytest.mark.dali)]
+ENGINES = ["workers", pytest.param("dali", marks=pytest.mark.dali)]
 
 
-def _make(source, backend, **options):
-    if backend == "dali":
+def _make(source, engine, **options):
+    if engine == "dali":
         pytest.importorskip("nvidia.dali")
     options.setdefault("workers", 2)
-    return iofeed.loader(source, backend=backend, **options)
+    return iofeed.loader(source, engine=engine, **options)
 
 
 def _epoch(ld) -> list[tuple[np.ndarray, np.ndarray, str]]:
@@ -30,11 +30,11 @@ def _epoch(ld) -> list[tuple[np.ndarray, np.ndarray, str]]:
     return out
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("engine", ENGINES)
 @pytest.mark.parametrize("which", ["folder", "dataset"])
-def test_counts_and_labels(colour_tree, colour_dataset, backend, which):
+def test_counts_and_labels(colour_tree, colour_dataset, engine, which):
     source = colour_tree if which == "folder" else colour_dataset
-    with _make(source, backend, batch_size=4, drop_last=False) as ld:
+    with _make(source, engine, batch_size=4, drop_last=False) as ld:
         seen = []
         batches = 0
         for images, labels in ld:
@@ -50,9 +50,9 @@ def test_counts_and_labels(colour_tree, colour_dataset, backend, which):
         assert ld.stats.images == len(ld.source)
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
-def test_epochs_differ_and_repeat(colour_dataset, backend):
-    with _make(colour_dataset, backend, batch_size=4, seed=1) as ld:
+@pytest.mark.parametrize("engine", ENGINES)
+def test_epochs_differ_and_repeat(colour_dataset, engine):
+    with _make(colour_dataset, engine, batch_size=4, seed=1) as ld:
         first, second = _epoch(ld), _epoch(ld)
         ld.set_epoch(0)
         again = _epoch(ld)
@@ -60,11 +60,12 @@ def test_epochs_differ_and_repeat(colour_dataset, backend):
     assert [b[2] for b in first] == [b[2] for b in again]
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
-def test_ranks_equal_disjoint_and_covering(colour_dataset, backend):
+@pytest.mark.parametrize("engine", ENGINES)
+def test_ranks_equal_disjoint_and_covering(colour_dataset, engine):
     per_rank = []
     for rank in range(3):
-        with _make(colour_dataset, backend, batch_size=4, rank=rank, world_size=3, drop_last=False) as ld:
+        with _make(colour_dataset, engine, batch_size=4, placement=iofeed.Placement(rank=rank, world_size=3),
+                   drop_last=False) as ld:
             per_rank.append([i for batch in _epoch(ld) for i in batch[0].tolist()])
             assert len(ld) == 3
     assert len({len(r) for r in per_rank}) == 1
@@ -88,7 +89,7 @@ def test_torch_adapter_normalises_on_device_layout(colour_dataset, memory_format
     with iofeed.loader(colour_dataset, batch_size=4, workers=1, seed=2) as raw:
         uint8 = np.array(next(iter(raw))[0])
     with iofeed.loader(colour_dataset, batch_size=4, workers=1, seed=2, framework="torch",
-                       memory_format=memory_format) as ld:
+                       output=iofeed.Output(memory_format=memory_format)) as ld:
         images, labels = next(iter(ld))
     assert images.shape == (4, 3, 224, 224) and images.dtype == torch.float32
     assert images.is_contiguous(memory_format=torch.channels_last if memory_format else torch.contiguous_format), \
@@ -154,7 +155,7 @@ def test_cuda_copies_stay_exact_when_the_copy_stream_is_late_and_never_wait_for_
     import torch
     # the workers engine named: its pixels are the CPU path's (DALI's nvJPEG differs by a few levels)
     with iofeed.loader(colour_dataset, batch_size=4, workers=1, seed=2, framework="torch",
-                       backend="workers") as ld:
+                       engine="workers") as ld:
         expected = [(x.clone(), y.clone()) for x, y in ld]
     entered = {"n": 0}
     real_stream = torch.cuda.stream
@@ -177,8 +178,9 @@ def test_cuda_copies_stay_exact_when_the_copy_stream_is_late_and_never_wait_for_
 
     monkeypatch.setattr(torch.cuda, "stream", LateStream)
     pending_after_next = []
-    with iofeed.loader(colour_dataset, batch_size=4, workers=1, seed=2, framework="torch", device="cuda",
-                       backend="workers") as ld:
+    with iofeed.loader(colour_dataset, batch_size=4, workers=1, seed=2, framework="torch",
+                       placement=iofeed.Placement(device="cuda"),
+                       engine="workers") as ld:
         got = []
         batches = iter(ld)
         for k, (x, y) in enumerate(batches):
@@ -206,7 +208,7 @@ def test_bad_options_and_sources(colour_dataset, tmp_path):
     with pytest.raises(OptionError, match="framework"):
         iofeed.loader(colour_dataset, batch_size=4, framework="mxnet")
     with pytest.raises(OptionError, match="on_error"):
-        iofeed.loader(colour_dataset, batch_size=4, on_error="ignore")
+        iofeed.loader(colour_dataset, batch_size=4, skips=iofeed.Skips(on_error="ignore"))
     with pytest.raises(OptionError, match="split"):
         iofeed.loader(colour_dataset, batch_size=4, split="test")
     with pytest.raises(OptionError, match="batch_size"):
@@ -218,8 +220,9 @@ def test_bad_options_and_sources(colour_dataset, tmp_path):
 def test_prefetch_depth_defaults_and_bounds(colour_dataset):
     """Two batches per worker and at least 8 ahead by default; `prefetch` and the budget bound it."""
     slot = 4 * 224 * 224 * 3 + 4 * 8
-    cases = [({"workers": 1}, 8), ({"workers": 2, "prefetch": 3}, 3), ({"workers": None}, 8),
-             ({"workers": 2, "memory_budget": 5 * slot}, 4)]
+    cases = [({"workers": 1}, 8), ({"workers": 2, "resources": iofeed.Resources(prefetch=3)}, 3),
+             ({"workers": None}, 8),
+             ({"workers": 2, "resources": iofeed.Resources(memory_budget=5 * slot)}, 4)]
     for options, depth in cases:
         with iofeed.loader(colour_dataset, batch_size=4, **options) as ld:
             assert ld.stats.settings["prefetch_batches"] == depth, options
@@ -232,16 +235,16 @@ def test_the_next_epoch_starts_during_this_one(colour_dataset):
     with iofeed.loader(colour_dataset, batch_size=4, workers=2, image_size=64) as ld:
         for _ in itertools.islice(ld, len(ld)):  # stops after len() batches, as Lightning does
             pass
-        pids = [p.pid for p in ld.backend.processes()]
-        assert ld.backend.started_ahead == 0
+        pids = [p.pid for p in ld.engine.processes()]
+        assert ld.engine.started_ahead == 0
         sum(1 for _ in ld)
-        begun = ld.backend.started_ahead
-        assert begun == ld.backend.starts_ahead == ld.stats.settings["prefetch_batches"] - 1, (
+        begun = ld.engine.started_ahead
+        assert begun == ld.engine.starts_ahead == ld.stats.settings["prefetch_batches"] - 1, (
             "what the engine says it starts early (and a streamed pass fetches shards for) is what it starts")
         ld.set_epoch(7)
         sum(1 for _ in ld)
-        assert ld.backend.started_ahead == begun, "epoch 2's early batches were not epoch 7's"
-        assert [p.pid for p in ld.backend.processes()] == pids
+        assert ld.engine.started_ahead == begun, "epoch 2's early batches were not epoch 7's"
+        assert [p.pid for p in ld.engine.processes()] == pids
 
 
 def test_an_abandoned_epoch_leaves_its_queued_batches_undone(tmp_path):
@@ -250,12 +253,12 @@ def test_an_abandoned_epoch_leaves_its_queued_batches_undone(tmp_path):
     from helpers.images import make_colour_tree
 
     tree = make_colour_tree(tmp_path / "tree", per_class=40)
-    options = {"batch_size": 16, "image_size": 64, "workers": 1, "prefetch": 6, "seed": 4}
+    options = {"batch_size": 16, "image_size": 64, "workers": 1, "resources": iofeed.Resources(prefetch=6), "seed": 4}
     with iofeed.loader(tree, **options) as ld:
         next(iter(ld))
         ld.set_epoch(3)
         jumped = [ld.last_indices.copy() for _ in ld]
-        assert ld.backend.stopped_early > 0
+        assert ld.engine.stopped_early > 0
     with iofeed.loader(tree, **options) as fresh:
         fresh.set_epoch(3)
         assert all(np.array_equal(a, fresh.last_indices) for a, _ in zip(jumped, fresh, strict=True))
@@ -268,7 +271,7 @@ def test_close_stops_the_workers_and_frees_their_memory(colour_dataset):
     for k, _ in enumerate(ld):
         if k == 1:
             break
-    procs = list(ld.backend.processes())
+    procs = list(ld.engine.processes())
     assert slot_memory() != before, "a live loader holds its slot memory"
     assert _shm_mappings() == shm_before, "slot memory is anonymous: no /dev/shm name to leak"
     del _  # the last batch's views keep the memory mapped

@@ -216,9 +216,9 @@ def test_the_dali_engine_reads_a_mixture_in_the_same_order(colour_dataset, small
     pytest.importorskip("nvidia.dali")
     mix = iofeed.Mix({str(colour_dataset): 2, str(small_dataset): 1, str(colour_tree): 1}, epoch_samples=40)
     runs = []
-    for backend in ("workers", "dali"):
-        with iofeed.loader(mix, batch_size=4, backend=backend, **dict(OPTIONS, workers=2)) as ld:
-            assert ld.stats.settings["backend"] == backend
+    for engine in ("workers", "dali"):
+        with iofeed.loader(mix, batch_size=4, engine=engine, **dict(OPTIONS, workers=2)) as ld:
+            assert ld.stats.settings["engine"] == engine
             runs.append(_epoch(ld))
     assert runs[0] == runs[1] and len(runs[0][0]) == 40
 
@@ -228,7 +228,8 @@ def _ranks(mix, world: int, batch: int, state: dict | None, batches: int | None,
     """The samples each of `world` ranks delivers (`batches` each, or the rest of the epoch)."""
     seen, states = [], []
     for rank in range(world):
-        with iofeed.loader(mix, batch_size=batch, rank=rank, world_size=world, **OPTIONS, **more) as ld:
+        with iofeed.loader(mix, batch_size=batch, placement=iofeed.Placement(rank=rank, world_size=world), **OPTIONS,
+                           **more) as ld:
             if state is not None:
                 ld.load_state_dict(state)
             for k, _ in enumerate(_epoch_batches(ld), start=1):
@@ -276,10 +277,10 @@ def test_a_mixture_of_a_dataset_indexed_shards_and_a_streamed_url_resumes_elasti
     try:
         url = f"{server.url}/{small_dataset.name}"
         mix = iofeed.Mix({str(colour_dataset): 1, str(indexed_shards): 1, url: 2}, epoch_samples=48)
-        more = dict(cache_dir=tmp_path / "cache")
+        more = dict(cache=iofeed.Cache(dir=tmp_path / "cache"))
         before, states = _ranks(mix, 4, 2, None, 2, **more)
         after, _ = _ranks(mix, 3, 2, states[0], None, **more)
-        with iofeed.loader(mix, batch_size=4, **OPTIONS, cache_dir=tmp_path / "fresh") as ld:
+        with iofeed.loader(mix, batch_size=4, **OPTIONS, cache=iofeed.Cache(dir=tmp_path / "fresh")) as ld:
             _epoch(ld)
             sources = ld.stats.as_dict()["sources"]
         shards = Manifest.read(small_dataset).split("train", str(small_dataset)).shards
@@ -301,9 +302,9 @@ def test_a_cache_too_small_for_a_mixtures_streamed_source_is_refused(colour_data
     server = CountingServer(small_dataset.parent)
     try:
         mix = iofeed.Mix({str(colour_dataset): 1, f"{server.url}/{small_dataset.name}": 1})
-        with pytest.raises(OptionError, match=r"cache_limit=1,000 bytes cannot hold the [\d,]+ bytes this Mix keeps "
-                                              r"live of its streamed sources .*: raise cache_limit"):
-            iofeed.loader(mix, batch_size=4, cache_dir=tmp_path / "cache", cache_limit=1000, **OPTIONS)
+        with pytest.raises(OptionError, match=r"Cache\.limit=1,000 bytes cannot hold the [\d,]+ bytes this Mix keeps "
+                                              r"live of its streamed sources .*: raise Cache\.limit"):
+            iofeed.loader(mix, batch_size=4, cache=iofeed.Cache(dir=tmp_path / "cache", limit=1000), **OPTIONS)
     finally:
         server.close()
     assert not [p for p in server.gets if p.endswith(".tar")], "refused before any shard was fetched"
@@ -320,7 +321,8 @@ def test_shuffle_true_reads_a_streamed_source_block_wise_as_leaving_it_out_does(
     try:
         mix = iofeed.Mix({str(colour_dataset): 1, f"{server.url}/{small_dataset.name}": 1})
         for shuffle in (None, True, "global"):
-            with iofeed.loader(mix, batch_size=4, cache_dir=tmp_path / "cache", shuffle=shuffle, **OPTIONS) as ld:
+            with iofeed.loader(mix, batch_size=4, cache=iofeed.Cache(dir=tmp_path / "cache"), shuffle=shuffle,
+                               **OPTIONS) as ld:
                 kinds[shuffle] = ld.mixture.plan.kinds
     finally:
         server.close()
@@ -344,7 +346,8 @@ def test_a_streamed_source_is_read_block_wise_within_a_cache_smaller_than_it(col
         largest, total = max(s["bytes"] for s in shards), sum(s["bytes"] for s in shards)
         assert len(shards) == 8 and 2 * 2 * largest < total
         mix = iofeed.Mix({str(colour_dataset): 1, url: 1}, epoch_samples=16)  # 8 of each: one pass of the URL
-        small = dict(cache_dir=tmp_path / "cache", cache_limit=2 * 2 * largest + 1, block_shards=2)
+        small = dict(cache=iofeed.Cache(dir=tmp_path / "cache", limit=2 * 2 * largest + 1),
+                     order=iofeed.Order(block_shards=2))
         with iofeed.loader(mix, batch_size=4, **OPTIONS, **small) as ld:
             indices, _ = _epoch(ld)
             assert ld.mixture.plan.kinds == ["global", "block"] and ld.state_dict()["mixture"]["orders"] == \
@@ -453,7 +456,8 @@ def test_a_class_spelled_two_ways_is_refused_in_one_line(colour_dataset, colour_
 
 def test_extras_tell_each_samples_source_and_multi_hot_spans_the_mixture(colour_dataset, colour_tree):
     a, t = str(colour_dataset), str(colour_tree)
-    with iofeed.loader(iofeed.Mix({a: 1, t: 1}, classes="offset"), batch_size=4, target="multi_hot", extras=True,
+    with iofeed.loader(iofeed.Mix({a: 1, t: 1}, classes="offset"), batch_size=4,
+                       output=iofeed.Output(target="multi_hot", extras=True),
                        **OPTIONS) as ld:
         for images, hot, extras in ld:
             names = [[a, t][s] for s in ld.mixture.source_of(ld.last_indices)]
@@ -465,7 +469,8 @@ def test_extras_tell_each_samples_source_and_multi_hot_spans_the_mixture(colour_
 
 def test_the_val_split_reads_each_sources_val_in_order(colour_dataset, small_dataset):
     a, b = str(colour_dataset), str(small_dataset)
-    with iofeed.loader(iofeed.Mix({a: 9, b: 1}), split="val", batch_size=3, extras=True, **OPTIONS) as ld:
+    with iofeed.loader(iofeed.Mix({a: 9, b: 1}), split="val", batch_size=3, output=iofeed.Output(extras=True),
+                       **OPTIONS) as ld:
         indices, names = [], []
         for images, labels, extras in ld:
             assert [label_from_pixels(np.asarray(im)) for im in images] == np.asarray(labels).tolist()
@@ -480,7 +485,7 @@ def test_the_val_split_reads_each_sources_val_in_order(colour_dataset, small_dat
 
 def test_stats_count_per_source_and_a_broken_small_source_cannot_hide(colour_dataset, broken_folder):
     mix = iofeed.Mix({str(colour_dataset): 0.8, str(broken_folder): 0.2}, epoch_samples=50)  # 40 + 10
-    with iofeed.loader(mix, batch_size=5, max_skipped=None, **OPTIONS) as ld:
+    with iofeed.loader(mix, batch_size=5, skips=iofeed.Skips(max_skipped=None), **OPTIONS) as ld:
         _epoch(ld)
         stats = ld.stats.as_dict()["sources"]
     # each skipped place went to a spare of its own source (engine refill): the shares stay 40 and 10
@@ -488,7 +493,7 @@ def test_stats_count_per_source_and_a_broken_small_source_cannot_hide(colour_dat
     assert stats[str(broken_folder)]["delivered"] == 10 and sum(stats[str(broken_folder)]["skipped"].values()) == 2
     assert stats[str(colour_dataset)]["delivered"] + stats[str(broken_folder)]["delivered"] == 50
     assert math.isclose(2 / 50, 0.04), "4% of the epoch: under the 10% bound as a whole"
-    with iofeed.loader(mix, batch_size=5, max_skipped=0.1, **OPTIONS) as ld:
+    with iofeed.loader(mix, batch_size=5, skips=iofeed.Skips(max_skipped=0.1), **OPTIONS) as ld:
         with pytest.raises(SampleError, match=f"^Mix source {broken_folder}: epoch 0 skipped 2 of its 10 samples"):
             _epoch(ld)
 
@@ -498,7 +503,7 @@ def test_a_skipped_sample_s_place_goes_to_its_own_source_so_shares_stay_exact(co
     JPEG of the broken source gave its place to the other source, whose share grew by one. Spares
     of the skipped sample's own source come first: every epoch delivers each source's exact share."""
     mix = iofeed.Mix({str(colour_dataset): 1.0, str(broken_folder): 1.0}, epoch_samples=20)  # 10 + 10
-    with iofeed.loader(mix, batch_size=5, max_skipped=None, **OPTIONS) as ld:
+    with iofeed.loader(mix, batch_size=5, skips=iofeed.Skips(max_skipped=None), **OPTIONS) as ld:
         for _ in range(2):
             indices, _ = _epoch(ld)
             assert np.bincount(ld.mixture.source_of(np.asarray(indices)), minlength=2).tolist() == [10, 10]
@@ -509,13 +514,13 @@ def test_a_resumed_mixture_pass_left_early_counts_each_source_s_skips_once(colou
     """The pass begun again after a `break` re-reads the broken source's truncated JPEGs: its own
     bound (per source) counted them twice and raised for skips the epoch held within it."""
     mix = iofeed.Mix({str(colour_dataset): 0.8, str(broken_folder): 0.2}, epoch_samples=50)
-    with iofeed.loader(mix, batch_size=5, max_skipped=None, **OPTIONS) as ld:
+    with iofeed.loader(mix, batch_size=5, skips=iofeed.Skips(max_skipped=None), **OPTIONS) as ld:
         ld.set_epoch(0)
         for k, _ in enumerate(ld, start=1):
             if k == 2:
                 state = ld.state_dict()
                 break
-    with iofeed.loader(mix, batch_size=5, max_skipped=None, **OPTIONS) as ld:
+    with iofeed.loader(mix, batch_size=5, skips=iofeed.Skips(max_skipped=None), **OPTIONS) as ld:
         ld.load_state_dict(state)
         _epoch(ld)
         broken = ld.stats.as_dict()["sources"][str(broken_folder)]
@@ -524,7 +529,7 @@ def test_a_resumed_mixture_pass_left_early_counts_each_source_s_skips_once(colou
     # a bound those skips stay within and twice as many pass (the broken source holds about held + skipped
     # of the rest's places; seed 5 fixes them: 1 skip of 7)
     bound = (skipped + 0.5) / (held + skipped + 1)
-    with iofeed.loader(mix, batch_size=5, max_skipped=bound, **OPTIONS) as ld:
+    with iofeed.loader(mix, batch_size=5, skips=iofeed.Skips(max_skipped=bound), **OPTIONS) as ld:
         ld.load_state_dict(state)
         left = next(k for k, _ in enumerate(ld, start=1) if sum(ld.stats.sources[str(broken_folder)]["skipped"]
                                                                .values()) == skipped)
@@ -618,8 +623,8 @@ def test_a_folder_whose_scan_rejected_too_much_is_named_inside_a_mixture(colour_
         (tree / "001.colour0" / f"empty{k}.jpg").write_bytes(b"")  # rejected by the scan: 2 of 10 files
     mix = iofeed.Mix({str(colour_dataset): 1, str(tree): 1})
     with pytest.raises(SampleError, match=f"^{tree}: 2 of 10 files in its class folders were rejected"):
-        iofeed.loader(mix, batch_size=4, max_skipped=0.1, **OPTIONS)
-    with iofeed.loader(mix, batch_size=4, max_skipped=None, **OPTIONS) as ld:
+        iofeed.loader(mix, batch_size=4, skips=iofeed.Skips(max_skipped=0.1), **OPTIONS)
+    with iofeed.loader(mix, batch_size=4, skips=iofeed.Skips(max_skipped=None), **OPTIONS) as ld:
         next(iter(ld))
         assert sum(ld.stats.sources[str(tree)]["skipped"].values()) == 2
         assert sum(ld.stats.sources[str(colour_dataset)]["skipped"].values()) == 0

@@ -38,7 +38,8 @@ def test_a_normalize_in_the_batch_transform_warns_once_naming_it(colour_dataset)
     said = _caught(lambda: _two_batches(_loader(colour_dataset, batch_transform=twice)))
     assert len(said) == 1, said
     assert "batch_transform= holds Normalize" in said[0] and "pixels='0-1'" in said[0], said
-    assert _caught(lambda: _two_batches(_loader(colour_dataset, batch_transform=twice, pixels="0-1"))) == [], \
+    assert _caught(lambda: _two_batches(_loader(colour_dataset, batch_transform=twice,
+                                                output=iofeed.Output(pixels="0-1")))) == [], \
         "0-1 floats then Normalize: what torchvision scripts do, said nothing"
 
 
@@ -65,7 +66,7 @@ def test_a_torch_model_holding_a_normalize_warns_when_it_reads_the_loader(colour
     model = Normalising()
     said = _caught(lambda: model.fit(_loader(colour_dataset)))
     assert len(said) == 1 and "model Normalising holds Normalize (prep.0" in said[0], said
-    assert _caught(lambda: model.fit(_loader(colour_dataset, pixels="0-1"))) == []
+    assert _caught(lambda: model.fit(_loader(colour_dataset, output=iofeed.Output(pixels="0-1")))) == []
     assert _caught(lambda: model.fit(_loader(colour_dataset, augment="uint8"))) == []
 
 

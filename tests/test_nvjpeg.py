@@ -75,10 +75,10 @@ def test_images_a_gpu_would_decode_otherwise_are_finished_by_the_workers(quirky_
     """Their pixels are the workers engine's, exactly: the same code, the same draws."""
     root, quirks = quirky_folder
     runs = {}
-    for backend in ("workers", "nvjpeg"):
-        with iofeed.loader(root, backend=backend, batch_size=4, image_size=64, seed=2, workers=1,
+    for engine in ("workers", "nvjpeg"):
+        with iofeed.loader(root, engine=engine, batch_size=4, image_size=64, seed=2, workers=1,
                            drop_last=False) as ld:
-            runs[backend] = {int(i): image for images, _ in ld for i, image in zip(ld.last_indices, images)}
+            runs[engine] = {int(i): image for images, _ in ld for i, image in zip(ld.last_indices, images)}
             names = [os.path.relpath(ld.source.path_of(i), root) for i in range(len(ld.source))]
             stats = ld.stats.settings
     quirky = [i for i, name in enumerate(names) if name in quirks]
@@ -158,7 +158,7 @@ def damaged_dataset(colour_tree, tmp_path):
 def test_a_jpeg_damaged_after_preprocess_is_skipped_at_the_decode(damaged_dataset):
     """Nothing checks a validated dataset's images again before the decode: the decode skips it,
     counted with its path (its batch is one short: its place cannot be refilled there)."""
-    with iofeed.loader(damaged_dataset, backend="nvjpeg", batch_size=4, image_size=32, workers=1,
+    with iofeed.loader(damaged_dataset, engine="nvjpeg", batch_size=4, image_size=32, workers=1,
                        drop_last=False, shuffle=False) as ld:
         sizes = [len(labels) for images, labels in ld if
                  [label_from_pixels(i) for i in images] == np.asarray(labels).tolist()]
@@ -169,8 +169,8 @@ def test_a_jpeg_damaged_after_preprocess_is_skipped_at_the_decode(damaged_datase
 
 
 def test_a_jpeg_damaged_after_preprocess_raises_naming_it(damaged_dataset):
-    with iofeed.loader(damaged_dataset, backend="nvjpeg", batch_size=4, image_size=32, workers=1,
-                       on_error="raise", shuffle=False) as ld:
+    with iofeed.loader(damaged_dataset, engine="nvjpeg", batch_size=4, image_size=32, workers=1,
+                       skips=iofeed.Skips(on_error="raise"), shuffle=False) as ld:
         with pytest.raises(SampleError, match=r"\.tar.*corrupt or truncated.*on_error='skip'"):
             list(ld)
 
@@ -191,13 +191,13 @@ def test_every_adapter_takes_its_batches_like_the_workers_engines(colour_dataset
     """The same shapes, dtypes and labels as the workers engine's batches, values within a few levels
     (32 px crops of larger pictures: the two reductions differ most there)."""
     got = {}
-    for backend in ("workers", "nvjpeg"):
-        made = iofeed.loader(colour_dataset, backend=backend, framework=framework, batch_size=4, image_size=32,
+    for engine in ("workers", "nvjpeg"):
+        made = iofeed.loader(colour_dataset, engine=engine, framework=framework, batch_size=4, image_size=32,
                              workers=1, seed=1)
         loader = getattr(made, "iofeed_loader", made)
         with loader:
             images, labels = next(iter(made))
-            got[backend] = (_as_numpy(images), np.asarray(labels), str(getattr(images, "dtype", "")))
+            got[engine] = (_as_numpy(images), np.asarray(labels), str(getattr(images, "dtype", "")))
     (w_images, w_labels, w_dtype), (n_images, n_labels, n_dtype) = got["workers"], got["nvjpeg"]
     assert n_images.shape == w_images.shape and n_dtype == w_dtype and np.array_equal(n_labels, w_labels)
     scale = 1.0 if w_images.max() > 3 else 1 / 255 / 0.224  # 0-255 values, or normalised (a level ~0.0175)
@@ -210,7 +210,7 @@ def test_every_adapter_takes_its_batches_like_the_workers_engines(colour_dataset
 @pytest.mark.gpu
 @pytest.mark.parametrize("check", CHECKS, ids=lambda c: c.__name__.removeprefix("check_"))
 def test_engine_contract_on_cuda(colour_dataset, colour_tree, tmp_path, check):
-    check(functools.partial(iofeed.loader, backend="nvjpeg", device="cuda"),
+    check(functools.partial(iofeed.loader, engine="nvjpeg", placement=iofeed.Placement(device="cuda")),
           ContractData(colour_dataset, colour_tree, tmp_path))
 
 
@@ -219,7 +219,8 @@ def test_engine_contract_on_cuda(colour_dataset, colour_tree, tmp_path, check):
 def test_cuda_batches_stay_on_the_device_for_torch(colour_dataset):
     import torch
 
-    with iofeed.loader(colour_dataset, backend="nvjpeg", framework="torch", device="cuda", batch_size=4,
+    with iofeed.loader(colour_dataset, engine="nvjpeg", framework="torch", placement=iofeed.Placement(device="cuda"),
+                       batch_size=4,
                        image_size=32, workers=1, augment="uint8") as ld:
         images, labels = next(iter(ld))
         assert ld.stats.settings["device"].startswith("cuda") and images.is_cuda
@@ -242,7 +243,8 @@ def test_cuda_pixels_agree_with_the_workers_engine(smooth_dataset, augment):
 
 @pytest.mark.gpu
 def test_a_jpeg_damaged_after_preprocess_is_skipped_on_cuda(damaged_dataset):
-    with iofeed.loader(damaged_dataset, backend="nvjpeg", device="cuda", batch_size=4, image_size=32,
+    with iofeed.loader(damaged_dataset, engine="nvjpeg", placement=iofeed.Placement(device="cuda"), batch_size=4,
+                       image_size=32,
                        workers=1, drop_last=False, shuffle=False) as ld:
         delivered = sum(len(labels) for _, labels in ld)
         stats = ld.stats

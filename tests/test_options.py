@@ -1,7 +1,8 @@
 """`LoaderOptions` and the registries: every bad argument is a one-line error before any work,
-frameworks are imported only when chosen, and `backend="auto"` decides from capabilities."""
+frameworks are imported only when chosen, and `engine="auto"` decides from capabilities."""
 from __future__ import annotations
 
+import functools
 import re
 import subprocess
 import sys
@@ -23,19 +24,32 @@ from iofeed.runtime.gpu import nvml as gpu_nvml
 from iofeed.runtime.registry import Entry
 from iofeed.sources.samples import open_source
 
+
+def made(kind, **fields):
+    """An option object made inside the test (its own check raises there, not at collection)."""
+    return functools.partial(kind, **fields)
+
+
 BAD = [
     ({"batch_size": 2.5}, "batch_size"), ({"batch_size": True}, "batch_size"), ({"batch_size": "4"}, "batch_size"),
     ({"batch_size": 0}, "batch_size"), ({"image_size": 64.0}, "image_size"), ({"image_size": 7}, "image_size"),
     ({"workers": 1.5}, "workers"), ({"workers": 0}, "workers"), ({"workers": True}, "workers"),
-    ({"prefetch": 2.0}, "prefetch"), ({"prefetch": 0}, "prefetch"), ({"seed": -1}, "seed"), ({"seed": 0.5}, "seed"),
-    ({"memory_budget": 1e9}, "memory_budget"), ({"memory_budget": 0}, "memory_budget"),
-    ({"rank": 0}, "world_size"), ({"world_size": 2}, "rank"), ({"rank": 2, "world_size": 2}, "rank=2"),
-    ({"rank": -1, "world_size": 2}, "rank"), ({"world_size": 0, "rank": 0}, "world_size"),
+    ({"resources": made(iofeed.Resources, prefetch=2.0)}, "prefetch"),
+    ({"resources": made(iofeed.Resources, prefetch=0)}, "prefetch"), ({"seed": -1}, "seed"), ({"seed": 0.5}, "seed"),
+    ({"resources": made(iofeed.Resources, memory_budget=1e9)}, "memory_budget"),
+    ({"resources": made(iofeed.Resources, memory_budget=0)}, "memory_budget"),
+    ({"placement": made(iofeed.Placement, rank=0)}, "world_size"),
+    ({"placement": made(iofeed.Placement, world_size=2)}, "rank"),
+    ({"placement": made(iofeed.Placement, rank=2, world_size=2)}, "rank=2"),
+    ({"placement": made(iofeed.Placement, rank=-1, world_size=2)}, "rank"),
+    ({"placement": made(iofeed.Placement, world_size=0, rank=0)}, "world_size"),
     ({"augment": "yes"}, "augment"), ({"drop_last": 1}, "drop_last"), ({"gpu_augment": None}, "gpu_augment"),
     ({"split": ""}, "split"), ({"framework": "mxnet"}, "framework"), ({"framework": ["numpy"]}, "framework"),
-    ({"backend": "gpu"}, "backend"), ({"on_error": "ignore"}, "on_error"), ({"dtype": "float16"}, "dtype"),
-    ({"gpu_augment": True}, "gpu_augment"), ({"gpu_augment": True, "framework": "torch", "backend": "dali"}, "backend"),
-    ({"framework": "torch", "dtype": "banana"}, "dtype='banana' is not a floating-point torch dtype"),
+    ({"engine": "gpu"}, "engine"), ({"skips": made(iofeed.Skips, on_error="ignore")}, "on_error"),
+    ({"output": made(iofeed.Output, dtype="float16")}, "dtype"),
+    ({"gpu_augment": True}, "gpu_augment"), ({"gpu_augment": True, "framework": "torch", "engine": "dali"}, "engine"),
+    ({"framework": "torch", "output": made(iofeed.Output, dtype="banana")},
+     "dtype='banana' is not a floating-point torch dtype"),
 ]
 
 
@@ -43,7 +57,8 @@ BAD = [
 def test_bad_arguments_are_one_line_errors_before_any_work(colour_dataset, options, named):
     before = slot_memory()
     with pytest.raises(OptionError) as info:
-        iofeed.loader(colour_dataset, **{"batch_size": 4, **options})
+        given = {name: value() if isinstance(value, functools.partial) else value for name, value in options.items()}
+        iofeed.loader(colour_dataset, **{"batch_size": 4, **given})
     message = str(info.value)
     assert named in message and "\n" not in message
     assert slot_memory() == before, "nothing made before the error"
@@ -62,7 +77,7 @@ def test_numpy_integers_are_integers(colour_dataset):
                        seed=np.int16(3)) as ld:
         images, labels = next(iter(ld))
         assert images.shape == (4, 32, 32, 3) and len(labels) == 4
-        assert type(ld.stats.settings["batch_size"]) is int and type(ld.options.order.seed) is int
+        assert type(ld.stats.settings["batch_size"]) is int and type(ld.options.seed) is int
 
 
 def test_a_batch_larger_than_the_split_with_drop_last_says_so(colour_dataset):
@@ -71,13 +86,14 @@ def test_a_batch_larger_than_the_split_with_drop_last_says_so(colour_dataset):
     message = str(info.value)
     assert "batch_size=33" in message and "32 samples" in message and "drop_last=False" in message
     with pytest.raises(OptionError, match="16 samples of split 'train' on this rank"):
-        iofeed.loader(colour_dataset, batch_size=17, rank=1, world_size=2, workers=1)
+        iofeed.loader(colour_dataset, batch_size=17, placement=iofeed.Placement(rank=1, world_size=2), workers=1)
     with iofeed.loader(colour_dataset, batch_size=33, workers=1, drop_last=False, image_size=32) as ld:
         assert [len(labels) for _, labels in ld] == [32]
 
 
 def test_rank_and_world_size_together_shard_the_epoch(colour_dataset):
-    with iofeed.loader(colour_dataset, batch_size=4, rank=1, world_size=2, workers=1, image_size=32) as ld:
+    with iofeed.loader(colour_dataset, batch_size=4, placement=iofeed.Placement(rank=1, world_size=2), workers=1,
+                       image_size=32) as ld:
         assert len(ld) == 4 and ld.stats.settings["rank"] == 1 and ld.stats.settings["world_size"] == 2
 
 
@@ -139,36 +155,42 @@ def test_auto_decides_from_capabilities(colour_dataset, raw_source, monkeypatch)
     monkeypatch.setattr(select, "gpu_present", lambda: True)
     monkeypatch.setattr(select, "_installed", lambda module: True)
     monkeypatch.setattr(gpu_nvml, "visible_gpu_count", lambda: 2)  # LoaderOptions resolves device= against it
-    assert select.fits(dali, LoaderOptions(4, device="cuda"), jpeg)
-    assert select.fits(dali, LoaderOptions(4, device="cuda:1", framework="torch"), jpeg)
-    assert not select.fits(dali, LoaderOptions(4), jpeg) and not select.fits(dali, LoaderOptions(4, device="cpu"), jpeg)
-    assert not select.fits(dali, LoaderOptions(4, device="cuda"), raw_source), "DALI reads no raw pixels"
-    gpu_augment = LoaderOptions(4, device="cuda", framework="torch", gpu_augment=True)
+    assert select.fits(dali, LoaderOptions(4, placement=iofeed.Placement(device="cuda")), jpeg)
+    assert select.fits(dali, LoaderOptions(4, placement=iofeed.Placement(device="cuda:1"), framework="torch"), jpeg)
+    assert not select.fits(dali, LoaderOptions(4), jpeg)
+    assert not select.fits(dali, LoaderOptions(4, placement=iofeed.Placement(device="cpu")), jpeg)
+    assert not select.fits(dali, LoaderOptions(4, placement=iofeed.Placement(device="cuda")),
+                           raw_source), "DALI reads no raw pixels"
+    gpu_augment = LoaderOptions(4, placement=iofeed.Placement(device="cuda"), framework="torch", gpu_augment=True)
     assert not select.fits(dali, gpu_augment, jpeg) and select.engine_name(gpu_augment, jpeg) == "workers"
-    assert select.engine_name(LoaderOptions(4, device="cuda"), jpeg) == "nvjpeg"  # dali fits, but auto never takes it
-    assert select.engine_name(LoaderOptions(4, device="cuda"), raw_source) == "workers", "nvjpeg reads no raw pixels"
+    assert select.engine_name(LoaderOptions(4, placement=iofeed.Placement(device="cuda")),
+                              jpeg) == "nvjpeg"  # dali fits, but auto never takes it
+    assert select.engine_name(LoaderOptions(4, placement=iofeed.Placement(device="cuda")),
+                              raw_source) == "workers", "nvjpeg reads no raw pixels"
     monkeypatch.setattr(select, "gpu_present", lambda: False)
-    assert not select.fits(dali, LoaderOptions(4, device="cuda"), jpeg)
-    assert select.engine_name(LoaderOptions(4, device="cuda"), jpeg) == "workers"
+    assert not select.fits(dali, LoaderOptions(4, placement=iofeed.Placement(device="cuda")), jpeg)
+    assert select.engine_name(LoaderOptions(4, placement=iofeed.Placement(device="cuda")), jpeg) == "workers"
 
 
 def test_auto_without_dali_installed(colour_dataset, monkeypatch):
     monkeypatch.setattr(select, "gpu_present", lambda: True)
     monkeypatch.setattr(gpu_nvml, "visible_gpu_count", lambda: 1)
     monkeypatch.setitem(sys.modules, "nvidia.dali", None)
-    assert not select.fits(ENGINES.caps("dali"), LoaderOptions(4, device="cuda"), open_source(colour_dataset))
+    assert not select.fits(ENGINES.caps("dali"), LoaderOptions(4, placement=iofeed.Placement(device="cuda")),
+                           open_source(colour_dataset))
 
 
 def test_auto_without_gpu_picks_workers(colour_dataset, monkeypatch):
     monkeypatch.setattr(select, "gpu_present", lambda: False)
     for device in (None, "cpu"):  # "cuda" without a GPU is refused (test_devices.py)
-        with iofeed.loader(colour_dataset, batch_size=4, backend="auto", workers=1, device=device) as ld:
-            assert ld.stats.settings["backend"] == "workers"
+        with iofeed.loader(colour_dataset, batch_size=4, engine="auto", workers=1,
+                           placement=iofeed.Placement(device=device)) as ld:
+            assert ld.stats.settings["engine"] == "workers"
 
 
 def test_a_named_engine_that_cannot_read_raw_pixels_says_so(raw_source):
-    with pytest.raises(OptionError, match="raw pixels: use backend='workers'"):
-        select.engine_name(LoaderOptions(4, backend="dali"), raw_source)
+    with pytest.raises(OptionError, match="raw pixels: use engine='workers'"):
+        select.engine_name(LoaderOptions(4, engine="dali"), raw_source)
 
 
 @pytest.mark.torch
@@ -177,8 +199,9 @@ def test_a_torch_dtype_that_is_not_floating_point_is_refused(colour_dataset):
     import torch
 
     with pytest.raises(OptionError, match=r"dtype=torch.int64 is not a floating-point torch dtype"):
-        iofeed.loader(colour_dataset, batch_size=4, framework="torch", dtype=torch.int64)
-    with iofeed.loader(colour_dataset, batch_size=4, image_size=32, framework="torch", dtype=torch.bfloat16,
+        iofeed.loader(colour_dataset, batch_size=4, framework="torch", output=iofeed.Output(dtype=torch.int64))
+    with iofeed.loader(colour_dataset, batch_size=4, image_size=32, framework="torch",
+                       output=iofeed.Output(dtype=torch.bfloat16),
                        workers=1) as ld:
         assert next(iter(ld))[0].dtype == torch.bfloat16
 @pytest.mark.parametrize("env, says", [

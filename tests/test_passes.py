@@ -110,9 +110,11 @@ def test_evaluation_orders_deal_each_sample_once(world, batch_size):
 def test_the_val_split_is_padded_evenly_across_ranks_and_with_pad_none_dealt_once(colour_dataset):
     """By default every rank steps the same batches of the same shapes (8 samples over 3 ranks:
     3 + 3 + 3, one repeat that `last_valid` masks); `Order(pad="none")` deals each sample once."""
-    options = {"split": "val", "batch_size": 2, "workers": 1, "world_size": 3}
-    even = [iofeed.loader(colour_dataset, rank=r, **options) for r in range(3)]
-    once = [iofeed.loader(colour_dataset, rank=r, order=iofeed.Order(pad="none"), **options) for r in range(3)]
+    options = {"split": "val", "batch_size": 2, "workers": 1}
+    even = [iofeed.loader(colour_dataset, placement=iofeed.Placement(rank=r, world_size=3), **options)
+            for r in range(3)]
+    once = [iofeed.loader(colour_dataset, placement=iofeed.Placement(rank=r, world_size=3),
+                          order=iofeed.Order(pad="none"), **options) for r in range(3)]
     try:
         shapes, kept = [], []
         for ld in even:
@@ -133,13 +135,14 @@ def test_a_resumed_pass_left_early_counts_its_skips_once(tmp_path):
     counted that skip twice, and a bound it met once raised SampleError on the next pass."""
     root = make_colour_tree(tmp_path / "t", per_class=4, corrupt=1)  # 17 files
     options = {"batch_size": 2, "workers": 1, "image_size": 32, "seed": 0}
-    with iofeed.loader(root, max_skipped=None, **options) as ld:
+    with iofeed.loader(root, skips=iofeed.Skips(max_skipped=None), **options) as ld:
         bad = next(i for i in range(len(ld.source)) if os.path.basename(ld.source.path_of(i)) == "bad0.jpg")
         at = next(k for k, batch in enumerate(ld.order.batches(0)) if bad in batch)
         assert at >= 2, "the seed must put the truncated JPEG past the resume point"
         ld.set_epoch(0)
         state = state_after(ld, 1)
-    with iofeed.loader(root, max_skipped=0.1, **options) as ld:  # one skip of the 14 left passes, two do not
+    with iofeed.loader(root, skips=iofeed.Skips(max_skipped=0.1),
+                       **options) as ld:  # one skip of the 14 left passes, two do not
         ld.load_state_dict(state)
         rest = len(ld) - 1
         assert 1 <= 0.1 * rest * 2 < 2

@@ -38,7 +38,8 @@ def test_the_loader_skips_a_huge_folder_image_as_too_many_pixels(tmp_path):
     root = make_colour_tree(tmp_path / "t", per_class=6)
     good = (root / "001.colour0" / "0000.jpg").read_bytes()
     (root / "001.colour0" / "zz_huge.jpg").write_bytes(_claiming(good, 20_000, 20_000))
-    with iofeed.loader(root, batch_size=5, workers=1, drop_last=False, split="val", max_skipped=0.1) as ld:
+    with iofeed.loader(root, batch_size=5, workers=1, drop_last=False, split="val",
+                       skips=iofeed.Skips(max_skipped=0.1)) as ld:
         delivered = sum(len(labels) for _, labels in ld)
         assert delivered == 24 and ld.stats.skipped["too many pixels"] == 1, "each readable image once"
         assert ld.stats.refilled == 0, "an evaluation split scores no spare twice"

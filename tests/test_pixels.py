@@ -25,7 +25,8 @@ def _stored(dataset) -> np.ndarray:
 
 
 def _first_nhwc(dataset, framework: str, pixels: str) -> np.ndarray:
-    data = iofeed.loader(dataset, split="val", batch_size=8, image_size=SIZE, framework=framework, pixels=pixels,
+    data = iofeed.loader(dataset, split="val", batch_size=8, image_size=SIZE, framework=framework,
+                         output=iofeed.Output(pixels=pixels),
                          workers=1)
     loader = getattr(data, "iofeed_loader", data)
     with loader:
@@ -60,28 +61,30 @@ def test_the_default_is_each_frameworks_convention_and_the_recipe_still_decides(
     assert inception.pixel_scale == "normalized"
     images = _first_nhwc(colour_dataset, "torch", "normalized")  # pixels= beside a recipe's mean/std: theirs
     with iofeed.loader(colour_dataset, split="val", batch_size=8, image_size=SIZE, framework="torch",
-                       augment=iofeed.Recipe(mean=(0.5,) * 3, std=(0.5,) * 3), pixels="normalized", workers=1) as ld:
+                       augment=iofeed.Recipe(mean=(0.5,) * 3, std=(0.5,) * 3),
+                       output=iofeed.Output(pixels="normalized"), workers=1) as ld:
         half = next(iter(ld))[0].numpy().transpose(0, 2, 3, 1)
     np.testing.assert_allclose(half, (_stored(colour_dataset) / 255.0 - 0.5) / 0.5, atol=1e-5)
     assert not np.allclose(images, half)
 
 
-@pytest.mark.parametrize(("keywords", "message"), [
-    ({"pixels": "unit"}, r"pixels='unit' is not a scale: one of 'uint8' .*'0-1' .*'0-255' .*'normalized'"),
-    ({"pixels": 255}, r"pixels=255 is not a scale"),
-    ({"pixels": "0-1", "augment": iofeed.Recipe(mean=(0.5,) * 3, std=(0.5,) * 3)},
-     r"pixels='0-1' takes no mean/std.*pass pixels='normalized'"),
-    ({"pixels": "normalized", "augment": "uint8"}, r"pixels='normalized' is a float scale.*pass pixels='uint8'"),
-    ({"pixels": "0-1", "framework": "numpy"}, r"framework='numpy' hands out the decoded uint8"),
-    ({"pixels": "uint8", "framework": "keras"}, r"framework='keras' hands out float32.*pixels='0-255'"),
-    ({"pixels": "uint8", "framework": "jax", "dtype": "bfloat16"}, r"dtype='bfloat16'.*pixels='uint8'"),
+@pytest.mark.parametrize(("output", "keywords", "message"), [
+    ({"pixels": "unit"}, {}, r"pixels='unit' is not a scale: one of 'uint8' .*'0-1' .*'0-255' .*'normalized'"),
+    ({"pixels": 255}, {}, r"pixels=255 is not a scale"),
+    ({"pixels": "0-1"}, {"augment": iofeed.Recipe(mean=(0.5,) * 3, std=(0.5,) * 3)},
+     r"pixels='0-1' takes no mean/std.*pass Output\(pixels='normalized'\)"),
+    ({"pixels": "normalized"}, {"augment": "uint8"},
+     r"pixels='normalized' is a float scale.*pass Output\(pixels='uint8'\)"),
+    ({"pixels": "0-1"}, {"framework": "numpy"}, r"framework='numpy' hands out the decoded uint8"),
+    ({"pixels": "uint8"}, {"framework": "keras"}, r"framework='keras' hands out float32.*pixels='0-255'"),
+    ({"pixels": "uint8", "dtype": "bfloat16"}, {"framework": "jax"}, r"dtype='bfloat16'.*pixels='uint8'"),
 ])
-def test_a_scale_the_recipe_or_framework_contradicts_is_refused_in_one_line(keywords, message):
+def test_a_scale_the_recipe_or_framework_contradicts_is_refused_in_one_line(output, keywords, message):
     from iofeed.options.loader_options import LoaderOptions
 
     options = {"batch_size": 4, "framework": "torch", **keywords}
     with pytest.raises(OptionError, match=message) as info:
-        LoaderOptions(**options)
+        LoaderOptions(**options, output=iofeed.Output(**output))
     assert "\n" not in str(info.value)
 
 

@@ -121,7 +121,7 @@ def test_truncated_raw_shard_is_skipped_and_counted(tmp_path, colour_tree):
     out = tmp_path / "t.iof"
     preprocess(colour_tree, out, policy=ImagePolicy(format="raw"), val_per_class=2, progress=False, workers=1)
     shard = out / Manifest.read(out).splits["train"].shards[0]["name"]
-    with iofeed.loader(out, batch_size=4, workers=1, drop_last=False, max_skipped=None) as ld:
+    with iofeed.loader(out, batch_size=4, workers=1, drop_last=False, skips=iofeed.Skips(max_skipped=None)) as ld:
         shard.write_bytes(shard.read_bytes()[: shard.stat().st_size // 2])  # after open: before, open refuses it
         delivered = sum(len(labels) for _, labels in ld)
         skipped = sum(ld.stats.skipped.values())
@@ -139,7 +139,7 @@ def test_gpu_augment_matches_the_cpu_path(mixed_dataset, train, device):
     runs = {}
     for gpu_augment, where in ((False, "cpu"), (True, device)):
         with iofeed.loader(mixed_dataset, batch_size=4, workers=2, seed=6, augment=train, framework="torch",
-                           device=where, gpu_augment=gpu_augment, drop_last=False) as ld:
+                           placement=iofeed.Placement(device=where), gpu_augment=gpu_augment, drop_last=False) as ld:
             runs[gpu_augment] = []
             for images, labels in ld:
                 assert images.device.type == labels.device.type == torch.device(where).type
@@ -223,7 +223,7 @@ def test_bad_options_for_raw(raw_dataset, colour_tree, tmp_path):
 @pytest.mark.dali
 def test_dali_refuses_raw_datasets(raw_dataset):
     with pytest.raises(OptionError, match="raw pixels"):
-        iofeed.loader(raw_dataset, batch_size=4, backend="dali")
+        iofeed.loader(raw_dataset, batch_size=4, engine="dali")
 
 
 def test_a_shard_truncated_under_a_live_loader_is_named(tmp_path, colour_tree):
@@ -233,7 +233,7 @@ def test_a_shard_truncated_under_a_live_loader_is_named(tmp_path, colour_tree):
     shards = Manifest.read(out).splits["train"].shards
     assert len(shards) == 1
     shard = out / shards[0]["name"]
-    with iofeed.loader(out, batch_size=2, workers=1, prefetch=1, image_size=16) as ld:
+    with iofeed.loader(out, batch_size=2, workers=1, resources=iofeed.Resources(prefetch=1), image_size=16) as ld:
         batches = iter(ld)
         next(batches)  # the worker has the shard mapped
         os.truncate(shard, 1024)

@@ -79,7 +79,7 @@ def test_the_readme_commands_and_snippet_run_as_written(tmp_path):
         assert done.returncode == 0, (line, done.stderr[-2000:])
     assert "samples in" in done.stdout
 
-    (snippet,) = [b for b in blocks("python") if 'framework="torch", device="cuda"' in b]  # the two lines
+    (snippet,) = [b for b in blocks("python") if 'placement=iofeed.Placement(device="cuda")' in b]  # the two lines
     (cwd / "train.py").write_text(snippet)
     done = _run("python train.py", cwd, env)
     from helpers.requirements import cuda_available
@@ -89,10 +89,10 @@ def test_the_readme_commands_and_snippet_run_as_written(tmp_path):
     else:  # one line naming the fix, not PyTorch's driver traceback
         assert done.returncode == 1
         assert done.stderr.strip().splitlines()[-1] == (
-            "iofeed.errors.OptionError: device='cuda', but no CUDA device is available here: pass device='cpu' "
-            "(or leave device out)")
+            "iofeed.errors.OptionError: Placement.device='cuda', but no CUDA device is available here: pass "
+            "placement=iofeed.Placement(device='cpu') (or leave placement out)")
         assert "torch/cuda" not in done.stderr
-    (cwd / "train.py").write_text(snippet.replace('device="cuda"', 'device="cpu"'))
+    (cwd / "train.py").write_text(snippet.replace('Placement(device="cuda")', 'Placement(device="cpu")'))
     assert _run("python train.py", cwd, env).returncode == 0
 
     (doctor,) = [line for line in command_lines("iofeed") if line.split()[1] == "doctor"]

@@ -215,7 +215,7 @@ def test_a_mean_or_std_on_the_0_255_scale_is_refused_with_the_0_1_values(field, 
 def test_recipes_at_the_bounds_deliver_every_sample_with_its_label(colour_dataset, recipe, split):
     """What is accepted works: each extreme still crops every sample, and its pixels keep its label."""
     with iofeed.loader(colour_dataset, batch_size=4, image_size=32, workers=1, augment=recipe, split=split,
-                       drop_last=False, max_skipped=0) as ld:
+                       drop_last=False, skips=iofeed.Skips(max_skipped=0)) as ld:
         seen = [(label_from_pixels(image), int(label)) for images, labels in ld
                 for image, label in zip(np.array(images), np.array(labels), strict=True)]
         assert ld.stats.images == len(seen) == {"train": 32, "val": 8}[split]
@@ -224,9 +224,9 @@ def test_recipes_at_the_bounds_deliver_every_sample_with_its_label(colour_datase
 
 BAD_LOADER = [
     ({"augment": "imagenette"}, "imagenette"), ({"augment": 3}, "augment=3"),
-    ({"augment": Recipe(interpolation="area"), "backend": "dali"}, "backend='workers'"),
+    ({"augment": Recipe(interpolation="area"), "engine": "dali"}, "engine='workers'"),
     ({"augment": "timm", "gpu_augment": True, "framework": "torch"}, "bilinear"),
-    ({"augment": "uint8", "framework": "torch", "dtype": "float16"}, "normalize=False"),
+    ({"augment": "uint8", "framework": "torch", "output": iofeed.Output(dtype="float16")}, "normalize=False"),
 ]
 
 
@@ -257,10 +257,10 @@ def test_dali_honours_the_recipe_as_the_workers_engine_does(image_tree, recipe):
     pytest.importorskip("nvidia.dali")
     root, _ = image_tree
     runs = {}
-    for backend in ("workers", "dali"):
-        with iofeed.loader(root, batch_size=6, image_size=48, backend=backend, workers=1, augment=recipe, seed=2,
+    for engine in ("workers", "dali"):
+        with iofeed.loader(root, batch_size=6, image_size=48, engine=engine, workers=1, augment=recipe, seed=2,
                            drop_last=False) as ld:
-            runs[backend] = {i: img for images, _ in ld for i, img in zip(ld.last_indices.tolist(),
+            runs[engine] = {i: img for images, _ in ld for i, img in zip(ld.last_indices.tolist(),
                                                                            np.array(images))}
     assert runs["dali"].keys() == runs["workers"].keys() and len(runs["dali"]) == 18
     keys = sorted(runs["dali"])
@@ -305,8 +305,8 @@ def test_each_rank_epoch_and_batch_draws_its_own_crops_and_flips_reproducibly(sa
     nor epochs or batches repeat each other's draws; each is a function of (seed, epoch, rank,
     batch): the same on a second run. Every image is the same picture, so only the draws differ."""
     def crops(rank: int) -> list[np.ndarray]:
-        with iofeed.loader(same_picture, batch_size=2, image_size=32, workers=1, augment=True, seed=4, rank=rank,
-                           world_size=2) as ld:
+        with iofeed.loader(same_picture, batch_size=2, image_size=32, workers=1, augment=True, seed=4,
+                           placement=iofeed.Placement(rank=rank, world_size=2)) as ld:
             return [image for _ in range(2) for images, _ in ld for image in np.array(images)]  # 2 epochs
 
     ranks = [crops(0), crops(1)]

@@ -1,5 +1,5 @@
 """Every rank delivers exactly `len()` batches, as full as planned, whatever is skipped: a skipped
-sample's place goes to a spare one (backends/refill.py), on both engines, and a resume mid-epoch
+sample's place goes to a spare one (engines/refill.py), on both engines, and a resume mid-epoch
 still yields exactly the rest of the epoch."""
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import iofeed
 from helpers.images import label_from_pixels, make_colour_tree
 from helpers.runs import state_after
 
-BACKENDS = ["workers", pytest.param("dali", marks=pytest.mark.dali)]
+ENGINES = ["workers", pytest.param("dali", marks=pytest.mark.dali)]
 SMALL = {"image_size": 32, "workers": 1}
 
 
@@ -26,16 +26,17 @@ def _epoch(ld) -> list[tuple[list[int], str]]:
     return out
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
-def test_two_ranks_deliver_len_batches_despite_a_truncated_jpeg(tmp_path, backend):
+@pytest.mark.parametrize("engine", ENGINES)
+def test_two_ranks_deliver_len_batches_despite_a_truncated_jpeg(tmp_path, engine):
     """Issue 29.16: batch_size=1 and one truncated JPEG gave rank 0 31 batches and rank 1 30 while
     len() said 31 for both: DDP's collectives fell out of step."""
-    if backend == "dali":
+    if engine == "dali":
         pytest.importorskip("nvidia.dali")
     root = make_colour_tree(tmp_path / "t", per_class=15, corrupt=1)  # 61 files
     counts, stats = [], []
     for rank in (0, 1):
-        with iofeed.loader(root, batch_size=1, rank=rank, world_size=2, drop_last=False, backend=backend,
+        with iofeed.loader(root, batch_size=1, placement=iofeed.Placement(rank=rank, world_size=2), drop_last=False,
+                           engine=engine,
                            **SMALL) as ld:
             batches = _epoch(ld)
             counts.append((len(batches), len(ld), {len(indices) for indices, _ in batches}))
@@ -47,7 +48,8 @@ def test_two_ranks_deliver_len_batches_despite_a_truncated_jpeg(tmp_path, backen
 def _bad_near_the_end(root, batch_size: int) -> tuple[int, int]:
     """A seed whose epoch 0 has the corrupt file in the last batch (its refill reaches into the
     next epoch), and the number of batches."""
-    with iofeed.loader(root, batch_size=batch_size, drop_last=False, max_skipped=0.1, **SMALL) as ld:
+    with iofeed.loader(root, batch_size=batch_size, drop_last=False, skips=iofeed.Skips(max_skipped=0.1),
+                       **SMALL) as ld:
         bad = next(i for i in range(len(ld.source)) if os.path.basename(ld.source.path_of(i)) == "bad0.jpg")
         for seed in range(200):
             order = ld.order.__class__(**{**ld.order.__dict__, "seed": seed})
@@ -56,13 +58,14 @@ def _bad_near_the_end(root, batch_size: int) -> tuple[int, int]:
     raise AssertionError("no seed puts the corrupt file in the last batch")
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
-def test_resume_after_a_refill_yields_the_rest_exactly(tmp_path, backend):
-    if backend == "dali":
+@pytest.mark.parametrize("engine", ENGINES)
+def test_resume_after_a_refill_yields_the_rest_exactly(tmp_path, engine):
+    if engine == "dali":
         pytest.importorskip("nvidia.dali")
     root = make_colour_tree(tmp_path / "t", per_class=4, corrupt=1)  # 17 files
     seed, batches = _bad_near_the_end(root, batch_size=2)
-    options = {"batch_size": 2, "drop_last": False, "seed": seed, "backend": backend, "max_skipped": None, **SMALL}
+    options = {"batch_size": 2, "drop_last": False, "seed": seed, "engine": engine,
+               "skips": iofeed.Skips(max_skipped=None), **SMALL}
     with iofeed.loader(root, **options) as ld:
         full = _epoch(ld)
         assert ld.stats.refilled == 1 and len(full) == batches and all(len(i) == 2 for i, _ in full[:-1])
@@ -75,18 +78,19 @@ def test_resume_after_a_refill_yields_the_rest_exactly(tmp_path, backend):
 
 
 @pytest.mark.parametrize("pad", ["ranks", "none"])
-@pytest.mark.parametrize("backend", BACKENDS)
-def test_an_evaluation_split_scores_each_readable_sample_once_despite_a_truncated_jpeg(tmp_path, backend, pad):
+@pytest.mark.parametrize("engine", ENGINES)
+def test_an_evaluation_split_scores_each_readable_sample_once_despite_a_truncated_jpeg(tmp_path, engine, pad):
     """With pad="none" (each sample dealt once) the skipped sample's place stays empty: a spare
     there was scored twice (there and in its own batch). By default a spare keeps the batch's
     shape, which its peers share, and `last_valid` masks it (and the padding)."""
-    if backend == "dali":
+    if engine == "dali":
         pytest.importorskip("nvidia.dali")
     root = make_colour_tree(tmp_path / "t", per_class=4, corrupt=1)  # 17 files
     seen, shapes, refilled, skipped = [], [], 0, 0
     for rank in (0, 1):
-        with iofeed.loader(root, split="val", batch_size=3, rank=rank, world_size=2, backend=backend,
-                           max_skipped=None, order=iofeed.Order(pad=pad), **SMALL) as ld:
+        with iofeed.loader(root, split="val", batch_size=3, placement=iofeed.Placement(rank=rank, world_size=2),
+                           skips=iofeed.Skips(max_skipped=None), engine=engine, order=iofeed.Order(pad=pad),
+                           **SMALL) as ld:
             bad = next(i for i in range(len(ld.source)) if os.path.basename(ld.source.path_of(i)) == "bad0.jpg")
             shapes.append([])
             for _ in ld:

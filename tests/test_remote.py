@@ -34,7 +34,7 @@ for _name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
     os.environ.setdefault(_name, "testing")
 os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
 BUCKET = "iofeed-test"
-KW = dict(batch_size=16, image_size=32, backend="workers", workers=1)
+KW = dict(batch_size=16, image_size=32, engine="workers", workers=1)
 
 
 @pytest.fixture(scope="module")
@@ -120,9 +120,9 @@ def test_an_interrupted_upload_never_looks_complete(s3, dataset: Path) -> None:
 
 
 def test_loader_reads_exactly_the_local_samples(s3, dataset: Path, tmp_path: Path) -> None:
-    options = dict(KW, shuffle="block", block_shards=4, seed=3, workers=2)
+    options = dict(KW, shuffle="block", order=iofeed.Order(block_shards=4), seed=3, workers=2)
     seen = []
-    with iofeed.loader(s3.url, cache_dir=tmp_path / "cache", **options) as remote, \
+    with iofeed.loader(s3.url, cache=iofeed.Cache(dir=tmp_path / "cache"), **options) as remote, \
             iofeed.loader(str(dataset), **options) as local:
         assert len(remote) == len(local)
         for (r_images, r_labels), (l_images, l_labels) in zip(remote, local):
@@ -136,7 +136,7 @@ def test_loader_reads_exactly_the_local_samples(s3, dataset: Path, tmp_path: Pat
 
 
 def test_resume_mid_epoch_yields_exactly_the_rest(s3, tmp_path: Path) -> None:
-    options = dict(KW, cache_dir=tmp_path / "cache", seed=5)
+    options = dict(KW, cache=iofeed.Cache(dir=tmp_path / "cache"), seed=5)
     with iofeed.loader(s3.url, **options) as whole:
         full = _epoch(whole)
     with iofeed.loader(s3.url, **options) as first:
@@ -160,10 +160,10 @@ def test_streamed_stop_at_4_ranks_resumes_at_2_3_8_and_another_batch_size(s3, da
     """Over S3: 4 ranks stop after 3 batches of 16; 2, 3 (batches of 12) and 8 ranks take the rest,
     every sample once but the padding. The state names the data, not where it lives: a local
     copy's agrees."""
-    options = dict(KW, cache_dir=tmp_path / "cache", seed=2, drop_last=False, shuffle=shuffle)
+    options = dict(KW, cache=iofeed.Cache(dir=tmp_path / "cache"), seed=2, drop_last=False, shuffle=shuffle)
     before, states = [], []
     for rank in range(4):
-        with iofeed.loader(s3.url, rank=rank, world_size=4, **options) as ld:
+        with iofeed.loader(s3.url, placement=iofeed.Placement(rank=rank, world_size=4), **options) as ld:
             stream = iter(ld)
             for _ in range(3):
                 next(stream)
@@ -174,7 +174,8 @@ def test_streamed_stop_at_4_ranks_resumes_at_2_3_8_and_another_batch_size(s3, da
     for world, batch in [(2, 16), (3, 12), (8, 16)]:
         after, counts = [], []
         for rank in range(world):
-            with iofeed.loader(s3.url, rank=rank, world_size=world, **{**options, "batch_size": batch}) as ld:
+            with iofeed.loader(s3.url, placement=iofeed.Placement(rank=rank, world_size=world),
+                               **{**options, "batch_size": batch}) as ld:
                 ld.load_state_dict(states[0])
                 mine = [i for _ in ld for i in ld.last_indices.tolist()]
                 counts.append(len(mine))
@@ -200,9 +201,11 @@ def test_a_tenth_of_the_dataset_bounds_the_cache(s3, dataset: Path, tmp_path: Pa
 
     watcher = threading.Thread(target=watch)
     watcher.start()
-    options = dict(KW, batch_size=8, prefetch=2)  # the workers' lookahead stays within a block of one shard
+    options = dict(KW, batch_size=8,
+                   resources=iofeed.Resources(prefetch=2))  # the workers' lookahead stays within a block of one shard
     try:
-        with iofeed.loader(s3.url, cache_dir=cache, cache_limit=limit, block_shards=1, **options) as loader:
+        with iofeed.loader(s3.url, cache=iofeed.Cache(dir=cache, limit=limit), order=iofeed.Order(block_shards=1),
+                           **options) as loader:
             for _ in loader:
                 seen.extend(loader.last_indices.tolist())
     finally:
@@ -212,8 +215,8 @@ def test_a_tenth_of_the_dataset_bounds_the_cache(s3, dataset: Path, tmp_path: Pa
     assert 0 < peak[0] <= limit
     assert sorted(seen) == list(range(len(loader.source)))
     assert loader.stats.fetched["shards"] == len(shards)  # each shard fetched once: none evicted early
-    with pytest.raises(OptionError, match="cache_limit"):
-        iofeed.loader(s3.url, cache_dir=cache, cache_limit=limit, block_shards=8, **KW)
+    with pytest.raises(OptionError, match=r"Cache\.limit"):
+        iofeed.loader(s3.url, cache=iofeed.Cache(dir=cache, limit=limit), order=iofeed.Order(block_shards=8), **KW)
 
 
 def test_the_prefetcher_takes_the_next_epochs_early_shards_after_the_passs() -> None:
@@ -258,7 +261,7 @@ def test_a_pass_with_nothing_left_fetches_nothing(dataset: Path, tmp_path: Path)
     its prefetcher must not download that epoch's first shards either."""
     server = CountingServer(dataset.parent)
     try:
-        with iofeed.loader(f"{server.url}/{dataset.name}", cache_dir=tmp_path / "cache", **KW) as loader:
+        with iofeed.loader(f"{server.url}/{dataset.name}", cache=iofeed.Cache(dir=tmp_path / "cache"), **KW) as loader:
             loader.load_state_dict({**loader.state_dict(), "samples_done": len(loader.source),
                                     "batches_done": len(loader)})
             assert _epoch(loader) == [] and loader.epoch == 1
@@ -286,7 +289,7 @@ def test_a_newer_iteration_ends_the_pins_of_a_suspended_one(dataset: Path, tmp_p
 
     server = CountingServer(dataset.parent)
     try:
-        with iofeed.loader(f"{server.url}/{dataset.name}", cache_dir=cache, **KW) as loader:
+        with iofeed.loader(f"{server.url}/{dataset.name}", cache=iofeed.Cache(dir=cache), **KW) as loader:
             older = iter(loader)
             next(older)
             alone = pins()
@@ -303,7 +306,8 @@ def test_a_newer_iteration_ends_the_pins_of_a_suspended_one(dataset: Path, tmp_p
 def test_the_epoch_completes_when_the_server_restarts(s3, dataset: Path, tmp_path: Path) -> None:
     limit = sum(s["bytes"] for s in _shards(dataset)) // 10
     seen = []
-    with iofeed.loader(s3.url, cache_dir=tmp_path / "cache", cache_limit=limit, block_shards=1, **KW) as loader:
+    with iofeed.loader(s3.url, cache=iofeed.Cache(dir=tmp_path / "cache", limit=limit),
+                       order=iofeed.Order(block_shards=1), **KW) as loader:
         stream = iter(loader)
         for _ in range(3):
             next(stream)
@@ -342,7 +346,8 @@ def _broken_copy(s3, dataset: Path, kind: str) -> tuple[str, int]:
 @pytest.mark.parametrize("kind, says", [("deleted", "not found"), ("truncated", "truncated")])
 def test_a_broken_shard_raises_naming_its_url(s3, dataset: Path, tmp_path: Path, kind: str, says: str) -> None:
     url, _ = _broken_copy(s3, dataset, kind)
-    with iofeed.loader(url, cache_dir=tmp_path / "cache", shuffle="none", on_error="raise", **KW) as loader:
+    with iofeed.loader(url, cache=iofeed.Cache(dir=tmp_path / "cache"), skips=iofeed.Skips(on_error="raise"),
+                       shuffle="none", **KW) as loader:
         with pytest.raises(SampleError, match=f"{url}/train-000003.tar: [^)]*{says}"):
             _epoch(loader)
 
@@ -350,7 +355,8 @@ def test_a_broken_shard_raises_naming_its_url(s3, dataset: Path, tmp_path: Path,
 @pytest.mark.parametrize("kind", ["deleted", "truncated"])
 def test_a_broken_shard_is_skipped_and_counted(s3, dataset: Path, tmp_path: Path, kind: str) -> None:
     url, lost = _broken_copy(s3, dataset, kind)
-    with iofeed.loader(url, cache_dir=tmp_path / "cache", on_error="skip", **KW) as loader:
+    with iofeed.loader(url, cache=iofeed.Cache(dir=tmp_path / "cache"), skips=iofeed.Skips(on_error="skip"),
+                       **KW) as loader:
         delivered = sum(len(b) for b in _epoch(loader))
     assert loader.stats.skipped == {"shard could not be fetched": lost}
     assert delivered == len(loader.source) - lost + loader.stats.refilled, "spares in the places they could take"
@@ -359,8 +365,9 @@ def test_a_broken_shard_is_skipped_and_counted(s3, dataset: Path, tmp_path: Path
 
 RANK_SCRIPT = """
 import json, sys, iofeed
-with iofeed.loader(sys.argv[1], batch_size=16, image_size=32, backend="workers", workers=1, rank=int(sys.argv[2]),
-                   world_size=2, drop_last=False, cache_dir=sys.argv[3]) as loader:
+with iofeed.loader(sys.argv[1], batch_size=16, image_size=32, engine="workers", workers=1,
+                   placement=iofeed.Placement(rank=int(sys.argv[2]), world_size=2), drop_last=False,
+                   cache=iofeed.Cache(dir=sys.argv[3])) as loader:
     seen = [i for _ in loader for i in loader.last_indices.tolist()]
 print(json.dumps({"seen": seen, "skipped": loader.stats.skipped_examples}))
 """
@@ -397,7 +404,7 @@ def test_a_dataset_without_checksums_reads_by_size(dataset: Path, tmp_path: Path
     (old / "iofeed.json").write_text(json.dumps(manifest))
     server = CountingServer(tmp_path)
     try:
-        with iofeed.loader(f"{server.url}/old.iof", cache_dir=tmp_path / "cache", **KW) as loader:
+        with iofeed.loader(f"{server.url}/old.iof", cache=iofeed.Cache(dir=tmp_path / "cache"), **KW) as loader:
             delivered = sum(len(b) for b in _epoch(loader))
     finally:
         server.close()
@@ -447,7 +454,7 @@ def test_a_failed_bench_removes_its_streaming_cache_too(dataset: Path, tmp_path:
     def failing_measure(runs, *args, **kwargs):
         for run in runs:  # each streaming feed's cache, made as its feed makes it, never removed by the feed
             if SOURCES[run.spec.entry.source].served:
-                made.append(Path(SOURCES[run.spec.entry.source].make(run.spec, ExitStack())[1]["cache_dir"]))
+                made.append(Path(SOURCES[run.spec.entry.source].make(run.spec, ExitStack())[1]["cache"].dir))
         if not any(made[-1].rglob("*.tar~*")):  # the warm feed's, fetched before it starts
             raise RuntimeError("nothing fetched")
         raise RuntimeError("a feed crashed")
@@ -478,8 +485,8 @@ def test_the_cold_feed_refuses_a_split_its_cache_would_hold(s3, dataset: Path, t
                        match=r"cache that streams holds 6 shards .*whole split is 1 shard \(.*--shard-mb 4"):
         stream_options(url, "cold", tmp_path / "cache")
     cold = stream_options(s3.url, "cold", tmp_path / "cache")  # ~30 shards of 64 KiB: 6 are a fifth of the split
-    assert cold["cache_limit"] < sum(s["bytes"] for s in _shards(dataset))
-    assert list((tmp_path / "cache").iterdir()) == [Path(cold["cache_dir"])], "the refused feed's folder is removed"
+    assert cold["cache"].limit < sum(s["bytes"] for s in _shards(dataset))
+    assert list((tmp_path / "cache").iterdir()) == [Path(cold["cache"].dir)], "the refused feed's folder is removed"
 
 
 @pytest.mark.dali
@@ -488,8 +495,8 @@ def test_the_dali_engine_reads_the_same_stream(dataset: Path, tmp_path: Path) ->
     server = CountingServer(dataset.parent)
     options = dict(batch_size=16, image_size=32, workers=1, augment=False, seed=2)
     try:
-        with iofeed.loader(f"{server.url}/{dataset.name}", backend="dali", cache_dir=tmp_path / "cache",
-                           **options) as remote, iofeed.loader(str(dataset), backend="dali", shuffle="block",
+        with iofeed.loader(f"{server.url}/{dataset.name}", engine="dali", cache=iofeed.Cache(dir=tmp_path / "cache"),
+                           **options) as remote, iofeed.loader(str(dataset), engine="dali", shuffle="block",
                                                                **options) as local:
             for (_, r_labels), (_, l_labels) in zip(remote, local):
                 assert np.array_equal(remote.last_indices, local.last_indices)
@@ -585,7 +592,7 @@ def test_throttling_and_5xx_are_retried(dataset: Path, tmp_path: Path) -> None:
     for shard in shards[:3]:
         server.throttle[f"/{dataset.name}/{shard['name']}"] = 2
     try:
-        with iofeed.loader(f"{server.url}/{dataset.name}", cache_dir=tmp_path / "cache", **KW) as loader:
+        with iofeed.loader(f"{server.url}/{dataset.name}", cache=iofeed.Cache(dir=tmp_path / "cache"), **KW) as loader:
             delivered = sum(len(b) for b in _epoch(loader))
     finally:
         server.close()
@@ -615,9 +622,10 @@ def test_which_failures_are_transient() -> None:
 def test_raw_pixels_stream_too(tmp_path: Path) -> None:
     raw = make_tiny_dataset(tmp_path, classes=4, per_class=40, fmt="raw")
     server = CountingServer(tmp_path)
-    options = dict(KW, augment=False, shuffle="block", block_shards=2, seed=1)
+    options = dict(KW, augment=False, shuffle="block", order=iofeed.Order(block_shards=2), seed=1)
     try:
-        with iofeed.loader(f"{server.url}/{raw.name}", cache_dir=tmp_path / "cache", **options) as remote, \
+        with iofeed.loader(f"{server.url}/{raw.name}", cache=iofeed.Cache(dir=tmp_path / "cache"),
+                           **options) as remote, \
                 iofeed.loader(str(raw), **options) as local:
             batches = 0
             for (r_images, r_labels), (l_images, l_labels) in zip(remote, local):

@@ -34,7 +34,7 @@ SHORT = RetryPolicy(attempts=5, first_delay=0.05, max_delay=0.2, budget=600, sta
 # For servers that stall on purpose: a short stall deadline, and again the count as the bound.
 STALLING = RetryPolicy(attempts=3, first_delay=0.05, max_delay=0.2, budget=600, stall_seconds=0.5)
 HANG_GUARD_S = 120  # only a hang takes this long; the bounds themselves are tested on an injected clock
-KW = dict(batch_size=16, image_size=32, backend="workers", workers=1)
+KW = dict(batch_size=16, image_size=32, engine="workers", workers=1)
 
 
 @pytest.fixture(scope="module")
@@ -126,7 +126,8 @@ def test_a_failed_shard_is_tried_again_in_a_later_epoch(server, dataset: Path, t
     monkeypatch.setenv("IOFEED_RETRY_SECONDS", "0.6")
     _, path = _ref(server, dataset, 2)
     server.failing[path] = 10**6
-    with iofeed.loader(f"{server.url}/{dataset.name}", cache_dir=tmp_path / "cache", on_error="skip",
+    with iofeed.loader(f"{server.url}/{dataset.name}", cache=iofeed.Cache(dir=tmp_path / "cache"),
+                       skips=iofeed.Skips(on_error="skip"),
                        **KW) as loader:
         first = sum(len(labels) for _, labels in loader)
         refilled = loader.stats.refilled  # spares (of other shards) that took skipped samples' places
@@ -299,13 +300,14 @@ def tiny_disk(tmp_path: Path):
 
 def test_a_full_disk_skips_with_a_named_reason_and_keeps_nothing_corrupt(server, dataset: Path, tiny_disk: Path,
                                                                         tmp_path: Path) -> None:
-    options = dict(KW, shuffle="none", on_error="skip", max_skipped=None)  # counted here; bounded below
-    with iofeed.loader(f"{server.url}/{dataset.name}", cache_dir=tiny_disk, cache_limit=1 << 30,
+    options = dict(KW, shuffle="none",
+                   skips=iofeed.Skips(on_error="skip", max_skipped=None))  # counted here; bounded below
+    with iofeed.loader(f"{server.url}/{dataset.name}", cache=iofeed.Cache(dir=tiny_disk, limit=1 << 30),
                        **options) as loader:
         delivered = sum(len(labels) for _, labels in loader)
     with pytest.raises(SampleError, match="shard could not be cached"):  # the default bound: an error
-        with iofeed.loader(f"{server.url}/{dataset.name}", cache_dir=tiny_disk, cache_limit=1 << 30,
-                           **dict(options, max_skipped=0.05)) as bounded:
+        with iofeed.loader(f"{server.url}/{dataset.name}", cache=iofeed.Cache(dir=tiny_disk, limit=1 << 30),
+                           **dict(options, skips=iofeed.Skips(max_skipped=0.05))) as bounded:
             sum(len(labels) for _, labels in bounded)
     assert 0 < delivered < len(loader.source)
     assert set(loader.stats.skipped) == {"shard could not be cached"}, loader.stats.skipped
@@ -318,9 +320,9 @@ def test_a_full_disk_skips_with_a_named_reason_and_keeps_nothing_corrupt(server,
 
 
 def test_a_default_limit_from_a_small_disk_says_where_it_came_from(server, dataset: Path, tiny_disk: Path) -> None:
-    with pytest.raises(OptionError, match=rf"cache_limit=[\d,]+ bytes \(the default: what {tiny_disk} holds plus "
-                                          r"its free disk .*pass another cache_dir\) cannot hold the 16 shards"):
-        iofeed.loader(f"{server.url}/{dataset.name}", cache_dir=tiny_disk, **KW)
+    with pytest.raises(OptionError, match=rf"Cache\.limit=[\d,]+ bytes \(the default: what {tiny_disk} holds plus "
+                                          r"its free disk .*pass another Cache\.dir\) cannot hold the 16 shards"):
+        iofeed.loader(f"{server.url}/{dataset.name}", cache=iofeed.Cache(dir=tiny_disk), **KW)
 
 
 def test_an_unverified_cached_file_is_checked_before_it_is_served(server, dataset: Path, tmp_path: Path) -> None:
@@ -414,14 +416,14 @@ def test_stale_partial_downloads_are_removed_when_a_dataset_is_opened(server, da
 def test_a_cache_too_small_for_the_orders_live_shards_warns_with_the_numbers(server, dataset: Path,
                                                                            tmp_path: Path) -> None:
     largest = max(s["bytes"] for s in _shards(dataset))
-    with pytest.warns(RuntimeWarning, match=rf"cache_limit={largest + 1:,} bytes holds 1 shards of {largest:,} "
+    with pytest.warns(RuntimeWarning, match=rf"Cache\.limit={largest + 1:,} bytes holds 1 shards of {largest:,} "
                                             r"bytes, below the 3 .*--shard-mb"):
-        loader = iofeed.loader(f"{server.url}/{dataset.name}", cache_dir=tmp_path / "cache",
-                               cache_limit=largest + 1, shuffle="none", **KW)
+        loader = iofeed.loader(f"{server.url}/{dataset.name}",
+                               cache=iofeed.Cache(dir=tmp_path / "cache", limit=largest + 1), shuffle="none", **KW)
     loader.close()
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        iofeed.loader(f"{server.url}/{dataset.name}", cache_dir=tmp_path / "cache", cache_limit=1 << 30,
+        iofeed.loader(f"{server.url}/{dataset.name}", cache=iofeed.Cache(dir=tmp_path / "cache", limit=1 << 30),
                       shuffle="none", **KW).close()
 
 
@@ -434,7 +436,7 @@ def test_a_wait_for_room_is_said_once(server, dataset: Path, tmp_path: Path, mon
     cache = _cache(server, dataset, tmp_path / "cache", limit=first.bytes + 10)
     held = cache.acquire(first)  # leased: cannot be evicted
     try:
-        with pytest.warns(RuntimeWarning, match=r"cache_limit=.* too small for the shards live at once"):
+        with pytest.warns(RuntimeWarning, match=r"Cache\.limit=.* too small for the shards live at once"):
             os.close(cache.acquire(second))
     finally:
         os.close(held)
@@ -444,7 +446,7 @@ def test_a_wait_for_room_is_said_once(server, dataset: Path, tmp_path: Path, mon
 
 def test_a_cache_dir_that_is_a_file_is_one_line(server, dataset: Path, tmp_path: Path) -> None:
     (tmp_path / "file").write_text("x")
-    with pytest.raises(OptionError, match=f"cannot use {tmp_path / 'file'} as cache_dir: a file is in the way"):
+    with pytest.raises(OptionError, match=f"cannot use {tmp_path / 'file'} as Cache.dir: a file is in the way"):
         open_source(f"{server.url}/{dataset.name}", cache_dir=tmp_path / "file")
 
 
@@ -459,7 +461,8 @@ def test_a_read_only_cache_dir_is_refused_at_open(server, dataset: Path, tmp_pat
 
     (tmp_path / "ro").mkdir()
     monkeypatch.setattr(os, "open", denied)
-    with pytest.raises(OptionError, match="cannot use .*ro as cache_dir: Permission denied; pass cache_dir="):
+    with pytest.raises(OptionError,
+                       match=r"cannot use .*ro as Cache\.dir: Permission denied; pass cache=iofeed\.Cache\(dir="):
         open_source(f"{server.url}/{dataset.name}", cache_dir=tmp_path / "ro")
 
 

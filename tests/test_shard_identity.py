@@ -158,7 +158,8 @@ def test_a_fifo_named_like_the_targets_file_is_refused_by_the_loader_not_waited_
     shutil.copytree(with_targets, out)
     (out / "train-targets.jsonl").unlink()
     os.mkfifo(out / "train-targets.jsonl")
-    code = f"import iofeed\nwith iofeed.loader({str(out)!r}, batch_size=4, workers=1, extras=True) as ld:\n    list(ld)"
+    code = (f"import iofeed\nwith iofeed.loader({str(out)!r}, batch_size=4, workers=1, "
+            "output=iofeed.Output(extras=True)) as ld:\n    list(ld)")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
     assert done.returncode == 1, done.stderr

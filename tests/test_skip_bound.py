@@ -23,7 +23,7 @@ def _truncate_all(root: Path) -> int:
 def test_an_epoch_of_truncated_jpegs_raises_instead_of_yielding_nothing(tmp_path):
     root = make_colour_tree(tmp_path / "t", per_class=3)
     count = _truncate_all(root)
-    with iofeed.loader(root, batch_size=4, workers=1, drop_last=False, max_skipped=1.0) as ld:
+    with iofeed.loader(root, batch_size=4, workers=1, drop_last=False, skips=iofeed.Skips(max_skipped=1.0)) as ld:
         with pytest.raises(SampleError) as info:
             list(ld)
     message = str(info.value)
@@ -40,7 +40,7 @@ def test_the_default_bound_stops_an_epoch_with_ten_percent_bad(tmp_path):
 
 def test_a_higher_bound_lets_the_epoch_through_with_its_counts(tmp_path):
     root = make_colour_tree(tmp_path / "t", per_class=10, corrupt=4)
-    with iofeed.loader(root, batch_size=4, workers=1, drop_last=False, max_skipped=0.1) as ld:
+    with iofeed.loader(root, batch_size=4, workers=1, drop_last=False, skips=iofeed.Skips(max_skipped=0.1)) as ld:
         delivered = sum(len(labels) for _, labels in ld)
         assert delivered == 44 and ld.stats.skipped["corrupt or truncated image"] == ld.stats.refilled == 4
 
@@ -51,7 +51,8 @@ def test_set_epoch_to_the_current_epoch_begins_a_new_skip_budget(tmp_path, first
     from its first batch by set_epoch (after the whole epoch, or after a part of it), the epoch
     counts its skips afresh: carried over, the second pass's 4 made 8 and raised."""
     root = make_colour_tree(tmp_path / "t", per_class=10, corrupt=4)
-    with iofeed.loader(root, batch_size=4, workers=1, drop_last=False, max_skipped=0.1, shuffle=False) as ld:
+    with iofeed.loader(root, batch_size=4, workers=1, drop_last=False, skips=iofeed.Skips(max_skipped=0.1),
+                       shuffle=False) as ld:
         if first == "whole":
             assert sum(len(labels) for _, labels in ld) == 44
         else:
@@ -71,19 +72,19 @@ def test_the_bound_is_hit_early_not_only_at_the_end(tmp_path):
     root = make_colour_tree(tmp_path / "t", per_class=10)
     for f in sorted((root / "001.colour0").glob("*.jpg")):  # read first in order: one class all bad
         f.write_bytes(f.read_bytes()[:100])
-    with iofeed.loader(root, batch_size=4, workers=1, split="val", max_skipped=0.1) as ld:
-        with pytest.raises(SampleError, match="more than max_skipped=0.1"):
+    with iofeed.loader(root, batch_size=4, workers=1, split="val", skips=iofeed.Skips(max_skipped=0.1)) as ld:
+        with pytest.raises(SampleError, match=r"more than Skips\.max_skipped=0\.1"):
             list(ld)
         assert ld.stats.batches + ld.stats.skipped_batches < len(ld)
 
 
 def test_zero_bound_raises_at_the_first_skip_and_none_never(tmp_path):
     root = make_colour_tree(tmp_path / "t", per_class=10, corrupt=1)
-    with iofeed.loader(root, batch_size=4, workers=1, max_skipped=0) as ld:
+    with iofeed.loader(root, batch_size=4, workers=1, skips=iofeed.Skips(max_skipped=0)) as ld:
         with pytest.raises(SampleError, match="skipped 1 of"):
             list(ld)
     _truncate_all(root)
-    with iofeed.loader(root, batch_size=4, workers=1, max_skipped=None) as ld:
+    with iofeed.loader(root, batch_size=4, workers=1, skips=iofeed.Skips(max_skipped=None)) as ld:
         assert list(ld) == [] and ld.stats.skipped["corrupt or truncated image"] == 40  # drop_last: 10 batches of 4
 
 
@@ -103,4 +104,4 @@ def test_files_the_scan_rejected_count_when_the_loader_is_made(tmp_path):
 @pytest.mark.parametrize("bad", [-0.1, 1.5, "5%", True, float("nan")])
 def test_bad_max_skipped_is_one_line(tmp_path, bad):
     with pytest.raises(OptionError, match="max_skipped must be a fraction"):
-        iofeed.loader(tmp_path, batch_size=4, max_skipped=bad)
+        iofeed.loader(tmp_path, batch_size=4, skips=iofeed.Skips(max_skipped=bad))

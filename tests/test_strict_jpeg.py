@@ -22,8 +22,9 @@ def _tree_with_corrupt_data(root: Path) -> Path:
     return root
 
 
-def _delivered(root: Path, backend: str) -> tuple[int, dict]:
-    with iofeed.loader(root, batch_size=3, backend=backend, workers=1, drop_last=False, max_skipped=0.2) as ld:
+def _delivered(root: Path, engine: str) -> tuple[int, dict]:
+    with iofeed.loader(root, batch_size=3, engine=engine, workers=1, drop_last=False,
+                       skips=iofeed.Skips(max_skipped=0.2)) as ld:
         count = sum(len(labels) for _, labels in ld)
         return count, dict(ld.stats.skipped)
 

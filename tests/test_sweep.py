@@ -418,11 +418,11 @@ def test_one_path_listed_twice_with_two_labels_is_said_in_the_summary(tmp_path, 
                  "--val-fraction", "0"]) == 0
     said = [line for line in capsys.readouterr().out.splitlines() if "multi-label" in line]
     assert said == ['  multi-label   1 sample with several classes (e.g. 000.jpg: green, red): the targets are '
-                    'multi_label; load them with target="multi_hot"']
+                    'multi_label; load them with output=iofeed.Output(target="multi_hot")']
     import iofeed
 
     loader = iofeed.loader(str(out), batch_size=8, framework="numpy", augment=False, shuffle="none", workers=1,
-                           target="multi_hot")
+                           output=iofeed.Output(target="multi_hot"))
     classes = Manifest.read(out).classes
     for images_, hot in loader:
         for image, row in zip(images_, hot):

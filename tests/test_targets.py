@@ -43,7 +43,8 @@ def _want_vector(ds: Path, index: int) -> tuple[np.ndarray, dict]:
 
 
 def test_multi_hot_labels_and_extras_come_with_each_batch(multi):
-    with iofeed.loader(str(multi), batch_size=3, image_size=24, workers=1, target="multi_hot", extras=True,
+    with iofeed.loader(str(multi), batch_size=3, image_size=24, workers=1,
+                       output=iofeed.Output(target="multi_hot", extras=True),
                        drop_last=False) as ld:
         seen = 0
         for images, labels, extras in ld:
@@ -56,8 +57,8 @@ def test_multi_hot_labels_and_extras_come_with_each_batch(multi):
 
 
 def test_class_dataset_gives_one_hot_rows_and_no_extras(colour_dataset):
-    with iofeed.loader(str(colour_dataset), batch_size=4, image_size=24, workers=1, target="multi_hot",
-                       extras=True) as ld:
+    with iofeed.loader(str(colour_dataset), batch_size=4, image_size=24, workers=1,
+                       output=iofeed.Output(target="multi_hot", extras=True)) as ld:
         images, labels, extras = next(iter(ld))
         plain = iofeed.loader(str(colour_dataset), batch_size=4, image_size=24, workers=1)
         _, indices = next(iter(plain))
@@ -71,7 +72,7 @@ def test_torch_gets_float_multi_hot_tensors(multi):
     import torch
 
     with iofeed.loader(str(multi), batch_size=4, image_size=24, workers=1, framework="torch",
-                       target="multi_hot") as ld:
+                       output=iofeed.Output(target="multi_hot")) as ld:
         images, labels = next(iter(ld))
         assert labels.dtype == torch.float32 and labels.shape == (4, 3)
         for row, index in enumerate(ld.last_indices):
@@ -80,9 +81,9 @@ def test_torch_gets_float_multi_hot_tensors(multi):
 
 def test_bad_target_options_are_one_line_errors(multi):
     with pytest.raises(OptionError, match="target='soft'"):
-        iofeed.loader(str(multi), batch_size=2, target="soft")
+        iofeed.loader(str(multi), batch_size=2, output=iofeed.Output(target="soft"))
     with pytest.raises(OptionError, match="tf.data"):
-        iofeed.loader(str(multi), batch_size=2, framework="tf", extras=True)
+        iofeed.loader(str(multi), batch_size=2, framework="tf", output=iofeed.Output(extras=True))
 
 
 def test_members_have_their_own_keys_readable_by_webdataset(multi):
@@ -129,7 +130,8 @@ def test_older_datasets_load_and_newer_ones_are_refused(colour_dataset, tmp_path
     raw["version"] = 3
     del raw["targets"]
     (old / MANIFEST_NAME).write_text(json.dumps(raw))
-    with iofeed.loader(str(old), batch_size=4, image_size=24, workers=1, target="multi_hot") as ld:
+    with iofeed.loader(str(old), batch_size=4, image_size=24, workers=1,
+                       output=iofeed.Output(target="multi_hot")) as ld:
         _, labels = next(iter(ld))
         assert labels.shape == (4, 4)
     raw["version"] = FORMAT_VERSION + 1
@@ -145,7 +147,7 @@ def test_a_missing_targets_file_is_a_one_line_error_naming_it(multi, tmp_path):
     shutil.copytree(multi, damaged)
     (damaged / "train-targets.jsonl").unlink()
     with pytest.raises(DatasetError, match="cannot read .*damaged.iof/train-targets.jsonl"):
-        iofeed.loader(str(damaged), batch_size=3, image_size=24, workers=1, target="multi_hot")
+        iofeed.loader(str(damaged), batch_size=3, image_size=24, workers=1, output=iofeed.Output(target="multi_hot"))
 
 
 @pytest.mark.parametrize("bad", [99, -1])
@@ -163,7 +165,7 @@ def test_a_class_out_of_range_in_the_targets_file_names_the_file_and_line(multi,
     (damaged / "train-targets.jsonl").write_text("\n".join(lines) + "\n")
     says = rf"damaged\.iof/train-targets\.jsonl line 5: class index {bad} is outside 0\.\.2"
     with pytest.raises(DatasetError, match=says) as caught:
-        iofeed.loader(str(damaged), batch_size=3, image_size=24, workers=1, target="multi_hot")
+        iofeed.loader(str(damaged), batch_size=3, image_size=24, workers=1, output=iofeed.Output(target="multi_hot"))
     assert "\n" not in str(caught.value)
     assert main(["inspect", "--verify", str(damaged)]) != 0
     assert re.search(says, capsys.readouterr().out)
@@ -180,7 +182,7 @@ def test_a_fractional_class_in_the_targets_file_is_malformed_not_truncated(multi
     (damaged / "train-targets.jsonl").write_text("\n".join(lines) + "\n")
     with pytest.raises(DatasetError, match=r"malformed targets file .*train-targets\.jsonl: line 3: class indices "
                                            r"must be integers, got \[1\.5\]"):
-        iofeed.loader(str(damaged), batch_size=3, image_size=24, workers=1, target="multi_hot")
+        iofeed.loader(str(damaged), batch_size=3, image_size=24, workers=1, output=iofeed.Output(target="multi_hot"))
 
 
 def test_verify_accepts_a_multi_label_dataset(multi, capsys):
@@ -197,7 +199,8 @@ def test_streamed_dataset_brings_its_targets(multi, tmp_path):
     server = CountingServer(multi.parent)
     try:
         with iofeed.loader(f"{server.url}/{multi.name}", batch_size=4, image_size=24, workers=1,
-                           target="multi_hot", extras=True, cache_dir=tmp_path / "cache", shuffle="global") as ld:
+                           output=iofeed.Output(target="multi_hot", extras=True),
+                           cache=iofeed.Cache(dir=tmp_path / "cache"), shuffle="global") as ld:
             _, labels, extras = next(iter(ld))
             for row, index in enumerate(ld.last_indices):
                 vector, extra = _want_vector(multi, int(index))

@@ -103,7 +103,7 @@ def test_a_new_iterator_waits_for_the_old_ones_thread(tmp_path):
         (tmp_path / f"00{c}.class{c}").mkdir()
         for i in range(4):
             (tmp_path / f"00{c}.class{c}" / f"{i}.png").write_bytes(png_bytes(smooth_rgb(1400, 1400, seed=10 * c + i)))
-    options = {"batch_size": 2, "prefetch": 1}
+    options = {"batch_size": 2, "resources": iofeed.Resources(prefetch=1)}
     # the first two batches of each epoch (an older iterator's thread may finish an epoch first:
     # then the newer one starts the next, from its beginning)
     starts = [[images for _, images in epoch[:2]] for epoch in _numpy_epochs(tmp_path, 4, **options)]
@@ -166,7 +166,7 @@ def test_a_dropped_dataset_frees_its_workers(colour_dataset):
 
     dataset = _dataset(colour_dataset)
     assert len(_pass(dataset)) == 8
-    workers = [p.pid for p in dataset.iofeed_loader.backend.processes()]
+    workers = [p.pid for p in dataset.iofeed_loader.engine.processes()]
     assert workers
     del dataset
     gc.collect()
@@ -224,7 +224,7 @@ def test_epoch_boundary_script_measures_both_inputs(colour_dataset):
 
 def test_multi_hot_labels_as_float_vectors(colour_dataset):
     dataset = iofeed.loader(str(colour_dataset), batch_size=4, image_size=32, workers=1, framework="tf",
-                            target="multi_hot")
+                            output=iofeed.Output(target="multi_hot"))
     try:
         assert dataset.element_spec[1].shape.as_list() == [None, 4]
         images, labels = next(iter(dataset))

@@ -65,7 +65,7 @@ def test_a_worker_ended_in_a_transform_names_the_transform_and_its_sample(colour
 def test_out_of_memory_in_a_transform_names_the_limit_and_skips_nothing(colour_dataset):
     """Under `ulimit -v` a MemoryError is the limit's, not the sample's: it was skipped and counted
     as a bad sample (healthy samples lost), then blamed them past max_skipped."""
-    message = _first_error(colour_dataset, T.over_a_limit_on_red, max_skipped=None)
+    message = _first_error(colour_dataset, T.over_a_limit_on_red, skips=iofeed.Skips(max_skipped=None))
     assert message.startswith("out of memory in transform helpers.transforms.over_a_limit_on_red on sample ")
     assert re.search(r"the address-space limit RLIMIT_AS \(`ulimit -v`\) is \d+\.\d\d GiB", message), message
     assert "raise it (`ulimit -v unlimited`), or lower workers or batch_size" in message

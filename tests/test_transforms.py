@@ -14,7 +14,14 @@ from helpers import transforms as T
 from helpers.images import make_same_picture_tree
 from helpers.runs import slot_memory
 from iofeed.augment.batch_key import BatchKey
-from iofeed.augment.transforms import SAMPLE_STREAM, Output, SampleTransform, _seeds, preserved_globals, seed_globals
+from iofeed.augment.transforms import (
+    SAMPLE_STREAM,
+    SampleTransform,
+    TransformedImage,
+    _seeds,
+    preserved_globals,
+    seed_globals,
+)
 from iofeed.engines import select
 from iofeed.errors import OptionError, SampleError, WorkerError
 from iofeed.options.loader_options import LoaderOptions
@@ -62,7 +69,8 @@ def test_the_callers_random_streams_are_left_alone(colour_dataset):
 
 
 def test_failures_are_skipped_and_counted_with_the_transform_named(colour_dataset):
-    with iofeed.loader(colour_dataset, workers=2, transform=T.flaky, drop_last=False, max_skipped=None,
+    with iofeed.loader(colour_dataset, workers=2, transform=T.flaky, drop_last=False,
+                       skips=iofeed.Skips(max_skipped=None),
                        **SMALL) as ld:  # flaky fails past the default bound: counted here, bounded in test_skip_bound
         delivered = [i for indices, _ in _epoch(ld) for i in indices]
         stats = ld.stats
@@ -79,7 +87,7 @@ def test_failures_are_skipped_and_counted_with_the_transform_named(colour_datase
 def _flaky_draws() -> tuple[list[int], list[int]]:
     """The train samples on which `T.flaky` fails and those it lets through in epoch 0 (seed 5,
     batches of 4, one rank): its draw replayed from the seeds iofeed gives each (batch, position)."""
-    spec = LoaderOptions(batch_size=4, order=iofeed.Order(seed=5, drop_last=False)).order_spec(32)
+    spec = LoaderOptions(batch_size=4, seed=5, drop_last=False).order_spec(32)
     draws: tuple[list[int], list[int]] = ([], [])
     for batch_no, indices in enumerate(spec.batches(0)):
         for position, index in enumerate(indices.tolist()):
@@ -99,8 +107,8 @@ def test_each_rank_seeds_its_own_transforms(same_picture):
     """The centre crop of one picture is the same everywhere, so the pixels differ only by what the
     transforms drew: ranks must not draw alike (nor batches), and a rerun draws the same."""
     def run(rank: int, **transforms) -> list[bytes]:
-        with iofeed.loader(same_picture, batch_size=2, image_size=32, workers=1, augment=False, seed=4, rank=rank,
-                           world_size=2, **transforms) as ld:
+        with iofeed.loader(same_picture, batch_size=2, image_size=32, workers=1, augment=False, seed=4,
+                           placement=iofeed.Placement(rank=rank, world_size=2), **transforms) as ld:
             return [image.tobytes() for images, _ in ld for image in np.array(images)]
 
     for transforms in ({"transform": T.noise_with_rng}, {"batch_transform": T.noisy_batch}):
@@ -110,7 +118,8 @@ def test_each_rank_seeds_its_own_transforms(same_picture):
 
 
 def test_failures_raise_naming_the_file_and_the_transform(colour_dataset):
-    with iofeed.loader(colour_dataset, workers=1, transform=T.flaky, on_error="raise", **SMALL) as ld:
+    with iofeed.loader(colour_dataset, workers=1, transform=T.flaky, skips=iofeed.Skips(on_error="raise"),
+                       **SMALL) as ld:
         with pytest.raises(SampleError) as info:
             _epoch(ld)
     message = str(info.value)
@@ -160,7 +169,7 @@ def test_transform_time_is_wall_time_with_cpu_time_beside_it():
         cpu.now += 0.001
         return image
 
-    runner = SampleTransform(blocked, Output((8, 8, 3), np.dtype(np.uint8)), clock=wall, cpu_clock=cpu)
+    runner = SampleTransform(blocked, TransformedImage((8, 8, 3), np.dtype(np.uint8)), clock=wall, cpu_clock=cpu)
     for position in range(4):
         runner(np.zeros((8, 8, 3), np.uint8), BatchKey(0, 0, 0, 0), position, "x.jpg")
     assert runner.wall_seconds == 12.0 and runner.cpu_seconds == pytest.approx(0.004, abs=1e-12)
@@ -185,7 +194,7 @@ BAD = [
     ({"transform": lambda image: image}, "lambda cannot be pickled"),
     ({"transform": _local}, "defined in __main__"),
     ({"transform": 3}, "transform=3 is not callable"),
-    ({"transform": T.downscale, "backend": "dali"}, "backend='workers'"),
+    ({"transform": T.downscale, "engine": "dali"}, "engine='workers'"),
     ({"transform": T.jitter, "gpu_augment": True, "framework": "torch"}, "gpu_augment"),
     ({"transform": functools.partial(T.shape_changing)}, None),  # a partial of an importable function is fine
     ({"batch_transform": "mixup"}, "batch_transform='mixup' is not callable"),
@@ -217,10 +226,11 @@ def test_auto_picks_workers_for_a_transform_and_says_so(colour_dataset, monkeypa
     monkeypatch.setattr(select, "gpu_present", lambda: True)
     monkeypatch.setattr(select, "_installed", lambda module: True)
     monkeypatch.setattr(gpu_nvml, "visible_gpu_count", lambda: 1)  # LoaderOptions resolves device= against it
-    options = LoaderOptions(batch_size=4, device="cuda:0", transform=T.jitter)
+    options = LoaderOptions(batch_size=4, placement=iofeed.Placement(device="cuda:0"), transform=T.jitter)
     source = iofeed.sources.samples.open_source(colour_dataset, "train")
     assert select.engine_name(options, source) == "workers"
-    assert select.engine_name(LoaderOptions(batch_size=4, device="cuda:0"), source) == "nvjpeg"  # never dali
+    assert select.engine_name(LoaderOptions(batch_size=4, placement=iofeed.Placement(device="cuda:0")),
+                              source) == "nvjpeg"  # never dali
     with iofeed.loader(colour_dataset, workers=1, transform=T.jitter, **SMALL) as ld:
         assert any("transform= runs only in worker processes" in d for d in ld.stats.settings["decisions"])
 
@@ -363,10 +373,12 @@ def test_a_batch_transform_drawing_on_the_gpu_is_seeded_per_batch_whatever_the_w
     torch.cuda.manual_seed(7)
     runs = []
     for workers in (1, 2):
-        with iofeed.loader(colour_dataset, workers=workers, framework="torch", device="cuda",
+        with iofeed.loader(colour_dataset, workers=workers, framework="torch",
+                           placement=iofeed.Placement(device="cuda"),
                            batch_transform=_device_noise, **SMALL) as ld:
             runs.append([(images.cpu(), labels.cpu()) for images, labels in ld])
-    with iofeed.loader(colour_dataset, workers=1, framework="torch", device="cuda", **SMALL) as ld:
+    with iofeed.loader(colour_dataset, workers=1, framework="torch", placement=iofeed.Placement(device="cuda"),
+                       **SMALL) as ld:
         plain = [images.cpu() for images, _ in ld]
     assert torch.equal(torch.rand(3, device="cuda"), expected)  # the caller's CUDA stream of numbers
     assert len(runs[0]) == len(plain) >= 4
@@ -388,7 +400,8 @@ def test_batch_transform_on_the_gpu_is_seeded_and_leaves_the_callers_cuda_rng_al
     torch.cuda.manual_seed(1)
     runs = []
     for workers in (1, 2):
-        with iofeed.loader(colour_dataset, workers=workers, framework="torch", device="cuda", batch_transform=mix,
+        with iofeed.loader(colour_dataset, workers=workers, framework="torch",
+                           placement=iofeed.Placement(device="cuda"), batch_transform=mix,
                            **SMALL) as ld:
             runs.append([(images.cpu(), labels.cpu()) for images, labels in ld])
     assert torch.equal(torch.rand(3, device="cuda"), expected)

@@ -17,7 +17,7 @@ import pytest
 import iofeed
 
 ROOT = Path(__file__).resolve().parents[1]
-CHOOSERS = {"source", "batch_size", "framework", "extras"}  # the overloads' own parameters
+CHOOSERS = {"source", "batch_size", "framework", "output"}  # the overloads' own parameters
 
 # Each `reveal_type` line is tagged `# NAME`; probes reveal the frameworks' own types, as mypy spells them.
 PROGRAM = textwrap.dedent('''
@@ -40,14 +40,21 @@ PROGRAM = textwrap.dedent('''
 
     def loaders(name: str) -> None:
         reveal_type(iofeed.loader("d.iof", batch_size=8))  # numpy
-        reveal_type(iofeed.loader("d.iof", batch_size=8, framework="numpy", extras=True))  # numpy_extras
-        reveal_type(iofeed.loader("d.iof", batch_size=8, framework="torch", seed=1, device="cpu"))  # torch
-        reveal_type(iofeed.loader("d.iof", batch_size=8, framework="torch", extras=True))  # torch_extras
+        reveal_type(iofeed.loader("d.iof", batch_size=8, framework="numpy",  # numpy_extras
+                                  output=iofeed.Output(extras=True)))
+        reveal_type(iofeed.loader("d.iof", batch_size=8, framework="torch", seed=1,  # torch
+                                  placement=iofeed.Placement(device="cpu")))
+        reveal_type(iofeed.loader("d.iof", batch_size=8, framework="torch",  # torch_extras
+                                  output=iofeed.Output(target="multi_hot", extras=True)))
         reveal_type(iofeed.loader(  # torch_objects
-            "d.iof", batch_size=8, framework="torch", order=iofeed.Order(seed=1), resources=iofeed.Resources(workers=2),
-            cache=iofeed.Cache(limit=1 << 30), skips=iofeed.Skips(max_skipped=None)))
+            "d.iof", batch_size=8, framework="torch", shuffle=True, drop_last=False, workers=2, seed=1,
+            output=iofeed.Output(dtype=None, memory_format="channels_last"), order=iofeed.Order(block_shards=2),
+            resources=iofeed.Resources(prefetch=2), cache=iofeed.Cache(limit=1 << 30),
+            skips=iofeed.Skips(max_skipped=None), pin_memory=True, persistent_workers=False))
         reveal_type(iofeed.loader("d.iof", batch_size=8, framework="jax"))  # jax
-        reveal_type(iofeed.loader("d.iof", batch_size=8, framework="jax", extras=True))  # jax_extras
+        reveal_type(iofeed.loader("d.iof", batch_size=8, framework="jax",  # jax_extras
+                                  output=iofeed.Output(extras=True)))
+        reveal_type(iofeed.loader("d.iof", batch_size=8, output=iofeed.Output(extras=name == "x")))  # any_extras
         reveal_type(iofeed.loader("d.iof", batch_size=8, framework="tf"))  # tf
         reveal_type(iofeed.loader("d.iof", batch_size=8, framework="keras"))  # keras
         reveal_type(iofeed.loader("d.iof", batch_size=8, framework=name))  # any_name
@@ -61,7 +68,10 @@ PROGRAM = textwrap.dedent('''
         iofeed.loader("d.iof", batch_size=8, framework="keras").iofeed_loader.close()  # KERAS_LOADER
         iofeed.loader("d.iof", batch_size=8, sed=1)  # MISSPELT
         iofeed.loader("d.iof", batch_size=8, workers="4")  # WRONG_TYPE
-        iofeed.loader("d.iof", batch_size=8, order=iofeed.Resources(workers=2))  # WRONG_OBJECT
+        iofeed.loader("d.iof", batch_size=8, order=iofeed.Resources(prefetch=2))  # WRONG_OBJECT
+        iofeed.loader("d.iof", batch_size=8, prefetch=2)  # EARLIER_SPELLING
+        iofeed.Order(seed=1)  # MOVED_FIELD
+        iofeed.loader("d.iof", batch_size=8, collate_fn=list)  # REFUSED_DATALOADER
 ''')
 
 
@@ -78,7 +88,7 @@ def expected(t: dict[str, str]) -> dict[str, str]:
         "torch_extras": loader_of(torch, torch, "list[Any]"),
         "jax": loader_of(jax, jax), "jax_extras": loader_of(jax, jax, "list[Any]"),
         "tf": dataset, "keras": f"{dataset} | iofeed.adapters.keras.KerasBatches",
-        "any_name": "Any", "torch_images": torch, "torch_with": loader_of(torch, torch),
+        "any_name": "Any", "any_extras": "Any", "torch_images": torch, "torch_with": loader_of(torch, torch),
         "jax_repeat": f"tuple[{jax}, {jax}]",
     }
 
@@ -116,24 +126,29 @@ def test_revealed_loader_types_are_what_the_docs_say_each_framework_gives(tmp_pa
     assert "Any" not in {revealed[p] for p in ("NDARRAY", "TENSOR", "JAX_ARRAY", "TF_TENSOR")}, revealed
     want = expected(revealed)
     assert {tag: revealed.get(tag) for tag in want} == want
-    assert set(errors) == {"MISSPELT", "WRONG_TYPE", "WRONG_OBJECT"}, errors  # every other line type-checks, strictly
+    wrong = {"MISSPELT", "WRONG_TYPE", "WRONG_OBJECT", "EARLIER_SPELLING", "MOVED_FIELD", "REFUSED_DATALOADER"}
+    assert set(errors) == wrong, errors  # every other line type-checks, strictly
     assert any('did you mean "seed"' in e for e in errors["MISSPELT"]), errors["MISSPELT"]
 
 
 def test_loader_keywords_are_the_signatures_own() -> None:
     """The overloads' shared keywords (`LoaderKeywords`) name every other keyword of `loader`, with
-    the same annotation, and each flat spelling of a grouped option with its field's annotation: a
-    keyword added to the signature (or the flat table) alone fails here, not in users' editors."""
+    the same annotation, and torch DataLoader's keywords as they are taken at run time (flags, or
+    None only): a keyword added to the signature alone fails here, not in users' editors; and
+    `Output`'s typed keywords are its fields."""
+    import dataclasses
+
+    from iofeed.loading.dataloader_compat import ACCEPTED, REFUSED
     from iofeed.loading.keywords import LoaderKeywords
-    from iofeed.options.groups import FLAT, GROUPS
+    from iofeed.options.groups import Output, OutputFields
 
     params = inspect.signature(iofeed.loader).parameters
-    signature = {name: p.annotation for name, p in params.items()
-                 if name not in CHOOSERS and p.kind is not inspect.Parameter.VAR_KEYWORD}
-    flat = {name: GROUPS[group].__annotations__[field] for name, (group, field) in FLAT.items()}
+    signature = {name: p.annotation for name, p in params.items() if name not in CHOOSERS}
+    dataloader = {**{name: "bool | None" for name in ACCEPTED}, **{name: "None" for name in REFUSED}}
     typed = {name: ref.__forward_arg__ for name, ref in LoaderKeywords.__annotations__.items()}
-    assert len(flat) == 11 and not set(flat) & set(signature)
-    assert typed == {**signature, **flat}
+    assert typed == {**signature, **dataloader}
+    fields = {f.name: f.type for f in dataclasses.fields(Output) if f.name != "extras"}
+    assert {name: ref.__forward_arg__ for name, ref in OutputFields.__annotations__.items()} == fields
 
 
 def test_types_import_no_framework_at_runtime() -> None:

@@ -16,7 +16,7 @@ import iofeed
 from helpers.transforms import WaitFor
 from iofeed.engines.workers import watchdog
 from iofeed.engines.workers.watchdog import RAISE_ENV, WARN_ENV, Watchdog
-from iofeed.engines.workers.worker_status import IDLE, TRANSFORMING, Progress, finish_task, mark, worker_view
+from iofeed.engines.workers.worker_status import IDLE, TRANSFORMING, WorkerStatus, finish_task, mark, worker_view
 from iofeed.errors import OptionError, WorkerError
 
 SMALL = {"batch_size": 4, "image_size": 32, "workers": 1}
@@ -46,7 +46,7 @@ def test_a_hung_transform_is_named_then_raises(colour_dataset, tmp_path, monkeyp
     with iofeed.loader(colour_dataset, transform=WaitFor(str(tmp_path / "never"), str(entered)), **SMALL) as ld:
         with pytest.warns(RuntimeWarning, match="no progress") as warned, pytest.raises(WorkerError) as raised:
             next(iter(ld))
-        assert not any(p.is_alive() for p in ld.backend.processes()), "closed by the error: no worker left"
+        assert not any(p.is_alive() for p in ld.engine.processes()), "closed by the error: no worker left"
         paths = {ld.source.path_of(i) for i in range(len(ld.source))}
     message = str(raised.value)
     assert "\n" not in message and RAISE_ENV in message and "loader worker 0 (pid " in message
@@ -78,10 +78,10 @@ def test_a_slow_transform_is_warned_about_and_goes_on(colour_dataset, tmp_path, 
 def test_a_stopped_worker_is_named_then_raises(colour_dataset, monkeypatch, bounds):
     stopped = []
     monkeypatch.setattr(watchdog, "monotonic", _clock_from(lambda: bool(stopped)))
-    with iofeed.loader(colour_dataset, prefetch=1, **SMALL) as ld:
+    with iofeed.loader(colour_dataset, resources=iofeed.Resources(prefetch=1), **SMALL) as ld:
         it = iter(ld)
         next(it)
-        (proc,) = ld.backend.processes()
+        (proc,) = ld.engine.processes()
         os.kill(proc.pid, signal.SIGSTOP)
         stopped.append(proc.pid)
         try:
@@ -110,7 +110,7 @@ def test_only_a_worker_with_work_left_is_judged(colour_dataset):
     with iofeed.loader(colour_dataset, **SMALL) as ld:
         source = ld.source
     dog = Watchdog(source, "helpers.transforms.jitter", bounds=(10.0, 20.0), clock=lambda: now[0])
-    record = Progress()
+    record = WorkerStatus()
     worker = worker_view(record.block.buffer)  # the worker's side of the same 32 bytes
     dog.started(record)
     now[0] = 100.0

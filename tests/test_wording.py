@@ -53,3 +53,26 @@ def test_bench_table_explains_its_columns_and_gives_skipped_feeds_their_reason_o
     assert "core busy %" in lines[0] and "CPU % per core" not in lines[0]
     assert any(line.strip().startswith("core busy %: each core of the machine (0/1/...)") for line in lines)
     assert sum("augments on the GPU" in line for line in lines) == 1, "the reason once, on the feed's row"
+
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_one_word_for_what_makes_the_batches_and_feed_only_for_the_bench():
+    """Issue 40: the option, the stats and the docs say "engine" (Keras' and JAX's own backends keep
+    theirs, and a library's own `nv.Backend`); "feed" names the bench's contenders, and no class
+    outside the bench."""
+    import re
+
+    texts = {p: p.read_text() for p in [*(ROOT / "src" / "iofeed").rglob("*.py"), ROOT / "README.md",
+                                        *(ROOT / "docs").glob("*.md"), *(ROOT / "docs" / "frameworks").glob("*.md")]}
+    spellings = ROOT / "src" / "iofeed" / "options" / "spellings.py"  # where the earlier spelling is refused
+    said = [f"{p.relative_to(ROOT)}: {m.group(0)}" for p, text in texts.items() if p != spellings
+            for m in re.finditer(r"\bbackend=|[\"']backend[\"']|(?<![.\w])Backend\b|\bbackends/", text)]
+    assert said == [], said
+    bench = ROOT / "src" / "iofeed" / "cli" / "bench"
+    feeds = [f"{p.relative_to(ROOT)}: {m.group(0)}" for p, text in texts.items()
+             if p.suffix == ".py" and bench not in p.parents
+             for m in re.finditer(r"\bclass \w*Feed\w*|\b_?feed\b\s*=", text)
+             if m.group(0) != "class FeedUnavailable"]  # the bench's error, with the others in errors.py
+    assert feeds == [], feeds

@@ -10,10 +10,10 @@ import numpy as np
 import iofeed
 
 
-def epoch_images(source: Path | str, backend: str, batches: int, **options: Any) -> tuple[np.ndarray, np.ndarray]:
-    """(sample indices, uint8 NHWC images) of the first `batches` batches of epoch 0 of `backend`."""
+def epoch_images(source: Path | str, engine: str, batches: int, **options: Any) -> tuple[np.ndarray, np.ndarray]:
+    """(sample indices, uint8 NHWC images) of the first `batches` batches of epoch 0 of `engine`."""
     indices, images = [], []
-    with iofeed.loader(source, backend=backend, framework="numpy", **options) as ld:
+    with iofeed.loader(source, engine=engine, framework="numpy", **options) as ld:
         for k, (batch, _) in enumerate(ld, start=1):
             indices.append(ld.last_indices.copy())
             images.append(np.array(batch))
@@ -25,7 +25,7 @@ def epoch_images(source: Path | str, backend: str, batches: int, **options: Any)
 def level_differences(source: Path | str, other: str, batches: int, **options: Any) -> np.ndarray:
     """|`other` - workers| of every value of the first `batches` batches (int16); the two engines
     must deliver the same samples in the same order."""
-    reference, theirs = (epoch_images(source, backend, batches, **options) for backend in ("workers", other))
+    reference, theirs = (epoch_images(source, engine, batches, **options) for engine in ("workers", other))
     assert np.array_equal(reference[0], theirs[0]), "the engines delivered other samples"
     return np.abs(reference[1].astype(np.int16) - theirs[1].astype(np.int16))
 

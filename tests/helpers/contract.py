@@ -2,7 +2,7 @@
 
 "Same crops, same order, exact resume, whatever the engine." Like torchdata's
 `run_test_save_load_state`, each check takes a loader factory bound to one engine
-(`make(source, **options)`, e.g. `functools.partial(iofeed.loader, backend="dali")`) and plain
+(`make(source, **options)`, e.g. `functools.partial(iofeed.loader, engine="dali")`) and plain
 data, and asserts on what the caller sees. An engine listed in tests/test_contract.py is held to
 every check in `CHECKS`.
 """
@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+import iofeed
 from iofeed.errors import OptionError, SampleError
 
 from .images import label_from_pixels
@@ -133,7 +134,7 @@ def check_skips_are_counted(make: MakeLoader, data: ContractData) -> None:
 def check_raise_names_the_file(make: MakeLoader, data: ContractData) -> None:
     """With on_error="raise", an unreadable sample raises SampleError naming it and the way to skip it."""
     root, files = corrupt_copy(data)
-    with make(root, batch_size=files, drop_last=False, on_error="raise", **SMALL) as ld:
+    with make(root, batch_size=files, drop_last=False, skips=iofeed.Skips(on_error="raise"), **SMALL) as ld:
         with pytest.raises(SampleError) as info:
             epoch(ld)
     message = str(info.value)
@@ -224,7 +225,7 @@ def own_transforms(make: MakeLoader, data: ContractData, transform: Any = jitter
     try:
         make(data.dataset, batch_size=4, transform=transform, **SMALL).close()
     except OptionError as exc:
-        assert "transform=" in str(exc) and "backend='workers'" in str(exc) and "\n" not in str(exc)
+        assert "transform=" in str(exc) and "engine='workers'" in str(exc) and "\n" not in str(exc)
         return {"batch_transform": roll_batch}
     return {"transform": transform, "batch_transform": roll_batch}
 
@@ -252,7 +253,7 @@ def check_transform_failures_are_counted(make: MakeLoader, data: ContractData) -
     if "transform" not in mine:
         return  # refused, and the refusal checked
     # flaky fails on about a quarter: counted here, not bounded (the bound: tests/test_skip_bound.py)
-    with make(data.dataset, batch_size=4, drop_last=False, max_skipped=None, **SMALL, **mine) as ld:
+    with make(data.dataset, batch_size=4, drop_last=False, skips=iofeed.Skips(max_skipped=None), **SMALL, **mine) as ld:
         delivered = [i for indices, _, _ in epoch(ld) for i in indices]
         stats = ld.stats
     kind = "transform helpers.transforms.flaky raised ValueError"

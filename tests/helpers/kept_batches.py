@@ -14,7 +14,8 @@ def main(source: str, out: str) -> None:
 
     import iofeed
 
-    batches = iofeed.loader(source, batch_size=4, image_size=32, workers=1, seed=2, prefetch=2, framework="keras")
+    batches = iofeed.loader(source, batch_size=4, image_size=32, workers=1, seed=2,
+                            resources=iofeed.Resources(prefetch=2), framework="keras")
     with batches.iofeed_loader as ld:
         kept = []
         for _ in range(2):

@@ -1,1 +1,1 @@
-"""Adapters: the only framework-specific code, turning backend batches into framework tensors."""
+"""Adapters: the only framework-specific code, turning engine batches into framework tensors."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any, Protocol
 
-from ..engines.base import Backend, Batch
+from ..engines.base import Batch, Engine
 
 
 class EpochLoader(Protocol):
@@ -12,7 +12,7 @@ class EpochLoader(Protocol):
 
     epoch: int
     image_size: int
-    backend: Backend
+    engine: Engine
 
     def __iter__(self) -> Iterator[Any]: ...
 

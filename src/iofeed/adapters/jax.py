@@ -59,15 +59,15 @@ class JaxAdapter:
         """The adapter for `options`: its dtype, sharding and the recipe's mean/std (uint8 when the
         recipe has normalize=False)."""
         affine = options_affine(options)
-        return cls(options.dtype if affine is not None else "uint8", options.sharding, affine or IMAGENET_AFFINE,
-                   options.batch_transform)
+        dtype = options.output.dtype if affine is not None else "uint8"
+        return cls(dtype, options.placement.sharding, affine or IMAGENET_AFFINE, options.batch_transform)
 
     def wrap(self, loader: Any) -> Any:
         """The loader itself, once every batch size its epochs hold (a whole batch, and the last
         one of an epoch without `drop_last`) is known to fit the sharding: the error came at the
         end of the first evaluation pass before. A sample transform returning floats is handed
         over as it returns them (its scale), only cast to `dtype`, as the torch and tf adapters do."""
-        output = loader.backend.sample_output
+        output = loader.engine.sample_output
         if output is not None and output.dtype != np.uint8:  # they were normalised as if 0-255 pixels
             self._host = self._device_normalise = self._normalise_there = None
             self.normalise_on = None
@@ -154,7 +154,7 @@ def _dtype(dtype: Any) -> Any:
     except TypeError:
         name = str(dtype)
     if name not in DTYPES:
-        raise OptionError(f"dtype={dtype!r} is not one of {', '.join(DTYPES)} for framework='jax'")
+        raise OptionError(f"Output.dtype={dtype!r} is not one of {', '.join(DTYPES)} for framework='jax'")
     return DTYPES[name]
 
 

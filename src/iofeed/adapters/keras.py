@@ -46,7 +46,7 @@ class KerasAdapter:
     def wrap(self, loader: EpochLoader) -> Any:
         """A `tf.data.Dataset` (TensorFlow backend) or a `KerasBatches` over `loader`. A sample
         transform's floats are handed over as they are: nothing normalised."""
-        output = loader.backend.sample_output
+        output = loader.engine.sample_output
         floats = output is not None and output.dtype != np.uint8
         record_normalise_on(loader, None if floats else getattr(self._convert, "normalise_on", None))
         return self._wrap(loader)
@@ -95,7 +95,7 @@ class KerasBatches(DataAdapter):
         return self._then("map", function)
 
     def prefetch(self, buffer_size: Any = None, name: Any = None) -> KerasBatches:
-        """The same batches: the loader's workers already prepare `prefetch=` batches ahead."""
+        """The same batches: the loader's workers already prepare `Resources.prefetch` batches ahead."""
         return self
 
     def apply(self, transformation: Callable[[KerasBatches], Any]) -> Any:
@@ -193,7 +193,7 @@ REFUSED = {
     "cache": "drop it: iofeed reads and augments every epoch anew (a cache would repeat the first epoch's crops)",
     "filter": _PER_BATCH, "flat_map": _PER_BATCH,
     "interleave": _SOURCES, "concatenate": _SOURCES, "zip": _SOURCES, "sample_from_datasets": _SOURCES,
-    "shard": "the loader shares each epoch among ranks itself (rank=, world_size=, or the process group)",
+    "shard": "the loader shares each epoch among ranks itself (Placement(rank=, world_size=), or the process group)",
     "with_options": "drop it: tf.data's options tune tf.data pipelines (iofeed's are iofeed.Resources(...))",
     "element_spec": "the batches are (images NHWC float32, labels): look at one with next(iter(data))",
     "cardinality": "len(data) is the number of batches",
@@ -238,7 +238,7 @@ def _tensorflow(options: LoaderOptions) -> tuple[Callable[[Batch], Any], Callabl
 def _jax(options: LoaderOptions) -> tuple[Callable[[Batch], Any], Callable[[EpochLoader], Any]]:
     from .jax import JaxAdapter
 
-    adapter = JaxAdapter(options.dtype, options.sharding, _affine(options), options.batch_transform)
+    adapter = JaxAdapter(options.output.dtype, options.placement.sharding, _affine(options), options.batch_transform)
     return adapter, lambda loader: KerasBatches(adapter.wrap(loader))  # wrap: the layout checked now
 
 

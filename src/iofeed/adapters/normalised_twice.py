@@ -18,8 +18,8 @@ _warned: weakref.WeakSet[Any] = weakref.WeakSet()  # loaders already warned abou
 DEPTH = 40  # frames looked through for the model whose fit/evaluate (or training step) asks for the data
 NORMALIZERS = ("Normalize", "Normalization")  # torchvision v1/v2, kornia, albumentations; Keras' layer
 MAX_NESTING = 6  # how deep a Compose / nn.Module / Sequential is looked into
-PIXELS_ADVICE = ("pass pixels='0-1' (floats as ToTensor gives them, for your own Normalize) or remove your "
-                 "normalisation")
+PIXELS_ADVICE = ("pass output=iofeed.Output(pixels='0-1') (floats as ToTensor gives them, for your own Normalize) "
+                 "or remove your normalisation")
 
 
 def check_model_input(loader: Any) -> None:
@@ -38,8 +38,9 @@ def check_model_input(loader: Any) -> None:
     if isinstance(layer, (keras.layers.Rescaling, keras.layers.Normalization)):
         warnings.warn(f"model {model.name!r} starts with {type(layer).__name__} ({layer.name!r}), which expects "
                       "0-255 pixels, but iofeed hands it images already scaled by the loader: pass "
-                      "pixels='0-255' (what framework='keras' gives by default, as image_dataset_from_directory "
-                      "does) and drop mean=/std= from the Recipe, or remove the layer", UserWarning, stacklevel=2)
+                      "output=iofeed.Output(pixels='0-255') (what framework='keras' gives by default, as "
+                      "image_dataset_from_directory does) and drop mean=/std= from the Recipe, or remove the layer",
+                      UserWarning, stacklevel=2)
 
 
 def check_batch_transform(loader: Any) -> None:

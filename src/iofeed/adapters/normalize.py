@@ -27,7 +27,7 @@ HOST = "host"  # where a batch is normalised: with numpy on the consumer's threa
 
 
 def options_affine(options: Any) -> Affine | None:
-    """The affine of a loader's `LoaderOptions`, from the scale it hands out (`pixels=`, else the
+    """The affine of a loader's `LoaderOptions`, from the scale it hands out (`Output.pixels`, else the
     recipe, else the framework's convention: `pixels.pixel_scale`): the recipe's mean/std (else
     ImageNet's) for "normalized", None for "uint8". Every adapter takes its normalisation here."""
     scale = options.pixel_scale

@@ -1,5 +1,5 @@
 """Output memory an adapter recycles from batch to batch, lent with a lease: it comes back to the
-pool only when the last array or tensor over it is gone (`backends/lease.py`), never because a
+pool only when the last array or tensor over it is gone (`engines/lease.py`), never because a
 reference count looked low (docs/decisions/0082-output-memory-comes-back-through-its-lease.md)."""
 from __future__ import annotations
 

@@ -67,7 +67,7 @@ class TfAdapter:
     def wrap(self, loader: EpochLoader) -> tf.data.Dataset:
         """The dataset over `loader`, its element spec from what the engine's sample transform returns;
         `stats.settings["normalise_on"]` says where it normalises."""
-        output = loader.backend.sample_output
+        output = loader.engine.sample_output
         self._decide(None if output is None else (output.shape, tf.as_dtype(output.dtype)))
         record_normalise_on(loader, self.normalise_on)
         return to_tf_dataset(loader, self.normalise_on, self.batch_transform, self.sample)
@@ -95,7 +95,7 @@ def checked_tf_batch(fn: Any, out: Any, images: Any, problems: list[str]) -> tup
 def to_tf_dataset(loader: EpochLoader, normalise_on: str | None = HOST, batch_transform: Any = None,
                   sample: tuple[tuple[int, ...], Any] | None = None) -> tf.data.Dataset:
     """A `tf.data.Dataset` of (images float32 NHWC (None, S, S, 3), labels int64 (None,)), or
-    float32 (None, classes) labels for `target="multi_hot"`; uint8 images when `normalise_on` is
+    float32 (None, classes) labels for `Output(target="multi_hot")`; uint8 images when `normalise_on` is
     None, and a sample transform's output (of shape and dtype `sample`) as it is.
 
     `loader` is a Loader whose adapter is `TfAdapter`. With `normalise_on="host"` each batch comes
@@ -159,7 +159,7 @@ def to_tf_dataset(loader: EpochLoader, normalise_on: str | None = HOST, batch_tr
         finally:
             batches.close()
 
-    multi_hot = loader.options.target == "multi_hot"  # float32 (batch, classes) labels
+    multi_hot = loader.options.output.target == "multi_hot"  # float32 (batch, classes) labels
     shape, dtype = sample or ((size, size, 3), tf.uint8)
     dtype = tf.float32 if dtype == tf.uint8 and normalise_on == HOST else dtype  # a transform's floats as they are
     signature = (

@@ -11,7 +11,7 @@ import numpy as np
 
 
 @dataclass(frozen=True)
-class Output:
+class TransformedImage:
     """The fixed shape (H, W, C) and dtype every output of a sample transform has."""
 
     shape: tuple[int, ...]

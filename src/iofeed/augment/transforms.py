@@ -15,7 +15,7 @@ import numpy as np
 
 from ..errors import OptionError, SampleError, WorkerError, is_out_of_memory, out_of_memory
 from .batch_key import BatchKey
-from .transform_checks import Output, batch_result_problem, layout_problem, torch_shape
+from .transform_checks import TransformedImage, batch_result_problem, layout_problem, torch_shape
 
 SAMPLE_STREAM, BATCH_STREAM = 1, 2  # seed streams, apart from the crop draws of `BatchKey.rng()`
 OUTPUT_DTYPES = (np.dtype(np.uint8), np.dtype(np.float32))
@@ -125,7 +125,7 @@ class SampleTransform:
     holds the worker up: waiting on I/O, a lock or a sleep included) and `cpu_seconds` (process CPU
     time, which a busy machine does not inflate). The clocks are arguments for tests."""
 
-    def __init__(self, fn: Any, output: Output, clock: Callable[[], float] = time.perf_counter,
+    def __init__(self, fn: Any, output: TransformedImage, clock: Callable[[], float] = time.perf_counter,
                  cpu_clock: Callable[[], float] = time.process_time) -> None:
         self.fn, self.output, self.name = fn, output, transform_name(fn)
         self._rng = takes_rng(fn)
@@ -174,13 +174,13 @@ class SampleTransform:
             self.cpu_seconds += self._cpu_clock() - cpu
 
 
-def probe_output(fn: Any, image_size: int) -> Output:
+def probe_output(fn: Any, image_size: int) -> TransformedImage:
     """The shape and dtype `fn` returns for an image_size² RGB uint8 image (a smooth gradient), run
     here with the global RNGs restored after; OptionError when it fails with each of PROBE_TRIES
     seeds or returns another dtype."""
     side = np.arange(image_size, dtype=np.uint16) * 255 // max(image_size - 1, 1)
     image = np.stack(np.broadcast_arrays(side[:, None], side[None, :], side[::-1, None]), axis=2).astype(np.uint8)
-    runner = SampleTransform(fn, Output((), np.dtype(np.uint8)))
+    runner = SampleTransform(fn, TransformedImage((), np.dtype(np.uint8)))
     what = f"a {image_size}x{image_size}x3 uint8 image"
     with preserved_globals():
         for position in range(PROBE_TRIES):
@@ -198,7 +198,7 @@ def probe_output(fn: Any, image_size: int) -> Output:
     if problem is not None:
         shown, fix = problem
         raise OptionError(f"transform={runner.name} returned {shown} for {what}: {fix}")
-    return Output(tuple(out.shape), out.dtype)
+    return TransformedImage(tuple(out.shape), out.dtype)
 
 
 def batch_seed(key: BatchKey | None) -> np.ndarray:

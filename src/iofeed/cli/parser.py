@@ -39,7 +39,7 @@ def _add_image_key(parser: argparse.ArgumentParser) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of every subcommand."""
-    parser = argparse.ArgumentParser(prog="iofeed", description="Keep GPUs fed during image training.")
+    parser = argparse.ArgumentParser(prog="iofeed", description="Keep GPUs busy during image training.")
     sub = parser.add_subparsers(dest="command", required=True)
 
     synth = sub.add_parser("synth", help="make a Caltech-256- or COCO-shaped stand-in dataset")

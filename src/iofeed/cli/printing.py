@@ -46,7 +46,8 @@ def print_preprocess_summary(summary: PreprocessSummary) -> None:
               f"kept as labels with 0 samples: {names(summary.empty_classes, 5)}")
     if summary.several_classes:
         print(f"  multi-label   {plural(summary.several_classes, 'sample')} with several classes (e.g. "
-              f"{summary.several_example}): the targets are multi_label; load them with target=\"multi_hot\"")
+              f"{summary.several_example}): the targets are multi_label; load them with "
+              "output=iofeed.Output(target=\"multi_hot\")")
     if summary.one_sample_classes:
         print(f"  classes       {summary.one_sample_classes}")
     if summary.duplicates.line():

@@ -9,11 +9,11 @@ from typing import Any, Protocol
 import numpy as np
 
 from ..augment.batch_key import BatchKey
-from ..augment.transform_checks import Output
+from ..augment.transform_checks import TransformedImage
 from ..errors import SampleError
 from .lease import Lease
 
-SKIP_HINT = " (pass on_error='skip' to skip such samples)"
+SKIP_HINT = " (pass skips=iofeed.Skips(on_error='skip') to skip such samples)"
 
 
 @dataclass
@@ -47,12 +47,12 @@ class Batch:
             self.lease.release()
 
 
-class Backend(Protocol):
+class Engine(Protocol):
     """A batch producer driven by the loader; built by its registry entry from (source, options)."""
 
     name: str
     starts_ahead: int  # batches of `following` it would start during a pass now (0: it never runs ahead)
-    sample_output: Output | None  # what its sample transform returns per image (None: no transform)
+    sample_output: TransformedImage | None  # what its sample transform returns per image (None: no transform)
 
     def run(self, epoch: int, batches: list[np.ndarray], start: int, rank: int,
             following: list[np.ndarray] | None = None) -> Iterator[Batch]:

@@ -12,7 +12,7 @@ from .base import Batch
 
 EXAMPLES = 3  # "path: reason" lines quoted in the error
 NOT_SAMPLES = ("hidden file or folder", "not in a class folder", "an iofeed dataset, not a class folder")
-FIX = "fix or remove those files, or pass a higher max_skipped (None: count skips without a bound)"
+FIX = "fix or remove those files, or pass a higher Skips.max_skipped (None: count skips without a bound)"
 
 
 @dataclass
@@ -41,7 +41,7 @@ class EpochSkips:
                 self.examples.append(f"{path_of(index)}: {reason}")
         if self.max_skipped is not None and self.skipped > self.max_skipped * self.samples:
             raise SampleError(f"epoch {self.epoch} skipped {self.skipped} of its {self.samples} samples "
-                              f"({self.skipped / max(self.samples, 1):.0%}), more than max_skipped="
+                              f"({self.skipped / max(self.samples, 1):.0%}), more than Skips.max_skipped="
                               f"{self.max_skipped:g}: {self._detail()}")
 
     def finish(self) -> None:
@@ -64,4 +64,5 @@ def check_scanned(rejected: Counter[str], samples: int, max_skipped: float | Non
         return
     counts = ", ".join(f"{kind} {count}" for kind, count in lost.most_common())
     raise SampleError(f"{where}: {total} of {samples + total} files in its class folders were rejected "
-                      f"({total / (samples + total):.0%}), more than max_skipped={max_skipped:g}: {counts} ({FIX})")
+                      f"({total / (samples + total):.0%}), more than Skips.max_skipped={max_skipped:g}: {counts} "
+                      f"({FIX})")

@@ -58,7 +58,7 @@ def check_pixels(width: int, height: int) -> None:
 def _quiet() -> Iterator[None]:
     """Pillow's warnings while it reads a header: the decompression-bomb one raised (the image is
     refused), the others (odd EXIF, ...) not printed. `catch_warnings` swaps process-wide state, so
-    one thread at a time (the DALI engine reads headers on its feed thread); a header read is short."""
+    one thread at a time (the DALI engine reads headers on its external-source thread); a header read is short."""
     with _WARNINGS, warnings.catch_warnings():
         warnings.simplefilter("ignore")
         warnings.simplefilter("error", Image.DecompressionBombWarning)

@@ -1,4 +1,4 @@
-"""DataLoader manners: what training scripts written for torch's DataLoader touch on it —
+"""DataLoader compatibility: what training scripts written for torch's DataLoader touch on it —
 `loader.dataset` (`len`, `classes`, `class_to_idx`, `set_epoch`), `loader.sampler` (`set_epoch`,
 `len`), and the DataLoader keyword arguments iofeed has no use for (ignored only where that is
 right, otherwise refused in one line naming what to use)."""
@@ -82,12 +82,12 @@ class SamplerView:
         return f"iofeed sampler view: rank {order.rank} of {order.world_size}, {len(self)} samples per epoch"
 
 
-class DataLoaderManners:
+class DataLoaderAttributes:
     """What scripts written for torch's DataLoader read on it, for `Loader` (which has `order`,
-    `source`, `backend`, `epoch` and `set_epoch`)."""
+    `source`, `engine`, `epoch` and `set_epoch`)."""
 
     order: OrderSpec
-    backend: Any
+    engine: Any
 
     @property
     def dataset(self) -> DatasetView:
@@ -115,26 +115,29 @@ class DataLoaderManners:
     @property
     def num_workers(self) -> int:
         """Worker processes (DALI: threads) decoding now; the autotuner may change it."""
-        settings = self.backend.describe()
+        settings = self.engine.describe()
         return int(settings.get("workers") or settings.get("num_threads") or 0)
 
 
-def check_dataloader_arguments(pin_memory: Any = None, persistent_workers: Any = None, prefetch_factor: Any = None,
-                               collate_fn: Any = None, generator: Any = None) -> None:
-    """DataLoader's keyword arguments as `iofeed.loader` takes them: `pin_memory` and
-    `persistent_workers` (True or False) are accepted and ignored, because iofeed already does
-    what they ask (pinned copies to CUDA; workers kept for the loader's life); the others would
-    be ignored silently, so anything but None is refused naming iofeed's own option."""
-    for name, value in (("pin_memory", pin_memory), ("persistent_workers", persistent_workers)):
+ACCEPTED = ("pin_memory", "persistent_workers")  # iofeed already does what they ask: True or False, ignored
+REFUSED = {  # they would be ignored silently: anything but None is refused, naming iofeed's own way
+    "prefetch_factor": "iofeed's is resources=iofeed.Resources(prefetch=N) (batches made ahead in all, default two "
+                       "per worker and at least 8)",
+    "collate_fn": "iofeed makes the batches in its workers; do per-batch work with batch_transform=(images, labels) "
+                  "and per-image work with transform=",
+    "generator": "the order and the augmentation come from seed= (pass seed=N)",
+}
+
+
+def take_dataloader_keywords(keywords: dict[str, Any]) -> None:
+    """torch DataLoader's keyword arguments, taken out of `keywords` (what `iofeed.loader` was
+    given): `pin_memory` and `persistent_workers` (True or False) are accepted and ignored, because
+    iofeed already does what they ask (pinned copies to CUDA; workers kept for the loader's life);
+    the others would be ignored silently, so anything but None is refused naming iofeed's own option."""
+    for name in ACCEPTED:
+        value = keywords.pop(name, None)
         if value is not None and not isinstance(value, bool):
             raise OptionError(f"{name} must be True or False, got {value!r}")
-    refused = {
-        "prefetch_factor": (prefetch_factor, "iofeed's is prefetch= (batches made ahead in all, default two per "
-                                             "worker and at least 8)"),
-        "collate_fn": (collate_fn, "iofeed makes the batches in its workers; do per-batch work with "
-                                   "batch_transform=(images, labels) and per-image work with transform="),
-        "generator": (generator, "the order and the augmentation come from seed= (pass seed=N)"),
-    }
-    for name, (value, instead) in refused.items():
-        if value is not None:
+    for name, instead in REFUSED.items():
+        if keywords.pop(name, None) is not None:
             raise OptionError(f"{name}= is torch DataLoader's and would do nothing here: {instead}")

@@ -3,7 +3,6 @@ its `@overload`s name, and the keywords every overload shares (`LoaderKeywords`)
 types are imported for type checkers only: importing iofeed imports no framework."""
 from __future__ import annotations
 
-import os
 from typing import TYPE_CHECKING, Any, TypedDict
 
 if TYPE_CHECKING:
@@ -16,7 +15,7 @@ if TYPE_CHECKING:
 
     from ..adapters.keras import KerasBatches
     from ..augment.recipe import Recipe
-    from ..options.groups import Cache, Order, Resources, Skips
+    from ..options.groups import Cache, Order, Placement, Resources, Skips
 
     # Labels are int64 class indices, or float32 rows with target="multi_hot"; a `batch_transform`
     # may change either (MixUp's soft labels): the arrays' dtypes are left open.
@@ -32,43 +31,30 @@ if TYPE_CHECKING:
 
 
 class LoaderKeywords(TypedDict, total=False):
-    """`iofeed.loader`'s keywords but `batch_size`, `framework` and `extras` (which choose the
-    result's type), with the types of its signature, and the flat spellings of the grouped
-    options with their fields' types (tests/test_types.py keeps both equal)."""
+    """`iofeed.loader`'s keywords but `batch_size`, `framework` and `output` (which choose the
+    result's type), with the types of its signature, and torch DataLoader's keywords it accepts:
+    `pin_memory`/`persistent_workers` as flags, the others only as None, as at run time
+    (tests/test_types.py keeps these equal to the signature and `dataloader_compat`)."""
 
     split: str
+    shuffle: str | bool | None
+    drop_last: bool | None
+    workers: int | None
+    seed: int
     image_size: int | None
     augment: bool | str | Recipe | None
-    pixels: str | None
-    device: Any
-    dtype: Any
-    backend: str
-    rank: int | None
-    world_size: int | None
-    gpu_augment: bool
-    target: str
     transform: Any
     batch_transform: Any
-    sharding: Any
-    memory_format: str | None
+    gpu_augment: bool
+    engine: str
+    placement: Placement | None
     order: Order | None
     resources: Resources | None
     cache: Cache | None
     skips: Skips | None
+    # torch DataLoader's (loading/dataloader_compat.py)
     pin_memory: bool | None
     persistent_workers: bool | None
-    prefetch_factor: Any
-    collate_fn: Any
-    generator: Any
-    # the flat spellings (option_groups.FLAT), typed as their fields
-    shuffle: str | bool | None
-    seed: int
-    drop_last: bool | None
-    block_shards: int
-    workers: int | None
-    prefetch: int | None
-    memory_budget: int | None
-    cache_dir: str | os.PathLike[str] | None
-    cache_limit: int | None
-    on_error: str
-    max_skipped: float | None
+    prefetch_factor: None
+    collate_fn: None
+    generator: None

@@ -14,16 +14,17 @@ from numpy.typing import NDArray
 from ..adapters.base import Adapter
 from ..adapters.box_batches import as_numpy, as_torch, box_batch
 from ..augment.batch_key import BatchKey
-from ..engines.base import Backend, Batch
+from ..engines.base import Batch, Engine
 from ..errors import LoaderStateError
-from ..options.loader_options import LoaderOptions, torch_group_started
+from ..options.loader_options import LoaderOptions
+from ..options.rank_world import torch_group_started
 from ..sources.box_targets import BoxTable
 from ..sources.order import OrderSpec, valid_rows
 from ..sources.remote.prefetch import NoPrefetch, Prefetcher, prefetcher_for
 from ..sources.sample_targets import SampleTargets
 from ..sources.samples import SampleSource
 from .batch_accounting import BatchAccounting
-from .dataloader_compat import DataLoaderManners
+from .dataloader_compat import DataLoaderAttributes
 from .epoch_position import EpochPosition
 from .mix_source import Mixture, check_state
 from .resume import fingerprint, parse
@@ -33,15 +34,15 @@ from .stats import LoaderStats
 BatchT = TypeVar("BatchT")  # what one iteration step yields: (images, labels[, extras]) of the framework
 
 
-class Loader(DataLoaderManners, Generic[BatchT]):
+class Loader(DataLoaderAttributes, Generic[BatchT]):
     """Batches of one split for one rank. Iterate it once per epoch; `set_epoch` for DDP-style
     control (otherwise each full pass advances the epoch by itself). `len()` is the number of
     batches an epoch holds: skipped samples' places go to spare samples (`stats.refilled`)."""
 
-    def __init__(self, source: SampleSource, order: OrderSpec, backend: Backend, adapter: Adapter,
+    def __init__(self, source: SampleSource, order: OrderSpec, engine: Engine, adapter: Adapter,
                  options: LoaderOptions, targets: SampleTargets | None = None, mixture: Mixture | None = None,
                  boxes: BoxTable | None = None) -> None:
-        self.source, self.order, self.backend, self._adapter = source, order, backend, adapter
+        self.source, self.order, self.engine, self._adapter = source, order, engine, adapter
         self._boxes = boxes  # target="boxes"/"masks": the split's stored boxes by sample index
         self._targets = targets  # multi-hot labels and extras by sample index (None: class indices only)
         self.mixture = mixture  # an iofeed.Mix opened: its sources, per-source stats and skip bounds
@@ -51,9 +52,9 @@ class Loader(DataLoaderManners, Generic[BatchT]):
         self._fetching: Prefetcher | NoPrefetch = NoPrefetch()  # the live iteration's downloads and pins
         self._closed = False
         self._follow_group = options.follows_group  # rank and world_size from a process group started later
-        self._at = EpochPosition()  # epoch, batches delivered, a resume's offsets, where a pass began
+        self._position = EpochPosition()  # epoch, batches delivered, a resume's offsets, where a pass began
         self._identity = ""  # the source's fingerprint, made when a state first needs it
-        self._accounting = BatchAccounting(source, backend.describe, options.skips.max_skipped, mixture)
+        self._accounting = BatchAccounting(source, engine.describe, options.skips.max_skipped, mixture)
         self._last_valid: NDArray[np.bool_] = np.empty(0, bool)  # per row of the latest batch (see last_valid)
         self._said_uneven = False  # the warning that this rank ran out before its peers, once
         self.stats.fixed = {"samples": len(source), "rank": order.rank, "world_size": order.world_size,
@@ -64,11 +65,11 @@ class Loader(DataLoaderManners, Generic[BatchT]):
     @property
     def epoch(self) -> int:
         """The epoch the next batch belongs to."""
-        return self._at.epoch
+        return self._position.epoch
 
     @epoch.setter
     def epoch(self, epoch: int) -> None:
-        self._at.epoch = epoch
+        self._position.epoch = epoch
 
     @property
     def stats(self) -> LoaderStats:
@@ -95,34 +96,34 @@ class Loader(DataLoaderManners, Generic[BatchT]):
         resume, and the rest cut to this loader's world and batch size), so that a consumer that
         takes `len()` once (Lightning) misses none of its batches."""
         self._join_group()
-        return self._at.length(self.order)
+        return self._position.length(self.order)
 
     @property
     def spilling(self) -> bool:
         """Whether a resumed epoch holding more than a whole epoch's batches (a larger global batch
         after the resume) was left where a consumer that took `len()` before `load_state_dict`
         stops (Lightning): its rest comes at the next pass, and epoch hooks wait for it."""
-        return self._at.spilling(self._counted_order())
+        return self._position.spilling(self._counted_order())
 
     def _counted_order(self) -> OrderSpec:
         """The order a resumed pass is counted in: the group's, joined first as `len()` does."""
-        if self._at.in_resumed_pass:
+        if self._position.in_resumed_pass:
             self._join_group()
         return self.order
 
     def _join_group(self) -> None:
         """Take rank and world_size from torch.distributed once it is initialised, when they were
         not given: Lightning and other trainers start the process group after the loader is made."""
-        if not self._follow_group or self._at.under_way:
+        if not self._follow_group or self._position.under_way:
             return
-        rank, world_size = self.options.placement()
+        rank, world_size = self.options.rank_and_world_size()
         if (rank, world_size) != (self.order.rank, self.order.world_size):
             self.order = dataclasses.replace(self.order, rank=rank, world_size=world_size)
             self.stats.fixed.update(rank=rank, world_size=world_size)
 
     def set_epoch(self, epoch: int) -> None:
         """Start `epoch` (from its beginning) at the next iteration."""
-        self._at.set_epoch(epoch)
+        self._position.set_epoch(epoch)
 
     def __iter__(self) -> Iterator[BatchT]:
         """One pass: after a whole pass, the next epoch; after `set_epoch` or `load_state_dict`,
@@ -130,18 +131,18 @@ class Loader(DataLoaderManners, Generic[BatchT]):
         Keras peeking at a batch), that pass again from where it began, as torch's DataLoader
         starts a new pass at each `iter()`: an evaluation pass always covers its whole split."""
         self._check_open()
-        if self._at.rewind(self._counted_order()):
+        if self._position.rewind(self._counted_order()):
             self._accounting.restore_skips()  # the pass left early is read again: its skips must not count twice
         self._join_group()
-        run = self._at.begin(self.order)
-        owned = self.order.own_samples(run.batches, self._at.done)  # each batch's samples less the padding
+        run = self._position.begin(self.order)
+        owned = self.order.own_samples(run.batches, self._position.done)  # each batch's samples less the padding
         token = self._iteration = object()
         self._fetching.close()  # an older iteration left suspended (tf, Lightning) holds no pins from now on
         fetching = self._fetching = prefetcher_for(self.source, run.batches, run.start,
-                                                   lambda: run.following[:self.backend.starts_ahead])
+                                                   lambda: run.following[:self.engine.starts_ahead])
         self._accounting.begin_pass(run)
         try:
-            stream = self.backend.run(run.epoch, run.batches, run.start, self.order.rank, run.following)
+            stream = self.engine.run(run.epoch, run.batches, run.start, self.order.rank, run.following)
             while True:
                 self._check_open()
                 if self._iteration is not token:
@@ -155,10 +156,10 @@ class Loader(DataLoaderManners, Generic[BatchT]):
                     break
                 self._accounting.record(batch, time.perf_counter() - asked)
                 batch.key = BatchKey(self.order.seed, run.epoch, self.order.rank, run.position)
-                if self._at.advance(run):  # complete once its last batch is out: a consumer that
+                if self._position.advance(run):  # complete once its last batch is out: a consumer that
                     self._warn_if_first_out()
                     self._accounting.finish_epoch()
-                    self._at.complete(run)  # stops after len() batches (Lightning) moves on
+                    self._position.complete(run)  # stops after len() batches (Lightning) moves on
                     self._accounting.count_fetched()
                 if len(batch.indices):  # an empty batch (all skipped) would be a NaN loss: only counted
                     self._last_valid = valid_rows(batch.indices, owned[run.position - 1])
@@ -167,7 +168,7 @@ class Loader(DataLoaderManners, Generic[BatchT]):
                     # the caller's last reference, also when a trainer keeps the iterator of a pass it left
                     yield self._deliver(held.pop())
                 batch = None
-            self._at.end(run)  # a pass that found its epoch delivered moves on
+            self._position.end(run)  # a pass that found its epoch delivered moves on
         finally:
             fetching.close()
 
@@ -177,22 +178,22 @@ class Loader(DataLoaderManners, Generic[BatchT]):
         loader.repeat())` takes exactly `steps` batches, and `state_dict()` after any of them
         resumes exactly (`load_state_dict`, then `repeat()` again). A stream, not a pass: it
         continues from where the loader stands, also mid-epoch after an earlier `repeat()`."""
-        self._at.continue_next()  # continue a pass left early, rather than begin it again as iter() does
+        self._position.continue_next()  # continue a pass left early, rather than begin it again as iter() does
         passes = itertools.count() if epochs is None else range(epochs)
         for _ in passes:
             yield from self
 
     def _deliver(self, batch: Batch) -> Any:
-        """The adapter's form of `batch`: multi-hot labels for `target="multi_hot"`, and with
-        `extras=True` a third item, the list of the samples' extras."""
+        """The adapter's form of `batch`: multi-hot labels for `Output(target="multi_hot")`, and with
+        `Output(extras=True)` a third item, the list of the samples' extras."""
         if self._boxes is not None:
             return self._with_boxes(batch)
         if self._targets is None:
             return self._adapter(batch)
-        if self.options.target == "multi_hot":
+        if self.options.output.target == "multi_hot":
             batch = dataclasses.replace(batch, labels=self._targets.multi_hot(batch.indices))
         out = self._adapter(batch)
-        return (*out, self._targets.extras_of(batch.indices)) if self.options.extras else out
+        return (*out, self._targets.extras_of(batch.indices)) if self.options.output.extras else out
 
     def _with_boxes(self, batch: Batch) -> Any:
         """(images, targets): the boxes moved with the batch's recorded crops and flips, counted."""
@@ -211,7 +212,7 @@ class Loader(DataLoaderManners, Generic[BatchT]):
         order's settings, the epoch and how many samples of its global order are done. It is the
         same on every rank (all ranks deliver batches in step), and `load_state_dict` continues
         from it on any world size, batch size, worker count or engine."""
-        progress = self._at.progress(self.order)
+        progress = self._position.progress(self.order)
         out = resume_state(self._fingerprint(), self.order, progress)
         if self.mixture is None:
             return out
@@ -227,11 +228,11 @@ class Loader(DataLoaderManners, Generic[BatchT]):
                          self._fingerprint(), self.order)
         if self.mixture is not None:
             self.mixture.check_positions(state["mixture"], self.order, progress.epoch, progress.samples_done)
-        self._at.resume(progress)  # the next pass resumes from here
+        self._position.resume(progress)  # the next pass resumes from here
         self._join_group()
         if len(self) > len(self.order):
-            warnings.warn(f"the resumed epoch holds {len(self)} batches (counting {self._at.first} done before the "
-                          f"resume), more than a whole epoch's {len(self.order)}: a trainer that takes len() once "
+            warnings.warn(f"the resumed epoch holds {len(self)} batches (counting {self._position.first} done before "
+                          f"the resume), more than a whole epoch's {len(self.order)}: a trainer that takes len() once "
                           "(Lightning) stops it early, and the next pass continues it", UserWarning, stacklevel=2)
 
     def _warn_if_first_out(self) -> None:
@@ -266,7 +267,7 @@ class Loader(DataLoaderManners, Generic[BatchT]):
         self._closed = True
         self._fetching.close()
         getattr(self._adapter, "close", lambda: None)()  # an adapter holding engine memory (CUDA pinning) first
-        self.backend.close()
+        self.engine.close()
 
     def __enter__(self) -> Loader[BatchT]:
         return self

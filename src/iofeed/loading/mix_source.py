@@ -142,7 +142,7 @@ class Mixture:
         if self.split != "train":
             return options.order_spec(len(self.data), shard_of=self.data.file_id)
         if options.shuffle_for(streamed=False) == "none":  # False too, as DataLoader spells it
-            raise OptionError(f"shuffle={options.order.shuffle!r} does not apply to a Mix's train split (its sources "
+            raise OptionError(f"shuffle={options.shuffle!r} does not apply to a Mix's train split (its sources "
                               "are interleaved by a seeded shuffle): leave shuffle out, or pass 'global' or 'block'")
         return options.order_spec(self.plan.epoch_samples, plan=self.plan)
 

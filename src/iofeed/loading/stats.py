@@ -34,9 +34,9 @@ class LoaderStats:
 
     @property
     def settings(self) -> dict[str, Any]:
-        """The loader's settings as they are now: `fixed` and the engine's (`Backend.describe()`), so the
+        """The loader's settings as they are now: `fixed` and the engine's (`Engine.describe()`), so the
         worker count, prefetch depth and the autotuner's `decisions` (after_seconds, workers, reason)
-        follow the autotuner; what `backend="auto"` chose comes first in `decisions`. A new dict at
+        follow the autotuner; what `engine="auto"` chose comes first in `decisions`. A new dict at
         each read."""
         live = self.live() if self.live is not None else {}
         decisions = [*self.fixed.get("decisions", []), *live.get("decisions", [])]

@@ -12,8 +12,8 @@ class AdapterCaps:
 
     host: bool  # wants host arrays: an engine decoding on a GPU copies its batches to the host
     packs: bool  # takes packed batches (`gpu_augment`) and augments them on the device
-    dtype: bool  # honours `dtype=`
-    sharding: bool = False  # honours `sharding=` (a framework sharding of the batch over devices)
+    dtype: bool  # honours `Output.dtype`
+    sharding: bool = False  # honours `Placement.sharding` (a framework sharding of the batch over devices)
     dlpack: bool = False  # takes a GPU engine's batches by DLPack all the same when the loader's device is a GPU
 
 

@@ -59,6 +59,6 @@ def changed_fields(options: Any) -> dict[str, Any]:
 
 
 def short_repr(options: Any) -> str:
-    """`Name(field=value, ...)` with only the fields that differ from the default: `Order(seed=3)`."""
+    """`Name(field=value, ...)` with only the fields that differ from the default: `Order(block_shards=3)`."""
     shown = ", ".join(f"{name}={value!r}" for name, value in changed_fields(options).items())
     return f"{type(options).__name__}({shown})"

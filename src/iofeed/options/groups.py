@@ -1,25 +1,30 @@
-"""The loader's grouped settings as small frozen objects — `Order`, `Resources`, `Cache`, `Skips` —
-each checked when made (a one-line OptionError naming the field) and printed with only what
-differs from its default. Why these four: docs/decisions/0072-loader-option-objects.md."""
+"""The loader's grouped settings as small frozen objects — `Placement`, `Output`, `Order`,
+`Resources`, `Cache`, `Skips` — each checked when made (a one-line OptionError naming the field)
+and printed with only what differs from its default. Each field is spelled one way, by its name;
+why these six: docs/decisions/0002-one-spelling-per-setting.md (and 0072, the first four)."""
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import numbers
 import os
-from collections.abc import Iterable
-from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Generic, Literal, TypedDict, TypeVar, overload
 
 from ..errors import OptionError
-from ..sources.order import CHOICES, PADS
+from ..sources.order import PADS
+from ..sources.sample_targets import TARGETS
 from .checks import flag, integer, one_of, short_repr
+from .pixels import check_scale
 
 if TYPE_CHECKING:
-    from typing_extensions import Self
+    from typing_extensions import Self, Unpack
 
 ON_ERROR = ("skip", "raise")
 DEFAULT_MAX_SKIPPED = 0.05
+MEMORY_FORMATS = ("contiguous", "channels_last")
+# loader() keywords that earlier versions took as fields of an object: `Order(seed=3)` is refused
+# naming `seed=3` (they mirror torch's DataLoader, so they are flat, and only flat)
+MOVED_TO_LOADER = {"Order": ("shuffle", "seed", "drop_last"), "Resources": ("workers",)}
 
 
 def check_max_skipped(value: object) -> float | None:
@@ -27,27 +32,23 @@ def check_max_skipped(value: object) -> float | None:
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0 <= float(value) <= 1:
-        raise OptionError(f"max_skipped must be a fraction of the epoch's samples between 0 and 1 (0: any skip "
-                          f"raises), or None for no bound, got {value!r}")
+        raise OptionError(f"Skips.max_skipped must be a fraction of the epoch's samples between 0 and 1 (0: any "
+                          f"skip raises), or None for no bound, got {value!r}")
     return float(value)
 
 
 class OptionGroup:
-    """What the four objects share: the short repr, the integer check naming `Class.field`, and
-    which fields the caller passed (`passed`), whatever their value."""
-
-    passed: frozenset[str]
+    """What the objects share: fields passed by name only, the short repr, the integer check naming
+    `Class.field`, and a field that moved to a `loader()` keyword refused naming it."""
 
     def __new__(cls, *args: Any, **kwargs: Any) -> Self:
-        # Recorded here, before the dataclass __init__: `Order(seed=0)` and `Order()` are equal, but
-        # only the first set the seed, and a flat `seed=5` beside it must not silently win.
-        self = super().__new__(cls)
-        fields = dataclasses.fields(cls)  # type: ignore[arg-type]  # every subclass is a dataclass
-        passed = {**dict(zip((f.name for f in fields), args)), **kwargs}
-        defaults = {f.name: f.default for f in fields}
-        object.__setattr__(self, "passed", frozenset(  # None where None is the default means "not set"
-            name for name, value in passed.items() if not (value is None and defaults.get(name) is None)))
-        return self
+        moved = [name for name in MOVED_TO_LOADER.get(cls.__name__, ()) if name in kwargs]
+        if moved:
+            given = ", ".join(f"{name}={kwargs[name]!r}" for name in moved)
+            raise OptionError(f"{cls.__name__}({given}): {' and '.join(moved)} {'is a' if len(moved) == 1 else 'are'} "
+                              f"loader() keyword{'s' * (len(moved) > 1)}, as in torch's DataLoader: pass "
+                              f"iofeed.loader(..., {given})")
+        return super().__new__(cls)
 
     def __repr__(self) -> str:
         return short_repr(self)
@@ -58,21 +59,112 @@ class OptionGroup:
         object.__setattr__(self, name, value)
 
 
-@dataclass(frozen=True, repr=False)
-class Order(OptionGroup):
-    """The epoch order: which samples each batch holds, a function of (seed, epoch, rank, world_size).
+@dataclass(frozen=True, repr=False, kw_only=True)
+class Placement(OptionGroup):
+    """Where this process's batches go: the device, the share of each epoch, the layout over devices.
 
-    shuffle: "global" (a permutation of all samples; the default for the train split of a local
-        dataset or folder), "block" (the default for a streamed train split: shards in a shuffled
-        order, samples shuffled within blocks of `block_shards` shards, so that only two blocks
-        are live at a time) or "none" (the default for other splits); True and False (as torch's
-        DataLoader takes them) mean that default of the train split, and "none". A Mix's train
-        split interleaves its sources by its own seeded order: there, "global" or "block" says how
-        each source passes through its samples (the default: "block" for a streamed one).
-    seed: seed of the shuffle and of the augmentation (an int >= 0): the order and the crops are a
-        function of (seed, epoch, rank, batch), whatever the engine or workers.
-    drop_last: drop each rank's last incomplete batch. Default (None): True for `split="train"`.
-    block_shards: shards per block of `shuffle="block"` (an int >= 1).
+    device: None or "cpu" (or "cpu:N"), "cuda", "cuda:N", an ordinal or a `torch.device`. The DALI engine
+        decodes there; the torch adapter copies there. A CUDA device this process cannot see (no
+        GPU) is refused when the loader is made: pass "cpu". "cuda" is the current CUDA device,
+        else `LOCAL_RANK`'s (torchrun), else 0.
+    rank, world_size: this process's share of each epoch (pass both, or neither): every rank gets
+        the same number of batches, disjoint but for padding. Default: from an initialised
+        torch.distributed group, else an initialised jax.distributed (process index and count),
+        else RANK/WORLD_SIZE, else (0, 1).
+    sharding: with `framework="jax"`, the `jax.sharding.Sharding` of each batch (default: a
+        `NamedSharding` splitting the batch axis over every device, `PartitionSpec("batch")`).
+        Under `jax.distributed` each process loads `batch_size` samples of its own share and the
+        arrays are the global batch of `batch_size * jax.process_count()` rows.
+    """
+
+    device: Any = None
+    rank: int | None = None
+    world_size: int | None = None
+    sharding: Any = None
+
+    def __post_init__(self) -> None:
+        self._int("world_size", 1, optional=True)
+        self._int("rank", 0, optional=True)
+        if (self.rank is None) != (self.world_size is None):
+            given, missing = ("rank", "world_size") if self.world_size is None else ("world_size", "rank")
+            raise OptionError(f"Placement.{given}={getattr(self, given)} was given without {missing}: pass both, or "
+                              "neither to take them from torch.distributed or RANK/WORLD_SIZE")
+        if self.rank is not None and self.world_size is not None and self.rank >= self.world_size:
+            raise OptionError(f"Placement.rank={self.rank} is outside 0..{self.world_size - 1} "
+                              f"(world_size={self.world_size})")
+
+
+E = TypeVar("E", bound=bool, covariant=True)  # `Output.extras`: what the batch tuple holds, for type checkers
+
+
+class OutputFields(TypedDict, total=False):
+    """`Output`'s fields but `extras`, as type checkers see its keywords (tests/test_types.py keeps
+    them equal to the dataclass's)."""
+
+    pixels: str | None
+    dtype: Any
+    memory_format: str | None
+    target: str
+
+
+@dataclass(frozen=True, repr=False, kw_only=True)
+class Output(OptionGroup, Generic[E]):
+    """What each batch looks like, beyond the framework's own types.
+
+    pixels: the scale your script expects its images on: "uint8" (as decoded), "0-1" (floats,
+        pixel / 255, as torchvision's `ToTensor` gives: for a script that keeps its own
+        `Normalize`), "0-255" (floats, as Keras' `image_dataset_from_directory` gives) or
+        "normalized" (`(pixel / 255 - mean) / std`, the recipe's mean/std else ImageNet's).
+        Default: what the recipe says (`normalize=False`: uint8; `mean=`/`std=`: normalized),
+        else the framework's convention (see `iofeed.loader`'s `framework`). A recipe that
+        contradicts it is refused.
+    dtype: the floating-point torch dtype of the images (default float32; float16/bfloat16 are
+        computed in float32 and rounded once). For `framework="jax"`: "float32" (default),
+        "bfloat16" (normalised) or "uint8" (as decoded), as a name or a numpy/JAX dtype.
+    memory_format: with `framework="torch"`, "contiguous" (the default: plain NCHW, what a model
+        in PyTorch's default format expects; DDP warns "Grad strides do not match bucket view
+        strides" otherwise) or "channels_last" (NHWC memory: pays with the model converted too,
+        `model.to(memory_format=torch.channels_last)`, under AMP on a GPU).
+    target: "class" (int64 class indices), "multi_hot" (float32 (batch, classes) vectors, 1 for
+        each class of a multi-label sample; a single-label dataset gives one-hot rows), or for a
+        dataset made from a COCO folder "boxes" / "masks" (docs/formats.md: boxes and masks
+        follow every crop, resize and flip; torch, numpy and jax).
+    extras: with True each batch is (images, labels, extras), `extras` the list of the samples'
+        extra JSON values (None where a sample has none), as the dataset stores them (`json`
+        members: WebDataset json, labels-file columns). Not with framework="tf".
+    """
+
+    pixels: str | None = None
+    dtype: Any = None
+    memory_format: str | None = None
+    target: str = "class"
+    extras: bool = False
+
+    if TYPE_CHECKING:  # `extras=True` adds the extras to the batch type `iofeed.loader` returns
+        @overload
+        def __init__(self: Output[Literal[False]], *, extras: Literal[False] = ...,
+                     **fields: Unpack[OutputFields]) -> None: ...
+        @overload
+        def __init__(self: Output[Literal[True]], *, extras: Literal[True], **fields: Unpack[OutputFields]) -> None: ...
+        @overload
+        def __init__(self: Output[bool], *, extras: bool, **fields: Unpack[OutputFields]) -> None: ...
+        def __init__(self, *, extras: bool = False, **fields: Unpack[OutputFields]) -> None: ...
+
+    def __post_init__(self) -> None:
+        check_scale(self.pixels)
+        if self.memory_format is not None:
+            one_of("Output.memory_format", self.memory_format, MEMORY_FORMATS)
+        one_of("Output.target", self.target, TARGETS)
+        flag("Output.extras", self.extras)
+
+
+@dataclass(frozen=True, repr=False, kw_only=True)
+class Order(OptionGroup):
+    """The epoch order beyond `shuffle`, `seed` and `drop_last` (loader() keywords, as in torch's
+    DataLoader).
+
+    block_shards: shards per block of `shuffle="block"` (an int >= 1): the shards are taken in a
+        shuffled order, samples shuffled within each block; only two blocks are live at a time.
     pad: how an epoch's last round is filled when not `drop_last`: "ranks" (the default; every rank
         gets the same number of batches of the same shapes, as DistributedSampler gives, by
         repeating up to world_size - 1 samples: `loader.last_valid` marks them), "batches" (every
@@ -82,30 +174,18 @@ class Order(OptionGroup):
         the pass; refused under several JAX processes). docs/distributed.md says which to use.
     """
 
-    shuffle: str | bool | None = None
-    seed: int = 0
-    drop_last: bool | None = None
     block_shards: int = 8
     pad: str = "ranks"
 
     def __post_init__(self) -> None:
-        if self.shuffle is not None and not isinstance(self.shuffle, bool):  # True/False as DataLoader takes them
-            one_of("Order.shuffle", self.shuffle, CHOICES)
-        self._int("seed", 0)
-        flag("Order.drop_last", self.drop_last, optional=True)
         self._int("block_shards", 1)
         one_of("Order.pad", self.pad, PADS)
 
 
-@dataclass(frozen=True, repr=False)
+@dataclass(frozen=True, repr=False, kw_only=True)
 class Resources(OptionGroup):
-    """What the engine may use on this machine.
+    """What the engine may use on this machine beyond its `workers` (a loader() keyword).
 
-    workers: worker processes (workers engine) or threads (DALI), an int >= 1. None autotunes the
-        workers engine: one worker at first, then the count that keeps the consumer from waiting,
-        up to the usable cores — CPU affinity and cgroup quota, shared among the node's local
-        ranks (`LOCAL_WORLD_SIZE`); see `stats.settings["decisions"]` and `["cores_because"]`;
-        for DALI, the usable cores.
     prefetch: batches made ahead (an int >= 1). Default: two per worker, at least 8 (workers
         engine, within `memory_budget`); 2 for DALI.
     memory_budget: bytes of memory for the workers engine's batch slots (an int >= 1; anonymous
@@ -114,16 +194,15 @@ class Resources(OptionGroup):
         `stats.settings["memory_because"]`.
     """
 
-    workers: int | None = None
     prefetch: int | None = None
     memory_budget: int | None = None
 
     def __post_init__(self) -> None:
-        for name in ("workers", "prefetch", "memory_budget"):
+        for name in ("prefetch", "memory_budget"):
             self._int(name, 1, optional=True)
 
 
-@dataclass(frozen=True, repr=False)
+@dataclass(frozen=True, repr=False, kw_only=True)
 class Cache(OptionGroup):
     """The node-local cache of a dataset streamed from object storage (ignored for local paths).
 
@@ -143,7 +222,7 @@ class Cache(OptionGroup):
         self._int("limit", 1, optional=True)
 
 
-@dataclass(frozen=True, repr=False)
+@dataclass(frozen=True, repr=False, kw_only=True)
 class Skips(OptionGroup):
     """What happens to a sample that cannot be read, and how many may be skipped.
 
@@ -169,21 +248,14 @@ class Skips(OptionGroup):
         object.__setattr__(self, "max_skipped", check_max_skipped(self.max_skipped))
 
 
-# loader()'s flat spelling of each grouped field -> (its LoaderOptions attribute, the field)
-FLAT: dict[str, tuple[str, str]] = {
-    "shuffle": ("order", "shuffle"), "seed": ("order", "seed"), "drop_last": ("order", "drop_last"),
-    "block_shards": ("order", "block_shards"),
-    "workers": ("resources", "workers"), "prefetch": ("resources", "prefetch"),
-    "memory_budget": ("resources", "memory_budget"),
-    "cache_dir": ("cache", "dir"), "cache_limit": ("cache", "limit"),
-    "on_error": ("skips", "on_error"), "max_skipped": ("skips", "max_skipped"),
-}
-GROUPS: dict[str, type[OptionGroup]] = {"order": Order, "resources": Resources, "cache": Cache, "skips": Skips}
+# loader()'s keyword of each object, and the object's class
+GROUPS: dict[str, type[OptionGroup]] = {"placement": Placement, "output": Output, "order": Order,
+                                        "resources": Resources, "cache": Cache, "skips": Skips}
 
 
 def checked_group(name: str, value: Any) -> Any:
-    """`loader(name=value)` for one of the four objects: None gives the default one, anything
-    but an object of its class is refused naming the class."""
+    """`loader(name=value)` for one of the objects: None gives the default one, anything but an
+    object of its class is refused naming the class."""
     kind = GROUPS[name]
     if value is None:
         return kind()
@@ -192,28 +264,6 @@ def checked_group(name: str, value: Any) -> Any:
     return value
 
 
-def with_flat(groups: dict[str, Any], flat: dict[str, Any], known: Iterable[str]) -> dict[str, Any]:
-    """The four objects (by `GROUPS` name) with loader()'s flat spellings in `flat` applied
-    (`seed=3` is `order=Order(seed=3)`). A flat value given with its object's field passed to
-    another value is refused naming both spellings (`Order(seed=0), seed=5` too: a field counts
-    as set when passed, even at its default; one passed as None where None is the default does not);
-    a keyword that is no option is refused naming the close matches among `known` and `FLAT`."""
-    fields: dict[str, dict[str, Any]] = {name: {} for name in groups}
-    for key, value in flat.items():
-        if key not in FLAT:
-            close = difflib.get_close_matches(key, [*known, *FLAT], n=3)
-            hint = f"did you mean {' or '.join(close)}?" if close else "see help(iofeed.loader) for the options"
-            raise OptionError(f"loader() got an unknown keyword {key}={value!r}: {hint}")
-        group, name = FLAT[key]
-        fields[group][name] = value
-    merged = {}
-    for group, given in groups.items():
-        merged[group] = replace(given, **fields[group]) if fields[group] else given
-        for name in fields[group]:
-            before = getattr(given, name)
-            if name in given.passed and getattr(merged[group], name) != before:
-                spelling = next(k for k, target in FLAT.items() if target == (group, name))
-                raise OptionError(f"{spelling}={fields[group][name]!r} and {group}={given!r} both set "
-                                  f"{type(given).__name__}.{name}, to different values ({fields[group][name]!r} and "
-                                  f"{before!r}): pass one of them")
-    return merged
+def group_fields(name: str) -> tuple[str, ...]:
+    """The field names of the object `loader(name=...)` takes."""
+    return tuple(f.name for f in dataclasses.fields(GROUPS[name]))  # type: ignore[arg-type]  # all are dataclasses

@@ -1,4 +1,4 @@
-"""Registries: named choices (engines, adapters, feeds) with declared capabilities, imported when chosen."""
+"""Registries: named choices (engines, adapters, bench feeds) with declared capabilities, imported when chosen."""
 from __future__ import annotations
 
 import importlib

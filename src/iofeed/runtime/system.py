@@ -32,7 +32,7 @@ def cpu_model() -> str:
 
 
 def versions() -> dict[str, str | None]:
-    """Versions of Python, the libraries the feeds use, and Pillow's libjpeg-turbo (None: absent)."""
+    """Versions of Python, the data-loading libraries, and Pillow's libjpeg-turbo (None: absent)."""
     out: dict[str, str | None] = {"python": platform.python_version()}
     for key, dist in _PACKAGES.items():
         try:
@@ -112,28 +112,28 @@ def local_ranks(environ: Mapping[str, str] = os.environ) -> int:
 
 
 @dataclass(frozen=True)
-class Share:
-    """One local rank's share of a machine resource, and how it was found."""
+class RankAllowance:
+    """How much of a machine resource (cores, bytes) one local rank may use, and how that was found."""
 
     amount: int
     because: str
 
 
-def usable_cores(root: Path = CGROUP_ROOT, environ: Mapping[str, str] = os.environ) -> Share:
+def usable_cores(root: Path = CGROUP_ROOT, environ: Mapping[str, str] = os.environ) -> RankAllowance:
     """Cores this process may use: CPU affinity ∩ cgroup quota, split among the local ranks, at least 1."""
     affinity = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
     quota = cgroup_cpu_quota(root)
     ranks = local_ranks(environ)
     cores = min(affinity, max(1, int(quota))) if quota is not None else affinity
-    return Share(max(1, cores // ranks),
+    return RankAllowance(max(1, cores // ranks),
                  f"affinity {affinity}, quota {'none' if quota is None else f'{quota:g}'}, local ranks {ranks}")
 
 
-def usable_memory(root: Path = CGROUP_ROOT, environ: Mapping[str, str] = os.environ) -> Share:
+def usable_memory(root: Path = CGROUP_ROOT, environ: Mapping[str, str] = os.environ) -> RankAllowance:
     """Bytes this process may allocate: available RAM, capped by the cgroup limit, split among the local ranks."""
     ram = available_ram()
     room = cgroup_memory_room(root)
     ranks = local_ranks(environ)
     found = min(ram, room) if room is not None else ram
     cgroup = "none" if room is None else f"{room:,} bytes left"
-    return Share(found // ranks, f"available RAM {ram:,} bytes, cgroup limit {cgroup}, local ranks {ranks}")
+    return RankAllowance(found // ranks, f"available RAM {ram:,} bytes, cgroup limit {cgroup}, local ranks {ranks}")

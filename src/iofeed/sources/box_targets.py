@@ -1,5 +1,5 @@
 """The loader's box targets: a split's stored boxes, labels, iscrowd and annotated sizes as flat
-arrays by sample index (`<split>-boxes.npz`, main process only), and for `target="masks"` each
+arrays by sample index (`<split>-boxes.npz`, main process only), and for `Output(target="masks")` each
 sample's instance-mask member span handed to the workers with the source."""
 from __future__ import annotations
 
@@ -37,7 +37,7 @@ def open_boxes(dataset: str | Path, split: str, data: SampleSource, masks: bool)
     name = entry.get("files", {}).get(split)
     if name is None:
         raise OptionError(f"{dataset} holds no boxes for split {split!r} (it was made from a source without them): "
-                          "preprocess a COCO folder for target='boxes'")
+                          "preprocess a COCO folder for Output(target='boxes')")
     where = Path(dataset) / name
     try:
         with np.load(where, allow_pickle=False) as found:
@@ -49,7 +49,7 @@ def open_boxes(dataset: str | Path, split: str, data: SampleSource, masks: bool)
     if masks:
         mask_name = entry.get("masks", {}).get(split)
         if mask_name is None:
-            raise OptionError(f"{dataset} holds boxes without masks: use target='boxes' (its source had no "
+            raise OptionError(f"{dataset} holds boxes without masks: use Output(target='boxes') (its source had no "
                               "segmentations)")
         spans = np.load(Path(dataset) / mask_name, allow_pickle=False)
         if spans.shape != (len(data), 2):

@@ -87,8 +87,8 @@ class MixedRemote:
                 live = {"block": 2 * order.block_shards, "none": 2}.get(kind, len(part.refs))
                 need += min(min(live, len(part.refs)) * part.largest, sum(ref.bytes for ref in part.refs))
         if self.cache.limit < need:
-            raise OptionError(f"cache_limit={self.cache.limit:,} bytes cannot hold the {need:,} bytes this Mix keeps "
+            raise OptionError(f"Cache.limit={self.cache.limit:,} bytes cannot hold the {need:,} bytes this Mix keeps "
                               f"live of its streamed sources (each whole under shuffle='global', two blocks of "
-                              f"block_shards={order.block_shards} shards under 'block'): raise cache_limit, or "
+                              f"Order.block_shards={order.block_shards} shards under 'block'): raise Cache.limit, or "
                               "leave shuffle out (streamed sources block-wise)")
         self.open_limit = GLOBAL_OPEN_SHARDS

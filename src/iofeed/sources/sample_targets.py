@@ -9,13 +9,13 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import DatasetError, OptionError
+from ..errors import DatasetError
 from ..format.files import read_regular
 from ..format.targets import multi_hot, parse_targets
 from .remote.urls import is_url
 from .samples import SampleSource
 
-TARGETS = ("class", "multi_hot", "boxes", "masks")  # the loader's `target=` choices
+TARGETS = ("class", "multi_hot", "boxes", "masks")  # the choices of `Output.target`
 
 
 @dataclass
@@ -67,17 +67,3 @@ def _read_text(where: str) -> str:
         raise
     except Exception as exc:  # noqa: BLE001 - storage errors of any library, named by path or URL
         raise DatasetError(f"cannot read {where}: {type(exc).__name__}: {exc}") from None
-
-
-def check_target_options(target: str, extras: bool, framework: str) -> None:
-    """OptionError for a `target` not in TARGETS, or extras with a framework that cannot carry them."""
-    if target not in TARGETS:
-        raise OptionError(f"target={target!r} is not one of {', '.join(TARGETS)}")
-    if not isinstance(extras, bool):
-        raise OptionError(f"extras must be True or False, got {extras!r}")
-    if target in ("boxes", "masks") and framework in ("tf", "keras"):
-        raise OptionError(f"target={target!r} is not built for framework={framework!r} yet (tf.RaggedTensor boxes "
-                          "are to come): use framework='torch', 'numpy' or 'jax'")
-    if extras and framework == "tf":
-        raise OptionError("extras=True cannot travel through a tf.data.Dataset (any JSON per sample): "
-                          "use framework='numpy' or 'torch', or leave extras out")

@@ -30,7 +30,7 @@ class TorchAdapter:
     is written in the pass that normalises (`TorchLayout`): the default costs what channels_last
     costs. For CUDA the uint8 batch and its labels go through pinned memory on a copy stream of
     their own (`HostToDevice`), and conversion and normalisation run on the GPU, one kernel.
-    Labels are always a copy (the backend reuses its arrays). On the CPU, output tensors lie in
+    Labels are always a copy (the engine reuses its arrays). On the CPU, output tensors lie in
     memory lent by the layout's `OutputPool`: reused once the last tensor or array over a batch
     is gone (its lease), never while the consumer holds it.
 
@@ -62,8 +62,9 @@ class TorchAdapter:
     @classmethod
     def from_options(cls, options: LoaderOptions) -> TorchAdapter:
         """The adapter for `options`: its device, dtype, image size, normalisation and batch transform."""
-        return cls(options.device, options.dtype, options.image_size, options_affine(options), options.batch_transform,
-                   options.memory_format == "channels_last")
+        output = options.output
+        return cls(options.device, output.dtype, options.image_size, options_affine(options), options.batch_transform,
+                   output.memory_format == "channels_last")
 
     def wrap(self, loader: EpochLoader) -> EpochLoader:
         """The loader itself; `stats.settings["normalise_on"]` says where it normalises."""
@@ -80,7 +81,7 @@ class TorchAdapter:
         else:
             if isinstance(images, np.ndarray):
                 images, labels = self._to_device(torch.from_numpy(images), labels, batch=batch)
-            else:  # a GPU backend's batch, handed over by DLPack
+            else:  # a GPU engine's batch, handed over by DLPack
                 images = torch.from_dlpack(images).to(self.device)
                 (labels,) = self._to_device(labels)
             images = self.normalise(images, as_is)

@@ -8,6 +8,7 @@ from contextlib import ExitStack
 from typing import Any
 
 from ...errors import FeedUnavailable
+from ...options.groups import Placement
 from .feeds import FeedSpec
 from .recipe import in_dataloader, in_iofeed
 from .sources import SOURCES
@@ -70,17 +71,17 @@ class IofeedFeed:
         self.loader = getattr(self.made, "iofeed_loader", self.made)  # a tf dataset's Loader
         self.settings = dict(self.loader.stats.settings)
         self.capacity = int(self.settings.get("prefetch_batches", 2))
-        asked = declared.keywords.get("backend", self.settings.get("backend"))
-        if self.settings.get("backend") != asked:
+        asked = declared.keywords.get("engine", self.settings.get("engine"))
+        if self.settings.get("engine") != asked:
             self.close()
-            raise FeedUnavailable(f"iofeed.loader(backend={asked!r}) built the {self.settings.get('backend')!r} "
-                                  f"backend: the {asked} backend is not available")
+            raise FeedUnavailable(f"iofeed.loader(engine={asked!r}) built the {self.settings.get('engine')!r} "
+                                  f"engine: the {asked} engine is not available")
 
     @staticmethod
     def run_keywords(spec: FeedSpec) -> dict[str, Any]:
         """What every iofeed feed of the run is given: its split, sizes, device, workers and seed."""
         return {"split": "train", "batch_size": spec.batch_size, "image_size": spec.image_size,
-                "device": spec.device, "workers": spec.workers, "seed": spec.seed}
+                "placement": Placement(device=spec.device), "workers": spec.workers, "seed": spec.seed}
 
     def batches(self) -> Iterator[tuple[Any, Any]]:
         while True:

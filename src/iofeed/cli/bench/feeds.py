@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from ...errors import FeedUnavailable
+from ...options.groups import Output
 from ...runtime.registry import Entry, Registry
 
 BASELINE = "torchvision-Nw"
@@ -54,7 +55,9 @@ def _recipe(**changes: Any) -> Any:
 
     return Recipe(**changes)
 
-TORCH = {"backend": "workers", "memory_format": "channels_last"}  # the torch feeds' (the bench's model: channels_last)
+
+CHANNELS_LAST = Output(memory_format="channels_last")  # the bench's model is channels_last
+TORCH = {"engine": "workers", "output": CHANNELS_LAST}  # the torch feeds'
 
 
 def iofeed(reads: str, about: str, *, target: str = f"{_HERE}:IofeedFeed", framework: str = "torch",
@@ -83,7 +86,7 @@ FEEDS: Registry[FeedDecl] = Registry("feed", {
     "iofeed-folder": iofeed("folder", "iofeed workers engine on the JPEG folder", **TORCH),
     "iofeed-dataset": iofeed("dataset", "iofeed workers engine on the preprocessed dataset (channels_last)", **TORCH),
     "iofeed-nchw": iofeed("dataset", "the same in the torch adapter's default layout, contiguous NCHW: a layout that "
-                          "cost a pass of its own would show beside iofeed-dataset", backend="workers"),
+                          "cost a pass of its own would show beside iofeed-dataset", engine="workers"),
     "iofeed-exact-decode": iofeed("dataset", "iofeed workers engine on the preprocessed dataset, "
                                   "Recipe(fast_decode=False): libjpeg-turbo's exact IDCT and upsampling (the "
                                   "default before issue 42)", default=False, augment=_recipe(fast_decode=False),
@@ -112,12 +115,12 @@ FEEDS: Registry[FeedDecl] = Registry("feed", {
     "iofeed-mix": iofeed("dataset", "iofeed workers engine on a 3-source iofeed.Mix of the dataset (three names, "
                          "weights 0.5/0.3/0.2, an epoch of its size): what mixing costs beside iofeed-dataset",
                          source="mixed views", default=False, **TORCH),
-    "iofeed-dali": iofeed("dataset", "iofeed DALI backend on the preprocessed dataset", needs=("nvidia.dali",),
-                          backend="dali", memory_format="channels_last"),
+    "iofeed-dali": iofeed("dataset", "iofeed DALI engine on the preprocessed dataset", needs=("nvidia.dali",),
+                          engine="dali", output=CHANNELS_LAST),
     # its workers only read and pack JPEG bytes: "workers ms/img" is that cost (the target: <= 0.1 ms)
     "iofeed-nvjpeg": iofeed("dataset", "iofeed nvjpeg engine on the preprocessed dataset: workers pack JPEG bytes, "
                             "one batched decode per batch (nvJPEG on a GPU, libjpeg-turbo on the CPU), crop on the "
-                            "device", needs=("torchvision",), backend="nvjpeg", memory_format="channels_last"),
+                            "device", needs=("torchvision",), engine="nvjpeg", output=CHANNELS_LAST),
     "torchvision-recipe": dataloader("torchvision reference recipe (TrivialAugmentWide, RandomErasing, MixUp/CutMix) "
                                      "in the DataLoader, all cores", recipe="reference"),
     "iofeed-recipe": iofeed("dataset", "the same recipe with iofeed: transform= in its workers, MixUp/CutMix as "

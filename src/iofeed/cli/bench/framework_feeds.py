@@ -27,7 +27,7 @@ class IofeedFrameworkFeed(IofeedFeed):
     def run_keywords(spec: FeedSpec) -> dict[str, Any]:
         """The run's keywords but the device: tf and JAX place their arrays on their own default device."""
         keywords = IofeedFeed.run_keywords(spec)
-        del keywords["device"]
+        del keywords["placement"]
         return keywords
 
     def batches(self) -> Iterator[tuple[Any, Any]]:

@@ -65,7 +65,7 @@ def streamed(temperature: str, spec: FeedSpec, made: ExitStack) -> Given:
                               "(spec.endpoint is empty: run it through `iofeed bench`)")
     use_endpoint(spec.endpoint)
     keywords = stream_options(spec.source, temperature, Path(spec.cache_root))
-    made.callback(shutil.rmtree, keywords["cache_dir"], ignore_errors=True)
+    made.callback(shutil.rmtree, keywords["cache"].dir, ignore_errors=True)
     return spec.source, keywords
 
 

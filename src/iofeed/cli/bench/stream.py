@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from ...errors import FeedUnavailable, require
+from ...options.groups import Cache, Order
 from ...sources.remote.cache import ShardCache
 
 BUCKET = "iofeed-bench"
@@ -118,8 +119,8 @@ def _stream_options(url: str, temperature: str, folder: str) -> dict[str, Any]:
                 f"({limit / 2**20:,.0f} MiB), and the whole split is {len(remote.refs)} shard"
                 f"{'s' if len(remote.refs) != 1 else ''} ({total / 2**20:,.0f} MiB), so each shard would be fetched "
                 "once; preprocess with --shard-mb 4 for a dataset that streams")
-        return {"cache_dir": folder, "cache_limit": limit, "block_shards": COLD_BLOCK}
+        return {"cache": Cache(dir=folder, limit=limit), "order": Order(block_shards=COLD_BLOCK)}
     cache = ShardCache(Path(folder), url, total, remote.cache.settings)
     for ref in remote.refs:
         os.close(cache.acquire(ref))
-    return {"cache_dir": folder, "cache_limit": total}
+    return {"cache": Cache(dir=folder, limit=total)}

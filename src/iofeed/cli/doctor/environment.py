@@ -67,7 +67,7 @@ def _gpus() -> tuple[list[dict[str, Any]], str | None]:
 
 
 def _findings(env: Environment) -> list[Finding]:
-    """What in the environment slows a training feed down, with the fix."""
+    """What in the environment slows a training input pipeline down, with the fix."""
     out = []
     if env.shm_bytes is not None and env.shm_bytes < SMALL_SHM:
         out.append(Finding(
@@ -94,7 +94,7 @@ def _findings(env: Environment) -> list[Finding]:
             ["install a CUDA build of torch (pip install torch from the default index)"]))
     if env.gpus and env.dali_import != "ok":
         out.append(Finding(
-            "no-dali", "DALI is not usable: no GPU JPEG decoding (iofeed backend=\"dali\")",
+            "no-dali", "DALI is not usable: no GPU JPEG decoding (iofeed engine=\"dali\")",
             [f"import nvidia.dali: {env.dali_import}"],
             ["pip install 'iofeed[dali]' (nvidia-dali-cuda120; for another CUDA version, its DALI package)"]))
     return out

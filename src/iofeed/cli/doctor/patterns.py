@@ -49,7 +49,7 @@ TRANSFORM_SHARE = 0.5  # share of the workers' CPU time in the user's transform 
 
 def diagnose(trace: Trace, command: list[str] | None = None, source: str | None = None,
              preprocessed: bool = False) -> list[Finding]:
-    """Findings for `trace`; `command` (the training command) feeds the mixed-precision guess
+    """Findings for `trace`; `command` (the training command) informs the mixed-precision guess
     and `source` (the data, `preprocessed` when it is an iofeed dataset already) the advice. No
     GPU in the trace: nothing to diagnose."""
     if trace.gpus == 0:
@@ -104,7 +104,7 @@ def _unused(trace: Trace) -> Finding:
         "gpu-unused", "the command never used the GPU",
         [f"{trace.gpus} GPU(s), highest utilisation {peak:.0f}% over {float(trace.t[-1]):.0f} s"],
         ["check that the model and batches are moved to the GPU (model.to('cuda'), "
-         "iofeed.loader(..., framework='torch', device='cuda'))",
+         "iofeed.loader(..., framework='torch', placement=iofeed.Placement(device='cuda')))",
          "check that torch.cuda.is_available() is True in the training environment"])
 
 
@@ -117,7 +117,7 @@ def _starved(window: Window, gpu_text: str, cpu_text: str, iowait: float, src: s
               "at train time, ~10x the disk; docs/formats.md, \"When raw pays off\")" if preprocessed else
               f"`iofeed preprocess {shlex.quote(src)}` once: resized baseline JPEGs in shards decode several "
               "times faster than full-size originals (see the data check)",
-              f"decode on the GPU: iofeed.loader({src!r}, ..., backend=\"dali\") (nvJPEG takes "
+              f"decode on the GPU: iofeed.loader({src!r}, ..., engine=\"dali\") (nvJPEG takes "
               "the JPEG decode off the CPU)"]
     if iowait >= IOWAIT_HIGH:
         evidence.append(f"the cores wait on storage {iowait:.0f}% of the time (>= {IOWAIT_HIGH:.0f}%)")
@@ -141,7 +141,8 @@ def _alternating(window: Window) -> Finding | None:
          f"GPU idle (< {GPU_IDLE:.0f}%) in {gpu_idle:.0%} of samples; CPU idle (< half its 90th "
          f"percentile) in {cpu_idle:.0%}",
          f"mean GPU utilisation {gpu.mean():.0f}%"],
-        ["prepare the next batches while the GPU computes: iofeed.loader(..., prefetch=4) "
+        ["prepare the next batches while the GPU computes: iofeed.loader(..., "
+         "resources=iofeed.Resources(prefetch=4)) "
          "(torch DataLoader: num_workers > 0, prefetch_factor, persistent_workers=True)",
          "copy batches asynchronously: pinned memory and .to('cuda', non_blocking=True)",
          "avoid a sync each step (loss.item(), printing tensors); log every N steps"])
@@ -179,7 +180,7 @@ def _few_workers(window: Window, gpu_text: str, cpu_text: str, mem_text: str, sr
          f"all cores; or workers={max(1, cores - 1)}",
          "torch DataLoader: num_workers=os.cpu_count() - 1 (not 0, which loads in the training process)",
          f"then, if all cores are busy and the GPU still waits: `iofeed preprocess {shlex.quote(src)}`, "
-         "or decode on the GPU with backend=\"dali\""],
+         "or decode on the GPU with engine=\"dali\""],
         heuristic=loader_busy is None)
 
 
@@ -201,7 +202,8 @@ def _uneven_memory(window: Window) -> Finding | None:
     return Finding(
         "uneven-gpu-memory", "GPU memory is uneven across GPUs: the DataParallel signature", evidence,
         ["use DistributedDataParallel, one process per GPU: torchrun --nproc_per_node=N train.py",
-         "give each rank its part of the data: iofeed.loader(..., rank=rank, world_size=world_size)"])
+         "give each rank its part of the data: iofeed.loader(..., placement=iofeed.Placement(rank=rank, "
+         "world_size=world_size))"])
 
 
 def transform_finding(loaders: list[dict[str, Any]]) -> Finding | None:
@@ -248,7 +250,7 @@ def host_normalise_finding(loaders: list[dict[str, Any]], gpus: int) -> Finding 
             [f"a loader normalised its batches on the host (stats.settings['normalise_on'] == 'host') "
              f"with {gpus} GPU(s) in use: one thread, ~0.15 ms per 224 px image",
              f"the training loop waited for batches {waited:.0%} of {elapsed:.0f} s (>= {TRANSFORM_WAIT:.0%})"],
-            ["framework='torch': device='cuda'; framework='jax': GPU devices in sharding=",
+            ["framework='torch': Placement(device='cuda'); framework='jax': GPU devices in Placement(sharding=...)",
              "framework='keras' on PyTorch follows Keras' device: leave KERAS_TORCH_DEVICE unset or 'cuda'",
              "framework='tf' and Keras on TensorFlow normalise on the host (a tf.data map runs on the CPU): "
              "hand out uint8 (augment='uint8') and normalise inside the model, where it runs on the GPU"],

@@ -29,7 +29,7 @@ from ...runtime.gpu.streams import consumer_stream, cuda_device_id
 from ...runtime.processes import resolve_workers
 from ...sources.samples import SampleSource
 from ..base import Batch, sample_failure
-from .external_source import Feed, Planned
+from .external_source import ExternalSource, PreparedBatch
 from .validate import validate_folder
 
 DEFAULT_HW_DECODER_LOAD = 0.65  # DALI's own default: share of JPEGs for the hardware decoder
@@ -38,9 +38,9 @@ _FAILED_SAMPLE = re.compile(r"[Ff]ailed to decode sample #(\d+)")
 
 
 class DaliEngine:
-    """A DALI pipeline fed in iofeed's order: uint8 NHWC batches on the CPU or on a GPU.
+    """A DALI pipeline decoding in iofeed's order: uint8 NHWC batches on the CPU or on a GPU.
 
-    `options.resources.workers` is DALI's thread count (all cores by default),
+    `options.workers` is DALI's thread count (all cores by default),
     `options.resources.prefetch` its queue depth (DALI's default of 2). On a GPU, batches stay
     there unless the adapter wants host arrays (`options.host`): then the engine copies them to
     the host itself."""
@@ -55,15 +55,16 @@ class DaliEngine:
         require_dali()
         if not 0.0 <= hw_decoder_load <= 1.0:
             raise OptionError(f"hw_decoder_load must be in [0, 1], got {hw_decoder_load}")
-        self._source, self._augment, self._seed = source, options.augmentation, options.order.seed
-        self.batch_size, self.threads = options.batch_size, resolve_workers(options.resources.workers)
+        self._source, self._augment, self._seed = source, options.augmentation, options.seed
+        self.batch_size, self.threads = options.batch_size, resolve_workers(options.workers)
         self.prefetch = DEFAULT_PREFETCH if options.resources.prefetch is None else options.resources.prefetch
         self.device_id = cuda_device_id(options.device)
         self.host = options.host
         self.hw_decoder_load = hw_decoder_load
         self._bad = validate_folder(source, self.threads)  # index -> reason; DALI failures are added
         self._checked = len(source) if source.kind == "folder" or not source.validated else 0
-        self._feed = Feed(source, self._augment, self._seed, options.skips.on_error, self._bad, options.deals_once)
+        self._inputs = ExternalSource(source, self._augment, self._seed, options.skips.on_error, self._bad,
+                                      options.deals_once)
         self._on_error = options.skips.on_error
         self._pipe: Any = None
         self.restarts = 0  # pipeline resets after a sample DALI could not decode (never a rebuild)
@@ -76,7 +77,7 @@ class DaliEngine:
     def describe(self) -> dict[str, Any]:
         """Device, threads, prefetch depth and the index-time validation, for `loader.stats`."""
         return {
-            "backend": self.name,
+            "engine": self.name,
             "device": self.device,
             "decoder": "cpu" if self.device_id is None else "mixed",
             "num_threads": self.threads,
@@ -94,7 +95,7 @@ class DaliEngine:
                              prefetch_queue_depth=self.prefetch, exec_dynamic=True)
         with pipe:
             encoded, anchor, shape, roi_start, roi_end = fn.external_source(
-                source=self._feed, num_outputs=5, batch=True, parallel=False,
+                source=self._inputs, num_outputs=5, batch=True, parallel=False,
                 dtype=[types.UINT8, types.INT32, types.INT32, types.FLOAT, types.FLOAT], ndim=[1, 1, 1, 1, 1],
             )
             if self.device_id is None:
@@ -122,10 +123,10 @@ class DaliEngine:
         self._state = "idle"
 
     def _drain(self) -> None:
-        """Stop feeding and run out the batches DALI already took (discarded: at most its queue
+        """Stop handing DALI inputs and run out the batches it already took (discarded: at most its queue
         depth). A batch that fails here fails alone: DALI's dynamic executor goes on after an
         operator error, so the pipeline needs no rebuild (measured with DALI 2.4, CPU)."""
-        self._feed.stop()
+        self._inputs.stop()
         while True:
             try:
                 self._pipe.run()
@@ -148,20 +149,20 @@ class DaliEngine:
         if self._pipe is None:
             self._build()
         self._settle()
-        feed, pending = self._feed, self._feed.pending
-        feed.start(epoch, batches, start, rank, following)
+        inputs, pending = self._inputs, self._inputs.pending
+        inputs.start(epoch, batches, start, rank, following)
         self._state = "running"
         restarts = 0
         while True:
-            yield from self._unfed(pending)
+            yield from self._unsent(pending)
             try:
                 (images,) = self._pipe.run(consumer_stream(self.device_id))
             except StopIteration:
                 self._state = "ended"
-                yield from self._unfed(pending)
+                yield from self._unsent(pending)
                 return
             except RuntimeError as exc:
-                yield from self._unfed(pending)
+                yield from self._unsent(pending)
                 failed = self._mark_failed(pending.popleft() if pending else None, exc)
                 restarts += 1
                 if restarts > len(batches[failed.batch_no]) + 1:
@@ -169,26 +170,26 @@ class DaliEngine:
                 self._drain()
                 self._pipe.reset()
                 self.restarts += 1
-                feed.start(epoch, batches, failed.batch_no, rank, following)
+                inputs.start(epoch, batches, failed.batch_no, rank, following)
                 self._state = "running"
                 continue
-            yield from self._unfed(pending)
+            yield from self._unsent(pending)
             planned = pending.popleft()
             yield Batch(self._host_or_device(images), planned.labels, planned.indices, planned.skipped,
                         refilled=planned.refilled)
 
-    def _unfed(self, pending: deque[Planned]) -> Iterator[Batch]:
+    def _unsent(self, pending: deque[PreparedBatch]) -> Iterator[Batch]:
         """Batches at the head of `pending` that DALI never saw: all skipped (empty), or an error."""
-        while pending and not pending[0].fed:
+        while pending and not pending[0].sent_to_dali:
             planned = pending.popleft()
             if planned.error is not None:
                 raise planned.error
             yield Batch(np.empty((0, self._augment.size, self._augment.size, 3), np.uint8),
                         planned.labels, planned.indices, planned.skipped)
 
-    def _mark_failed(self, planned: Planned | None, exc: RuntimeError) -> Planned:
+    def _mark_failed(self, planned: PreparedBatch | None, exc: RuntimeError) -> PreparedBatch:
         """DALI could not decode a sample of `planned` that validation let through: name it,
-        remember it (and return the batch, to be fed again), or raise."""
+        remember it (and return the batch, to be sent to DALI again), or raise."""
         match = _FAILED_SAMPLE.search(str(exc))
         if planned is None or match is None or int(match[1]) >= len(planned.indices):
             where = "" if planned is None else f" in batch {planned.batch_no} (" + ", ".join(
@@ -217,7 +218,7 @@ class DaliEngine:
         """Stop DALI's threads and free its buffers (idempotent): the pipeline is dropped, and
         DALI's own finaliser stops it then (it holds no reference cycle: freed at once)."""
         self._pipe, self._state = None, "idle"
-        self._feed.close()
+        self._inputs.close()
 
 
 def _first_line(exc: BaseException) -> str:

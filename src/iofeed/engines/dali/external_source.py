@@ -20,24 +20,24 @@ from .inputs import encoded_for_dali
 
 
 @dataclass
-class Planned:
-    """One batch as the feed prepared it; `fed` ones have a DALI output waiting."""
+class PreparedBatch:
+    """One batch as the callback prepared it; those `sent_to_dali` have a DALI output waiting."""
 
     batch_no: int
     indices: np.ndarray
     labels: np.ndarray
     skipped: list[tuple[int, str]] = field(default_factory=list)
-    fed: bool = False
+    sent_to_dali: bool = False
     error: Exception | None = None
     refilled: int = 0
 
 
-class Feed:
-    """The external_source callback: the next planned batch as DALI inputs, in order.
+class ExternalSource:
+    """The external_source callback: the next batch of the order as DALI inputs, in order.
 
     DALI calls it (prefetching up to the queue depth) from the thread that calls `run()`.
-    Each call also appends a `Planned` to `pending`; batches with nothing to decode (all
-    samples skipped) are planned but not fed, and an error stops the feeding.
+    Each call also appends a `PreparedBatch` to `pending`; batches with nothing to decode (all
+    samples skipped) are prepared but not sent to DALI, and an error ends the epoch's inputs.
     """
 
     def __init__(self, source: SampleSource, augment: Augment, seed: int, on_error: str, bad: dict[int, str],
@@ -45,14 +45,14 @@ class Feed:
         self._source, self._augment, self._seed, self._on_error, self._bad = source, augment, seed, on_error, bad
         self._spares = spares_of(deals_once)  # pad="none": no spares (each sample scored once)
         self._reader = SampleReader(source)
-        self.pending: deque[Planned] = deque()
+        self.pending: deque[PreparedBatch] = deque()
         self._batches: list[np.ndarray] = []
         self._following: list[np.ndarray] | None = None
         self._epoch = self._rank = self._next = 0
 
     def start(self, epoch: int, batches: list[np.ndarray], start: int, rank: int,
               following: list[np.ndarray] | None = None) -> None:
-        """Feed `batches[start:]` of `epoch` from the next call on (`following`: the next epoch's
+        """Hand DALI `batches[start:]` of `epoch` from the next call on (`following`: the next epoch's
         batches, spares for the last ones)."""
         self._epoch, self._batches, self._next, self._rank = epoch, batches, start, rank
         self._following = following
@@ -76,14 +76,14 @@ class Feed:
             if planned.error is not None:
                 self.stop()
             elif inputs is not None:
-                planned.fed = True
+                planned.sent_to_dali = True
                 return inputs
         raise StopIteration
 
-    def _failed(self, batch_no: int, error: Exception) -> Planned:
-        return Planned(batch_no, np.empty(0, np.int64), np.empty(0, np.int64), error=error)
+    def _failed(self, batch_no: int, error: Exception) -> PreparedBatch:
+        return PreparedBatch(batch_no, np.empty(0, np.int64), np.empty(0, np.int64), error=error)
 
-    def _prepare(self, batch_no: int) -> tuple[Planned, tuple[list[np.ndarray], ...] | None]:
+    def _prepare(self, batch_no: int) -> tuple[PreparedBatch, tuple[list[np.ndarray], ...] | None]:
         """Read, size and place every sample of batch `batch_no`, spares in skipped ones' places
         (`refill.fill`); same RNG key as the workers engine."""
         rng = BatchKey(self._seed, self._epoch, self._rank, batch_no).rng()
@@ -119,7 +119,8 @@ class Feed:
         except SampleError as failure:
             return self._failed(batch_no, failure), None
         indices = np.asarray(filled.delivered, np.int64)
-        planned = Planned(batch_no, indices, self._source.label[indices], filled.skipped, refilled=filled.refilled)
+        planned = PreparedBatch(batch_no, indices, self._source.label[indices], filled.skipped,
+                                refilled=filled.refilled)
         return planned, ((encoded, anchors, shapes, starts, ends) if filled.delivered else None)
 
     def close(self) -> None:

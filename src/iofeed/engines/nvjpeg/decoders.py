@@ -67,7 +67,7 @@ def batch_decoder(prefer: tuple[str, ...] = tuple(DECODERS)) -> tuple[str, Batch
         decode = DECODERS[name]()
         if decode is not None:
             return name, decode
-    raise MissingDependencyError("backend='nvjpeg' decodes with torchcodec or torchvision, and neither is installed: "
+    raise MissingDependencyError("engine='nvjpeg' decodes with torchcodec or torchvision, and neither is installed: "
                                  "run `pip install torchvision` (or torchcodec)")
 
 

@@ -43,7 +43,7 @@ class NvjpegEngine:
         self.host = options.host or self.device.type == "cpu"
         self.side = options.image_size
         self.decoder, self._decode = batch_decoder()
-        bad = validate_folder(source, resolve_workers(options.resources.workers))
+        bad = validate_folder(source, resolve_workers(options.workers))
         layout, found = engine_layout(source, options, layout_of=lambda slots: EncodedLayout.for_source(
             source, slots, options.batch_size, options.image_size, bad))
         self._workers = WorkerEngine(source, options, layout, found)
@@ -62,7 +62,7 @@ class NvjpegEngine:
 
     def describe(self) -> dict[str, Any]:
         """The workers' settings and memory, the decoder and device, what took another path."""
-        return {**self._workers.describe(), "backend": self.name, "decoder": self.decoder,
+        return {**self._workers.describe(), "engine": self.name, "decoder": self.decoder,
                 "device": str(self.device), "invalid_files": self.invalid_files,
                 "decoded_on_cpu": self.decoded_on_cpu, "finished_by_workers": self.finished_by_workers,
                 "failed_at_decode": self.failed}

@@ -10,7 +10,7 @@ from typing import Any
 
 from ...errors import StartError, memory_limit_note
 from .memory import SharedBlock
-from .worker_status import Progress
+from .worker_status import WorkerStatus
 
 
 @dataclass
@@ -19,7 +19,7 @@ class WorkerProcess:
 
     proc: Any
     conn: Connection
-    progress: Progress  # which sample and step it is on, and how far it got
+    progress: WorkerStatus  # which sample and step it is on, and how far it got
     busy: int = 0
     sent: int = 0  # tasks sent to it, ever
     retiring: bool = False

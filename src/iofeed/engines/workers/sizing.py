@@ -5,27 +5,27 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from ...augment.transform_checks import Output
+from ...augment.transform_checks import TransformedImage
 from ...errors import OptionError
 from ...options.loader_options import LoaderOptions
 from ...runtime.processes import resolve_workers
-from ...runtime.system import Share, usable_cores
+from ...runtime.system import RankAllowance, usable_cores
 from ...sources.samples import SampleSource
 from .packing import PackedLayout
 from .slots import Layout, SlotLayout, default_memory_budget, default_prefetch
 from .target_slots import TargetLayout
 
 
-def engine_layout(source: SampleSource, options: LoaderOptions, output: Output | None = None,
+def engine_layout(source: SampleSource, options: LoaderOptions, output: TransformedImage | None = None,
                   layout_of: Callable[[int], Any] | None = None) -> tuple[Layout, dict[str, Any]]:
     """The slots' layout (`output`: what the sample transform returns per image, if any; `layout_of`:
     another engine's layout for a number of slots), and the usable cores and memory budget found
     (and why), for `loader.stats`. OptionError when the budget holds fewer than 2 batches."""
     cores = usable_cores()
     resources, batch_size = options.resources, options.batch_size
-    max_workers, prefetch = resolve_workers(resources.workers), resources.prefetch
+    max_workers, prefetch = resolve_workers(options.workers), resources.prefetch
     budget = (default_memory_budget() if resources.memory_budget is None
-              else Share(resources.memory_budget, "memory_budget argument"))
+              else RankAllowance(resources.memory_budget, "Resources.memory_budget as given"))
 
     def layout(slots: int) -> Layout:
         if layout_of is not None:
@@ -33,7 +33,7 @@ def engine_layout(source: SampleSource, options: LoaderOptions, output: Output |
         if options.gpu_augment:
             return PackedLayout.for_source(source, slots, batch_size)
         if options.moves_targets:
-            return TargetLayout(slots, batch_size, options.image_size, options.target == "masks")
+            return TargetLayout(slots, batch_size, options.image_size, options.output.target == "masks")
         if output is None:
             return SlotLayout(slots, batch_size, options.image_size)
         return SlotLayout(slots, batch_size, options.image_size, output.shape, output.dtype.str)
@@ -43,7 +43,7 @@ def engine_layout(source: SampleSource, options: LoaderOptions, output: Output |
     slots = min(wanted, budget.amount // slot_bytes)
     if slots < 2:
         raise OptionError(
-            f"memory_budget={budget.amount:,} bytes ({budget.because}) holds fewer than 2 batches of "
+            f"Resources.memory_budget={budget.amount:,} bytes ({budget.because}) holds fewer than 2 batches of "
             f"{slot_bytes:,} bytes: raise it, or lower batch_size or image_size"
         )
     found = {"usable_cores": cores.amount, "cores_because": cores.because,

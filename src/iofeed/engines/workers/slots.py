@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ...image.boxes import Augment
-from ...runtime.system import Share, usable_memory
+from ...runtime.system import RankAllowance, usable_memory
 from ...sources.sample_reader import SampleReader
 from ...sources.samples import SampleSource
 from .decode import load_augmented
@@ -76,7 +76,7 @@ class SlotLayout:
 Layout = SlotLayout | PackedLayout | TargetLayout
 
 
-def default_memory_budget() -> Share:
+def default_memory_budget() -> RankAllowance:
     """A quarter of the memory this rank may use (`system.usable_memory`)."""
     usable = usable_memory()
-    return Share(usable.amount // 4, f"a quarter of {usable.amount:,} bytes: {usable.because}")
+    return RankAllowance(usable.amount // 4, f"a quarter of {usable.amount:,} bytes: {usable.because}")

@@ -1,4 +1,4 @@
-"""Slots for `target="boxes"` / `"masks"`: the augmented images, each image's crop and flip as the
+"""Slots for `Output(target="boxes")` / `"masks"`: the augmented images, each image's crop and flip as the
 worker cut them (the boxes follow them in the main process, one vectorised step per batch), and
 with masks each image's instance-id map cropped, resized nearest-neighbour and flipped alike.
 
@@ -83,7 +83,7 @@ class TargetLayout:
         box, flip = load_augmented(reader, source, index, augment, rng, out)
         geometry[k] = (*box, float(flip))
         if len(slot_payload) > 2:
-            assert source.masks is not None, "target='masks' opens the dataset's mask spans"
+            assert source.masks is not None, "Output(target='masks') opens the dataset's mask spans"
             ids = decode_png(reader.read(index, tuple(source.masks[index])), int(source.width[index]),
                              int(source.height[index]))
             mask = slot_payload[2][k]

@@ -3,7 +3,7 @@ a read hung on a network filesystem, a transform that never returns) is named wi
 the stage it is in, after `IOFEED_STALL_WARN_SECONDS` (a warning) and `IOFEED_STALL_SECONDS` (a
 `WorkerError`), instead of stalling the loader for ever without a word.
 
-Each worker counts its marks (every sample and step) and finished tasks in its `progress.Progress`
+Each worker counts its marks (every sample and step) and finished tasks in its `worker_status.WorkerStatus`
 record; the consumer, while it waits for a batch, compares the counts with what it saw last, on
 its own clock: no clock is shared between processes.
 """
@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from ...errors import OptionError, WorkerError
 from ...sources.samples import SampleSource
-from .worker_status import Progress
+from .worker_status import WorkerStatus
 
 WARN_ENV, RAISE_ENV = "IOFEED_STALL_WARN_SECONDS", "IOFEED_STALL_SECONDS"
 DEFAULT_WARN = 60.0  # a sample's read, decode and transform take milliseconds; a huge TIFF seconds
@@ -58,12 +58,12 @@ class _Watched:
 
 
 class Watchdog:
-    """The checks over the busy workers, each read through its `Progress` record. `bounds` (warn
+    """The checks over the busy workers, each read through its `WorkerStatus` record. `bounds` (warn
     after, raise after) default to the environment's (`stall_bounds()`)."""
 
     def __init__(self, source: SampleSource, transform: str | None = None,
                  bounds: tuple[float, float] | None = None, clock: Callable[[], float] | None = None) -> None:
-        self._watched: dict[int, _Watched] = {}  # by id of the worker's Progress
+        self._watched: dict[int, _Watched] = {}  # by id of the worker's WorkerStatus
         self._source, self._transform, self._clock = source, transform, clock
         self.warn_after, self.raise_after = bounds or stall_bounds()
 
@@ -76,15 +76,15 @@ class Watchdog:
         """The consumer's clock (`monotonic`, unless one was given)."""
         return (self._clock or monotonic)()
 
-    def started(self, progress: Progress) -> None:
+    def started(self, progress: WorkerStatus) -> None:
         """A task was sent to an idle worker: its time starts now."""
         self._watched[id(progress)] = _Watched(progress.marks(), self.now())
 
-    def forget(self, progress: Progress) -> None:
+    def forget(self, progress: WorkerStatus) -> None:
         """The worker is gone."""
         self._watched.pop(id(progress), None)
 
-    def check(self, busy: list[tuple[Progress, int, str, int]]) -> None:
+    def check(self, busy: list[tuple[WorkerStatus, int, str, int]]) -> None:
         """Warn about (or, past the bound, raise for) each busy worker — (progress, pid, name, tasks
         sent to it) — whose marks have not moved for too long while it had a task to work on. A
         worker still starting (no mark yet) is not judged: its start-up is the machine's time."""
@@ -104,7 +104,7 @@ class Watchdog:
                 raise WorkerError(f"{self.describe(progress, pid, name, idle)}; stopped waiting after "
                                   f"{self.raise_after:g} s ({RAISE_ENV})")
 
-    def describe(self, progress: Progress, pid: int, name: str, idle: float) -> str:
+    def describe(self, progress: WorkerStatus, pid: int, name: str, idle: float) -> str:
         """What the worker is stuck on, in one line."""
         what = progress.describe(self._source, self._transform) or " with a task it has not begun"
         return (f"loader {name} (pid {pid}) has made no progress for {idle:.0f} s{what}: stopped (SIGSTOP, a "

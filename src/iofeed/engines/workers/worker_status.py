@@ -15,7 +15,7 @@ IDLE, READING, TRANSFORMING = 0, 1, 2
 SLOTS = 4  # [sample index, stage, marks so far, tasks finished]
 
 
-class Progress:
+class WorkerStatus:
     """One worker's record, kept by the consumer: `block` goes in the worker's arguments (the
     worker writes through `worker_view`), `sent()` once the worker has started."""
 

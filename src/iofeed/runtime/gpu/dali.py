@@ -51,6 +51,6 @@ def require_dali() -> Any:
     if release(version) < DALI_FLOOR:
         floor = ".".join(map(str, DALI_FLOOR))
         raise MissingDependencyError(
-            f"NVIDIA DALI {version} is installed; backend='dali' needs DALI >= {floor} (its dynamic executor binds "
-            f"batches to the training stream): run `pip install -U 'iofeed[dali]'`, or use backend='workers'")
+            f"NVIDIA DALI {version} is installed; engine='dali' needs DALI >= {floor} (its dynamic executor binds "
+            f"batches to the training stream): run `pip install -U 'iofeed[dali]'`, or use engine='workers'")
     return dali

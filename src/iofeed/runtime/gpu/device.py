@@ -1,6 +1,6 @@
 """Which device a loader works on: the user's `device` resolved once, to "cpu" or "cuda:N".
 
-`device="cuda"` names no GPU: DALI, the adapter's constants and the copies must not each pick
+`Placement(device="cuda")` names no GPU: DALI, the adapter's constants and the copies must not each pick
 one at a different time (docs/decisions/0062-device-resolves-the-device-once-device-cuda.md). `loader()` resolves
 it here, once, and gives engine and adapter the result.
 """
@@ -36,7 +36,7 @@ def resolve_device(device: Any, *, current: int | None, env: Mapping[str, str],
         return "cpu"
     match = _CUDA.fullmatch(text)
     if match is None:
-        raise OptionError(f"device={device!r} is not a device iofeed can feed "
+        raise OptionError(f"Placement.device={device!r} is not a device iofeed can load batches onto "
                           "(use None, 'cpu', 'cuda', 'cuda:N' or an int N)")
     if match[1] is not None:
         return f"cuda:{int(match[1])}"
@@ -46,11 +46,13 @@ def resolve_device(device: Any, *, current: int | None, env: Mapping[str, str],
     if local is None:
         return "cuda:0"
     if not local.isdigit():
-        raise OptionError(f"LOCAL_RANK={local!r} is not a rank (0 or more): pass device='cuda:N' instead")
+        raise OptionError(f"LOCAL_RANK={local!r} is not a rank (0 or more): pass placement=iofeed.Placement("
+                          "device='cuda:N') instead")
     count = device_count()
     if int(local) >= count:
-        raise OptionError(f"device='cuda' under LOCAL_RANK={local}, but {count} GPU(s) are visible: call "
-                          "torch.cuda.set_device(...) before building the loader, or pass device='cuda:N'")
+        raise OptionError(f"Placement.device='cuda' under LOCAL_RANK={local}, but {count} GPU(s) are visible: call "
+                          "torch.cuda.set_device(...) before building the loader, or pass placement=iofeed.Placement("
+                          "device='cuda:N')")
     return f"cuda:{int(local)}"
 
 
@@ -80,9 +82,9 @@ def check_visible(resolved: str, asked: Any, device_count: Callable[[], int]) ->
         return
     count, index = device_count(), int(resolved.split(":")[1])
     if count == 0:
-        raise OptionError(f"device={asked!r}, but no CUDA device is available here: pass device='cpu' "
-                          "(or leave device out)")
+        raise OptionError(f"Placement.device={asked!r}, but no CUDA device is available here: pass "
+                          "placement=iofeed.Placement(device='cpu') (or leave placement out)")
     if index >= count:
-        raise OptionError(f"device={asked!r} is GPU {index}, but {count} GPU(s) are visible here "
+        raise OptionError(f"Placement.device={asked!r} is GPU {index}, but {count} GPU(s) are visible here "
                           f"(CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')}): "
-                          f"pass device='cuda:N' with N < {count}, or device='cpu'")
+                          f"pass Placement(device='cuda:N') with N < {count}, or Placement(device='cpu')")

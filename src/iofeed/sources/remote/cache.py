@@ -108,9 +108,9 @@ class ShardCache:
         except OSError:
             free = "free space unknown"
         return CacheWriteError(f"shard could not be cached ({ref.url}: {doing} {self.directory} failed: "
-                               f"{exc.strerror or type(exc).__name__}; cache_dir {self.root} has {free}, "
-                               f"the shard needs {ref.bytes:,}: free disk, lower cache_limit or pick another "
-                               f"cache_dir)")
+                               f"{exc.strerror or type(exc).__name__}; Cache.dir {self.root} has {free}, "
+                               f"the shard needs {ref.bytes:,}: free disk, lower Cache.limit or pick another "
+                               f"Cache.dir)")
 
     def _adopt(self, ref: ShardRef, path: Path) -> bool:
         """Whether `path` now holds `ref` verified: trusted as is, or an unverified file (an older
@@ -272,11 +272,11 @@ class ShardCache:
             return
         _warned_room.add(str(self.root))
         warnings.warn(
-            f"iofeed cache {self.root}: cache_limit={self.limit:,} bytes is too small for the shards live at "
+            f"iofeed cache {self.root}: Cache.limit={self.limit:,} bytes is too small for the shards live at "
             f"once ({used:,} bytes in use by readers and downloads ahead, about {used // max(ref.bytes, 1)} "
             f"shards of {ref.bytes:,} bytes), so fetching {ref.url} waits up to {ROOM_WAIT_SECONDS:.0f} s for "
-            "room (an epoch may run many times slower): raise cache_limit, or use smaller shards "
-            "(`iofeed preprocess --shard-mb`) or a smaller block_shards", RuntimeWarning, stacklevel=2)
+            "room (an epoch may run many times slower): raise Cache.limit, or use smaller shards "
+            "(`iofeed preprocess --shard-mb`) or a smaller Order.block_shards", RuntimeWarning, stacklevel=2)
 
     def _download(self, ref: ShardRef, fd: int, last_data: list[float], cancel: threading.Event) -> None:
         """One attempt at streaming `ref` into `fd` (`download.py`), write errors named as the cache's."""

@@ -48,7 +48,7 @@ def default_cache_dir() -> Path:
 
 
 def _where(cache_dir: Path | str | None) -> str:
-    return ("cache_dir" if cache_dir is not None
+    return ("Cache.dir" if cache_dir is not None
             else "the default cache folder (from IOFEED_CACHE, XDG_CACHE_HOME or HOME)")
 
 
@@ -56,8 +56,8 @@ def usable_cache_dir(cache_dir: Path | str | None) -> Path:
     """`cache_dir` (default: `default_cache_dir()`; `~` expanded), created and checked writable; a one-line
     OptionError naming the folder and the fix when it is empty text, a file, read-only or cannot be made."""
     if cache_dir is not None and not str(cache_dir).strip():
-        raise OptionError(f"cache_dir={str(cache_dir)!r} names no folder (it would mean the working directory): "
-                          "pass cache_dir=<a folder for the cache>, or None for the default")
+        raise OptionError(f"Cache.dir={str(cache_dir)!r} names no folder (it would mean the working directory): "
+                          "pass cache=iofeed.Cache(dir=<a folder for the cache>), or None for the default")
     root = (Path(cache_dir) if cache_dir is not None else default_cache_dir()).expanduser()
     probe = root / f".probe-{os.getpid()}-{threading.get_ident()}"
     try:
@@ -69,8 +69,8 @@ def usable_cache_dir(cache_dir: Path | str | None) -> Path:
             reason = "a file is in the way"
         else:
             reason = exc.strerror or type(exc).__name__
-        raise OptionError(f"cannot use {root} as {_where(cache_dir)}: {reason}; pass cache_dir=<a writable folder> "
-                          "or set IOFEED_CACHE") from None
+        raise OptionError(f"cannot use {root} as {_where(cache_dir)}: {reason}; pass cache=iofeed.Cache(dir=<a "
+                          "writable folder>) or set IOFEED_CACHE") from None
     return root
 
 
@@ -101,7 +101,7 @@ def claim_cache_dir(cache_dir: Path | str | None) -> Path:
     if is_marked(root):
         return root
     if next(os.scandir(root), None) is not None and not _left_by_old_iofeed(root):
-        fix = ("pass cache_dir=<a new or empty folder>" if cache_dir is not None
+        fix = ("pass cache=iofeed.Cache(dir=<a new or empty folder>)" if cache_dir is not None
                else "set IOFEED_CACHE=<a new or empty folder>")
         raise OptionError(f"{_where(cache_dir)} {root} is not empty and is not an iofeed cache (no {MARKER} from "
                           f"iofeed), and the cache deletes the shards it evicts: {fix}, e.g. {root / 'iofeed-cache'}")
@@ -112,7 +112,8 @@ def claim_cache_dir(cache_dir: Path | str | None) -> Path:
     except OSError as exc:
         aside.unlink(missing_ok=True)
         raise OptionError(f"cannot use {root} as {_where(cache_dir)}: writing {MARKER} failed "
-                          f"({exc.strerror or type(exc).__name__}); pass cache_dir=<a writable folder>") from None
+                          f"({exc.strerror or type(exc).__name__}); pass cache=iofeed.Cache(dir=<a writable "
+                          "folder>)") from None
     return root
 
 

@@ -33,16 +33,16 @@ class RemoteShards:
     refs: list[ShardRef]
     open_limit: int = 16  # shards one reader keeps leased at a time (set from the order)
     log_start: int = 0  # the node's fetch log offset when the dataset was opened
-    limit_from_disk: bool = False  # cache_limit was not given: the free disk set it
+    limit_from_disk: bool = False  # Cache.limit was not given: the free disk set it
 
     @property
     def _limit(self) -> str:
         """The limit, and where it came from when nobody chose it, for messages."""
-        text = f"cache_limit={self.cache.limit:,} bytes"
+        text = f"Cache.limit={self.cache.limit:,} bytes"
         if self.limit_from_disk:
             text += (f" (the default: what {self.cache.root} holds plus its free disk less a reserve of "
                      f"{RESERVE_BYTES >> 30} GiB or {RESERVE_SHARE:.0%} of the free disk, whichever is larger; free "
-                     "disk there or pass another cache_dir)")
+                     "disk there or pass another Cache.dir)")
         return text
 
     def acquire(self, file_id: int, cancel: threading.Event | None = None) -> int:
@@ -71,17 +71,17 @@ class RemoteShards:
             if self.cache.limit < need:
                 raise OptionError(
                     f"{self._limit} cannot hold the {live} shards of "
-                    f"{self.largest} bytes live with block_shards={order.block_shards}: raise cache_limit to "
-                    f"at least {need} or lower block_shards")
+                    f"{self.largest} bytes live with Order.block_shards={order.block_shards}: raise Cache.limit to "
+                    f"at least {need} or lower Order.block_shards")
             self.open_limit = live
             self._warn_small(min(live + 1, len(self.refs)),
-                             f"2 blocks of block_shards={order.block_shards} and one ahead",
-                             "or a smaller block_shards")
+                             f"2 blocks of Order.block_shards={order.block_shards} and one ahead",
+                             "or a smaller Order.block_shards")
         elif order.shuffle == "global":
             if self.cache.limit < total:
                 raise OptionError(
                     f"shuffle='global' reads every shard all epoch long, and {self._limit} "
-                    f"is below the split's {total}: raise cache_limit or use shuffle='block'")
+                    f"is below the split's {total}: raise Cache.limit or use shuffle='block'")
             self.open_limit = GLOBAL_OPEN_SHARDS
         else:
             self.open_limit = 2
@@ -97,7 +97,7 @@ class RemoteShards:
             warnings.warn(
                 f"{self._limit} holds {self.cache.limit // max(self.largest, 1)} shards of "
                 f"{self.largest:,} bytes, below the {shards} this order keeps live ({what}): fetches will wait for "
-                f"room and an epoch may run many times slower; raise cache_limit to at least {need:,}, or use "
+                f"room and an epoch may run many times slower; raise Cache.limit to at least {need:,}, or use "
                 f"smaller shards (`iofeed preprocess --shard-mb`){' ' + also if also else ''}",
                 RuntimeWarning, stacklevel=4)
 

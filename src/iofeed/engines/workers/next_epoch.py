@@ -9,7 +9,7 @@ from .task import Done
 
 
 @dataclass
-class Ahead:
+class NextEpochStart:
     """The next epoch's first batches, sent to the workers while this epoch's last ones decode, so
     that a new epoch (a new iterator: each Keras epoch) starts on decoded batches."""
 
