@@ -231,7 +231,7 @@ def _check_refused_after(source: Source, dataset: Path, engine: str) -> None:
     """The damage done after the run: the loader, in a process of its own, must refuse by name."""
     says = source.after(dataset)
     code = (f"import iofeed\nwith iofeed.loader({str(dataset)!r}, batch_size=4, image_size=32, workers=1, "
-            f"extras=True, engine={engine!r}) as ld:\n    list(ld)")
+            f"output=iofeed.Output(extras=True), engine={engine!r}) as ld:\n    list(ld)")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
     try:
         done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
