@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Lints (ruff), type-checks the public surface (mypy; both configured in pyproject.toml), then
+# Lints (ruff), type-checks all of src strictly (mypy; both configured in pyproject.toml), then
 # runs the test suite, in the project's own environment (created on first use). Arguments go to
 # pytest, e.g. `-m "not slow"`.
 set -euo pipefail
