@@ -23,7 +23,7 @@ PY=${PYTHON:-$([ -x .venv/bin/python ] && echo .venv/bin/python || echo python3)
 export PYTHONUNBUFFERED=1
 
 WHEELS="simplejpeg==1.9.0"  # the rest (torch, torchvision, JAX, OpenCV, psutil, nvidia-ml-py, pytest) is there
-NVJPEG=${IOFEED_GPU_FEED:-iofeed-nvjpeg}  # the GPU-decode engine's bench feed (backend="nvjpeg")
+NVJPEG=${IOFEED_GPU_FEED:-iofeed-nvjpeg}  # the GPU-decode engine's bench feed (engine="nvjpeg")
 DRY=0
 case "${1:-}" in
   wheels)  # here: wheels for the device's Python 3.12 into .whl/ (ignored by git; carried by the call)
@@ -57,7 +57,7 @@ if "$PY" -c "import sys; from iofeed.cli.bench.feeds import CATALOGUE; sys.exit(
 elif [ $DRY = 1 ]; then
   ENGINES=iofeed-dataset; NOTE="note: $NVJPEG is not a bench feed in this checkout yet: the dry run leaves it out"
 else
-  echo "$NVJPEG is not a bench feed in this checkout: merge the GPU-decode engine (backend='nvjpeg') first" >&2
+  echo "$NVJPEG is not a bench feed in this checkout: merge the GPU-decode engine (engine='nvjpeg') first" >&2
   exit 2
 fi
 if [ $DRY = 1 ]; then

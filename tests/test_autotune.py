@@ -43,7 +43,7 @@ class VirtualTime:
 
     def __init__(self, engine) -> None:
         self.now, self.ready, self.engine = 0.0, 0.0, engine
-        receive = engine._receive
+        receive = engine._group.receive  # the worker group the engine receives finished tasks from
 
         def received():
             done = receive()
@@ -51,7 +51,7 @@ class VirtualTime:
             self.now = max(self.now, self.ready)  # the consumer waited for it, if it was not ready yet
             return dataclasses.replace(done, busy_seconds=DECODE_SECONDS)
 
-        engine._receive = received
+        engine._group.receive = received
         engine.clock = lambda: self.now
 
     def consume(self, seconds: float) -> None:

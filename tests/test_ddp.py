@@ -217,8 +217,8 @@ local = int(os.environ["LOCAL_RANK"])
 dist.init_process_group("gloo")  # NCCL refuses two ranks on one GPU; gloo reduces CUDA tensors too
 model = torch.nn.parallel.DistributedDataParallel(torch.nn.Conv2d(3, 4, 3).to("cuda:0"), device_ids=[0])
 result = {"indices": [], "devices": [], "labels_ok": True, "steps": 0}
-with iofeed.loader(source, batch_size=4, image_size=32, framework="torch", device="cuda:0", workers=1,
-                   augment="uint8", seed=5) as ld:
+with iofeed.loader(source, batch_size=4, image_size=32, framework="torch", placement=iofeed.Placement(device="cuda:0"),
+                   workers=1, augment="uint8", seed=5) as ld:
     for images, labels in ld:
         model(images.float()).mean().backward()  # gradients all-reduced between the two ranks
         pixels = images.permute(0, 2, 3, 1).cpu().numpy()

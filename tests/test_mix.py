@@ -544,7 +544,7 @@ def test_shuffle_none_is_refused_for_a_mixture_and_mix_for_one_source(colour_dat
         iofeed.loader(mix, batch_size=4, shuffle="none", **OPTIONS)
     with pytest.raises(OptionError, match="shuffle=False does not apply to a Mix's train split"):
         iofeed.loader(mix, batch_size=4, shuffle=False, **OPTIONS)  # "none" as DataLoader spells it
-    with pytest.raises(OptionError, match="Order.shuffle='mix' is not one of none, global, block"):
+    with pytest.raises(OptionError, match="^shuffle='mix' is not one of none, global, block"):
         iofeed.loader(colour_dataset, batch_size=4, shuffle="mix", **OPTIONS)  # a Mix's own order, never named
 
 

@@ -189,7 +189,7 @@ _PER_BATCH = "do per-batch work with .map() or batch_transform=, per-image work 
 # tf.data's other methods, each with what to do instead on the JAX and PyTorch backends
 REFUSED = {
     "batch": _BATCHES, "unbatch": _BATCHES, "rebatch": _BATCHES, "padded_batch": _BATCHES,
-    "shuffle": "the loader shuffles the train split each epoch itself (iofeed.Order(shuffle=..., seed=...))",
+    "shuffle": "the loader shuffles the train split each epoch itself (iofeed.loader(..., shuffle=..., seed=...))",
     "cache": "drop it: iofeed reads and augments every epoch anew (a cache would repeat the first epoch's crops)",
     "filter": _PER_BATCH, "flat_map": _PER_BATCH,
     "interleave": _SOURCES, "concatenate": _SOURCES, "zip": _SOURCES, "sample_from_datasets": _SOURCES,

@@ -63,7 +63,7 @@ SHUFFLES: dict[str, Shuffle] = {
     "block": Shuffle(_block, True),
     "mix": Shuffle(_mixed, False),  # made by a Mix for its train split, never asked for by name
 }
-CHOICES = ("none", "global", "block")  # the shuffles a user names (`Order.shuffle`)
+CHOICES = ("none", "global", "block")  # the shuffles a user names (`loader(shuffle=)`)
 
 # How an epoch's last round (fewer than batch_size * world_size samples) is filled, when not drop_last:
 # "ranks": to equal shares (every rank the same batches of the same shapes, as DistributedSampler gives);
