@@ -7,6 +7,7 @@ import json
 from contextlib import ExitStack
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -49,6 +50,17 @@ def forms(colour_tree, colour_dataset, tmp_path_factory) -> dict[str, str]:
     return {"folder": str(colour_tree), "dataset": str(colour_dataset), "raw": str(raw), "": ""}
 
 
+def _first_batch(feed: Any) -> tuple[Any, Any]:
+    """The first batch `feed` delivers; the feed is closed after it."""
+    try:
+        stream = feed.batches()
+        images, labels = next(stream)
+        stream.close()
+    finally:
+        feed.close()
+    return images, labels
+
+
 def _spec(name: str, forms: dict[str, str]) -> FeedSpec:
     return FeedSpec(name, forms[FEEDS.caps(name).reads], 1, BATCH, SIZE, "cpu", classes=CLASSES)
 
@@ -66,12 +78,7 @@ def test_every_line_opens_and_delivers_or_is_refused_naming_what_it_lacks(name, 
         assert lacking is not None and lacking in str(exc), (name, str(exc))
         return
     assert lacking is None, f"{name} opened without {lacking}"
-    try:
-        stream = feed.batches()
-        images, labels = next(stream)
-        stream.close()
-    finally:
-        feed.close()
+    images, labels = _first_batch(feed)
     assert images.shape[0] == len(labels) == BATCH
     assert tuple(images.shape[1:]) in ((3, SIZE, SIZE), (SIZE, SIZE, 3))  # torch's NCHW, the others' NHWC
 
@@ -123,13 +130,8 @@ def test_the_bench_runs_a_line_per_torch_layout_by_default(colour_dataset):
 
     assert {"iofeed-dataset", "iofeed-nchw"} <= set(DEFAULT_FEEDS)
     for name, layout in (("iofeed-dataset", torch.channels_last), ("iofeed-nchw", torch.contiguous_format)):
-        feed = open_feed(FeedSpec(name, str(colour_dataset), 1, BATCH, SIZE, "cpu", classes=CLASSES))
-        try:
-            stream = feed.batches()
-            images, labels = next(stream)
-            stream.close()
-        finally:
-            feed.close()
+        images, labels = _first_batch(open_feed(FeedSpec(name, str(colour_dataset), 1, BATCH, SIZE, "cpu",
+                                                         classes=CLASSES)))
         assert images.shape == (BATCH, 3, SIZE, SIZE) and len(labels) == BATCH
         assert images.is_contiguous(memory_format=layout) and not images.is_contiguous(
             memory_format=torch.contiguous_format if layout == torch.channels_last else torch.channels_last), name
