@@ -2,9 +2,9 @@
 (float32 xyxy), labels (int64), iscrowd, and its instance masks drawn at the stored size into
 one uint8 instance-id map (object k is id k + 1; a later object covers an earlier one where they
 overlap), or for a semantic segmentation sample (`label_map` in its spec: a PNG of class ids)
-that map resized nearest-neighbour, its class ids kept. Members beside the image in its shard, and per split the flat side file the loader
-reads (`<split>-boxes.npz`: offsets, boxes, labels, iscrowd; `<split>-masks.npy`: each mask
-member's offset and size in the image's shard)."""
+that map resized nearest-neighbour, its class ids kept. Members beside the image in its shard,
+and per split the flat side file the loader reads (`<split>-boxes.npz`: offsets, boxes, labels,
+iscrowd; `<split>-masks.npy`: each mask member's offset and size in the image's shard)."""
 from __future__ import annotations
 
 import io

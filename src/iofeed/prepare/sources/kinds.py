@@ -12,8 +12,8 @@ from ...sources.folder_scan import none_accepted
 from ...sources.remote.urls import is_url
 from .base import SourceOptions, SourceScan
 from .coco import coco_files
-from .tables import is_hf_dataset, is_parquet
 from .segmentation import segmentation_folders
+from .tables import is_hf_dataset, is_parquet
 from .tarread import is_tar
 from .webdataset_boxes import holds_boxes
 from .yolo import yolo_folders

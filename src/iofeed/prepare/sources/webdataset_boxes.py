@@ -21,6 +21,7 @@ import io
 import json
 import math
 import tarfile
+from pathlib import Path
 from typing import Any, BinaryIO
 
 from PIL import Image
@@ -98,7 +99,10 @@ def scan(src: str, options: SourceOptions) -> SourceScan:
     rejected: list[Rejection] = []
     samples: list[tuple[str, str, tuple[int, int], tuple[int, int], list[dict[str, Any]]]] = []
     for shard in list_shards(src):
-        local = fetch_or_reject(shard, options.spool, rejected) if is_url(shard) else shard
+        local: str | Path | None = shard
+        if is_url(shard):
+            assert options.spool is not None, "preprocess gives remote shards a spool"
+            local = fetch_or_reject(shard, options.spool, rejected)
         if local is None:
             continue
         read = read_shard(str(local), shard, options.spool)
@@ -161,7 +165,7 @@ def _objects(doc: Any, size: tuple[int, int], option: str | None, name: str, rej
     if form is None:
         raise SourceError(f"{name}: boxes under {key!r} may be xyxy or xywh: pass --box-format "
                           f"({'|'.join(BOX_FORMATS)}) or write box_format in each json")
-    objects = []
+    objects: list[dict[str, Any]] = []
     for k, (box, label) in enumerate(zip(boxes, labels)):
         obj, reason = _object(box, label, form, size)
         if reason is not None:

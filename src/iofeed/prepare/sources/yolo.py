@@ -10,6 +10,7 @@ and counted in the summary's note. Every row that cannot be stored is rejected w
 (`labels/x.txt:LINE` in rejected.jsonl): malformed, unknown class, zero area, outside the image."""
 from __future__ import annotations
 
+import importlib
 import math
 import re
 from pathlib import Path
@@ -62,7 +63,7 @@ def _yaml_names(path: Path) -> list[str] | None:
     (an inline or block list; a block `index: name` map)."""
     text = path.read_text()
     try:
-        import yaml
+        yaml = importlib.import_module("yaml")  # PyYAML when installed (not a dependency)
     except ImportError:
         names = _plain_names(text)
     else:
@@ -149,7 +150,7 @@ def scan(src: str, options: SourceOptions) -> SourceScan:
 def _objects(label: Path, rel: str, size: tuple[int, int], names: list[str] | None,
              rejected: list[Rejection]) -> list[dict[str, Any]]:
     """The valid objects of one label file; each invalid row rejected as `rel:LINE`."""
-    objects = []
+    objects: list[dict[str, Any]] = []
     for number, line in enumerate(label.read_text(errors="replace").splitlines(), 1):
         if not line.strip():
             continue
