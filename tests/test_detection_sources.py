@@ -152,9 +152,8 @@ def _check_semantic(source: TargetSource, out: Path, names: list[str]) -> None:
             assert set(np.unique(targets["masks"]).tolist()) <= {*SEMANTIC_CLASSES, 255}
             for i in range(len(images)):
                 for label in set(np.unique(targets["masks"][i]).tolist()) - {0, 255}:
-                    inner = targets["masks"][i] == label
-                    for _ in range(3):  # a crop zoomed in blends an edge over a few pixels; nearest keeps it sharp
-                        inner = _interior(inner)
+                    # a crop zoomed in blends an edge over a few pixels; nearest-neighbour keeps the mask's sharp
+                    inner = _eroded(targets["masks"][i] == label, 3)
                     if inner.sum() >= 4:
                         assert (coverage(images[i][inner], label) > 0.7).mean() > 0.95
                         checked += 1
@@ -163,13 +162,10 @@ def _check_semantic(source: TargetSource, out: Path, names: list[str]) -> None:
     assert checked > 0
 
 
-def _interior(mask: np.ndarray) -> np.ndarray:
-    inner = mask.copy()
-    inner[1:] &= mask[:-1]
-    inner[:-1] &= mask[1:]
-    inner[:, 1:] &= mask[:, :-1]
-    inner[:, :-1] &= mask[:, 1:]
-    return inner
+def _eroded(mask: np.ndarray, by: int) -> np.ndarray:
+    """`mask` less `by` pixels from every edge (a square neighbourhood all inside)."""
+    padded = np.pad(mask, by)
+    return np.asarray(np.lib.stride_tricks.sliding_window_view(padded, (2 * by + 1, 2 * by + 1)).all(axis=(-2, -1)))
 
 
 def test_the_adversarial_registry_holds_every_target_source() -> None:
@@ -227,3 +223,78 @@ def test_box_in_pixels_finds_an_edge_to_a_fraction_of_a_pixel() -> None:
     assert np.abs(box_in_pixels(image, true, 1) - true).max() < 0.05
     moved = true + [0.6, 0, 0.6, 0]
     assert np.abs(box_in_pixels(image, moved, 1) - moved).max() > 0.5
+
+
+@pytest.mark.parametrize("kind, damage", [("yolo", "missing_labels"), ("wds-boxes", "ambiguous"),
+                                          ("segmentation", "mask_size")])
+def test_the_cli_recognises_each_source_and_says_what_it_counted(kind: str, damage: str, tmp_path: Path,
+                                                                capsys: pytest.CaptureFixture[str]) -> None:
+    from iofeed.cli.main import main
+
+    source = build_targets(tmp_path / "src", damage, kind)
+    args = ["preprocess", str(source.spec), "-o", str(tmp_path / "ds.iof"), "--workers", "1", "--val-fraction", "0"]
+    if source.refusal:
+        assert main(args) == 1
+        assert "--box-format" in capsys.readouterr().err.strip().splitlines()[-1]
+        args += ["--box-format", "xyxy"]
+    assert main(args) in (0, None)
+    printed = capsys.readouterr().out
+    assert json.loads((tmp_path / "ds.iof" / "iofeed.json").read_text())["source"]["kind"] == kind
+    if source.says:
+        assert "source        1 images without a label file, kept as background" in printed
+    if source.reasons:
+        assert "mask of another size" in printed
+
+
+@pytest.mark.torch
+def test_torch_gives_one_semantic_mask_per_image_as_the_numpy_batch(tmp_path: Path) -> None:
+    pytest.importorskip("torchvision")
+    from torchvision import tv_tensors
+
+    source = build_targets(tmp_path / "src", "clean", "segmentation")
+    out = tmp_path / "ds.iof"
+    preprocess(str(source.spec), out, workers=1, progress=False, val_fraction=0)
+    batches = {}
+    for framework in ("numpy", "torch"):
+        loader = iofeed.loader(out, batch_size=4, framework=framework, image_size=SIDE, augment="uint8", workers=1,
+                               seed=2, output=iofeed.Output(target="masks"))
+        try:
+            batches[framework] = next(iter(loader))[1]
+        finally:
+            loader.close()
+    assert len(batches["torch"]) == 4
+    for i, target in enumerate(batches["torch"]):
+        assert set(target) == {"masks"} and isinstance(target["masks"], tv_tensors.Mask)
+        assert np.array_equal(target["masks"].numpy(), batches["numpy"]["masks"][i])
+
+
+def test_yolo_reads_roboflow_split_folders_as_ultralytics_does(tmp_path: Path) -> None:
+    """`train/images/x.png` + `train/labels/x.txt` (Roboflow's export), the same boxes as
+    `images/train` + `labels/train`."""
+    source = build_targets(tmp_path / "src", "clean", "yolo")
+    (source.spec / "train").mkdir()
+    (source.spec / "images" / "train").rename(source.spec / "train" / "images")
+    (source.spec / "labels" / "train").rename(source.spec / "train" / "labels")
+    (source.spec / "images").rmdir()
+    (source.spec / "labels").rmdir()
+    source.boxes = {f"train/images/{n.split('/')[-1]}": v for n, v in source.boxes.items()}
+    out = tmp_path / "ds.iof"
+    preprocess(str(source.spec), out, workers=1, progress=False, val_fraction=0)
+    assert json.loads((out / "iofeed.json").read_text())["source"]["kind"] == "yolo"
+    names = [_source_name(source, n) for n in _names(out)]
+    assert sorted(names) == sorted(source.boxes)
+    _check_stored(source, out, names)
+
+
+@pytest.mark.parametrize("text", ["names: [ant, 'bee', \"cat\"]\n",
+                                  "nc: 3\nnames:\n  - ant\n  - bee\n  - cat\nval: x\n",
+                                  "names:\n  0: ant\n  1: bee  # a comment\n  2: cat\ntrain: images\n"])
+def test_yolo_names_read_without_pyyaml_in_each_form_ultralytics_writes(text: str, tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+
+    from iofeed.prepare.sources.yolo import class_names
+
+    (tmp_path / "data.yaml").write_text(text)
+    monkeypatch.setitem(sys.modules, "yaml", None)  # `import yaml` raises ImportError
+    assert class_names(tmp_path) == ["ant", "bee", "cat"]

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import io
 import json
-import tarfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -121,6 +120,8 @@ def wds_boxes(root: Path, damage: str) -> TargetSource:
     `unknown_class` (-1), `count_mismatch` (3 boxes, 2 labels: the sample rejected), `ambiguous`
     (`bboxes` without a format: refused naming --box-format), `xyxy_flag` (`boxes` with a
     `box_format: "pascal_voc"` flag)."""
+    from helpers.adversarial import write_tar  # here: adversarial.py imports this module for its BUILDERS
+
     folder = root / "wds"
     folder.mkdir(parents=True)
     source = TargetSource("wds-boxes", damage, folder / "shard-{000000..000001}.tar")
@@ -160,18 +161,10 @@ def wds_boxes(root: Path, damage: str) -> TargetSource:
                 source.reasons.append("malformed json")
             members += [(f"{key}.jpg", _encoded(draw(width, height, objects), "JPEG")),
                         (f"{key}.json", text.encode())]
-        _write_tar(folder / f"shard-{shard:06d}.tar", members)
+        write_tar(folder / f"shard-{shard:06d}.tar", members)
     if damage == "ambiguous":
         source.refusal = r"--box-format"
     return source
-
-
-def _write_tar(path: Path, members: list[tuple[str, bytes]]) -> None:
-    with tarfile.open(path, "w", format=tarfile.USTAR_FORMAT) as tar:
-        for name, data in members:
-            info = tarfile.TarInfo(name)
-            info.size, info.mtime, info.mode = len(data), 0, 0o644
-            tar.addfile(info, io.BytesIO(data))
 
 
 # ------------------------------------------------------------------ semantic segmentation

@@ -20,6 +20,7 @@ from __future__ import annotations
 import io
 import json
 import math
+import os
 import tarfile
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -61,6 +62,8 @@ def holds_boxes(src: str) -> bool:
         return False
     try:
         shards = list_shards(src)
+        if not os.path.isfile(shards[0]):  # a FIFO would block here; the scan names it
+            return False
         with tarfile.open(shards[0], "r:*") as tar:
             for _, info in zip(range(4 * PROBE_MEMBERS), tar):
                 if info.isfile() and info.name.endswith(".json"):
