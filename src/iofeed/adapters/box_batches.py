@@ -7,7 +7,9 @@ torch: a list of one dict per image, `{"boxes": tv_tensors.BoundingBoxes (XYXY, 
 loader's device), what torchvision's detection models and v2 transforms take. numpy / JAX: one
 dict of padded arrays, `boxes` (B, max_boxes, 4), `labels` (B, max_boxes) (-1 past `counts`),
 `counts` (B,), and `masks` (B, H, W) instance-id maps (box k of an image is id k + 1).
-Evaluation batches (letterboxed) also carry `scale` (x, y: output pixels per annotated pixel)."""
+Evaluation batches (letterboxed) also carry `scale` (x, y: output pixels per annotated pixel).
+A semantic segmentation dataset's batches hold only `masks`: (B, H, W) class ids as stored, the
+letterbox padding 255 (ignore); torch: one `{"masks": tv_tensors.Mask (H, W)}` per image."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -19,6 +21,8 @@ from ..augment.box_geometry import MIN_VISIBLE, MovedBoxes, letterbox_shape, mov
 from ..engines.base import Batch
 from ..sources.box_targets import BoxTable
 
+IGNORE = 255  # a semantic mask's "no class" (VOC, Cityscapes): what letterbox padding is
+
 
 @dataclass
 class BoxBatch:
@@ -28,6 +32,7 @@ class BoxBatch:
     labels: np.ndarray  # int64 (m,)
     masks: np.ndarray | None  # uint8 (n, H, W), ids renumbered to the kept boxes
     scale: np.ndarray | None  # float32 (n, 2) for letterboxed (evaluation) images
+    semantic: bool = False  # masks are class ids (no boxes)
 
 
 def box_batch(table: BoxTable, batch: Batch, side: int, letterbox: bool, min_visible: float = MIN_VISIBLE
@@ -35,7 +40,7 @@ def box_batch(table: BoxTable, batch: Batch, side: int, letterbox: bool, min_vis
     """The targets of `batch` (its `geometry` recorded by the workers) at output side `side`."""
     geometry, samples = batch.geometry, np.asarray(batch.indices, np.int64)
     counts, positions = table.gather(samples)
-    scales = out_scale = None
+    scales = out_scale = shapes = None
     if letterbox:
         stored = geometry.crops[:, 2:4].astype(np.float64)  # the whole stored image
         shapes = np.array([letterbox_shape(int(round(w)), int(round(h)), side) for w, h in stored], np.float64)
@@ -44,6 +49,12 @@ def box_batch(table: BoxTable, batch: Batch, side: int, letterbox: bool, min_vis
     moved = move_boxes(table.boxes[positions], counts, geometry.crops, geometry.flips, (side, side), min_visible,
                        scales)
     masks = None
+    if table.semantic:
+        masks = geometry.masks
+        if masks is not None and shapes is not None:
+            for i, (height, width) in enumerate(shapes.astype(np.int64)):
+                masks[i, height:], masks[i, :, width:] = IGNORE, IGNORE
+        return BoxBatch(moved, table.labels[positions][moved.kept], masks, out_scale, semantic=True)
     if geometry.masks is not None:
         lut = np.zeros((len(samples), 256), np.uint8)
         per = np.diff(moved.offsets)
@@ -56,6 +67,9 @@ def box_batch(table: BoxTable, batch: Batch, side: int, letterbox: bool, min_vis
 
 def as_numpy(boxes: BoxBatch) -> dict[str, np.ndarray]:
     """Padded arrays: boxes (B, max, 4), labels (B, max) -1 past each count, counts (B,)."""
+    if boxes.semantic:
+        assert boxes.masks is not None, "a semantic dataset is read with target='masks'"
+        return {"masks": boxes.masks, **({"scale": boxes.scale} if boxes.scale is not None else {})}
     offsets = boxes.moved.offsets
     counts = np.diff(offsets)
     n, most = len(counts), int(counts.max()) if len(counts) else 0
@@ -77,6 +91,10 @@ def as_torch(boxes: BoxBatch, side: int, device: Any) -> list[dict[str, Any]]:
     import torch
     from torchvision import tv_tensors
 
+    if boxes.semantic:
+        assert boxes.masks is not None, "a semantic dataset is read with target='masks'"
+        maps = torch.from_numpy(boxes.masks).to(device, non_blocking=True)
+        return [{"masks": tv_tensors.Mask(maps[i])} for i in range(len(maps))]
     flat = torch.from_numpy(boxes.moved.boxes).to(device, non_blocking=True)
     labels = torch.from_numpy(boxes.labels).to(device, non_blocking=True)
     ids = torch.from_numpy(boxes.masks).to(device, non_blocking=True) if boxes.masks is not None else None

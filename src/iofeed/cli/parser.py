@@ -76,6 +76,9 @@ def build_parser() -> argparse.ArgumentParser:
     prep.add_argument("--image-column", default=None,
                       help="Parquet / Hugging Face: the image column (default: the first binary or {bytes, path} one)")
     _add_image_key(prep)
+    prep.add_argument("--box-format", default=None,
+                      help="WebDataset boxes under a key that does not say (bboxes): xyxy, xywh, cxcywh (pixels), "
+                           "yolo or albumentations (normalised)")
     prep.add_argument("-o", "--out", default=None,
                       help="output dataset: a folder (default: SRC.iof beside SRC), or an s3:// or gs:// URL "
                            "to upload to (prepared in a temporary folder, iofeed.json uploaded last)")

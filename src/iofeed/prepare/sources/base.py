@@ -21,6 +21,7 @@ class SourceOptions:
     image_key: tuple[str, ...] | None = None  # WebDataset: the image member's extension(s), first present wins
     spool: Path | None = None  # a private folder for bytes the source must copy out (cells, downloads)
     label_names: bool = False  # every label is a class name as written (`true`, `1.5`, `5000000`)
+    box_format: str | None = None  # WebDataset boxes: how to read them where the json does not say
 
 
 @dataclass
@@ -39,6 +40,7 @@ class SourceScan:
     class_dirs: list[str] | None = None  # folders of a class-folder tree (else the class names)
     empty_classes: list[str] = field(default_factory=list)
     objects: list[Any] | None = None  # detection sources: per sample {"size": [w, h], "objects": [...]}
+    notes: list[str] = field(default_factory=list)  # what the summary says about the source (counted cases)
 
     def add(self, path: str, name: str, target: Any, extra: Any = None, span: Span = WHOLE,
             where: str | None = None, objects: Any = None) -> None:

@@ -12,8 +12,11 @@ from ...sources.folder_scan import none_accepted
 from ...sources.remote.urls import is_url
 from .base import SourceOptions, SourceScan
 from .coco import coco_files
+from .segmentation import segmentation_folders
 from .tables import is_hf_dataset, is_parquet
 from .tarread import is_tar
+from .webdataset_boxes import holds_boxes
+from .yolo import yolo_folders
 
 
 @dataclass(frozen=True)
@@ -37,11 +40,23 @@ SOURCES: Registry[SourceCaps] = Registry("source", {
                 extra="hf"),
     "labels": Entry("iofeed.prepare.sources.labelfile:scan", SourceCaps(urls=False, labels_file=True)),
     "coco": Entry("iofeed.prepare.sources.coco:scan", SourceCaps(urls=False, labels_file=False, label_column=False)),
+    "yolo": Entry("iofeed.prepare.sources.yolo:scan", SourceCaps(urls=False, labels_file=False, label_column=False)),
+    "wds-boxes": Entry("iofeed.prepare.sources.webdataset_boxes:scan",
+                       SourceCaps(urls=True, labels_file=False, label_column=False)),
+    "segmentation": Entry("iofeed.prepare.sources.segmentation:scan",
+                          SourceCaps(urls=False, labels_file=False, label_column=False)),
 })
 
 
 def detect(src: str, options: SourceOptions) -> str:
     """The source kind of `src`, from its content (never from file names): see `SOURCES`."""
+    kind = _detect(src, options)
+    if kind == "webdataset" and options.label_column is None and holds_boxes(src):
+        return "wds-boxes"
+    return kind
+
+
+def _detect(src: str, options: SourceOptions) -> str:
     if options.labels is not None:
         return "labels"
     if is_url(src) or "{" in src or glob.has_magic(src):
@@ -59,6 +74,10 @@ def detect(src: str, options: SourceOptions) -> str:
         return "hf"
     if coco_files(path):
         return "coco"
+    if yolo_folders(path):
+        return "yolo"
+    if segmentation_folders(path):
+        return "segmentation"
     files = [e.path for e in os.scandir(path) if e.is_file() and not e.name.startswith(".")]
     if any(is_parquet(f) for f in files):
         if any(is_tar(f) for f in files):
@@ -81,7 +100,7 @@ def scan_source(src: str | Path, options: SourceOptions, kind: str = "auto") -> 
                           f"(URLs: {', '.join(SOURCES.having('urls'))})")
     if options.labels is not None and not entry.caps.labels_file:
         raise SourceError(f"--labels is for a folder of images, not a {kind} source")
-    if options.image_key and kind != "webdataset":
+    if options.image_key and kind not in ("webdataset", "wds-boxes"):
         raise SourceError(f"--image-key is for WebDataset shards, not a {kind} source (Parquet: --image-column)")
     for option, value, cap in (("--label-column", options.label_column, "label_column"),
                                ("--label-names", "" if options.label_names else None, "label_column"),
@@ -90,6 +109,8 @@ def scan_source(src: str | Path, options: SourceOptions, kind: str = "auto") -> 
             given = f"{option} {value}" if value else option
             raise OptionError(f"{given}: {src} is a {kind} source, where it does not apply ({option} is for "
                               f"{', '.join(SOURCES.having(cap))} sources)")
+    if options.box_format is not None and kind != "wds-boxes":
+        raise OptionError(f"--box-format is for WebDataset shards with boxes (wds-boxes), not a {kind} source")
     try:
         scanned: SourceScan = entry.load()(src, options)
     except SourceError as exc:
