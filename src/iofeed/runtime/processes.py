@@ -10,16 +10,20 @@ import types
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
-from multiprocessing.context import BaseContext, SpawnContext, SpawnProcess
+from multiprocessing.context import SpawnContext, SpawnProcess
 from multiprocessing.pool import Pool
 from multiprocessing.process import BaseProcess
-from typing import Any
+from typing import Any, TypeAlias
 
 from ..errors import OptionError, StartError
 from .system import usable_cores
 
 if sys.platform != "win32":
     from multiprocessing.context import ForkServerContext, ForkServerProcess
+
+    SafeContext: TypeAlias = "ForkServerContext | SpawnContext"  # what `safe_context()` returns
+else:
+    SafeContext: TypeAlias = SpawnContext
 
 _METHOD = "forkserver" if "forkserver" in mp.get_all_start_methods() else "spawn"
 _BARE_MAIN = types.ModuleType("__main__")  # no __file__, no __spec__: nothing for a child to re-import
@@ -77,7 +81,7 @@ if sys.platform != "win32":
         Process = _MainlessForkServerProcess
 
 
-def _mainless_context() -> BaseContext:
+def _mainless_context() -> SafeContext:
     """The context for `_METHOD`, its processes started with `__main__` hidden."""
     if sys.platform != "win32" and _METHOD == "forkserver":  # forkserver exists only off Windows
         return _MainlessForkServerContext()
@@ -87,7 +91,7 @@ def _mainless_context() -> BaseContext:
 _CONTEXT = _mainless_context()
 
 
-def safe_context() -> BaseContext:
+def safe_context() -> SafeContext:
     """The context iofeed starts its processes with (`Process`, `Pool`, `ProcessPoolExecutor(mp_context=)`).
 
     forkserver where the platform has it, else spawn: nothing CUDA or DALI started in the caller
