@@ -5,7 +5,7 @@ import dataclasses
 import itertools
 import time
 import warnings
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from typing import Any, Generic, TypeVar
 
 import numpy as np
@@ -125,7 +125,7 @@ class Loader(DataLoaderAttributes, Generic[BatchT]):
         """Start `epoch` (from its beginning) at the next iteration."""
         self._position.set_epoch(epoch)
 
-    def __iter__(self) -> Iterator[BatchT]:
+    def __iter__(self) -> Generator[BatchT, None, None]:
         """One pass: after a whole pass, the next epoch; after `set_epoch` or `load_state_dict`,
         where they put it; after a pass left before its end (`break`, Lightning's sanity check,
         Keras peeking at a batch), that pass again from where it began, as torch's DataLoader
