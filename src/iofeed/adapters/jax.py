@@ -126,11 +126,11 @@ class JaxAdapter:
 
     def _global(self, local: Any, sharding: Any) -> jax.Array:
         """This process's rows as its part of the global batch laid out by `sharding`."""
-        rows = len(local) * jax.process_count()
+        shape = (len(local) * jax.process_count(), *local.shape[1:])
         try:
-            array: jax.Array = jax.make_array_from_process_local_data(  # type: ignore[no-untyped-call]  # unannotated in jax
-                sharding, local, (rows, *local.shape[1:]))
-            return array
+            made: jax.Array = jax.make_array_from_process_local_data(  # type: ignore[no-untyped-call]  # unannotated
+                sharding, local, shape)
+            return made
         except ValueError as exc:
             raise OptionError(f"a batch of {len(local)} rows cannot be laid out by {sharding}: make batch_size a "
                               f"multiple of the devices on the batch axis, or pass drop_last=True ({exc})") from None
