@@ -44,7 +44,7 @@ class TfAdapter:
         floats = sample is not None and sample[1] != tf.uint8
         self.affine = None if floats else self._affine
         self.normalise_on = None if self.affine is None else HOST
-        self._normalise = HostNormaliser(np.float32, self.affine) if self.normalise_on == HOST else None
+        self._normalise = None if self.affine is None else HostNormaliser(np.float32, self.affine)  # on the HOST
         self.sample = sample
 
     @classmethod
@@ -64,7 +64,7 @@ class TfAdapter:
             return images, labels
         return images, labels, batch_seed(batch.key)  # the batch transform's seed rides along
 
-    def wrap(self, loader: EpochLoader) -> tf.data.Dataset:
+    def wrap(self, loader: EpochLoader) -> tf.data.Dataset[Any]:
         """The dataset over `loader`, its element spec from what the engine's sample transform returns;
         `stats.settings["normalise_on"]` says where it normalises."""
         output = loader.engine.sample_output
@@ -93,7 +93,7 @@ def checked_tf_batch(fn: Any, out: Any, images: Any, problems: list[str]) -> tup
 
 
 def to_tf_dataset(loader: EpochLoader, normalise_on: str | None = HOST, batch_transform: Any = None,
-                  sample: tuple[tuple[int, ...], Any] | None = None) -> tf.data.Dataset:
+                  sample: tuple[tuple[int, ...], Any] | None = None) -> tf.data.Dataset[Any]:
     """A `tf.data.Dataset` of (images float32 NHWC (None, S, S, 3), labels int64 (None,)), or
     float32 (None, classes) labels for `Output(target="multi_hot")`; uint8 images when `normalise_on` is
     None, and a sample transform's output (of shape and dtype `sample`) as it is.
@@ -137,7 +137,8 @@ def to_tf_dataset(loader: EpochLoader, normalise_on: str | None = HOST, batch_tr
     loader_ref = weakref.ref(loader)
 
     def generate() -> Any:
-        loader = loader_ref()  # alive: the dataset (kept by its iterators) holds it
+        loader = loader_ref()
+        assert loader is not None, "the dataset (kept by its iterators) holds it"
         token = object()
         with turn:  # an older iterator's thread may be inside the Loader: wait until it is out
             state["active"] = token  # a pass the previous one left is begun again by the Loader itself
@@ -173,14 +174,14 @@ def to_tf_dataset(loader: EpochLoader, normalise_on: str | None = HOST, batch_tr
     if batch_transform is not None:
         dataset = _with_batch_transform(dataset, batch_transform)
     dataset = dataset.prefetch(PREFETCH).with_options(options)
-    dataset.iofeed_loader = loader
+    dataset.iofeed_loader = loader  # type: ignore[attr-defined]  # the Loader rides on the dataset (documented)
     # Keras reads `cardinality()` to know an epoch's steps (unknown: "Your input ran out of data" at every
     # fit). Declared, not asserted: a pass with fully skipped batches, or resumed mid-epoch, is shorter.
-    dataset.cardinality = lambda: _cardinality(loader)
+    dataset.cardinality = lambda: _cardinality(loader)  # type: ignore[method-assign]  # declared: see above
     return dataset
 
 
-def _with_batch_transform(dataset: tf.data.Dataset, batch_transform: Any) -> tf.data.Dataset:
+def _with_batch_transform(dataset: tf.data.Dataset[Any], batch_transform: Any) -> tf.data.Dataset[Any]:
     """`dataset.map` of the user's `batch_transform` (given `seed=` when it takes one), checked when
     traced: a wrong form raises one OptionError line."""
     seeded = takes(batch_transform, "seed")

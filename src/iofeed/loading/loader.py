@@ -5,7 +5,7 @@ import dataclasses
 import itertools
 import time
 import warnings
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from typing import Any, Generic, TypeVar
 
 import numpy as np
@@ -47,7 +47,7 @@ class Loader(DataLoaderAttributes, Generic[BatchT]):
         self._targets = targets  # multi-hot labels and extras by sample index (None: class indices only)
         self.mixture = mixture  # an iofeed.Mix opened: its sources, per-source stats and skip bounds
         self.options = options
-        self.image_size = options.image_size
+        self.image_size = options.resolved_image_size
         self._iteration: object | None = None  # token of the live iteration
         self._fetching: Prefetcher | NoPrefetch = NoPrefetch()  # the live iteration's downloads and pins
         self._closed = False
@@ -125,7 +125,7 @@ class Loader(DataLoaderAttributes, Generic[BatchT]):
         """Start `epoch` (from its beginning) at the next iteration."""
         self._position.set_epoch(epoch)
 
-    def __iter__(self) -> Iterator[BatchT]:
+    def __iter__(self) -> Generator[BatchT, None, None]:
         """One pass: after a whole pass, the next epoch; after `set_epoch` or `load_state_dict`,
         where they put it; after a pass left before its end (`break`, Lightning's sanity check,
         Keras peeking at a batch), that pass again from where it began, as torch's DataLoader
@@ -197,7 +197,7 @@ class Loader(DataLoaderAttributes, Generic[BatchT]):
 
     def _with_boxes(self, batch: Batch) -> Any:
         """(images, targets): the boxes moved with the batch's recorded crops and flips, counted."""
-        assert self._boxes is not None and self.image_size is not None, "resolved when the loader was made"
+        assert self._boxes is not None, "resolved when the loader was made"
         moved = box_batch(self._boxes, batch, self.image_size, self.options.augmentation.letterbox,
                           self.options.recipe.min_visible)
         self.stats.boxes["delivered"] += len(moved.labels)

@@ -178,10 +178,16 @@ class LoaderOptions:
         return self.recipe.is_train(self.split)
 
     @property
+    def resolved_image_size(self) -> int:
+        """`image_size` as `__post_init__` resolved it (the recipe's, else 224): the side of every image."""
+        assert self.image_size is not None, "resolved in __post_init__"
+        return self.image_size
+
+    @property
     def augmentation(self) -> Augment:
         """The crop, flip and resize policy of every sample."""
         r = self.recipe
-        return Augment(size=self.image_size, train=self.train, scale=r.scale, ratio=r.ratio, flip=r.flip,
+        return Augment(size=self.resolved_image_size, train=self.train, scale=r.scale, ratio=r.ratio, flip=r.flip,
                        center_fraction=r.crop_fraction, interpolation=r.interpolation, fast_decode=r.fast_decode,
                        region_decode=r.region_decode, letterbox=self.moves_targets and not self.train)
 

@@ -11,7 +11,8 @@ import numpy as np
 
 from ... import errors
 from ...augment.batch_key import BatchKey
-from ...augment.transforms import SampleTransform, TransformedImage, probe_output
+from ...augment.transform_checks import TransformedImage
+from ...augment.transforms import SampleTransform, probe_output
 from ...errors import LoaderStateError, SampleError, WorkerError
 from ...options.loader_options import LoaderOptions
 from ...runtime.processes import resolve_workers
@@ -115,10 +116,10 @@ class WorkerEngine:
 
     def _start(self) -> None:
         self._block, self._stale = SharedBlock(self.layout.total_bytes), SharedBlock(8)
-        self._payload, self._labels = self.layout.views(self._block.buffer)
+        self._payload, self._labels = self.layout.views(self._block.mapped())
         self._pool = SlotPool(self.layout.slots)
-        self._region = (np.frombuffer(self._block.buffer, np.uint8).ctypes.data, self.layout.total_bytes)
-        self._stale_below = np.frombuffer(self._stale.buffer, np.int64, 1)
+        self._region = (np.frombuffer(self._block.mapped(), np.uint8).ctypes.data, self.layout.total_bytes)
+        self._stale_below = np.frombuffer(self._stale.mapped(), np.int64, 1)
         self._finalizer = weakref.finalize(self, shutdown, self._group.members, (self._block, self._stale))
         self._group.start(self._block, self._stale, self._initial)
 
@@ -152,7 +153,7 @@ class WorkerEngine:
                 self._group.send(Task(generation, submitted, slot, batches[submitted], key,
                                 self._spares(batches, submitted, following)))
                 submitted += 1
-            if coming is not None and submitted == len(batches):
+            if coming is not None and following is not None and submitted == len(batches):  # (both or neither)
                 self._send_next_epoch(coming, following, submitted - needed)
             asked = self.clock()
             while needed not in ready:
@@ -230,6 +231,6 @@ def make_worker_engine(source: SampleSource, options: LoaderOptions) -> WorkerEn
     With `gpu_augment`, packed slots carry stored pixels and crop boxes for augmenting on the
     device instead of augmented images. A sample transform is probed here, on one image, before
     any slot is made: the slots hold what it returns (OptionError naming it when that is wrong)."""
-    output = None if options.transform is None else probe_output(options.transform, options.image_size)
+    output = None if options.transform is None else probe_output(options.transform, options.resolved_image_size)
     layout, found = engine_layout(source, options, output)
     return WorkerEngine(source, options, layout, found, output)

@@ -17,7 +17,7 @@ from .target_slots import TargetLayout
 
 
 def engine_layout(source: SampleSource, options: LoaderOptions, output: TransformedImage | None = None,
-                  layout_of: Callable[[int], Any] | None = None) -> tuple[Layout, dict[str, Any]]:
+                  layout_of: Callable[[int], Layout] | None = None) -> tuple[Layout, dict[str, Any]]:
     """The slots' layout (`output`: what the sample transform returns per image, if any; `layout_of`:
     another engine's layout for a number of slots), and the usable cores and memory budget found
     (and why), for `loader.stats`. OptionError when the budget holds fewer than 2 batches."""
@@ -33,10 +33,10 @@ def engine_layout(source: SampleSource, options: LoaderOptions, output: Transfor
         if options.gpu_augment:
             return PackedLayout.for_source(source, slots, batch_size)
         if options.moves_targets:
-            return TargetLayout(slots, batch_size, options.image_size, options.output.target == "masks")
+            return TargetLayout(slots, batch_size, options.resolved_image_size, options.output.target == "masks")
         if output is None:
-            return SlotLayout(slots, batch_size, options.image_size)
-        return SlotLayout(slots, batch_size, options.image_size, output.shape, output.dtype.str)
+            return SlotLayout(slots, batch_size, options.resolved_image_size)
+        return SlotLayout(slots, batch_size, options.resolved_image_size, output.shape, output.dtype.str)
 
     slot_bytes = layout(1).total_bytes
     wanted = (default_prefetch(max_workers) if prefetch is None else prefetch) + 1

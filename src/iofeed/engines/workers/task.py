@@ -110,7 +110,8 @@ def run_task(
     is cropped into a scratch image, transformed, then written. `now` (`progress.worker_view`)
     records which sample is under way, and in which step."""
     rng = task.key.rng()
-    scratch = np.empty((augment.size, augment.size, 3), np.uint8) if transform is not None else None
+    # with a transform, the scratch image each sample is cropped into before it is transformed
+    transforming = None if transform is None else (transform, np.empty((augment.size, augment.size, 3), np.uint8))
     now = worker_view(None) if now is None else now
 
     def stop(error: str | None = None, **more: Any) -> _Stop:
@@ -121,12 +122,13 @@ def run_task(
             raise stop(stale=True)
         try:
             mark(now, index, READING)
-            if transform is None:
+            if transforming is None:
                 layout.write(slot_payload, k, reader, source, index, augment, rng)
             else:
+                apply, scratch = transforming
                 load_augmented(reader, source, index, augment, rng, scratch)
                 mark(now, index, TRANSFORMING)
-                slot_payload[k] = transform(scratch, task.key, position, source.path_of(index))
+                slot_payload[k] = apply(scratch, task.key, position, source.path_of(index))
         except SampleError as exc:
             failure = None if spare else sample_failure(on_error, source.path_of(index), str(exc))
             if failure is not None:
