@@ -71,6 +71,8 @@ def loader(
             raise OptionError(f"Output.target={options.output.target!r} reads a local iofeed dataset made from a COCO "
                               f"folder, not {'a Mix' if mixture else 'streamed shards' if data.remote else 'a folder'}")
         boxes = open_boxes(path, options.split, data, masks=options.output.target == "masks")
+        if options.transform is not None:  # it takes and returns them in the workers
+            data.boxes = boxes
     elif options.output.target != "class" or options.output.extras:
         targets = mixture.targets() if mixture else open_targets(path, options.split, data)
     loaded: Loader[Any] = Loader(data, spec, make_engine(options, data), adapter, options, targets, mixture, boxes)

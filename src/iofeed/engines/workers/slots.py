@@ -73,7 +73,7 @@ class SlotLayout:
         return wrap(slot_payload[:n])
 
 
-Layout = SlotLayout | PackedLayout | TargetLayout
+Layout = SlotLayout | PackedLayout | TargetLayout  # TransformedTargetLayout is a TargetLayout
 
 
 def default_memory_budget() -> RankAllowance:
