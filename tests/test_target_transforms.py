@@ -122,9 +122,11 @@ def test_an_albumentations_compose_moves_boxes_labels_and_masks_with_the_pixels(
 
 
 @pytest.mark.torchvision
-def test_transformed_targets_are_the_same_for_any_worker_count_and_after_resume(coco: Path) -> None:
-    pytest.importorskip("torchvision")
-    transform = T.torchvision_detection(OUT)
+@pytest.mark.albumentations
+@pytest.mark.parametrize("kind", ["torchvision", "albumentations"])
+def test_transformed_targets_are_the_same_for_any_worker_count_and_after_resume(coco: Path, kind: str) -> None:
+    pytest.importorskip(kind)
+    transform = T.torchvision_detection(OUT) if kind == "torchvision" else T.albumentations_detection(OUT)
     one, _ = _numpy_epoch(coco, workers=1, seed=4, transform=transform)
     two, _ = _numpy_epoch(coco, workers=2, seed=4, transform=transform)
     assert len(one) == len(two) > 1
@@ -182,3 +184,39 @@ def test_a_transform_that_cannot_take_or_returns_wrong_targets_is_named_in_one_l
         iofeed.loader(coco, batch_size=2, framework="numpy", image_size=SIDE, output=MASKS, workers=1,
                       transform=make())
     assert "\n" not in str(raised.value)
+
+
+def _keras(coco: Path, backend: str) -> dict[str, Any]:
+    import json
+    import os
+    import subprocess
+    import sys
+
+    tests = Path(__file__).resolve().parent
+    env = {**os.environ, "KERAS_BACKEND": backend, "TF_CPP_MIN_LOG_LEVEL": "2",
+           "PYTHONPATH": os.pathsep.join([str(tests), str(tests.parent / "src")])}
+    run = subprocess.run([sys.executable, "-m", "helpers.keras_boxes", str(coco)], env=env, capture_output=True,
+                         text=True, timeout=600)
+    assert run.returncode == 0, run.stderr[-3000:]
+    out: dict[str, Any] = json.loads(run.stdout.strip().splitlines()[-1])
+    return out
+
+
+@pytest.mark.tf
+@pytest.mark.keras
+def test_keras_on_tensorflow_gets_the_ragged_boxes_of_the_tf_dataset(coco: Path) -> None:
+    pytest.importorskip("keras")
+    pytest.importorskip("tensorflow")
+    out = _keras(coco, "tensorflow")
+    assert out["spec"] == {"boxes": "RaggedTensorSpec", "labels": "RaggedTensorSpec"}
+    assert out["images"] == [4, 64, 64, 3] and out["boxes"] == [4, None, 4] and out["rows"] == 4
+
+
+@pytest.mark.keras
+@pytest.mark.jax
+def test_keras_on_another_backend_refuses_box_targets_in_one_line(coco: Path) -> None:
+    pytest.importorskip("keras")
+    pytest.importorskip("jax")
+    out = _keras(coco, "jax")
+    assert out["refused"].startswith("Output.target='boxes' with framework='keras' is built for Keras' tensorflow")
+    assert "'jax'" in out["refused"] and "\n" not in out["refused"]

@@ -56,6 +56,10 @@ def loader(
         **{name: checked_group(name, value) for name, value in objects.items()},  # None: the default object
     )
     adapter = ADAPTERS[options.framework].load().from_options(options)  # imports the framework now, not before
+    backend = getattr(adapter, "backend", "tensorflow")  # Keras' backend
+    if options.moves_targets and backend != "tensorflow":
+        raise OptionError(f"Output.target={options.output.target!r} with framework='keras' is built for Keras' "
+                          f"tensorflow backend (ragged boxes), Keras uses {backend!r}: use framework='jax' or 'torch'")
     mixture = Mixture(source, options.split, options) if isinstance(source, Mix) else None
     path = "" if isinstance(source, Mix) else source  # a dataset or folder: what the rest opens
     data = mixture.data if mixture else open_source(path, options.split, cache_dir=options.cache.dir,
