@@ -202,12 +202,6 @@ def test_engines_without_box_geometry_refuse_targets_in_one_line(coco: tuple[Pat
     assert "\n" not in str(raised.value)
 
 
-def test_tf_refuses_box_targets_in_one_line(coco: tuple[Path, Path]) -> None:
-    _, out = coco
-    with pytest.raises(OptionError, match="target='boxes' is not built for framework='tf'"):
-        iofeed.loader(out, batch_size=2, output=iofeed.Output(target="boxes"), framework="tf")
-
-
 def test_boxes_of_a_dataset_without_them_are_refused(tmp_path: Path) -> None:
     from iofeed.prepare.synth import synth_caltech256
 

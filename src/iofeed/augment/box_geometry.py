@@ -67,6 +67,15 @@ def letterbox_shape(width: int, height: int, side: int) -> tuple[int, int]:
     return max(1, round(height * scale)), max(1, round(width * scale))
 
 
+def letterbox_scales(crops: np.ndarray, side: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per letterboxed image (its crop the whole stored image, `crops` (n, 4)): its (x, y) scale,
+    output pixels per stored pixel, and its output (width, height), both (n, 2) float64."""
+    stored = np.asarray(crops, np.float64).reshape(-1, 4)[:, 2:4]
+    shapes = np.array([letterbox_shape(int(round(w)), int(round(h)), side) for w, h in stored],
+                      np.float64).reshape(-1, 2)[:, ::-1]
+    return shapes / np.maximum(stored, 1e-9), shapes
+
+
 def to_original(boxes: np.ndarray, scale: np.ndarray) -> np.ndarray:
     """Output boxes (m, 4) of a letterboxed image back in the annotated image's pixels, by its
     recorded `scale` (x, y: output pixels per annotated pixel)."""

@@ -202,9 +202,15 @@ class Loader(DataLoaderAttributes, Generic[BatchT]):
                           self.options.recipe.min_visible)
         self.stats.boxes["delivered"] += len(moved.labels)
         self.stats.boxes["dropped_not_visible"] += moved.moved.dropped
+        if self.options.transform is not None:
+            self.stats.boxes["dropped_by_transform"] += moved.dropped_by_transform
         images = self._adapter(batch)[0]
         if self.options.framework == "torch":
-            return images, as_torch(moved, self.image_size, self.options.device)
+            return images, as_torch(moved, self.options.device)
+        if self.options.framework == "tf" or getattr(self._adapter, "backend", None) == "tensorflow":
+            from ..adapters.tf_boxes import as_tf  # imports TensorFlow: only here
+
+            return images, as_tf(moved)
         return images, as_numpy(moved)
 
     def state_dict(self) -> dict[str, Any]:

@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 
 from ..augment.recipe import Recipe, recipe_of
+from ..augment.target_transforms import target_kind
 from ..augment.transforms import check_batch_transform, check_sample_transform
 from ..errors import OptionError
 from ..image.boxes import Augment
@@ -105,9 +106,9 @@ class LoaderOptions:
         if output.memory_format is not None and self.framework != "torch":
             raise OptionError(f"Output.memory_format is for framework='torch' (NCHW tensors), got framework="
                               f"{self.framework!r}: drop it")
-        if self.moves_targets and self.framework in ("tf", "keras"):
-            raise OptionError(f"Output.target={output.target!r} is not built for framework={self.framework!r} yet "
-                              "(tf.RaggedTensor boxes are to come): use framework='torch', 'numpy' or 'jax'")
+        if self.moves_targets and self.framework in ("tf", "keras") and self.batch_transform is not None:
+            raise OptionError(f"Output.target={output.target!r} with framework={self.framework!r}: batch_transform= "
+                              "takes (images, labels), not the boxes; move it into your model or tf.data map")
         if output.extras and self.framework == "tf":
             raise OptionError("Output.extras=True cannot travel through a tf.data.Dataset (any JSON per sample): "
                               "use framework='numpy' or 'torch', or leave extras out")
@@ -151,10 +152,11 @@ class LoaderOptions:
             raise OptionError(f"Output.target={target!r}: engine={self.engine!r} does not move boxes and masks with "
                               f"the pixels; use engine={either((AUTO, *ENGINES.having('targets')))}")
         for given, why in ((self.gpu_augment, "gpu_augment=True crops on the device, after the boxes are placed"),
-                           (self.transform is not None, "transform= takes and returns images only"),
                            (self.output.extras, "Output.extras=True: the boxes are the targets")):
             if given:
                 raise OptionError(f"Output.target={target!r} cannot be combined here: {why}")
+        if self.transform is not None:
+            target_kind(self.transform)  # one it knows how to hand the boxes to
 
     @property
     def moves_targets(self) -> bool:

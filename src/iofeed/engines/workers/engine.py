@@ -11,6 +11,7 @@ import numpy as np
 
 from ... import errors
 from ...augment.batch_key import BatchKey
+from ...augment.target_transforms import TargetTransform, probe_target_output
 from ...augment.transform_checks import TransformedImage
 from ...augment.transforms import SampleTransform, probe_output
 from ...errors import LoaderStateError, SampleError, WorkerError
@@ -30,6 +31,7 @@ from .sizing import engine_layout
 from .slots import Layout, default_prefetch
 from .target_slots import TargetLayout
 from .task import Done, Task
+from .transformed_targets import TransformedTargetLayout
 from .watchdog import stall_bounds
 
 TUNE_SECONDS = 1.0
@@ -49,7 +51,8 @@ class WorkerEngine:
                  found: dict[str, Any] | None = None, output: TransformedImage | None = None) -> None:
         self._source, self._augment, self._seed = source, options.augmentation, options.seed
         self.sample_output = output  # what the sample transform returns per image (probed), None without one
-        self._transform = None if output is None else SampleTransform(options.transform, output)
+        self._transform = (None if output is None else TargetTransform(options.transform, output)
+                           if options.moves_targets else SampleTransform(options.transform, output))
         self._spares = spares_of(options.deals_once)
         self.max_workers, self.autotune = resolve_workers(options.workers), options.workers is None
         self._initial = 1 if self.autotune else self.max_workers
@@ -187,10 +190,13 @@ class WorkerEngine:
         slot_payload = self.layout.slot(self._payload, done.slot)
         images, lease = self._pool.hand_out(done.slot, lambda wrap: self.layout.images(slot_payload, n, wrap))
         geometry = self.layout.geometry(slot_payload, n) if isinstance(self.layout, TargetLayout) else None
+        targets = (self.layout.packed(slot_payload, n) if isinstance(self.layout, TransformedTargetLayout)
+                   else None)
         return Batch(images, self._labels[done.slot, :n].copy(), done.delivered, done.skipped,
                      done.transform_seconds, done.cpu_seconds, transform_wall_seconds=done.transform_wall_seconds,
                      lease=lease, copied=lease is None,
-                     refilled=done.refilled, region=self._region if lease is not None else None, geometry=geometry)
+                     refilled=done.refilled, region=self._region if lease is not None else None, geometry=geometry,
+                     targets=targets)
 
     def _begin_next_epoch(self, epoch: int, rank: int) -> NextEpochStart:
         self._generation += 1
@@ -231,6 +237,9 @@ def make_worker_engine(source: SampleSource, options: LoaderOptions) -> WorkerEn
     With `gpu_augment`, packed slots carry stored pixels and crop boxes for augmenting on the
     device instead of augmented images. A sample transform is probed here, on one image, before
     any slot is made: the slots hold what it returns (OptionError naming it when that is wrong)."""
-    output = None if options.transform is None else probe_output(options.transform, options.resolved_image_size)
+    output = (None if options.transform is None
+              else probe_target_output(options.transform, options.resolved_image_size,
+                                       options.output.target == "masks")
+              if options.moves_targets else probe_output(options.transform, options.resolved_image_size))
     layout, found = engine_layout(source, options, output)
     return WorkerEngine(source, options, layout, found, output)

@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
+
 from ...augment.transform_checks import TransformedImage
 from ...errors import OptionError
 from ...options.loader_options import LoaderOptions
@@ -14,6 +16,7 @@ from ...sources.samples import SampleSource
 from .packing import PackedLayout
 from .slots import Layout, SlotLayout, default_memory_budget, default_prefetch
 from .target_slots import TargetLayout
+from .transformed_targets import TransformedTargetLayout
 
 
 def engine_layout(source: SampleSource, options: LoaderOptions, output: TransformedImage | None = None,
@@ -32,8 +35,14 @@ def engine_layout(source: SampleSource, options: LoaderOptions, output: Transfor
             return layout_of(slots)
         if options.gpu_augment:
             return PackedLayout.for_source(source, slots, batch_size)
+        masks = options.output.target == "masks"
+        if options.moves_targets and output is not None:
+            assert source.boxes is not None, "handed over with transform= (`loading.build`)"
+            capacity = max(1, int(np.diff(source.boxes.offsets).max(initial=0)))
+            return TransformedTargetLayout(slots, batch_size, options.resolved_image_size, masks, output.shape,
+                                           output.dtype.str, capacity, options.recipe.min_visible)
         if options.moves_targets:
-            return TargetLayout(slots, batch_size, options.resolved_image_size, options.output.target == "masks")
+            return TargetLayout(slots, batch_size, options.resolved_image_size, masks)
         if output is None:
             return SlotLayout(slots, batch_size, options.resolved_image_size)
         return SlotLayout(slots, batch_size, options.resolved_image_size, output.shape, output.dtype.str)

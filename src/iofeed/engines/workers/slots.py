@@ -74,9 +74,10 @@ class SlotLayout:
 
 class Layout(Protocol):
     """What the engine and its workers ask of a slot layout: `SlotLayout`, `PackedLayout`,
-    `TargetLayout`, the nvjpeg engine's `EncodedLayout`. A payload is whatever the layout's own
-    `views` made (an array, or a tuple of arrays) and only ever goes back to that layout: it is
-    `Any` here because this one type cannot pair each layout with its own payload's type."""
+    `TargetLayout` (and `TransformedTargetLayout`), the nvjpeg engine's `EncodedLayout`. A payload
+    is whatever the layout's own `views` made (an array, or a tuple of arrays) and only ever goes
+    back to that layout: it is `Any` here because this one type cannot pair each layout with its
+    own payload's type."""
 
     @property
     def slots(self) -> int: ...

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from ...augment.batch_key import BatchKey
+from ...augment.target_transforms import TargetTransform
 from ...augment.transforms import SampleTransform
 from ...errors import IofeedError, SampleError, is_out_of_memory, out_of_memory
 from ...format.files import raise_open_limit
@@ -25,6 +26,7 @@ from ..base import sample_failure
 from ..refill import fill
 from .decode import load_augmented
 from .slots import Layout
+from .transformed_targets import TransformedTargetLayout
 from .worker_status import IDLE, READING, TRANSFORMING, finish_task, mark, worker_view
 
 
@@ -124,6 +126,13 @@ def run_task(
             mark(now, index, READING)
             if transforming is None:
                 layout.write(slot_payload, k, reader, source, index, augment, rng)
+            elif isinstance(layout, TransformedTargetLayout):
+                image, targets, dropped = layout.prepared(reader, source, index, augment, rng)
+                mark(now, index, TRANSFORMING)
+                assert isinstance(transform, TargetTransform), "made with the layout (`make_worker_engine`)"
+                path = source.path_of(index)
+                layout.put(slot_payload, k, *transform.with_targets(image, targets, task.key, position, path),
+                           len(targets.labels), dropped, path)
             else:
                 apply, scratch = transforming
                 load_augmented(reader, source, index, augment, rng, scratch)
