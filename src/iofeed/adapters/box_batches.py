@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from ..augment.box_geometry import MIN_VISIBLE, MovedBoxes, letterbox_shape, move_boxes
+from ..augment.fitting import pad_semantic
 from ..engines.base import Batch
 from ..sources.box_targets import BoxTable
 
@@ -35,9 +36,10 @@ class BoxBatch:
     semantic: bool = False  # masks are class ids (no boxes)
 
 
-def box_batch(table: BoxTable, batch: Batch, side: int, letterbox: bool, min_visible: float = MIN_VISIBLE
-              ) -> BoxBatch:
-    """The targets of `batch` (its `geometry` recorded by the workers) at output side `side`."""
+def box_batch(table: BoxTable, batch: Batch, side: int, letterbox: bool, min_visible: float = MIN_VISIBLE,
+              fitted: bool = False) -> BoxBatch:
+    """The targets of `batch` (its `geometry` recorded by the workers) at output side `side`;
+    `fitted`: each crop was placed on the canvas (`Recipe(fit=...)`, `augment/fitting.py`)."""
     geometry, samples = batch.geometry, np.asarray(batch.indices, np.int64)
     counts, positions = table.gather(samples)
     scales = out_scale = shapes = None
@@ -47,13 +49,15 @@ def box_batch(table: BoxTable, batch: Batch, side: int, letterbox: bool, min_vis
         scales = shapes[:, ::-1] / np.maximum(stored, 1e-9)
         out_scale = (shapes[:, ::-1] / table.sizes[samples]).astype(np.float32)
     moved = move_boxes(table.boxes[positions], counts, geometry.crops, geometry.flips, (side, side), min_visible,
-                       scales)
+                       scales, geometry.placed if fitted else None)
     masks = None
     if table.semantic:
         masks = geometry.masks
         if masks is not None and shapes is not None:
             for i, (height, width) in enumerate(shapes.astype(np.int64)):
                 masks[i, height:], masks[i, :, width:] = IGNORE, IGNORE
+        if masks is not None and fitted:
+            pad_semantic(masks, geometry.placed, geometry.flips, IGNORE)
         return BoxBatch(moved, table.labels[positions][moved.kept], masks, out_scale, semantic=True)
     if geometry.masks is not None:
         lut = np.zeros((len(samples), 256), np.uint8)
