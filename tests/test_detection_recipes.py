@@ -157,23 +157,34 @@ def test_preset_boxes_and_masks_lie_on_their_objects(coco: Path, preset: str) ->
     assert delivered + counted["dropped_not_visible"] <= int(offsets[-1])
 
 
-def test_a_small_letterbox_is_centred_on_the_fill_colour_with_its_mask_exact(coco: Path) -> None:
-    recipe = iofeed.Recipe(fit="letterbox", scale_jitter=(0.5, 0.5), flip=False, fill=114, normalize=False)
+@pytest.mark.parametrize(("fit", "fill"), [("letterbox", 114), ("pad", (1, 2, 250))])
+def test_a_small_image_sits_on_the_fill_colour_where_its_fit_puts_it(coco: Path, fit: str,
+                                                                     fill: int | tuple[int, int, int]) -> None:
+    recipe = iofeed.Recipe(fit=fit, scale_jitter=(0.5, 0.5), flip=False, fill=fill, normalize=False)
     loader = iofeed.loader(coco, batch_size=4, framework="numpy", image_size=SIDE, augment=recipe, workers=1,
                            output=iofeed.Output(target="masks"), seed=1)
+    seen = 0
     try:
         for images, targets in loader:
             for i in range(len(images)):
-                canvas = np.ones((SIDE, SIDE), bool)
-                ys, xs = np.nonzero((images[i] != 114).any(-1))
+                ys, xs = np.nonzero((images[i] != fill).any(-1))
                 placed = (xs.min(), ys.min(), xs.max() + 1, ys.max() + 1)
-                canvas[placed[1]:placed[3], placed[0]:placed[2]] = False
-                assert (images[i][canvas] == 114).all() and (targets["masks"][i][canvas] == 0).all()
-                # the longer side is half the canvas, centred
+                outside = np.ones((SIDE, SIDE), bool)
+                outside[placed[1]:placed[3], placed[0]:placed[2]] = False
+                assert (images[i][outside] == fill).all() and (targets["masks"][i][outside] == 0).all()
+                # the longer side is half the canvas: centred (letterbox) or at the top left (pad)
                 assert max(placed[2] - placed[0], placed[3] - placed[1]) == SIDE // 2
-                assert abs((placed[0] + placed[2]) - SIDE) <= 1 and abs((placed[1] + placed[3]) - SIDE) <= 1
+                if fit == "letterbox":
+                    assert abs((placed[0] + placed[2]) - SIDE) <= 1 and abs((placed[1] + placed[3]) - SIDE) <= 1
+                else:
+                    assert placed[:2] == (0, 0)
+                boxes = targets["boxes"][i, : targets["counts"][i]]
+                assert (boxes[:, :2] >= np.array(placed[:2]) - 0.5).all()
+                assert (boxes[:, 2:] <= np.array(placed[2:]) + 0.5).all()
+                seen += len(boxes)
     finally:
         loader.close()
+    assert seen and loader.stats.boxes["dropped_not_visible"] == 0  # the whole image is on the canvas
 
 
 @pytest.mark.parametrize("preset", ["yolo", "detr"])
