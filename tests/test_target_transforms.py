@@ -50,8 +50,9 @@ def _on_their_objects(image: np.ndarray, boxes: np.ndarray, labels: np.ndarray, 
     return len(boxes)
 
 
-def _numpy_epoch(dataset: Path, **options: Any) -> tuple[list[tuple[np.ndarray, dict[str, np.ndarray]]], Any]:
-    loader = iofeed.loader(dataset, batch_size=4, framework="numpy", image_size=SIDE, augment="uint8",
+def _numpy_epoch(dataset: Path, augment: Any = "uint8", **options: Any
+                 ) -> tuple[list[tuple[np.ndarray, dict[str, np.ndarray]]], Any]:
+    loader = iofeed.loader(dataset, batch_size=4, framework="numpy", image_size=SIDE, augment=augment,
                            output=MASKS, **options)
     try:
         return [(images.copy(), targets) for images, targets in loader], dict(loader.stats.boxes)
@@ -94,8 +95,8 @@ def test_tf_refuses_a_batch_transform_with_box_targets_in_one_line(coco: Path) -
     assert "\n" not in str(raised.value)
 
 
-def _transformed_on_their_objects(coco: Path, transform: Any) -> None:
-    batches, counted = _numpy_epoch(coco, workers=2, seed=7, transform=transform, drop_last=False)
+def _transformed_on_their_objects(coco: Path, transform: Any, augment: Any = "uint8") -> None:
+    batches, counted = _numpy_epoch(coco, augment, workers=2, seed=7, transform=transform, drop_last=False)
     stored = int(np.load(coco / "train-boxes.npz")["offsets"][-1])
     checked = 0
     for images, targets in batches:
@@ -112,6 +113,13 @@ def _transformed_on_their_objects(coco: Path, transform: Any) -> None:
 def test_a_torchvision_v2_transform_moves_boxes_labels_and_masks_with_the_pixels(coco: Path) -> None:
     pytest.importorskip("torchvision")
     _transformed_on_their_objects(coco, T.torchvision_detection(OUT))
+
+
+@pytest.mark.torchvision
+@pytest.mark.parametrize("preset", ["yolo", "torchvision-detection"])
+def test_a_transform_after_a_fitted_recipe_keeps_boxes_and_masks_on_their_objects(coco: Path, preset: str) -> None:
+    pytest.importorskip("torchvision")
+    _transformed_on_their_objects(coco, T.torchvision_detection(OUT), iofeed.Recipe.preset(preset, normalize=False))
 
 
 @pytest.mark.albumentations

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from ..augment.box_geometry import MIN_VISIBLE, MovedBoxes, letterbox_scales, move_boxes
+from ..augment.fitting import pad_semantic
 from ..augment.target_transforms import PackedTargets
 from ..engines.base import Batch
 from ..sources.box_targets import BoxTable
@@ -39,10 +40,11 @@ class BoxBatch:
     semantic: bool = False  # masks are class ids (no boxes)
 
 
-def box_batch(table: BoxTable, batch: Batch, side: int, letterbox: bool, min_visible: float = MIN_VISIBLE
-              ) -> BoxBatch:
+def box_batch(table: BoxTable, batch: Batch, side: int, letterbox: bool, min_visible: float = MIN_VISIBLE,
+              fitted: bool = False) -> BoxBatch:
     """The targets of `batch` (its `geometry` recorded by the workers) at output side `side`; with
-    `transform=`, as it returned them (`batch.targets`: moved in the workers, no `scale`)."""
+    `transform=`, as it returned them (`batch.targets`: moved in the workers, no `scale`);
+    `fitted`: each crop was placed on the canvas (`Recipe(fit=...)`, `augment/fitting.py`)."""
     if isinstance(batch.targets, PackedTargets):
         return transformed_batch(batch.targets, batch.images.shape[1:3])
     geometry, samples = batch.geometry, np.asarray(batch.indices, np.int64)
@@ -52,13 +54,15 @@ def box_batch(table: BoxTable, batch: Batch, side: int, letterbox: bool, min_vis
         scales, shapes = letterbox_scales(geometry.crops, side)  # the crop is the whole stored image
         out_scale = (shapes / table.sizes[samples]).astype(np.float32)
     moved = move_boxes(table.boxes[positions], counts, geometry.crops, geometry.flips, (side, side), min_visible,
-                       scales)
+                       scales, geometry.placed if fitted else None)
     masks = None
     if table.semantic:
         masks = geometry.masks
         if masks is not None and shapes is not None:
             for i, (width, height) in enumerate(shapes.astype(np.int64)):
                 masks[i, height:], masks[i, :, width:] = IGNORE, IGNORE
+        if masks is not None and fitted:
+            pad_semantic(masks, geometry.placed, geometry.flips, IGNORE)
         return BoxBatch(moved, table.labels[positions][moved.kept], masks, out_scale, (side, side),
                         semantic=True)
     if geometry.masks is not None:

@@ -197,9 +197,10 @@ class Loader(DataLoaderAttributes, Generic[BatchT]):
 
     def _with_boxes(self, batch: Batch) -> Any:
         """(images, targets): the boxes moved with the batch's recorded crops and flips, counted."""
-        assert self._boxes is not None, "resolved when the loader was made"
-        moved = box_batch(self._boxes, batch, self.image_size, self.options.augmentation.letterbox,
-                          self.options.recipe.min_visible)
+        assert self._boxes is not None and self.image_size is not None, "resolved when the loader was made"
+        augmentation = self.options.augmentation
+        moved = box_batch(self._boxes, batch, self.image_size, augmentation.letterbox, self.options.recipe.min_visible,
+                          augmentation.fitted)
         self.stats.boxes["delivered"] += len(moved.labels)
         self.stats.boxes["dropped_not_visible"] += moved.moved.dropped
         if self.options.transform is not None:

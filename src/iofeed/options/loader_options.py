@@ -17,6 +17,7 @@ from ..sources.order import CHOICES, OrderSpec
 from .adapter_choices import ADAPTERS, wants_host_arrays
 from .checks import either, flag, integer, one_of, short_repr
 from .engine_choices import AUTO, ENGINES
+from .fit_checks import check_fit
 from .groups import GROUPS, Cache, Order, Output, Placement, Resources, Skips, checked_group
 from .pixels import UINT8, pixel_scale
 from .rank_world import distributed_rank_world
@@ -97,6 +98,7 @@ class LoaderOptions:
                               f"engine={either((AUTO, *ENGINES.having('packs')))}, got framework={self.framework!r}"
                               f", engine={self.engine!r}")
         self._check_recipe()
+        check_fit(self.recipe.fit, self.output.target, self.engine)
         if self.moves_targets:
             self._check_box_targets()
         output = self.output
@@ -191,7 +193,8 @@ class LoaderOptions:
         r = self.recipe
         return Augment(size=self.resolved_image_size, train=self.train, scale=r.scale, ratio=r.ratio, flip=r.flip,
                        center_fraction=r.crop_fraction, interpolation=r.interpolation, fast_decode=r.fast_decode,
-                       region_decode=r.region_decode, letterbox=self.moves_targets and not self.train)
+                       region_decode=r.region_decode, letterbox=self.moves_targets and not self.train,
+                       fit=r.fit, scale_jitter=r.scale_jitter, fill=r.fill)
 
     @property
     def host(self) -> bool:

@@ -17,7 +17,7 @@ from ...errors import WorkerError
 from ...image.boxes import Augment
 from ...sources.sample_reader import SampleReader
 from ...sources.samples import SampleSource
-from .target_slots import TargetLayout
+from .target_slots import GEOMETRY, TargetLayout
 
 COUNTS = 3  # per image: boxes returned, dropped by the recipe's crop, dropped by the transform
 
@@ -47,7 +47,7 @@ class TransformedTargetLayout(TargetLayout):
         """Sample `index` cut by the recipe, its boxes (and mask) moved alike: (image, targets,
         boxes the crop dropped). Raises SampleError."""
         side = self.side
-        scratch = (np.empty((1, side, side, 3), np.uint8), np.empty((1, 5), np.float32),
+        scratch = (np.empty((1, side, side, 3), np.uint8), np.empty((1, GEOMETRY), np.float32),
                    *((np.empty((1, side, side), np.uint8),) if self.masks else ()))
         TargetLayout.write(scratch, 0, reader, source, index, augment, rng)
         table = source.boxes
@@ -55,8 +55,9 @@ class TransformedTargetLayout(TargetLayout):
         lo, hi = int(table.offsets[index]), int(table.offsets[index + 1])
         crop, flip = scratch[1][:, :4], scratch[1][:, 4] > 0.5
         scales = letterbox_scales(crop, side)[0] if augment.letterbox else None
+        placed = scratch[1][:, 5:9] if augment.fitted else None
         moved = move_boxes(table.boxes[lo:hi], np.array([hi - lo]), crop, flip, (side, side), self.min_visible,
-                           scales)
+                           scales, placed)
         mask = None
         if self.masks:
             renumber = np.zeros(256, np.uint8)
