@@ -31,19 +31,21 @@ def coco(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _on_their_objects(image: np.ndarray, boxes: np.ndarray, labels: np.ndarray, ids: np.ndarray,
-                      atol: float = 1.5) -> int:
+                      atol: float = 1.5, edge: int = 1) -> int:
     """Asserts box k of `image` bounds the pixels of mask id k + 1 (within `atol` pixels), whose
-    inside is label k's colour; returns how many boxes were checked."""
+    inside (`edge` pixels in from the mask's border) is label k's colour; returns how many boxes
+    were checked."""
     for k, (box, label) in enumerate(zip(boxes, labels)):
         ys, xs = np.nonzero(ids == k + 1)
         assert len(xs), "a kept box has mask pixels"
         assert np.allclose([xs.min(), ys.min(), xs.max() + 1, ys.max() + 1], box, atol=atol)
-        mask = ids == k + 1
-        inner = mask.copy()
-        inner[1:] &= mask[:-1]
-        inner[:-1] &= mask[1:]
-        inner[:, 1:] &= mask[:, :-1]
-        inner[:, :-1] &= mask[:, 1:]
+        inner = ids == k + 1
+        for _ in range(edge):  # the border pixels blend with the surround when resampled
+            mask = inner.copy()
+            inner[1:] &= mask[:-1]
+            inner[:-1] &= mask[1:]
+            inner[:, 1:] &= mask[:, :-1]
+            inner[:, :-1] &= mask[:, 1:]
         if inner.sum() >= 4:  # an object a few pixels wide is all edge, blended with its surround
             colour = np.abs(image[inner].astype(np.int16) - COLOURS[int(label)]).max(-1) <= 64
             assert colour.mean() > 0.95
@@ -95,7 +97,7 @@ def test_tf_refuses_a_batch_transform_with_box_targets_in_one_line(coco: Path) -
     assert "\n" not in str(raised.value)
 
 
-def _transformed_on_their_objects(coco: Path, transform: Any, augment: Any = "uint8") -> None:
+def _transformed_on_their_objects(coco: Path, transform: Any, augment: Any = "uint8", edge: int = 1) -> None:
     batches, counted = _numpy_epoch(coco, augment, workers=2, seed=7, transform=transform, drop_last=False)
     stored = int(np.load(coco / "train-boxes.npz")["offsets"][-1])
     checked = 0
@@ -104,7 +106,7 @@ def _transformed_on_their_objects(coco: Path, transform: Any, augment: Any = "ui
         for i, image in enumerate(images):
             count = int(targets["counts"][i])
             checked += _on_their_objects(image, targets["boxes"][i, :count], targets["labels"][i, :count],
-                                         targets["masks"][i], ZOOMED)
+                                         targets["masks"][i], ZOOMED, edge)
     assert checked == counted["delivered"] > 0
     assert checked + counted["dropped_not_visible"] + counted["dropped_by_transform"] == stored  # none lost unsaid
 
@@ -119,7 +121,9 @@ def test_a_torchvision_v2_transform_moves_boxes_labels_and_masks_with_the_pixels
 @pytest.mark.parametrize("preset", ["yolo", "torchvision-detection"])
 def test_a_transform_after_a_fitted_recipe_keeps_boxes_and_masks_on_their_objects(coco: Path, preset: str) -> None:
     pytest.importorskip("torchvision")
-    _transformed_on_their_objects(coco, T.torchvision_detection(OUT), iofeed.Recipe.preset(preset, normalize=False))
+    # Resampled twice (the recipe's resize, then the transform's), an object's border blends two pixels deep.
+    _transformed_on_their_objects(coco, T.torchvision_detection(OUT), iofeed.Recipe.preset(preset, normalize=False),
+                                  edge=2)
 
 
 @pytest.mark.albumentations
