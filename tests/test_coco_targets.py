@@ -259,3 +259,20 @@ def test_overwrite_replaces_a_detection_dataset_and_keeps_a_users_boxes_file(coc
     with pytest.raises(OptionError, match="old-boxes.npz, which iofeed did not write"):
         preprocess(src, copy, workers=1, progress=False, val_fraction=0.3, overwrite=True)
     assert (copy / "old-boxes.npz").read_bytes() == b"mine" and (copy / "train-boxes.npz").exists()
+
+
+@pytest.mark.torch
+def test_an_id_map_splits_alike_on_the_host_and_on_a_device() -> None:
+    """The CPU splits instance-id maps with numpy (torch's broadcast uint8 comparison was ~10x slower
+    there), a GPU with torch: both give mask k = pixels of id k + 1, and no mask for an absent id."""
+    import torch
+
+    from iofeed.adapters.box_batches import split_on_device, split_on_host
+
+    ids = np.random.default_rng(0).integers(0, 6, (40, 56)).astype(np.uint8)
+    ids[ids == 3] = 0  # an id with no pixel left
+    host, device = split_on_host(ids, 6), split_on_device(torch.from_numpy(ids), 6).numpy()
+    assert host.dtype == device.dtype == np.uint8 and host.shape == device.shape == (6, 40, 56)
+    assert np.array_equal(host, device) and host[2].sum() == 0 and host[5].sum() == 0
+    for k in range(6):
+        assert np.array_equal(host[k] == 1, ids == k + 1)
