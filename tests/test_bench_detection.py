@@ -8,6 +8,7 @@ import json
 import numpy as np
 import pytest
 
+from helpers.images import interior
 from iofeed.adapters.normalize import IMAGENET_MEAN, IMAGENET_STD
 from iofeed.cli.bench.feeds import DETECTION_BASELINE, FEEDS, FeedSpec, baseline_of, default_feeds, open_feed
 from iofeed.cli.bench.schema import validate
@@ -42,15 +43,6 @@ def _pixels(image: object) -> np.ndarray:
     return array * 255.0
 
 
-def _interior(mask: np.ndarray) -> np.ndarray:
-    inner = mask.copy()
-    inner[1:] &= mask[:-1]
-    inner[:-1] &= mask[1:]
-    inner[:, 1:] &= mask[:, :-1]
-    inner[:, :-1] &= mask[:, 1:]
-    return inner
-
-
 @pytest.mark.torch
 @pytest.mark.torchvision
 @pytest.mark.parametrize("name", ["torchvision-coco-masks", "iofeed-coco-masks"])
@@ -79,7 +71,7 @@ def test_each_side_delivers_masks_on_their_objects_inside_their_boxes(name: str,
                     continue  # an object cropped to a sliver: its box is kept by a rule, its mask empty
                 assert xs.min() >= box[0] - 2 and xs.max() + 1 <= box[2] + 2
                 assert ys.min() >= box[1] - 2 and ys.max() + 1 <= box[3] + 2
-                inner = _interior(mask)
+                inner = interior(mask)
                 if inner.sum() >= 4:
                     assert (np.abs(pixels[inner] - colour).max(-1) <= 64).mean() > 0.9, (name, label)
                     checked += 1

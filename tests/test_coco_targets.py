@@ -13,6 +13,7 @@ import pytest
 from PIL import Image
 
 import iofeed
+from helpers.images import interior
 from iofeed.augment.box_geometry import to_original
 from iofeed.errors import OptionError
 from iofeed.image.masks import polygon_mask, rle_mask
@@ -24,16 +25,6 @@ SIDE = 96
 
 def _is_colour(pixels: np.ndarray, label: int, tolerance: int = 48) -> np.ndarray:
     return (np.abs(pixels.astype(np.int16) - COLOURS[label]).max(-1) <= tolerance)
-
-
-def _interior(mask: np.ndarray) -> np.ndarray:
-    """`mask` less its edge pixels (where resizing blends an object with its surround)."""
-    inner = mask.copy()
-    inner[1:] &= mask[:-1]
-    inner[:-1] &= mask[1:]
-    inner[:, 1:] &= mask[:, :-1]
-    inner[:, :-1] &= mask[:, 1:]
-    return inner
 
 
 @pytest.fixture(scope="module")
@@ -123,7 +114,7 @@ def test_loader_boxes_and_masks_follow_every_crop_and_flip(coco: tuple[Path, Pat
                 ys, xs = np.nonzero(targets["masks"][i] == k + 1)
                 assert len(xs), "a kept box has mask pixels"
                 assert np.allclose([xs.min(), ys.min(), xs.max() + 1, ys.max() + 1], box, atol=1.5)
-                inner = _interior(targets["masks"][i] == k + 1)
+                inner = interior(targets["masks"][i] == k + 1)
                 if inner.sum() >= 4:  # an object a few pixels wide is all edge, blended with its surround
                     assert _is_colour(images[i][inner], label, 64).mean() > 0.95
                 delivered += 1
