@@ -45,6 +45,7 @@ def _pixels(image: object) -> np.ndarray:
 
 @pytest.mark.torch
 @pytest.mark.torchvision
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["torchvision-coco-masks", "iofeed-coco-masks"])
 def test_each_side_delivers_masks_on_their_objects_inside_their_boxes(name: str, coco: dict[str, str]) -> None:
     """The baseline does the work it is credited with: boxes, labels and per-object masks that follow
