@@ -55,29 +55,41 @@ class RowRuns:
     def shape(self) -> tuple[int, int]:
         return len(self.first) - 1, self.width
 
-    def rows(self, wanted: np.ndarray) -> np.ndarray:
-        """The map's rows `wanted` (any order, repeats allowed) as (len(wanted), width) uint8: only
-        the runs of the rows from the first to the last wanted are expanded (one slice)."""
-        low, high = int(wanted.min()), int(wanted.max()) + 1
-        out: np.ndarray = np.take(self.window(low, high), wanted - low, axis=0)
+    def sample(self, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
+        """`map[rows][:, cols]` as (len(rows), len(cols)) uint8, for `cols` in ascending order: each
+        run of the rows from the first to the last wanted is repeated once per column it holds
+        (never a whole row expanded), then the wanted rows taken."""
+        low, high = int(rows.min()), int(rows.max()) + 1
+        begin, end, covered = self._checked(low, high)
+        lengths = self.lengths[begin:end]
+        row_of = np.repeat(np.arange(high - low, dtype=np.int64), np.diff(self.first[low:high + 1].astype(np.int64)))
+        stop = covered - row_of * self.width  # each run's end within its row
+        held = np.searchsorted(cols, stop) - np.searchsorted(cols, stop - lengths)  # columns in [start, stop)
+        window = np.repeat(self.values[begin:end], held).reshape(high - low, len(cols))
+        out: np.ndarray = np.take(window, rows - low, axis=0)
         return out
 
     def window(self, top: int, bottom: int) -> np.ndarray:
-        """Rows `top` to `bottom` (exclusive) as (bottom - top, width) uint8; SampleError when
-        their runs do not cover each row exactly (a damaged member)."""
-        ends = self.first[top:bottom + 1].astype(np.int64)
-        begin = int(ends[0])
-        covered = np.cumsum(self.lengths[begin:int(ends[-1])], dtype=np.int64)
-        rows = np.arange(1, bottom - top + 1, dtype=np.int64) * self.width
-        if (np.diff(ends) < 1).any() or not np.array_equal(covered[ends[1:] - begin - 1], rows):
-            raise SampleError(f"instance mask's row runs do not cover its rows {top}-{bottom - 1} "
-                              f"({self.width} pixels each)")
-        expanded: np.ndarray = np.repeat(self.values[begin:int(ends[-1])], self.lengths[begin:int(ends[-1])])
+        """Rows `top` to `bottom` (exclusive) as (bottom - top, width) uint8."""
+        begin, end, _ = self._checked(top, bottom)
+        expanded: np.ndarray = np.repeat(self.values[begin:end], self.lengths[begin:end])
         return expanded.reshape(bottom - top, self.width)
 
     def expand(self) -> np.ndarray:
         """The whole map (H, W) uint8."""
         return self.window(0, self.shape[0])
+
+    def _checked(self, top: int, bottom: int) -> tuple[int, int, np.ndarray]:
+        """Rows `top`..`bottom - 1`'s first and past-last run and their runs' cumulative lengths;
+        SampleError when the runs do not cover each row exactly (a damaged member)."""
+        ends = self.first[top:bottom + 1].astype(np.int64)
+        begin, end = int(ends[0]), int(ends[-1])
+        covered = np.cumsum(self.lengths[begin:end], dtype=np.int64)
+        rows = np.arange(1, bottom - top + 1, dtype=np.int64) * self.width
+        if (np.diff(ends) < 1).any() or not np.array_equal(covered[ends[1:] - begin - 1], rows):
+            raise SampleError(f"instance mask's row runs do not cover its rows {top}-{bottom - 1} "
+                              f"({self.width} pixels each)")
+        return begin, end, covered
 
 
 def decode_rows(data: bytes, width: int, height: int) -> RowRuns:

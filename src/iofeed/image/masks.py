@@ -107,12 +107,14 @@ def crop_resize_nearest(ids: np.ndarray | RowRuns, box: tuple[float, float, floa
                         size: tuple[int, int]) -> np.ndarray:
     """`box` (left, top, right, bottom, rounded to whole pixels as the image crop is) of an
     instance-id map, resized to `size` (height, width) nearest-neighbour, mirrored if `flip`.
-    From stored row runs only the sampled rows are expanded."""
+    From stored row runs no row is expanded whole (`RowRuns.sample`)."""
     left, top, right, bottom = (int(round(v)) for v in box)
     rows = nearest_indices(ids.shape[0], size[0], top, bottom - top)
     cols = nearest_indices(ids.shape[1], size[1], left, right - left)
-    picked = ids.rows(rows) if isinstance(ids, RowRuns) else np.take(ids, rows, axis=0)
-    out: np.ndarray = np.take(picked, cols, axis=1)  # two 1-D takes: ~5x a 2-D fancy index's speed
+    if isinstance(ids, RowRuns):
+        out = ids.sample(rows, cols)  # the columns ascend: nearest_indices floors an increasing ramp
+    else:
+        out = np.take(np.take(ids, rows, axis=0), cols, axis=1)  # two 1-D takes: ~5x a 2-D fancy index's speed
     return out[:, ::-1] if flip else out
 
 
