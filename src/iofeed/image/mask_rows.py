@@ -62,9 +62,10 @@ class RowRuns:
         low, high = int(rows.min()), int(rows.max()) + 1
         begin, end, covered = self._checked(low, high)
         lengths = self.lengths[begin:end]
-        row_of = np.repeat(np.arange(high - low, dtype=np.int64), np.diff(self.first[low:high + 1].astype(np.int64)))
+        per_row: np.ndarray = np.diff(self.first[low:high + 1].astype(np.int64))
+        row_of = np.repeat(np.arange(high - low, dtype=np.int64), per_row)
         stop = covered - row_of * self.width  # each run's end within its row
-        held = np.searchsorted(cols, stop) - np.searchsorted(cols, stop - lengths)  # columns in [start, stop)
+        held: np.ndarray = np.searchsorted(cols, stop) - np.searchsorted(cols, stop - lengths)  # in [start, stop)
         window = np.repeat(self.values[begin:end], held).reshape(high - low, len(cols))
         out: np.ndarray = np.take(window, rows - low, axis=0)
         return out
