@@ -271,7 +271,9 @@ def test_an_id_map_splits_alike_on_the_host_and_on_a_device() -> None:
 def test_torch_splits_by_each_kept_boxs_id_as_numpy_renumbers_after_a_drop() -> None:
     """A batch whose crops dropped boxes: torch's per-object masks (split by each kept box's id in
     the workers' map, no renumbering) are numpy's renumbered map, box k = id k + 1, mask for mask."""
-    from iofeed.adapters.box_batches import BoxBatch, as_numpy, as_torch
+    import torch
+
+    from iofeed.adapters.box_batches import BoxBatch, as_numpy, as_torch, split_on_device
     from iofeed.augment.box_geometry import MovedBoxes
 
     rng = np.random.default_rng(7)
@@ -289,4 +291,7 @@ def test_torch_splits_by_each_kept_boxs_id_as_numpy_renumbers_after_a_drop() -> 
         for k, box in enumerate(range(offsets[i], offsets[i + 1])):
             assert np.array_equal(split[k] == 1, maps[i] == source[box] + 1)
             assert np.array_equal(split[k] == 1, renumbered[i] == k + 1)
+        on_device = split_on_device(torch.from_numpy(maps[i]), torch.from_numpy((source[offsets[i]:offsets[i + 1]] + 1)
+                                                                                .astype(np.uint8)))
+        assert np.array_equal(on_device.numpy(), split)  # a GPU's split, given the batch's ids as a tensor
     assert not (renumbered[1] > 0).any() and set(np.unique(renumbered[0])) <= {0, 1, 2, 3}

@@ -139,6 +139,9 @@ def as_torch(boxes: BoxBatch, device: Any) -> list[dict[str, Any]]:
     numbers = (boxes.mask_ids if boxes.mask_ids is not None else
                (np.arange(len(boxes.labels)) - np.repeat(boxes.moved.offsets[:-1], np.diff(boxes.moved.offsets))
                 + 1).astype(np.uint8))
+    on_device = None  # a device's split: the batch's ids copied there once
+    if ids is not None and host is None:
+        on_device = torch.from_numpy(numbers).to(ids.device, non_blocking=True)
     out = []
     for i in range(len(offsets) - 1):
         lo, hi = offsets[i], offsets[i + 1]
@@ -147,8 +150,8 @@ def as_torch(boxes: BoxBatch, device: Any) -> list[dict[str, Any]]:
             "labels": labels[lo:hi]}
         if host is not None:
             target["masks"] = tv_tensors.Mask(torch.from_numpy(split_on_host(host[i], numbers[lo:hi])))
-        elif ids is not None:
-            target["masks"] = tv_tensors.Mask(split_on_device(ids[i], numbers[lo:hi]))
+        elif ids is not None and on_device is not None:
+            target["masks"] = tv_tensors.Mask(split_on_device(ids[i], on_device[lo:hi]))
         if boxes.scale is not None:
             target["scale"] = torch.from_numpy(boxes.scale[i])
         out.append(target)
@@ -166,9 +169,10 @@ def split_on_host(ids: np.ndarray, which: int | np.ndarray) -> np.ndarray:
     return split
 
 
-def split_on_device(ids: Any, which: int | np.ndarray) -> Any:
-    """The same on a torch tensor, on its device (a GPU's: one kernel per image)."""
+def split_on_device(ids: Any, which: Any) -> Any:
+    """The same on a torch tensor, on its device (a GPU's: one kernel per image); `which` an int,
+    a numpy array or a uint8 tensor already there (the batch's ids, copied once)."""
     import torch
 
-    numbers = torch.from_numpy(_numbers(which)).to(ids.device, non_blocking=True)
+    numbers = which if isinstance(which, torch.Tensor) else torch.from_numpy(_numbers(which)).to(ids.device)
     return (ids[None] == numbers[:, None, None]).to(torch.uint8)
