@@ -81,6 +81,11 @@ def scan_source(src: str | Path, options: SourceOptions, kind: str = "auto") -> 
                           f"(URLs: {', '.join(SOURCES.having('urls'))})")
     if options.labels is not None and not entry.caps.labels_file:
         raise SourceError(f"--labels is for a folder of images, not a {kind} source")
+    if options.target == "text" and kind != "webdataset":
+        raise OptionError(f"--target text reads image-text WebDataset shards (img2dataset's jpg + txt/json), not "
+                          f"a {kind} source ({src}): leave --target out")
+    if options.label_names and options.target == "text":
+        raise OptionError("--label-names makes classes of the labels, --target text keeps captions: pass one")
     if options.image_key and kind != "webdataset":
         raise SourceError(f"--image-key is for WebDataset shards, not a {kind} source (Parquet: --image-column)")
     for option, value, cap in (("--label-column", options.label_column, "label_column"),

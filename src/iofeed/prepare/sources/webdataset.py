@@ -31,7 +31,12 @@ DEFAULT_JSON_LABEL = "label"
 
 def scan(src: str, options: SourceOptions) -> SourceScan:
     """Every sample of the shards `src` names; remote shards are copied into the spool first, and
-    a shard that cannot be read whole is rejected with the samples it held (see `tarread`)."""
+    a shard that cannot be read whole is rejected with the samples it held (see `tarread`). With
+    `--target text` each sample's caption is its target (`webdataset_captions`)."""
+    if options.target == "text":
+        from .webdataset_captions import scan_captions
+
+        return scan_captions(src, options)
     result = SourceScan(root=str(src), kind="webdataset", targets=shard_targets(options.label_column))
     captions: list[tuple[str, Any]] = []
     for shard in list_shards(src):
@@ -77,7 +82,8 @@ def refuse_captions(labels: list[tuple[str, Any]], src: str) -> None:
         shown = label if len(str(label)) <= 40 else f"{str(label)[:37]}..."
         raise SourceError(f"{src}: the txt members look like captions, not class names ({len(single)} of "
                           f"{len(labels)} samples have a text no other has, e.g. {name}: {shown!r}): pass "
-                          "--label-column json to keep each json as the sample's extra (img2dataset shards), "
+                          "--target text to keep each caption as the sample's target (img2dataset shards), "
+                          "--label-column json to keep each json as the sample's extra, "
                           "--label-column KEY for a label under KEY in each json, or --label-names to make each "
                           "text a class")
 

@@ -1,0 +1,66 @@
+"""`Output(tokenizer=)` in the workers: a caption's token ids from the user's callable, seeded per
+sample like `transform=` (its seeds from the batch key and the sample's place, on a stream of its
+own), its result read as one row of int64 ids; and the rows of a batch padded into one array."""
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from ..errors import SampleError, WorkerError
+from .batch_key import BatchKey
+from .transforms import _seeds, seed_globals, takes_rng, transform_name
+
+TOKEN_STREAM = 3  # seed stream apart from the crop draws (0), `transform=` (1) and `batch_transform=` (2)
+
+
+class SampleTokenizer:
+    """The user's tokenizer in a worker: `fn(text)` (or `fn(text, rng=Generator)`) returning a
+    sequence of ints, a 1-D array or tensor, a (1, L) one (open_clip's), or a mapping holding
+    `input_ids` (a Hugging Face tokenizer's call)."""
+
+    def __init__(self, fn: Any) -> None:
+        self.fn, self.name = fn, transform_name(fn)
+        self._rng = takes_rng(fn)
+
+    def __call__(self, text: str, key: BatchKey, position: int, path: str = "") -> np.ndarray:
+        """`text`'s ids (int64, 1-D) with the seeds of (key, position). SampleError when the
+        tokenizer raises (skipped or raised per on_error); WorkerError for a result that is no
+        row of integer ids."""
+        sequence, seed = _seeds(key, position, TOKEN_STREAM)
+        seed_globals(seed)
+        try:
+            out = self.fn(text, rng=np.random.default_rng(sequence)) if self._rng else self.fn(text)
+        except SystemExit as exc:
+            raise WorkerError(f"{path}: tokenizer {self.name} called sys.exit({exc.code!r})") from None
+        except Exception as exc:  # noqa: BLE001 - the user's code: skipped or raised per on_error
+            detail = str(exc).splitlines()[0] if str(exc) else "no message"
+            raise SampleError(f"tokenizer {self.name} raised {type(exc).__name__} ({detail})") from None
+        return token_row(out, self.name, path)
+
+
+def token_row(out: Any, name: str, path: str = "") -> np.ndarray:
+    """A tokenizer's result as int64 ids (1-D); WorkerError naming `name` when it is none."""
+    if isinstance(out, Mapping) or (hasattr(out, "keys") and "input_ids" in out):
+        out = out["input_ids"]
+    if hasattr(out, "detach"):  # a torch tensor
+        out = out.detach().cpu().numpy()
+    array = np.asarray(out) if isinstance(out, (np.ndarray, Sequence)) else None
+    if array is not None and array.ndim == 2 and array.shape[0] == 1:
+        array = array[0]
+    if array is None or array.ndim != 1 or not (array.dtype.kind in "iu" or array.size == 0):
+        shown = f"{type(out).__name__} {getattr(array, 'shape', '')} {getattr(array, 'dtype', '')}".strip()
+        where = f"{path}: " if path else ""
+        raise WorkerError(f"{where}tokenizer {name} returned {shown}: return one caption's token ids (a list of "
+                          "ints, a 1-D integer array or tensor, or a mapping with 'input_ids')")
+    return array.astype(np.int64, copy=False)
+
+
+def padded(rows: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """(ids, lengths): int64 (B, longest) with row i's ids first and zeros after, and int64 (B,)."""
+    lengths = np.fromiter((len(r) for r in rows), np.int64, count=len(rows))
+    ids = np.zeros((len(rows), int(lengths.max()) if len(rows) else 0), np.int64)
+    for i, row in enumerate(rows):
+        ids[i, :len(row)] = row
+    return ids, lengths
