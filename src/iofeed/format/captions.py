@@ -3,6 +3,7 @@ as UTF-8 bytes back to back (`data`, uint8) with row i at `data[offsets[i]:offse
 manifest's `targets.captions` entry that names the files and the layout's version."""
 from __future__ import annotations
 
+import io
 import json
 from pathlib import Path
 from typing import Any
@@ -45,11 +46,12 @@ def save_captions(directory: Path, split: str, captions: list[str]) -> str:
     return name
 
 
-def load_captions(where: Path, rows: int) -> tuple[np.ndarray, np.ndarray]:
-    """(offsets, data) of a captions file of `rows` rows; DatasetError naming it when unreadable,
-    of another row count, or holding bytes that are not UTF-8."""
+def load_captions(where: Path | str, rows: int, content: bytes | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """(offsets, data) of the captions file at `where` (or its `content`, fetched from a URL) of
+    `rows` rows; DatasetError naming it when unreadable, of another row count, or holding bytes
+    that are not UTF-8."""
     try:
-        with np.load(where, allow_pickle=False) as found:
+        with np.load(where if content is None else io.BytesIO(content), allow_pickle=False) as found:
             offsets, data = np.asarray(found["offsets"], np.int64), np.asarray(found["data"], np.uint8)
     except (OSError, KeyError, ValueError) as exc:
         raise DatasetError(f"cannot read {where}: {exc} (run `iofeed preprocess` again)") from None

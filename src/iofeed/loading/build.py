@@ -73,9 +73,9 @@ def loader(
                               f"folder, not {'a Mix' if mixture else 'streamed shards' if data.remote else 'a folder'}")
         boxes = open_boxes(path, options.split, data, masks=options.output.target == "masks")
     elif options.output.target == "text":
-        if mixture is not None or data.kind != "dataset" or data.remote is not None:
-            raise OptionError("Output.target='text' reads a local iofeed dataset preprocessed with --target text, "
-                              f"not {'a Mix' if mixture else 'streamed shards' if data.remote else 'a folder'}")
+        if mixture is not None or data.kind != "dataset":
+            raise OptionError("Output.target='text' reads an iofeed dataset preprocessed with --target text, "
+                              f"not {'a Mix' if mixture else 'a folder'}")
         captions = open_captions(path, options.split, data, workers=options.output.tokenizer is not None)
         targets = open_targets(path, options.split, data) if options.output.extras else None
     elif options.output.target != "class" or options.output.extras:

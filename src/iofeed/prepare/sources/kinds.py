@@ -14,6 +14,7 @@ from .base import SourceOptions, SourceScan
 from .coco import coco_files
 from .tables import is_hf_dataset, is_parquet
 from .tarread import is_tar
+from .webdataset_captions import scan_captions
 
 
 @dataclass(frozen=True)
@@ -96,7 +97,9 @@ def scan_source(src: str | Path, options: SourceOptions, kind: str = "auto") -> 
             raise OptionError(f"{given}: {src} is a {kind} source, where it does not apply ({option} is for "
                               f"{', '.join(SOURCES.having(cap))} sources)")
     try:
-        scanned: SourceScan = entry.load()(src, options)
+        # --target text: the webdataset source's caption reading (`webdataset_captions`)
+        scan = entry.load() if options.target != "text" else scan_captions
+        scanned: SourceScan = scan(src, options)
     except SourceError as exc:
         raise _with_shard_hint(exc, src, kind) from None
     scanned.settle(options.label_names)

@@ -31,12 +31,7 @@ DEFAULT_JSON_LABEL = "label"
 
 def scan(src: str, options: SourceOptions) -> SourceScan:
     """Every sample of the shards `src` names; remote shards are copied into the spool first, and
-    a shard that cannot be read whole is rejected with the samples it held (see `tarread`). With
-    `--target text` each sample's caption is its target (`webdataset_captions`)."""
-    if options.target == "text":
-        from .webdataset_captions import scan_captions
-
-        return scan_captions(src, options)
+    a shard that cannot be read whole is rejected with the samples it held (see `tarread`)."""
     result = SourceScan(root=str(src), kind="webdataset", targets=shard_targets(options.label_column))
     captions: list[tuple[str, Any]] = []
     for shard in list_shards(src):

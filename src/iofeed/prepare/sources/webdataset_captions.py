@@ -8,6 +8,7 @@ sample's extra, and an unreadable one rejects its sample."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any, BinaryIO
 
 from ...sources.folder_scan import Rejection
@@ -26,7 +27,7 @@ def scan_captions(src: str, options: SourceOptions) -> SourceScan:
     """Every sample of the shards `src` names, its caption the target (`SourceScan.captions`)."""
     result = SourceScan(root=str(src), kind="webdataset", targets=Targets(json_targets=True), captions=[])
     for shard in list_shards(src):
-        local = fetch_or_reject(shard, options.spool, result.rejected) if is_url(shard) else shard
+        local = fetch_or_reject(shard, _spool(options), result.rejected) if is_url(shard) else shard
         if local is None:
             continue
         read = read_shard(str(local), shard, options.spool)
@@ -45,6 +46,12 @@ def scan_captions(src: str, options: SourceOptions) -> SourceScan:
                 assert result.captions is not None
                 result.captions.append(caption)
     return result
+
+
+def _spool(options: SourceOptions) -> Path:
+    """Where remote shards are copied (preprocess always gives one)."""
+    assert options.spool is not None, "preprocess gives the source a spool folder"
+    return options.spool
 
 
 def caption_sample(f: BinaryIO, members: Members, caption_key: str | None,
