@@ -11,9 +11,9 @@ import numpy as np
 from ..augment.tokenizer import padded
 
 
-def caption_tokens(rows: list[np.ndarray] | None, framework: str, device: str) -> tuple[Any, Any]:
-    """(ids, lengths) of a batch's token rows (`Batch.tokens`; an empty batch has none)."""
-    ids, lengths = padded(list(rows or []))
+def caption_tokens(tokens: tuple[np.ndarray, np.ndarray] | None, framework: str, device: str) -> tuple[Any, Any]:
+    """(ids, lengths) of a batch's packed token rows (`Batch.tokens`; an empty batch has none)."""
+    ids, lengths = padded(tokens)
     if framework != "torch":
         return ids, lengths
     import torch

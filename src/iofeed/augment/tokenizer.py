@@ -57,10 +57,17 @@ def token_row(out: Any, name: str, path: str = "") -> np.ndarray:
     return array.astype(np.int64, copy=False)
 
 
-def padded(rows: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
-    """(ids, lengths): int64 (B, longest) with row i's ids first and zeros after, and int64 (B,)."""
+def packed(rows: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """A batch's rows as two arrays (lengths, ids back to back), how they cross from a worker: two
+    objects to pickle, not one per caption."""
     lengths = np.fromiter((len(r) for r in rows), np.int64, count=len(rows))
-    ids = np.zeros((len(rows), int(lengths.max()) if len(rows) else 0), np.int64)
-    for i, row in enumerate(rows):
-        ids[i, :len(row)] = row
+    return lengths, (np.concatenate(rows) if rows else np.empty(0, np.int64)).astype(np.int64, copy=False)
+
+
+def padded(tokens: tuple[np.ndarray, np.ndarray] | None) -> tuple[np.ndarray, np.ndarray]:
+    """(ids, lengths) of `packed` rows: int64 (B, longest) with row i's ids first and zeros after,
+    and int64 (B,)."""
+    lengths, flat = tokens if tokens is not None else (np.empty(0, np.int64), np.empty(0, np.int64))
+    ids = np.zeros((len(lengths), int(lengths.max()) if len(lengths) else 0), np.int64)
+    ids[np.arange(ids.shape[1]) < lengths[:, None]] = flat
     return ids, lengths

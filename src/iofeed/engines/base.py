@@ -39,7 +39,7 @@ class Batch:
     copied: bool = False  # copied out of engine memory: the consumer held all the engine could lend
     refilled: int = 0  # skipped samples whose places spare samples took (`engines/refill.py`)
     geometry: Any = None  # target="boxes"/"masks": each image's crop, flip and mask (`workers/target_slots.py`)
-    tokens: list[np.ndarray] | None = None  # Output(tokenizer=): each delivered sample's token ids, from the workers
+    tokens: tuple[np.ndarray, np.ndarray] | None = None  # Output(tokenizer=): (lengths, ids back to back) per sample
 
     def release(self) -> None:
         """Give the engine memory under `images` back now: for an adapter once its copy of them is

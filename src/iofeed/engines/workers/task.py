@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from ...augment.batch_key import BatchKey
-from ...augment.tokenizer import SampleTokenizer
+from ...augment.tokenizer import SampleTokenizer, packed
 from ...augment.transforms import SampleTransform
 from ...errors import IofeedError, SampleError, is_out_of_memory, out_of_memory
 from ...format.captions import caption_at
@@ -58,7 +58,7 @@ class Done:
     refilled: int = 0  # skipped samples whose places spares took
     exhausted: bool = False  # a skipped sample's place stayed empty: all `spares` were tried
     spares: int = 0  # how many spares the task had
-    tokens: list[np.ndarray] | None = None  # Output(tokenizer=): each delivered sample's token ids, in order
+    tokens: tuple[np.ndarray, np.ndarray] | None = None  # Output(tokenizer=): (lengths, ids back to back), in order
 
 
 def worker_main(
@@ -161,7 +161,7 @@ def run_task(
         return stopped.done
     return Done(task.generation, task.batch_no, task.slot, np.asarray(filled.delivered, np.int64), filled.skipped,
                 refilled=filled.refilled, exhausted=filled.exhausted, spares=len(task.spare),
-                tokens=[tokens[k] for k in range(len(filled.delivered))] if tokenizer is not None else None)
+                tokens=packed([tokens[k] for k in range(len(filled.delivered))]) if tokenizer is not None else None)
 
 
 class _Stop(Exception):
