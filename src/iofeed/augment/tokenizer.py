@@ -10,28 +10,43 @@ import numpy as np
 
 from ..errors import SampleError, WorkerError
 from .batch_key import BatchKey
-from .transforms import _seeds, seed_globals, takes_rng, transform_name
+from .transforms import seed_globals, takes_rng, transform_name
 
 TOKEN_STREAM = 3  # seed stream apart from the crop draws (0), `transform=` (1) and `batch_transform=` (2)
+SEEDS_PER_BATCH = 256  # seeds made at once per batch (more when a batch's places, spares included, run past)
 
 
 class SampleTokenizer:
     """The user's tokenizer in a worker: `fn(text)` (or `fn(text, rng=Generator)`) returning a
     sequence of ints, a 1-D array or tensor, a (1, L) one (open_clip's), or a mapping holding
-    `input_ids` (a Hugging Face tokenizer's call)."""
+    `input_ids` (a Hugging Face tokenizer's call). Before each call Python's `random` and numpy's
+    global RNG (torch's, if loaded) are seeded with the sample's seed: word `position` of the
+    batch key's token stream, made once per batch (a SeedSequence per sample cost 40 us of a
+    caption's 60, docs/benchmarks.md), so a sample's ids depend on (seed, epoch, rank, batch,
+    place) only, never on the worker."""
 
     def __init__(self, fn: Any) -> None:
         self.fn, self.name = fn, transform_name(fn)
         self._rng = takes_rng(fn)
+        self._key: BatchKey | None = None
+        self._seeds = np.empty(0, np.uint64)
+
+    def seed(self, key: BatchKey, position: int) -> int:
+        """The seed of the sample at `position` of batch `key`."""
+        if key != self._key or position >= len(self._seeds):
+            count = max(SEEDS_PER_BATCH, 2 * position + 1)
+            stream = np.random.SeedSequence((key.seed, key.epoch, key.rank, key.batch_no, TOKEN_STREAM))
+            self._key, self._seeds = key, stream.generate_state(count, np.uint64)  # a prefix of any longer one
+        return int(self._seeds[position])
 
     def __call__(self, text: str, key: BatchKey, position: int, path: str = "") -> np.ndarray:
-        """`text`'s ids (int64, 1-D) with the seeds of (key, position). SampleError when the
+        """`text`'s ids (int64, 1-D) with the seed of (key, position). SampleError when the
         tokenizer raises (skipped or raised per on_error); WorkerError for a result that is no
         row of integer ids."""
-        sequence, seed = _seeds(key, position, TOKEN_STREAM)
+        seed = self.seed(key, position)
         seed_globals(seed)
         try:
-            out = self.fn(text, rng=np.random.default_rng(sequence)) if self._rng else self.fn(text)
+            out = self.fn(text, rng=np.random.default_rng(seed)) if self._rng else self.fn(text)
         except SystemExit as exc:
             raise WorkerError(f"{path}: tokenizer {self.name} called sys.exit({exc.code!r})") from None
         except Exception as exc:  # noqa: BLE001 - the user's code: skipped or raised per on_error
