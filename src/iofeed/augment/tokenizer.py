@@ -29,7 +29,7 @@ class SampleTokenizer:
         self.fn, self.name = fn, transform_name(fn)
         self._rng = takes_rng(fn)
         self._key: BatchKey | None = None
-        self._seeds = np.empty(0, np.uint64)
+        self._seeds: np.ndarray = np.empty(0, np.uint64)
 
     def seed(self, key: BatchKey, position: int) -> int:
         """The seed of the sample at `position` of batch `key`."""
