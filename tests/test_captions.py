@@ -90,6 +90,16 @@ def test_caption_rejections_name_the_reason(tmp_path: Path) -> None:
         assert all(text == caption_of(n) for n, text in delivered)
 
 
+def test_img2dataset_output_folder_is_read_without_its_stats_and_parquet_files(tmp_path: Path) -> None:
+    source = captions(tmp_path, "clean")
+    folder = source.shards[0].parent
+    assert {p.name for p in folder.iterdir()} >= {"00000_stats.json", "00000.parquet"}
+    summary = preprocess(folder, tmp_path / "ds.iof", workers=1, progress=False, val_fraction=0, target="text")
+    assert summary.written == {"train": 24} and summary.rejected == {}
+    with pytest.raises(SourceError, match=r"holds both Parquet files and tar shards"):  # as classes: ambiguous
+        preprocess(folder, tmp_path / "cls.iof", workers=1, progress=False)
+
+
 def test_target_text_is_refused_where_it_cannot_apply(tmp_path: Path, colour_tree: Path, colour_dataset: Path) -> None:
     with pytest.raises(OptionError, match=r"--target text reads image-text WebDataset shards.*not a folder source"):
         preprocess(colour_tree, tmp_path / "a.iof", workers=1, progress=False, target="text")

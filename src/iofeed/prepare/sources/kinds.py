@@ -62,6 +62,8 @@ def detect(src: str, options: SourceOptions) -> str:
         return "coco"
     files = [e.path for e in os.scandir(path) if e.is_file() and not e.name.startswith(".")]
     if any(is_parquet(f) for f in files):
+        if any(is_tar(f) for f in files) and options.target == "text":
+            return "webdataset"  # img2dataset's output folder: shards, and each one's metadata as Parquet
         if any(is_tar(f) for f in files):
             raise SourceError(f"{src} holds both Parquet files and tar shards: pass one kind (a Parquet file, "
                               "or the shards as a glob or brace list)")

@@ -21,12 +21,13 @@ from .webdataset import _image, _read
 
 CAPTION_KEY = "caption"  # img2dataset's json field (and the member it writes as `txt`)
 BOM = "\ufeff"
+SIDECARS = ("_stats.json", ".parquet")  # what img2dataset writes beside each shard
 
 
 def scan_captions(src: str, options: SourceOptions) -> SourceScan:
     """Every sample of the shards `src` names, its caption the target (`SourceScan.captions`)."""
     result = SourceScan(root=str(src), kind="webdataset", targets=Targets(json_targets=True), captions=[])
-    for shard in list_shards(src):
+    for shard in without_sidecars(list_shards(src)):
         local = fetch_or_reject(shard, _spool(options), result.rejected) if is_url(shard) else shard
         if local is None:
             continue
@@ -46,6 +47,13 @@ def scan_captions(src: str, options: SourceOptions) -> SourceScan:
                 assert result.captions is not None
                 result.captions.append(caption)
     return result
+
+
+def without_sidecars(shards: list[str]) -> list[str]:
+    """The shards of a folder less img2dataset's files beside them (`00000_stats.json`,
+    `00000.parquet` for shard `00000.tar`): metadata of the shards, not shards to reject."""
+    beside = {shard[: -len(".tar")] + tail for shard in shards if shard.endswith(".tar") for tail in SIDECARS}
+    return [shard for shard in shards if shard not in beside]
 
 
 def _spool(options: SourceOptions) -> Path:
