@@ -245,3 +245,14 @@ def test_the_side_file_layout_is_versioned() -> None:
         check_targets(entry)
     with pytest.raises(ValueError, match=r'"targets.captions" must be an object'):
         check_targets({"kind": "text", "extras": False, "files": {}})
+
+
+@pytest.mark.parametrize("engine", [pytest.param("dali", marks=pytest.mark.dali),
+                                    pytest.param("nvjpeg", marks=pytest.mark.torchvision)])
+def test_every_engine_delivers_the_same_captions_as_strings(dataset: Path, engine: str) -> None:
+    """Strings are looked up in the main process by sample index: an engine that runs no Python per
+    sample delivers them too, in its own batches' order."""
+    kw = {"shuffle": True, "seed": 2, "batch_size": 4}
+    theirs, ours = _strings(dataset, engine=engine, **kw), _strings(dataset, engine="workers", **kw)
+    assert [t for _, t in theirs] == [t for _, t in ours]
+    assert all(text == caption_of(n) for n, text in theirs)
