@@ -256,3 +256,17 @@ def test_every_engine_delivers_the_same_captions_as_strings(dataset: Path, engin
     theirs, ours = _strings(dataset, engine=engine, **kw), _strings(dataset, engine="workers", **kw)
     assert [t for _, t in theirs] == [t for _, t in ours]
     assert all(text == caption_of(n) for n, text in theirs)
+
+
+def test_an_exactly_resumed_epoch_repeats_the_tokenizers_draws(dataset: Path) -> None:
+    whole = _draws(dataset)
+    kw = {"batch_size": 4, "image_size": 32, "augment": EVAL, "workers": 1, "shuffle": True, "seed": 3,
+          "drop_last": False, "output": iofeed.Output(target="text", tokenizer=with_draw)}
+    with iofeed.loader(dataset, **kw) as ld:
+        next(iter(ld))
+        state = ld.state_dict()
+    with iofeed.loader(dataset, **{**kw, "workers": 2}) as ld:
+        ld.load_state_dict(state)
+        tail = {decode(image)[1]: int(row[int(n) - 1]) for images, ids, lengths in ld
+                for image, row, n in zip(images, ids, lengths)}
+    assert len(tail) == len(whole) - 4 and all(whole[number] == draw for number, draw in tail.items())
