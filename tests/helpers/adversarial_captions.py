@@ -7,9 +7,7 @@ encoding (latin-1 bytes), a missing caption (one found in the json instead, one 
 captions, a malformed json."""
 from __future__ import annotations
 
-import io
 import json
-import tarfile
 from pathlib import Path
 
 from helpers.pixelcode import Item, Source, coded_jpeg
@@ -17,15 +15,6 @@ from helpers.pixelcode import Item, Source, coded_jpeg
 SHARDS, PER_SHARD = 3, 8
 DAMAGES = ("clean", "other_encoding", "missing_caption", "empty_caption", "malformed_json")
 THINGS = ("kite", "café au lait", "東京の夜景", "tabby cat 🐈", "barn", "Straße")
-
-
-def write_tar(path: Path, members: list[tuple[str, bytes]]) -> None:
-    """A ustar tar of `members` (name, data) in order, as img2dataset's writer (tarfile) writes it."""
-    with tarfile.open(path, "w", format=tarfile.USTAR_FORMAT) as tar:
-        for name, data in members:
-            info = tarfile.TarInfo(name)
-            info.size, info.mtime, info.mode = len(data), 0, 0o644
-            tar.addfile(info, io.BytesIO(data))
 
 
 def caption_of(sample: int) -> str:
@@ -41,6 +30,8 @@ def key_of(sample: int) -> str:
 def captions(root: Path, damage: str) -> Source:
     """Three img2dataset shards of 8 samples, damaged as `damage` says; `Item.expect` is the
     caption each kept sample must arrive with (None: it must be rejected, with `refusal`'s reason)."""
+    from helpers.adversarial import write_tar  # here: adversarial.py imports this module to list it
+
     folder = root / "i2d"
     folder.mkdir(parents=True)
     items = [Item(i, caption_of(i), caption_of(i)) for i in range(SHARDS * PER_SHARD)]
