@@ -105,3 +105,15 @@ def colour_dataset(colour_tree: Path, tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("colour-ds") / "colour.iof"
     preprocess(colour_tree, out, val_per_class=2, shard_bytes=1 << 16, progress=False, workers=1)
     return out
+
+
+@pytest.fixture(scope="session")
+def small_dataset(tmp_path_factory) -> Path:
+    """A second dataset of `colour_tree`'s 4 classes, for mixing with it: 8 train, 4 val samples."""
+    from iofeed.prepare.run import preprocess
+
+    root = tmp_path_factory.mktemp("mix-small")
+    out = root / "small.iof"
+    preprocess(make_colour_tree(root / "tree", per_class=3), out, val_per_class=1, shard_bytes=1 << 16,
+               progress=False, workers=1)
+    return out

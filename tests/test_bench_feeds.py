@@ -7,6 +7,7 @@ import json
 from contextlib import ExitStack
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -40,17 +41,40 @@ def _lines(kind: str | None = None, served: bool = False) -> list:
 
 @pytest.fixture(scope="module")
 def forms(colour_tree, colour_dataset, tmp_path_factory) -> dict[str, str]:
-    """The folder, the JPEG dataset and a raw-pixel dataset of the same 40 images."""
+    """The folder, the JPEG dataset and a raw-pixel dataset of the same 40 images; for the detection
+    lines (`coco-` forms), a COCO stand-in folder and its dataset."""
     from iofeed.prepare.run import ImagePolicy, preprocess
+    from iofeed.prepare.synth_coco import synth_coco
 
     raw = tmp_path_factory.mktemp("feeds-raw") / "colour.raw.iof"
     preprocess(colour_tree, raw, policy=ImagePolicy(format="raw"), val_per_class=2, shard_bytes=1 << 16,
                progress=False, workers=1)
-    return {"folder": str(colour_tree), "dataset": str(colour_dataset), "raw": str(raw), "": ""}
+    coco = tmp_path_factory.mktemp("feeds-coco")
+    synth_coco(coco / "coco", images=10, seed=1)
+    preprocess(coco / "coco", coco / "coco.iof", val_fraction=0.0, progress=False, workers=1)
+    return {"folder": str(colour_tree), "dataset": str(colour_dataset), "raw": str(raw), "": "",
+            "coco-folder": str(coco / "coco"), "coco-dataset": str(coco / "coco.iof")}
+
+
+def _form(name: str, forms: dict[str, str]) -> str:
+    """The path of the form line `name` reads (a detection line: the COCO stand-in's)."""
+    decl = FEEDS.caps(name)
+    return forms[("coco-" if decl.task == "detection" else "") + decl.reads]
+
+
+def _first_batch(feed: Any) -> tuple[Any, Any]:
+    """The first batch `feed` delivers; the feed is closed after it."""
+    try:
+        stream = feed.batches()
+        images, labels = next(stream)
+        stream.close()
+    finally:
+        feed.close()
+    return images, labels
 
 
 def _spec(name: str, forms: dict[str, str]) -> FeedSpec:
-    return FeedSpec(name, forms[FEEDS.caps(name).reads], 1, BATCH, SIZE, "cpu", classes=CLASSES)
+    return FeedSpec(name, _form(name, forms), 1, BATCH, SIZE, "cpu", classes=CLASSES)
 
 
 @pytest.mark.slow
@@ -66,12 +90,7 @@ def test_every_line_opens_and_delivers_or_is_refused_naming_what_it_lacks(name, 
         assert lacking is not None and lacking in str(exc), (name, str(exc))
         return
     assert lacking is None, f"{name} opened without {lacking}"
-    try:
-        stream = feed.batches()
-        images, labels = next(stream)
-        stream.close()
-    finally:
-        feed.close()
+    images, labels = _first_batch(feed)
     assert images.shape[0] == len(labels) == BATCH
     assert tuple(images.shape[1:]) in ((3, SIZE, SIZE), (SIZE, SIZE, 3))  # torch's NCHW, the others' NHWC
 
@@ -97,7 +116,7 @@ def test_an_iofeed_line_runs_the_loader_with_exactly_its_keywords(name, forms, t
             spec = replace(spec, source=endpoint.url, endpoint=endpoint.endpoint, cache_root=str(endpoint.cache_root))
         feed = feed_class(spec)
         stack.callback(feed.close)
-        plain = iofeed.loader(forms[decl.reads], **feed_class.run_keywords(spec))
+        plain = iofeed.loader(_form(name, forms), **feed_class.run_keywords(spec))
         stack.callback(getattr(plain, "iofeed_loader", plain).close)
         fed = feed.loader.stats.settings["options"]
         json.dumps(feed.loader.stats.as_dict())  # the stats file and the bench's record take it as it is
@@ -123,13 +142,8 @@ def test_the_bench_runs_a_line_per_torch_layout_by_default(colour_dataset):
 
     assert {"iofeed-dataset", "iofeed-nchw"} <= set(DEFAULT_FEEDS)
     for name, layout in (("iofeed-dataset", torch.channels_last), ("iofeed-nchw", torch.contiguous_format)):
-        feed = open_feed(FeedSpec(name, str(colour_dataset), 1, BATCH, SIZE, "cpu", classes=CLASSES))
-        try:
-            stream = feed.batches()
-            images, labels = next(stream)
-            stream.close()
-        finally:
-            feed.close()
+        images, labels = _first_batch(open_feed(FeedSpec(name, str(colour_dataset), 1, BATCH, SIZE, "cpu",
+                                                         classes=CLASSES)))
         assert images.shape == (BATCH, 3, SIZE, SIZE) and len(labels) == BATCH
         assert images.is_contiguous(memory_format=layout) and not images.is_contiguous(
             memory_format=torch.contiguous_format if layout == torch.channels_last else torch.channels_last), name

@@ -13,6 +13,7 @@ import pytest
 from PIL import Image
 
 import iofeed
+from helpers.images import interior
 from iofeed.augment.box_geometry import to_original
 from iofeed.errors import OptionError
 from iofeed.image.masks import polygon_mask, rle_mask
@@ -24,16 +25,6 @@ SIDE = 96
 
 def _is_colour(pixels: np.ndarray, label: int, tolerance: int = 48) -> np.ndarray:
     return (np.abs(pixels.astype(np.int16) - COLOURS[label]).max(-1) <= tolerance)
-
-
-def _interior(mask: np.ndarray) -> np.ndarray:
-    """`mask` less its edge pixels (where resizing blends an object with its surround)."""
-    inner = mask.copy()
-    inner[1:] &= mask[:-1]
-    inner[:-1] &= mask[1:]
-    inner[:, 1:] &= mask[:, :-1]
-    inner[:, :-1] &= mask[:, 1:]
-    return inner
 
 
 @pytest.fixture(scope="module")
@@ -123,7 +114,7 @@ def test_loader_boxes_and_masks_follow_every_crop_and_flip(coco: tuple[Path, Pat
                 ys, xs = np.nonzero(targets["masks"][i] == k + 1)
                 assert len(xs), "a kept box has mask pixels"
                 assert np.allclose([xs.min(), ys.min(), xs.max() + 1, ys.max() + 1], box, atol=1.5)
-                inner = _interior(targets["masks"][i] == k + 1)
+                inner = interior(targets["masks"][i] == k + 1)
                 if inner.sum() >= 4:  # an object a few pixels wide is all edge, blended with its surround
                     assert _is_colour(images[i][inner], label, 64).mean() > 0.95
                 delivered += 1
@@ -202,12 +193,6 @@ def test_engines_without_box_geometry_refuse_targets_in_one_line(coco: tuple[Pat
     assert "\n" not in str(raised.value)
 
 
-def test_tf_refuses_box_targets_in_one_line(coco: tuple[Path, Path]) -> None:
-    _, out = coco
-    with pytest.raises(OptionError, match="target='boxes' is not built for framework='tf'"):
-        iofeed.loader(out, batch_size=2, output=iofeed.Output(target="boxes"), framework="tf")
-
-
 def test_boxes_of_a_dataset_without_them_are_refused(tmp_path: Path) -> None:
     from iofeed.prepare.synth import synth_caltech256
 
@@ -259,3 +244,20 @@ def test_overwrite_replaces_a_detection_dataset_and_keeps_a_users_boxes_file(coc
     with pytest.raises(OptionError, match="old-boxes.npz, which iofeed did not write"):
         preprocess(src, copy, workers=1, progress=False, val_fraction=0.3, overwrite=True)
     assert (copy / "old-boxes.npz").read_bytes() == b"mine" and (copy / "train-boxes.npz").exists()
+
+
+@pytest.mark.torch
+def test_an_id_map_splits_alike_on_the_host_and_on_a_device() -> None:
+    """The CPU splits instance-id maps with numpy (torch's broadcast uint8 comparison was ~10x slower
+    there), a GPU with torch: both give mask k = pixels of id k + 1, and no mask for an absent id."""
+    import torch
+
+    from iofeed.adapters.box_batches import split_on_device, split_on_host
+
+    ids = np.random.default_rng(0).integers(0, 6, (40, 56)).astype(np.uint8)
+    ids[ids == 3] = 0  # an id with no pixel left
+    host, device = split_on_host(ids, 6), split_on_device(torch.from_numpy(ids), 6).numpy()
+    assert host.dtype == device.dtype == np.uint8 and host.shape == device.shape == (6, 40, 56)
+    assert np.array_equal(host, device) and host[2].sum() == 0 and host[5].sum() == 0
+    for k in range(6):
+        assert np.array_equal(host[k] == 1, ids == k + 1)

@@ -29,18 +29,6 @@ OPTIONS = dict(image_size=16, workers=1, seed=5, drop_last=False, augment=False)
 
 
 @pytest.fixture(scope="module")
-def small_dataset(tmp_path_factory) -> Path:
-    """A second dataset of the same 4 classes: 8 train, 4 val samples."""
-    from iofeed.prepare.run import preprocess
-
-    root = tmp_path_factory.mktemp("mix-small")
-    out = root / "small.iof"
-    preprocess(make_colour_tree(root / "tree", per_class=3), out, val_per_class=1, shard_bytes=1 << 16,
-               progress=False, workers=1)
-    return out
-
-
-@pytest.fixture(scope="module")
 def broken_folder(tmp_path_factory) -> Path:
     """An image folder of 8 good pictures and 2 truncated JPEGs (found only when decoded)."""
     return make_colour_tree(tmp_path_factory.mktemp("mix-broken") / "tree", per_class=2, corrupt=2)

@@ -26,18 +26,6 @@ OPTIONS = dict(image_size=16, workers=1, seed=5, drop_last=False, augment=False)
 DOCS = Path(__file__).resolve().parents[1] / "docs"
 
 
-@pytest.fixture(scope="module")
-def small_dataset(tmp_path_factory) -> Path:
-    """A second dataset of the same 4 classes: 8 train, 4 val samples."""
-    from iofeed.prepare.run import preprocess
-
-    root = tmp_path_factory.mktemp("mix-scale-small")
-    out = root / "small.iof"
-    preprocess(make_colour_tree(root / "tree", per_class=3), out, val_per_class=1, shard_bytes=1 << 16,
-               progress=False, workers=1)
-    return out
-
-
 @pytest.fixture
 def small_blocks(monkeypatch):
     """Blocks of 7 positions: a small epoch then spans many blocks and every split of the tree."""

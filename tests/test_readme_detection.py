@@ -1,5 +1,6 @@
-"""The README's detection example runs as written (COCO stand-in, torchvision's
-fasterrcnn_mobilenet_v3_large_fpn without downloaded weights, a few CPU steps)."""
+"""The README's detection and segmentation examples run as written (COCO stand-in, torchvision's
+fasterrcnn_mobilenet_v3_large_fpn and lraspp_mobilenet_v3_large without downloaded weights, a few
+CPU steps each)."""
 from __future__ import annotations
 
 import os
@@ -14,22 +15,22 @@ from iofeed.prepare.run import preprocess
 from iofeed.prepare.synth_coco import synth_coco
 
 README = Path(__file__).resolve().parents[1] / "README.md"
-BLOCK = re.compile(r"```python\n# train_detection\.py\n(.*?)```", re.S)
 
 
 @pytest.mark.slow
 @pytest.mark.torch
 @pytest.mark.torchvision
-def test_readme_detection_example_trains_a_few_steps(tmp_path: Path) -> None:
+@pytest.mark.parametrize("name", ["train_detection", "train_segmentation"])
+def test_readme_detection_example_trains_a_few_steps(tmp_path: Path, name: str) -> None:
     pytest.importorskip("torchvision")
-    code = BLOCK.search(README.read_text())
-    assert code is not None, "README has the train_detection.py block"
+    code = re.search(rf"```python\n# {name}\.py\n(.*?)```", README.read_text(), re.S)
+    assert code is not None, f"README has the {name}.py block"
     synth_coco(tmp_path / "coco", images=24, seed=1)
     preprocess(tmp_path / "coco", tmp_path / "coco.iof", workers=1, progress=False)
     script = code.group(1).replace('"data/coco.iof"', repr(str(tmp_path / "coco.iof")))
-    (tmp_path / "train_detection.py").write_text(script)
+    (tmp_path / f"{name}.py").write_text(script)
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1] / "src")}
-    run = subprocess.run([sys.executable, "train_detection.py"], cwd=tmp_path, env=env, capture_output=True,
+    run = subprocess.run([sys.executable, f"{name}.py"], cwd=tmp_path, env=env, capture_output=True,
                          text=True, timeout=600)
     assert run.returncode == 0, run.stderr[-3000:]
     losses = [float(v) for v in re.findall(r"loss (\d+\.\d+)", run.stdout)]

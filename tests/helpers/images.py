@@ -94,3 +94,13 @@ def make_same_picture_tree(root: Path, copies: int = 8, size: tuple[int, int] = 
     for i in range(copies):
         (root / "a" / f"{i}.png").write_bytes(data)
     return root
+
+
+def interior(mask: np.ndarray) -> np.ndarray:
+    """`mask` less its edge pixels (where resizing blends an object with its surround)."""
+    inner = mask.copy()
+    inner[1:] &= mask[:-1]
+    inner[:-1] &= mask[1:]
+    inner[:, 1:] &= mask[:, :-1]
+    inner[:, :-1] &= mask[:, 1:]
+    return inner

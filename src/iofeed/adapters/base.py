@@ -1,10 +1,12 @@
 """The adapter interface: one batch to framework objects, and what `iofeed.loader` hands the caller."""
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Generator
 from typing import Any, Protocol
 
 from ..engines.base import Batch, Engine
+from ..options.loader_options import LoaderOptions
+from ..sources.samples import SampleSource
 
 
 class EpochLoader(Protocol):
@@ -13,8 +15,12 @@ class EpochLoader(Protocol):
     epoch: int
     image_size: int
     engine: Engine
+    options: LoaderOptions
+    source: SampleSource
 
-    def __iter__(self) -> Iterator[Any]: ...
+    def __iter__(self) -> Generator[Any, None, None]: ...  # a generator: a wrapper closes a pass it leaves
+
+    def __len__(self) -> int: ...
 
     def set_epoch(self, epoch: int) -> None: ...
 

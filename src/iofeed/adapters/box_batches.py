@@ -1,13 +1,16 @@
 """A batch's box targets in the framework's form, built once per batch from flat arrays: the
 boxes moved through each image's recorded crop and flip (`augment.box_geometry`), labels,
-and with masks the instance-id maps renumbered to the boxes kept.
+and with masks the instance-id maps renumbered to the boxes kept; with `transform=`, what it returned.
 
 torch: a list of one dict per image, `{"boxes": tv_tensors.BoundingBoxes (XYXY, output pixels),
 "labels": int64}` (+ `"masks"`: `tv_tensors.Mask` (n, H, W) uint8, split from the id map on the
 loader's device), what torchvision's detection models and v2 transforms take. numpy / JAX: one
 dict of padded arrays, `boxes` (B, max_boxes, 4), `labels` (B, max_boxes) (-1 past `counts`),
-`counts` (B,), and `masks` (B, H, W) instance-id maps (box k of an image is id k + 1).
-Evaluation batches (letterboxed) also carry `scale` (x, y: output pixels per annotated pixel)."""
+`counts` (B,), and `masks` (B, H, W) instance-id maps (box k of an image is id k + 1). tf: the same
+dict with `tf.RaggedTensor` boxes and labels (`tf_boxes.py`).
+Evaluation batches (letterboxed) also carry `scale` (x, y: output pixels per annotated pixel).
+A semantic segmentation dataset's batches hold only `masks`: (B, H, W) class ids as stored, the
+letterbox padding 255 (ignore); torch: one `{"masks": tv_tensors.Mask (H, W)}` per image."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -15,9 +18,13 @@ from typing import Any
 
 import numpy as np
 
-from ..augment.box_geometry import MIN_VISIBLE, MovedBoxes, letterbox_shape, move_boxes
+from ..augment.box_geometry import MIN_VISIBLE, MovedBoxes, letterbox_scales, move_boxes
+from ..augment.fitting import pad_semantic
+from ..augment.target_transforms import PackedTargets
 from ..engines.base import Batch
 from ..sources.box_targets import BoxTable
+
+IGNORE = 255  # a semantic mask's "no class" (VOC, Cityscapes): what letterbox padding is
 
 
 @dataclass
@@ -28,34 +35,61 @@ class BoxBatch:
     labels: np.ndarray  # int64 (m,)
     masks: np.ndarray | None  # uint8 (n, H, W), ids renumbered to the kept boxes
     scale: np.ndarray | None  # float32 (n, 2) for letterboxed (evaluation) images
+    canvas: tuple[int, int]  # the output images' (height, width)
+    dropped_by_transform: int = 0  # boxes `transform=` did not return
+    semantic: bool = False  # masks are class ids (no boxes)
 
 
-def box_batch(table: BoxTable, batch: Batch, side: int, letterbox: bool, min_visible: float = MIN_VISIBLE
-              ) -> BoxBatch:
-    """The targets of `batch` (its `geometry` recorded by the workers) at output side `side`."""
+def box_batch(table: BoxTable, batch: Batch, side: int, letterbox: bool, min_visible: float = MIN_VISIBLE,
+              fitted: bool = False) -> BoxBatch:
+    """The targets of `batch` (its `geometry` recorded by the workers) at output side `side`; with
+    `transform=`, as it returned them (`batch.targets`: moved in the workers, no `scale`);
+    `fitted`: each crop was placed on the canvas (`Recipe(fit=...)`, `augment/fitting.py`)."""
+    if isinstance(batch.targets, PackedTargets):
+        return transformed_batch(batch.targets, batch.images.shape[1:3])
     geometry, samples = batch.geometry, np.asarray(batch.indices, np.int64)
     counts, positions = table.gather(samples)
-    scales = out_scale = None
+    scales = out_scale = shapes = None
     if letterbox:
-        stored = geometry.crops[:, 2:4].astype(np.float64)  # the whole stored image
-        shapes = np.array([letterbox_shape(int(round(w)), int(round(h)), side) for w, h in stored], np.float64)
-        scales = shapes[:, ::-1] / np.maximum(stored, 1e-9)
-        out_scale = (shapes[:, ::-1] / table.sizes[samples]).astype(np.float32)
+        scales, shapes = letterbox_scales(geometry.crops, side)  # the crop is the whole stored image
+        out_scale = (shapes / table.sizes[samples]).astype(np.float32)
     moved = move_boxes(table.boxes[positions], counts, geometry.crops, geometry.flips, (side, side), min_visible,
-                       scales)
+                       scales, geometry.placed if fitted else None)
     masks = None
+    if table.semantic:
+        masks = geometry.masks
+        if masks is not None and shapes is not None:
+            for i, (width, height) in enumerate(shapes.astype(np.int64)):
+                masks[i, height:], masks[i, :, width:] = IGNORE, IGNORE
+        if masks is not None and fitted:
+            pad_semantic(masks, geometry.placed, geometry.flips, IGNORE)
+        return BoxBatch(moved, table.labels[positions][moved.kept], masks, out_scale, (side, side),
+                        semantic=True)
     if geometry.masks is not None:
         lut = np.zeros((len(samples), 256), np.uint8)
         per = np.diff(moved.offsets)
         owner = np.repeat(np.arange(len(samples)), per)
         lut[owner, moved.source + 1] = (np.arange(len(owner)) - moved.offsets[owner] + 1).astype(np.uint8)
-        masks = np.take_along_axis(lut, geometry.masks.reshape(len(samples), -1).astype(np.int64), 1)
-        masks = masks.reshape(geometry.masks.shape)
-    return BoxBatch(moved, table.labels[positions][moved.kept], masks, out_scale)
+        masks = geometry.masks.copy()  # its own memory: the workers' slot is reused
+        if moved.dropped:  # else every box is kept in its order: each table is the identity
+            for i, ids in enumerate(geometry.masks):  # a 256-entry table per image: ~10x take_along_axis's speed
+                np.take(lut[i], ids, out=masks[i])
+    return BoxBatch(moved, table.labels[positions][moved.kept], masks, out_scale, (side, side))
+
+
+def transformed_batch(packed: PackedTargets, canvas: tuple[int, int]) -> BoxBatch:
+    """A batch's targets as `transform=` returned them in the workers."""
+    kept = np.arange(len(packed.labels), dtype=np.int64)
+    moved = MovedBoxes(packed.boxes, packed.offsets, kept, kept, packed.dropped_not_visible)
+    return BoxBatch(moved, packed.labels, packed.masks, None, (int(canvas[0]), int(canvas[1])),
+                    packed.dropped_by_transform)
 
 
 def as_numpy(boxes: BoxBatch) -> dict[str, np.ndarray]:
     """Padded arrays: boxes (B, max, 4), labels (B, max) -1 past each count, counts (B,)."""
+    if boxes.semantic:
+        assert boxes.masks is not None, "a semantic dataset is read with target='masks'"
+        return {"masks": boxes.masks, **({"scale": boxes.scale} if boxes.scale is not None else {})}
     offsets = boxes.moved.offsets
     counts = np.diff(offsets)
     n, most = len(counts), int(counts.max()) if len(counts) else 0
@@ -72,25 +106,46 @@ def as_numpy(boxes: BoxBatch) -> dict[str, np.ndarray]:
     return out
 
 
-def as_torch(boxes: BoxBatch, side: int, device: Any) -> list[dict[str, Any]]:
+def as_torch(boxes: BoxBatch, device: Any) -> list[dict[str, Any]]:
     """One dict per image with tv_tensors, on `device`; per-object masks split there from the id map."""
     import torch
     from torchvision import tv_tensors
 
+    if boxes.semantic:
+        assert boxes.masks is not None, "a semantic dataset is read with target='masks'"
+        maps = torch.from_numpy(boxes.masks).to(device, non_blocking=True)
+        return [{"masks": tv_tensors.Mask(maps[i])} for i in range(len(maps))]
     flat = torch.from_numpy(boxes.moved.boxes).to(device, non_blocking=True)
     labels = torch.from_numpy(boxes.labels).to(device, non_blocking=True)
     ids = torch.from_numpy(boxes.masks).to(device, non_blocking=True) if boxes.masks is not None else None
+    # on the CPU numpy splits an id map ~10x faster than torch's broadcast uint8 comparison (docs/benchmarks.md)
+    host = boxes.masks if ids is not None and ids.device.type == "cpu" else None
     offsets = boxes.moved.offsets.tolist()
     out = []
     for i in range(len(offsets) - 1):
         lo, hi = offsets[i], offsets[i + 1]
         target: dict[str, Any] = {
-            "boxes": tv_tensors.BoundingBoxes(flat[lo:hi], format="XYXY", canvas_size=(side, side)),
+            "boxes": tv_tensors.BoundingBoxes(flat[lo:hi], format="XYXY", canvas_size=boxes.canvas),
             "labels": labels[lo:hi]}
-        if ids is not None:
-            numbers = torch.arange(1, hi - lo + 1, device=ids.device, dtype=ids.dtype)
-            target["masks"] = tv_tensors.Mask((ids[i][None] == numbers[:, None, None]).to(torch.uint8))
+        if host is not None:
+            target["masks"] = tv_tensors.Mask(torch.from_numpy(split_on_host(host[i], hi - lo)))
+        elif ids is not None:
+            target["masks"] = tv_tensors.Mask(split_on_device(ids[i], hi - lo))
         if boxes.scale is not None:
             target["scale"] = torch.from_numpy(boxes.scale[i])
         out.append(target)
     return out
+
+
+def split_on_host(ids: np.ndarray, count: int) -> np.ndarray:
+    """An instance-id map (H, W) as `count` uint8 masks (count, H, W): mask k is id k + 1."""
+    split: np.ndarray = np.equal(ids[None], np.arange(1, count + 1, dtype=np.uint8)[:, None, None]).view(np.uint8)
+    return split
+
+
+def split_on_device(ids: Any, count: int) -> Any:
+    """The same on a torch tensor, on its device (a GPU's: one kernel per image)."""
+    import torch
+
+    numbers = torch.arange(1, count + 1, device=ids.device, dtype=ids.dtype)
+    return (ids[None] == numbers[:, None, None]).to(torch.uint8)

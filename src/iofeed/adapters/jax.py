@@ -45,13 +45,14 @@ class JaxAdapter:
             raise OptionError(f"sharding must be a jax.sharding.Sharding (e.g. NamedSharding(mesh, "
                               f"PartitionSpec('batch'))), got {sharding!r}")
         self._label_sharding = _for_rank(self.sharding, 1)
-        on_host = all(d.platform == "cpu" for d in self.sharding.device_set)
+        devices: set[jax.Device] = self.sharding.device_set  # jax's stubs name a Device the checker cannot find
+        on_host = all(d.platform == "cpu" for d in devices)
         self._host = HostNormaliser(self.dtype, affine) if on_host and self.dtype != jnp.uint8 else None
         self._device_normalise = (None if on_host or self.dtype == jnp.uint8
                                   else _device_normaliser(self.dtype, affine))
         # a GPU engine's batches (DLPack, already on a device) are normalised where they are, whatever the devices
         self._normalise_there = None if self.dtype == jnp.uint8 else _device_normaliser(self.dtype, affine)
-        platforms = ",".join(sorted({d.platform for d in self.sharding.device_set}))  # "gpu", "tpu"
+        platforms = ",".join(sorted({d.platform for d in devices}))  # "gpu", "tpu"
         self.normalise_on = None if self.dtype == jnp.uint8 else HOST if on_host else platforms
 
     @classmethod
@@ -110,24 +111,26 @@ class JaxAdapter:
     def _from_host(self, batch: Batch) -> tuple[jax.Array, jax.Array]:
         """A host batch (numpy, maybe in engine memory) as a global array, normalised on the host
         (CPU devices) or on the devices."""
-        images, labels = to_numpy(batch)
-        if images.dtype != np.uint8:  # a sample transform's floats, out of the slot in `dtype` (uint8: float32)
-            images = np.array(images, np.float32 if self.dtype == jnp.uint8 else self.dtype)
+        pixels, host_labels = to_numpy(batch)
+        if pixels.dtype != np.uint8:  # a sample transform's floats, out of the slot in `dtype` (uint8: float32)
+            pixels = np.array(pixels, np.float32 if self.dtype == jnp.uint8 else self.dtype)
             batch.release()
         elif self._host is not None:
-            images = self._host(images)
+            pixels = self._host(pixels)
             batch.release()  # normalised into arrays of its own; uint8 batches alias the engine's memory
-        images = self._global(images, self.sharding)
-        labels = self._global(np.array(labels, np.int32), self._label_sharding)  # a copy: the array is reused
+        images = self._global(pixels, self.sharding)
+        labels = self._global(np.array(host_labels, np.int32), self._label_sharding)  # a copy: the array is reused
         if self._device_normalise is not None:
             images = self._device_normalise(images)
         return images, labels
 
     def _global(self, local: Any, sharding: Any) -> jax.Array:
         """This process's rows as its part of the global batch laid out by `sharding`."""
-        rows = len(local) * jax.process_count()
+        shape = (len(local) * jax.process_count(), *local.shape[1:])
         try:
-            return jax.make_array_from_process_local_data(sharding, local, (rows, *local.shape[1:]))
+            made: jax.Array = jax.make_array_from_process_local_data(  # type: ignore[no-untyped-call]  # unannotated
+                sharding, local, shape)
+            return made
         except ValueError as exc:
             raise OptionError(f"a batch of {len(local)} rows cannot be laid out by {sharding}: make batch_size a "
                               f"multiple of the devices on the batch axis, or pass drop_last=True ({exc})") from None
@@ -135,13 +138,18 @@ class JaxAdapter:
 
 def default_sharding() -> NamedSharding:
     """The batch axis split over every device (of every process), in device order."""
-    return NamedSharding(Mesh(np.array(jax.devices()), (BATCH_AXIS,)), PartitionSpec(BATCH_AXIS))
+    return NamedSharding(Mesh(np.array(jax.devices()), (BATCH_AXIS,)), _spec(BATCH_AXIS))
+
+
+def _spec(*axes: Any) -> PartitionSpec:
+    """A `PartitionSpec` of `axes` (one per array axis: a mesh axis name, a tuple of them, or None)."""
+    return PartitionSpec(*axes)  # type: ignore[no-untyped-call]  # unannotated in jax
 
 
 def _for_rank(sharding: Any, ndim: int) -> Any:
     """`sharding` for an array of `ndim` axes: a NamedSharding keeps only its first axis' spec."""
     if isinstance(sharding, NamedSharding):
-        return NamedSharding(sharding.mesh, PartitionSpec(*tuple(sharding.spec)[:ndim]))
+        return NamedSharding(sharding.mesh, _spec(*tuple(sharding.spec)[:ndim]))
     return sharding
 
 

@@ -56,7 +56,7 @@ class KerasAdapter:
         getattr(self._convert, "close", lambda: None)()
 
 
-class KerasBatches(DataAdapter):
+class KerasBatches(DataAdapter):  # type: ignore[misc]  # keras ships no types: DataAdapter is Any here
     """A Loader as Keras' own data adapter (JAX and PyTorch backends): one loader epoch per fit
     epoch, and iterable as the `tf.data.Dataset` the TensorFlow backend gets is (`for images,
     labels in data.take(1)`: the backend's tensors). `take`, `skip`, `repeat`, `map`, `prefetch`,

@@ -44,15 +44,15 @@ class TorchBatches:
                                                                               self._device if cuda else None)
 
     def __call__(self, batch: Batch) -> tuple[Any, Any]:
-        images, labels = to_numpy(batch)
+        images, host_labels = to_numpy(batch)
         if images.dtype != np.uint8:  # a sample transform's floats: handed over at their scale, as elsewhere
-            out, labels = torch.from_numpy(np.array(images, np.float32)), torch.from_numpy(np.array(labels))
+            out, labels = torch.from_numpy(np.array(images, np.float32)), torch.from_numpy(np.array(host_labels))
             batch.release()
             out, labels = out.to(self._device), labels.to(self._device)
         elif self._host is not None:
             out = torch.from_numpy(self._host(images))  # torch keeps a reference: the array is reused once it lets go
             batch.release()  # the slot is copied out: the engine may reuse it
-            labels = torch.from_numpy(np.array(labels))
+            labels = torch.from_numpy(np.array(host_labels))
         else:
             out, labels = self._on_device(batch)
         return (out, labels) if self._transform is None else self._transform(out, labels, batch.key)

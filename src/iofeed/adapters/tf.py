@@ -20,6 +20,7 @@ from .host_float import HostNormaliser
 from .normalised_twice import check_model_input
 from .normalize import HOST, Affine, options_affine, record_normalise_on
 from .numpy import to_numpy
+from .tf_boxes import box_signature
 
 
 class TfAdapter:
@@ -44,7 +45,7 @@ class TfAdapter:
         floats = sample is not None and sample[1] != tf.uint8
         self.affine = None if floats else self._affine
         self.normalise_on = None if self.affine is None else HOST
-        self._normalise = HostNormaliser(np.float32, self.affine) if self.normalise_on == HOST else None
+        self._normalise = None if self.affine is None else HostNormaliser(np.float32, self.affine)  # on the HOST
         self.sample = sample
 
     @classmethod
@@ -64,7 +65,7 @@ class TfAdapter:
             return images, labels
         return images, labels, batch_seed(batch.key)  # the batch transform's seed rides along
 
-    def wrap(self, loader: EpochLoader) -> tf.data.Dataset:
+    def wrap(self, loader: EpochLoader) -> tf.data.Dataset[Any]:
         """The dataset over `loader`, its element spec from what the engine's sample transform returns;
         `stats.settings["normalise_on"]` says where it normalises."""
         output = loader.engine.sample_output
@@ -93,9 +94,10 @@ def checked_tf_batch(fn: Any, out: Any, images: Any, problems: list[str]) -> tup
 
 
 def to_tf_dataset(loader: EpochLoader, normalise_on: str | None = HOST, batch_transform: Any = None,
-                  sample: tuple[tuple[int, ...], Any] | None = None) -> tf.data.Dataset:
+                  sample: tuple[tuple[int, ...], Any] | None = None) -> tf.data.Dataset[Any]:
     """A `tf.data.Dataset` of (images float32 NHWC (None, S, S, 3), labels int64 (None,)), or
-    float32 (None, classes) labels for `Output(target="multi_hot")`; uint8 images when `normalise_on` is
+    float32 (None, classes) labels for `Output(target="multi_hot")`, a dict of ragged boxes and labels
+    for "boxes" / "masks" (`tf_boxes.py`); uint8 images when `normalise_on` is
     None, and a sample transform's output (of shape and dtype `sample`) as it is.
 
     `loader` is a Loader whose adapter is `TfAdapter`. With `normalise_on="host"` each batch comes
@@ -137,7 +139,8 @@ def to_tf_dataset(loader: EpochLoader, normalise_on: str | None = HOST, batch_tr
     loader_ref = weakref.ref(loader)
 
     def generate() -> Any:
-        loader = loader_ref()  # alive: the dataset (kept by its iterators) holds it
+        loader = loader_ref()
+        assert loader is not None, "the dataset (kept by its iterators) holds it"
         token = object()
         with turn:  # an older iterator's thread may be inside the Loader: wait until it is out
             state["active"] = token  # a pass the previous one left is begun again by the Loader itself
@@ -162,25 +165,28 @@ def to_tf_dataset(loader: EpochLoader, normalise_on: str | None = HOST, batch_tr
     multi_hot = loader.options.output.target == "multi_hot"  # float32 (batch, classes) labels
     shape, dtype = sample or ((size, size, 3), tf.uint8)
     dtype = tf.float32 if dtype == tf.uint8 and normalise_on == HOST else dtype  # a transform's floats as they are
-    signature = (
-        tf.TensorSpec(shape=(None, *shape), dtype=dtype),
-        tf.TensorSpec(shape=(None, len(loader.source.classes)) if multi_hot else (None,),
-                      dtype=tf.float32 if multi_hot else tf.int64),
-    ) + ((tf.TensorSpec(shape=(2,), dtype=tf.int64),) if batch_transform is not None else ())
-    options = tf.data.Options()
-    options.autotune.enabled = False  # nothing here to tune; its per-iterator start-up doubled Keras' epoch stall
+    labels: Any = tf.TensorSpec(shape=(None, len(loader.source.classes)) if multi_hot else (None,),
+                                dtype=tf.float32 if multi_hot else tf.int64)
+    options = loader.options
+    if options.moves_targets:  # a dict of ragged boxes and labels (`tf_boxes.py`)
+        labels = box_signature((int(shape[0]), int(shape[1])), options.output.target == "masks",
+                               options.augmentation.letterbox and options.transform is None)
+    signature = (tf.TensorSpec(shape=(None, *shape), dtype=dtype), labels,
+                 ) + ((tf.TensorSpec(shape=(2,), dtype=tf.int64),) if batch_transform is not None else ())
+    tuning = tf.data.Options()
+    tuning.autotune.enabled = False  # nothing here to tune; its per-iterator start-up doubled Keras' epoch stall
     dataset = tf.data.Dataset.from_generator(generate, output_signature=signature)
     if batch_transform is not None:
         dataset = _with_batch_transform(dataset, batch_transform)
-    dataset = dataset.prefetch(PREFETCH).with_options(options)
-    dataset.iofeed_loader = loader
+    dataset = dataset.prefetch(PREFETCH).with_options(tuning)
+    dataset.iofeed_loader = loader  # type: ignore[attr-defined]  # the Loader rides on the dataset (documented)
     # Keras reads `cardinality()` to know an epoch's steps (unknown: "Your input ran out of data" at every
     # fit). Declared, not asserted: a pass with fully skipped batches, or resumed mid-epoch, is shorter.
-    dataset.cardinality = lambda: _cardinality(loader)
+    dataset.cardinality = lambda: _cardinality(loader)  # type: ignore[method-assign]  # declared: see above
     return dataset
 
 
-def _with_batch_transform(dataset: tf.data.Dataset, batch_transform: Any) -> tf.data.Dataset:
+def _with_batch_transform(dataset: tf.data.Dataset[Any], batch_transform: Any) -> tf.data.Dataset[Any]:
     """`dataset.map` of the user's `batch_transform` (given `seed=` when it takes one), checked when
     traced: a wrong form raises one OptionError line."""
     seeded = takes(batch_transform, "seed")

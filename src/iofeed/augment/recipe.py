@@ -7,7 +7,10 @@ import numbers
 from dataclasses import dataclass, replace
 from typing import Any
 
+import numpy as np
+
 from ..errors import OptionError
+from .fitting import FITS
 
 INTERPOLATIONS = ("bilinear", "bicubic", "area")
 # Bounds past which a recipe is a mistake, not an augmentation: each extreme failed on every sample
@@ -15,6 +18,7 @@ INTERPOLATIONS = ("bilinear", "bicubic", "area")
 MIN_SCALE = 1e-3  # area share: a 8x8 px crop of a 256 px image
 MAX_RATIO = 100.0  # aspect ratio in [1/100, 100]
 MIN_CROP_FRACTION = 0.01  # centre crop: 2.5 px of a 256 px image
+JITTER_RANGE = (0.05, 4.0)  # scale jitter: LSJ's (0.1, 2.0) fits; past 4x a 640 px canvas decodes 2560 px images
 STD_RANGE = (1e-3, 1.0)  # 0-1 scale: 1/255 (the 0-255 "caffe" form) to 1 (no division); 1e-3 keeps float16 finite
 
 
@@ -44,6 +48,16 @@ class Recipe:
     (docs/decisions/0090-region-decode.md), so off by default. Extremes are refused when the
     recipe is made: scale below 0.001, ratio outside [1/100, 100], crop_fraction below 0.01, or
     anything not finite.
+
+    Detection geometry (`target="boxes"`/`"masks"`, the workers engine; `augment/fitting.py`):
+    `fit="crop"` is the random-resized crop above; the others keep the whole image's aspect
+    ratio: `"letterbox"` scales the longer side to `image_size` x a factor drawn uniformly from
+    `scale_jitter`, cuts a random `image_size` window where it is larger and pads the rest
+    centred with `fill` (YOLO); `"pad"` does the same padding right and bottom (torchvision's
+    `ScaleJitter` + `FixedSizeCrop`, large-scale jitter); `"shorter_side"` scales the shorter
+    side instead (DETR's and torchvision's `RandomShortestSize`), then crops and pads right and
+    bottom. Then a flip of the whole canvas if `flip`. `fill` is the image padding's grey level
+    (or R, G, B); instance masks pad with 0, semantic ones with 255. Evaluation letterboxes.
     """
 
     train: bool | None = None  # None: augment the train split only
@@ -59,6 +73,9 @@ class Recipe:
     region_decode: bool = False  # only a small crop's region, with the `region` extra (workers engine)
     image_size: int | None = None  # the model's input side, when the recipe knows it (from_timm); else the loader's
     min_visible: float = 0.25  # target="boxes"/"masks": a box keeps at least this share of its area in the crop
+    fit: str = "crop"  # target="boxes"/"masks": "crop", or the whole image kept: "letterbox", "pad", "shorter_side"
+    scale_jitter: tuple[float, float] = (1.0, 1.0)  # fit != "crop": the fitted scale times U(lo, hi)
+    fill: int | tuple[int, int, int] = 0  # fit != "crop": the padding's grey level (or R, G, B), 0-255
 
     def __post_init__(self) -> None:
         if not (self.train is None or isinstance(self.train, bool)):
@@ -71,6 +88,10 @@ class Recipe:
         if not _real(self.min_visible) or not 0.0 <= self.min_visible <= 1.0:
             raise OptionError(f"Recipe min_visible must be a number in [0, 1] (the share of a box's area left in "
                               f"the crop for it to be kept), got {self.min_visible!r}")
+        if self.fit not in FITS:
+            raise OptionError(f"Recipe fit={self.fit!r} is not one of {', '.join(FITS)}")
+        object.__setattr__(self, "scale_jitter", _pair("scale_jitter", self.scale_jitter, *JITTER_RANGE))
+        object.__setattr__(self, "fill", _fill(self.fill))
         fraction = self.crop_fraction
         if not _real(fraction) or not MIN_CROP_FRACTION <= fraction <= 1.0:
             raise OptionError(f"Recipe crop_fraction must be a number in [{MIN_CROP_FRACTION}, 1] (the centre "
@@ -143,6 +164,18 @@ def _pair(name: str, value: Any, low: float, high: float) -> tuple[float, float]
     return float(a), float(b)
 
 
+def _fill(value: Any) -> int | tuple[int, int, int]:
+    """A grey level or three channel levels, each an int in [0, 255]: OptionError naming the value otherwise."""
+    def level(v: Any) -> bool:
+        return isinstance(v, (int, np.integer)) and not isinstance(v, bool) and 0 <= int(v) <= 255
+
+    if level(value):
+        return int(value)
+    if isinstance(value, (tuple, list)) and len(value) == 3 and all(level(v) for v in value):
+        return int(value[0]), int(value[1]), int(value[2])
+    raise OptionError(f"Recipe fill must be an int in [0, 255] or three of them (R, G, B), got {value!r}")
+
+
 def _channels(name: str, value: Any, bounds: tuple[float, float]) -> tuple[float, float, float]:
     """Three per-channel numbers within `bounds` (the 0-1 scale); values that fit the 0-255 scale
     instead are refused with the 0-1 values to pass."""
@@ -170,4 +203,14 @@ PRESETS: dict[str, Recipe] = {
     "inception": Recipe(interpolation="bicubic", mean=(0.5, 0.5, 0.5), std=(0.5, 0.5, 0.5)),  # [-1, 1] models
     "uint8": Recipe(normalize=False),  # normalise yourself (on the GPU, or in batch_transform)
     "detection": Recipe(scale=(0.3, 1.0), ratio=(0.5, 2.0), min_visible=0.25),  # crops that keep most objects
+    # Ultralytics YOLO: letterbox to a square, scale gain 1 +- 0.5 (`scale=0.5`), grey 114 padding,
+    # flip; a box keeps > 10% of its area (`box_candidates(area_thr=0.1)`). Mosaic, mixup and HSV are not done.
+    "yolo": Recipe(fit="letterbox", scale_jitter=(0.5, 1.5), fill=114, min_visible=0.1),
+    # DETR (facebookresearch/detr): flip, shorter side drawn from 480-800 of 800 (here a uniform share of
+    # image_size), random crop; any box with area left is kept. DETR pads to the batch's largest image;
+    # iofeed pads to a fixed square, right and bottom, with 0.
+    "detr": Recipe(fit="shorter_side", scale_jitter=(0.6, 1.0), min_visible=0.0),
+    # torchvision's detection reference, `--data-augmentation lsj`: ScaleJitter(scale_range=(0.1, 2.0)) +
+    # FixedSizeCrop(fill=ImageNet mean) + RandomHorizontalFlip; any box with area left is kept.
+    "torchvision-detection": Recipe(fit="pad", scale_jitter=(0.1, 2.0), fill=(123, 117, 104), min_visible=0.0),
 }

@@ -148,10 +148,8 @@ class SampleTransform:
         """The output as an HWC array, unchecked; SampleError naming the transform when it raises.
         WorkerError when it runs out of memory (the limit, not the sample: skipping would lose
         healthy samples) or calls sys.exit (which would end the worker without a word)."""
-        started, cpu = self._clock(), self._cpu_clock()
-        try:
-            sequence, seed = _seeds(key, position, SAMPLE_STREAM)
-            seed_globals(seed)
+        with self.running(path):
+            sequence, seed = self.seeded(key, position)
             if self._call is not None:
                 out = self._call(self.fn, image, seed & 0xFFFFFFFF)
             elif self._rng:
@@ -160,10 +158,27 @@ class SampleTransform:
                 out = self.fn(image)
             self.raw_shape = torch_shape(out)
             return as_hwc(out)
+
+    @staticmethod
+    def seeded(key: BatchKey, position: int) -> tuple[np.random.SeedSequence, int]:
+        """Sample `position` of batch `key`'s seeds, the global RNGs seeded with them."""
+        sequence, seed = _seeds(key, position, SAMPLE_STREAM)
+        seed_globals(seed)
+        return sequence, seed
+
+    @contextlib.contextmanager
+    def running(self, path: str = "") -> Iterator[None]:
+        """Times the transform's call inside, and turns what it raises into one line naming it
+        (see `apply`)."""
+        started, cpu = self._clock(), self._cpu_clock()
+        try:
+            yield
         except SystemExit as exc:
             where = f"{path}: " if path else ""
             raise WorkerError(f"{where}transform {self.name} called sys.exit({exc.code!r}): a transform must return "
                               "the image or raise an exception") from None
+        except (SampleError, WorkerError, OptionError):
+            raise  # already one line naming the transform (a target transform's checks)
         except Exception as exc:  # noqa: BLE001 - the user's code: skipped or raised per on_error
             if is_out_of_memory(exc):
                 on = f" on sample {path}" if path else ""
@@ -175,12 +190,17 @@ class SampleTransform:
             self.cpu_seconds += self._cpu_clock() - cpu
 
 
+def probe_image(image_size: int) -> np.ndarray:
+    """An image_size² RGB uint8 smooth gradient: what a probe hands a transform."""
+    side = np.arange(image_size, dtype=np.uint16) * 255 // max(image_size - 1, 1)
+    return np.stack(np.broadcast_arrays(side[:, None], side[None, :], side[::-1, None]), axis=2).astype(np.uint8)
+
+
 def probe_output(fn: Any, image_size: int) -> TransformedImage:
-    """The shape and dtype `fn` returns for an image_size² RGB uint8 image (a smooth gradient), run
+    """The shape and dtype `fn` returns for an image_size² RGB uint8 image (`probe_image`), run
     here with the global RNGs restored after; OptionError when it fails with each of PROBE_TRIES
     seeds or returns another dtype."""
-    side = np.arange(image_size, dtype=np.uint16) * 255 // max(image_size - 1, 1)
-    image = np.stack(np.broadcast_arrays(side[:, None], side[None, :], side[::-1, None]), axis=2).astype(np.uint8)
+    image = probe_image(image_size)
     runner = SampleTransform(fn, TransformedImage((), np.dtype(np.uint8)))
     what = f"a {image_size}x{image_size}x3 uint8 image"
     with preserved_globals():
@@ -192,6 +212,12 @@ def probe_output(fn: Any, image_size: int) -> TransformedImage:
                 failure = exc
         else:
             raise OptionError(f"transform={runner.name} failed on {what}: {failure}") from None
+    return checked_output(runner, out, what)
+
+
+def checked_output(runner: SampleTransform, out: np.ndarray, what: str) -> TransformedImage:
+    """The probed output's shape and dtype; OptionError naming the transform for another dtype or
+    layout than HWC uint8/float32 with 3 channels."""
     if out.dtype not in OUTPUT_DTYPES:
         raise OptionError(f"transform={runner.name} returned {out.shape} {out.dtype} for {what}: return HWC uint8 "
                           "or float32 (a torch tensor: CHW)")

@@ -70,6 +70,7 @@ def cmd_preprocess(args: argparse.Namespace) -> None:
             label_names=args.label_names,
             image_key=args.image_key,
             target=args.target,
+            box_format=args.box_format,
         )
     print_preprocess_summary(summary)
 
@@ -138,12 +139,14 @@ def cmd_bench(args: argparse.Namespace) -> int:
         image_size=args.image_size,
         feeds=parse_feeds(args.feeds), seconds=args.seconds, rounds=args.rounds, warmup=args.warmup,
         workers=args.workers, seed=args.seed, warm_cache=not args.no_warm_cache, stall_seconds=args.stall_seconds,
-        json_path=args.json, plot_path=args.plot,
+        json_path=args.json, plot_path=args.plot, task=args.task,
     )
     flags = {"--model": args.model, "--device": args.device, "--batch-size": args.batch_size,
              "--image-size": args.image_size,
              "--feeds": args.feeds, "--seconds": args.seconds, "--rounds": args.rounds, "--warmup": args.warmup,
              "--workers": args.workers, "--seed": args.seed, "--json": args.json, "--plot": args.plot}
+    if args.task != "classification":
+        flags = {"--task": args.task, **flags}
     command = " ".join(["iofeed bench", *([str(args.source)] if args.source else []),
                         *(f"{flag} {value}" for flag, value in flags.items() if value is not None),
                         *(["--no-warm-cache"] if args.no_warm_cache else [])])

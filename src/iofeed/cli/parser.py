@@ -5,6 +5,7 @@ import argparse
 import textwrap
 from pathlib import Path
 
+from .bench.options import TASKS
 from .commands import cmd_bench, cmd_doctor, cmd_index, cmd_inspect, cmd_preprocess, cmd_synth
 
 LABEL_NAMES_HELP = ("take every label as a class name as written: booleans (false, true), numbers (1.5), "
@@ -16,7 +17,8 @@ def feeds_epilog() -> str:
     from .bench.feeds import CATALOGUE, FEEDS
 
     width = max(len(name) for name in CATALOGUE) + 4
-    lines = ["feeds (--feeds NAME,NAME...; each reads the same images with the same crop, flip and batch size):"]
+    lines = ["feeds (--feeds NAME,NAME...; each reads the same images with the same crop, flip and batch size; the "
+             "*-coco-* feeds run with --task detection):"]
     for name in CATALOGUE:
         lines += textwrap.wrap(FEEDS.caps(name).about, 100, initial_indent=f"  {name:<{width - 2}}",
                                subsequent_indent=" " * width, break_on_hyphens=False)
@@ -81,6 +83,9 @@ def build_parser() -> argparse.ArgumentParser:
     prep.add_argument("--image-column", default=None,
                       help="Parquet / Hugging Face: the image column (default: the first binary or {bytes, path} one)")
     _add_image_key(prep)
+    prep.add_argument("--box-format", default=None,
+                      help="WebDataset boxes under a key that does not say (bboxes): xyxy, xywh, cxcywh (pixels), "
+                           "yolo or albumentations (normalised)")
     prep.add_argument("-o", "--out", default=None,
                       help="output dataset: a folder (default: SRC.iof beside SRC), or an s3:// or gs:// URL "
                            "to upload to (prepared in a temporary folder, iofeed.json uploaded last)")
@@ -138,6 +143,10 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("source", type=Path, nargs="?", default=None,
                        help="image folder or iofeed dataset (default: the Caltech-256 stand-in in data/c256, made if "
                              "missing)")
+    bench.add_argument("--task", default="classification", choices=TASKS,
+                       help="classification (default): the image-and-label feeds; detection: torchvision's "
+                            "CocoDetection against iofeed with boxes, and with boxes and instance masks, on a COCO "
+                            "folder or its dataset (default: the stand-in in data/coco-standin, made if missing)")
     bench.add_argument("--model", default=None,
                        help="resnet50, resnet18 or none (default: resnet50 on the GPU, none on the CPU)")
     bench.add_argument("--device", default=None, help="cpu or cuda (default: cuda when PyTorch sees a GPU)")

@@ -50,6 +50,8 @@ def print_preprocess_summary(summary: PreprocessSummary) -> None:
               "output=iofeed.Output(target=\"multi_hot\")")
     if summary.one_sample_classes:
         print(f"  classes       {summary.one_sample_classes}")
+    for note in summary.notes:
+        print(f"  source        {note}")
     if summary.duplicates.line():
         print(f"  duplicates    {summary.duplicates.line()}")
     for path in summary.stale_removed:

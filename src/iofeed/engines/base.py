@@ -40,6 +40,7 @@ class Batch:
     refilled: int = 0  # skipped samples whose places spare samples took (`engines/refill.py`)
     geometry: Any = None  # target="boxes"/"masks": each image's crop, flip and mask (`workers/target_slots.py`)
     tokens: tuple[np.ndarray, np.ndarray] | None = None  # Output(tokenizer=): (lengths, ids back to back) per sample
+    targets: Any = None  # the same with `transform=`: the boxes, labels, masks it returned (`PackedTargets`)
 
     def release(self) -> None:
         """Give the engine memory under `images` back now: for an adapter once its copy of them is

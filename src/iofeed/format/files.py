@@ -8,6 +8,8 @@ import fcntl
 import os
 import resource
 import stat
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from ..errors import DatasetError, SourceError
 
@@ -17,17 +19,28 @@ _NO_DESCRIPTORS = (errno.EMFILE, errno.ENFILE)
 def lock_free(path: str | os.PathLike[str]) -> bool | None:
     """Whether no process holds an flock on the file at `path` (its holder died, or finished):
     True or False, None when there is no such file. Other OSErrors as they come."""
+    with try_lock(path) as held:
+        return held
+
+
+@contextmanager
+def try_lock(path: str | os.PathLike[str]) -> Iterator[bool | None]:
+    """Take the flock on the file at `path` without waiting, and hold it for the block: yields True
+    when taken, False when another process holds it, None when there is no such file."""
     try:
         fd = os.open(path, os.O_RDONLY)
     except FileNotFoundError:
-        return None
+        yield None
+        return
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return False
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            yield False
+            return
+        yield True
     finally:
-        os.close(fd)
-    return True
+        os.close(fd)  # closing drops the lock
 
 
 def open_regular(path: str | bytes | os.PathLike[str]) -> int:

@@ -6,7 +6,8 @@ from dataclasses import dataclass, replace
 from ..errors import OptionError
 
 FORMATS = ("jpeg", "raw", "mixed")
-SOURCE_SIDES = {"coco": 800}  # a source kind's shorter side when none is given (detection: 800); else 256
+# a source kind's shorter side when none is given (detection and segmentation: 800); else DEFAULT_SIDE
+SOURCE_SIDES = {"coco": 800, "yolo": 800, "wds-boxes": 800, "segmentation": 800}
 DEFAULT_SIDE = 256
 
 

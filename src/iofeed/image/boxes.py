@@ -23,9 +23,20 @@ class Augment:
     fast_decode: bool = False  # libjpeg-turbo's fast IDCT and chroma upsampling (`Recipe(fast_decode=)`)
     region_decode: bool = False  # only a small crop's region where that pays (`Recipe(region_decode=)`)
     letterbox: bool = False  # evaluation with targets: the whole image, resized to fit, padded (no crop)
+    fit: str = "crop"  # training with targets: "crop", or the whole image kept (`augment/fitting.py`)
+    scale_jitter: tuple[float, float] = (1.0, 1.0)  # fit != "crop": the fitted scale's factor range
+    fill: int | tuple[int, int, int] = 0  # fit != "crop": the image padding
+    fixed: tuple[Box, bool] | None = None  # a crop and flip drawn already (the fitted placement)
+
+    @property
+    def fitted(self) -> bool:
+        """Whether training keeps the whole image's aspect ratio (scale, window, pad: `fit`)."""
+        return self.train and self.fit != "crop"
 
     def box(self, width: int, height: int, rng: np.random.Generator) -> tuple[Box, bool]:
         """The source box to resize to `size` x `size`, and whether to flip horizontally."""
+        if self.fixed is not None:
+            return self.fixed
         if not self.train and self.letterbox:
             return (0.0, 0.0, float(width), float(height)), False
         if not self.train:

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from PIL import Image, ImageOps
+from PIL import Image, ImageOps, UnidentifiedImageError
 
 from ..errors import SampleError
 
@@ -75,13 +75,13 @@ def decode_errors() -> Iterator[None]:
         raise
     except (Image.DecompressionBombError, Image.DecompressionBombWarning) as exc:
         raise SampleError(f"too many pixels ({exc})") from None
-    except Image.UnidentifiedImageError:
+    except UnidentifiedImageError:
         raise SampleError("corrupt or truncated image (Pillow cannot identify it)") from None
     except (OSError, SyntaxError, ValueError, EOFError, IndexError, KeyError, TypeError) as exc:
         raise SampleError(f"corrupt or truncated image ({exc})") from None
 
 
-def is_progressive(info: dict[str, Any]) -> bool:
+def is_progressive(info: dict[str | tuple[int, int], Any]) -> bool:
     """Whether a Pillow image's `info` marks a progressive JPEG."""
     return bool(info.get("progressive") or info.get("progression"))
 

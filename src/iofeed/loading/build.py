@@ -57,6 +57,10 @@ def loader(
         **{name: checked_group(name, value) for name, value in objects.items()},  # None: the default object
     )
     adapter = ADAPTERS[options.framework].load().from_options(options)  # imports the framework now, not before
+    backend = getattr(adapter, "backend", "tensorflow")  # Keras' backend
+    if options.moves_targets and backend != "tensorflow":
+        raise OptionError(f"Output.target={options.output.target!r} with framework='keras' is built for Keras' "
+                          f"tensorflow backend (ragged boxes), Keras uses {backend!r}: use framework='jax' or 'torch'")
     mixture = Mixture(source, options.split, options) if isinstance(source, Mix) else None
     path = "" if isinstance(source, Mix) else source  # a dataset or folder: what the rest opens
     data = mixture.data if mixture else open_source(path, options.split, cache_dir=options.cache.dir,
@@ -72,6 +76,11 @@ def loader(
             raise OptionError(f"Output.target={options.output.target!r} reads a local iofeed dataset made from a COCO "
                               f"folder, not {'a Mix' if mixture else 'streamed shards' if data.remote else 'a folder'}")
         boxes = open_boxes(path, options.split, data, masks=options.output.target == "masks")
+        if options.transform is not None:  # it takes and returns them in the workers
+            if boxes.semantic:
+                raise OptionError(f"transform= with {path}'s semantic masks is not supported (it takes boxes and "
+                                  "instance masks): use the Recipe's geometry, or a batch_transform on the masks")
+            data.boxes = boxes
     elif options.output.target == "text":
         if mixture is not None or data.kind != "dataset":
             raise OptionError("Output.target='text' reads an iofeed dataset preprocessed with --target text, "

@@ -10,15 +10,18 @@ from ..errors import OptionError
 
 if TYPE_CHECKING:
     from ..sources.order import OrderSpec
+    from ..sources.samples import SampleSource
 
 
 class EpochOwner(Protocol):
     """The part of `Loader` the views below use."""
 
     epoch: int
-    source: Any
-    order: Any
-    spilling: bool
+    source: SampleSource
+    order: OrderSpec
+
+    @property
+    def spilling(self) -> bool: ...
 
     def set_epoch(self, epoch: int) -> None: ...
 
@@ -90,12 +93,12 @@ class DataLoaderAttributes:
     engine: Any
 
     @property
-    def dataset(self) -> DatasetView:
+    def dataset(self: EpochOwner) -> DatasetView:
         """The split as an `ImageFolder`-like view: `len()`, `classes`, `class_to_idx`, `set_epoch`."""
         return DatasetView(self)
 
     @property
-    def sampler(self) -> SamplerView:
+    def sampler(self: EpochOwner) -> SamplerView:
         """A `DistributedSampler`-like view: `set_epoch`, `len()`."""
         return SamplerView(self)
 

@@ -5,7 +5,7 @@ import dataclasses
 import itertools
 import time
 import warnings
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from typing import Any, Generic, TypeVar
 
 import numpy as np
@@ -50,7 +50,7 @@ class Loader(DataLoaderAttributes, Generic[BatchT]):
         self._targets = targets  # multi-hot labels and extras by sample index (None: class indices only)
         self.mixture = mixture  # an iofeed.Mix opened: its sources, per-source stats and skip bounds
         self.options = options
-        self.image_size = options.image_size
+        self.image_size = options.resolved_image_size
         self._iteration: object | None = None  # token of the live iteration
         self._fetching: Prefetcher | NoPrefetch = NoPrefetch()  # the live iteration's downloads and pins
         self._closed = False
@@ -128,7 +128,7 @@ class Loader(DataLoaderAttributes, Generic[BatchT]):
         """Start `epoch` (from its beginning) at the next iteration."""
         self._position.set_epoch(epoch)
 
-    def __iter__(self) -> Iterator[BatchT]:
+    def __iter__(self) -> Generator[BatchT, None, None]:
         """One pass: after a whole pass, the next epoch; after `set_epoch` or `load_state_dict`,
         where they put it; after a pass left before its end (`break`, Lightning's sanity check,
         Keras peeking at a batch), that pass again from where it began, as torch's DataLoader
@@ -214,13 +214,20 @@ class Loader(DataLoaderAttributes, Generic[BatchT]):
     def _with_boxes(self, batch: Batch) -> Any:
         """(images, targets): the boxes moved with the batch's recorded crops and flips, counted."""
         assert self._boxes is not None and self.image_size is not None, "resolved when the loader was made"
-        moved = box_batch(self._boxes, batch, self.image_size, self.options.augmentation.letterbox,
-                          self.options.recipe.min_visible)
+        augmentation = self.options.augmentation
+        moved = box_batch(self._boxes, batch, self.image_size, augmentation.letterbox, self.options.recipe.min_visible,
+                          augmentation.fitted)
         self.stats.boxes["delivered"] += len(moved.labels)
         self.stats.boxes["dropped_not_visible"] += moved.moved.dropped
+        if self.options.transform is not None:
+            self.stats.boxes["dropped_by_transform"] += moved.dropped_by_transform
         images = self._adapter(batch)[0]
         if self.options.framework == "torch":
-            return images, as_torch(moved, self.image_size, self.options.device)
+            return images, as_torch(moved, self.options.device)
+        if self.options.framework == "tf" or getattr(self._adapter, "backend", None) == "tensorflow":
+            from ..adapters.tf_boxes import as_tf  # imports TensorFlow: only here
+
+            return images, as_tf(moved)
         return images, as_numpy(moved)
 
     def state_dict(self) -> dict[str, Any]:

@@ -7,7 +7,7 @@ import hashlib
 import json
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -90,7 +90,8 @@ def concatenate(names: list[str], parts: list[SampleSource], how: str) -> MixedS
         parts=[_shell(p) for p in parts],
         file_part=np.repeat(np.arange(len(parts)), [len(p.files) for p in parts]).astype(np.int32))
     if any(p.remote is not None for p in parts):  # read through the node cache, local files in place
-        mixed.remote = MixedRemote([p.remote for p in parts], mixed.parts, mixed.files, mixed.file_part, files[:-1])
+        mixed.remote = MixedRemote(  # type: ignore[assignment]  # typed RemoteShards: MixedRemote duck-types it
+            [p.remote for p in parts], mixed.parts, mixed.files, mixed.file_part, files[:-1])
     return mixed
 
 
@@ -177,7 +178,8 @@ class Mixture:
         """Each source's position after `done` samples of `epoch` (see `state`)."""
         if order.shuffle == "mix":  # a block of the order and one path of splits, whatever the epoch's length
             return [epoch * n + k for n, k in zip(self.plan.counts, self.plan.before(order.seed, epoch, done))]
-        first = np.bincount(self.source_of(SHUFFLES[order.shuffle].order(order, epoch)[:done]),
+        shuffle = cast(str, order.shuffle)  # OrderSpec.__post_init__ names a bool
+        first = np.bincount(self.source_of(SHUFFLES[shuffle].order(order, epoch)[:done]),
                             minlength=len(self.names))
         return [int(k) for k in first]
 
@@ -228,7 +230,8 @@ class Mixture:
         """Each source's samples in `order` (an epoch's global order) past its first `done`."""
         if isinstance(order, MixEpoch):
             return [n - k for n, k in zip(self.plan.counts, order.before(done))]
-        return np.bincount(self.source_of(order[done:]), minlength=len(self.names)).tolist()
+        left: list[int] = np.bincount(self.source_of(order[done:]), minlength=len(self.names)).tolist()
+        return left
 
     def check_skips(self, batch: Batch, path_of: Any) -> None:
         """SampleError naming the source whose skips pass its bound."""

@@ -108,14 +108,15 @@ def _keys(given: Mapping[str, Any], expected: tuple[str, ...], optional: tuple[s
 def _int(given: Mapping[str, Any], key: str, low: int, high: int | None) -> int:
     """`given[key]` as an int within [low, high]; OptionError naming the key otherwise."""
     value = given[key]
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or \
-            not low <= value <= (high if high is not None else value):
-        bound = f">= {low}" if high is None else f"in {low}..{high}"
-        raise OptionError(f"cannot resume: state has {key}={value!r}, expected an int {bound}")
-    return int(value)
+    if not isinstance(value, bool) and isinstance(value, numbers.Integral):
+        number = int(value)
+        if low <= number and (high is None or number <= high):
+            return number
+    bound = f">= {low}" if high is None else f"in {low}..{high}"
+    raise OptionError(f"cannot resume: state has {key}={value!r}, expected an int {bound}")
 
 
-def earliest(states: Iterable[Mapping]) -> Mapping[str, Any]:
+def earliest(states: Iterable[Mapping[str, Any]]) -> Mapping[str, Any]:
     """Of the states saved by the ranks of one run, the one least far on (a run whose ranks are
     not kept in step: resuming from it repeats samples rather than missing any). OptionError
     when they are not of one run (a key of `SAME` or the version differs)."""

@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 
 from ..augment.recipe import Recipe, recipe_of
+from ..augment.target_transforms import target_kind
 from ..augment.transforms import check_batch_transform, check_sample_transform
 from ..errors import OptionError
 from ..image.boxes import Augment
@@ -16,6 +17,7 @@ from ..sources.order import CHOICES, OrderSpec
 from .adapter_choices import ADAPTERS, wants_host_arrays
 from .checks import either, flag, integer, one_of, short_repr
 from .engine_choices import AUTO, ENGINES
+from .fit_checks import check_fit
 from .groups import GROUPS, Cache, Order, Output, Placement, Resources, Skips, checked_group
 from .pixels import UINT8, pixel_scale
 from .rank_world import distributed_rank_world
@@ -96,6 +98,7 @@ class LoaderOptions:
                               f"engine={either((AUTO, *ENGINES.having('packs')))}, got framework={self.framework!r}"
                               f", engine={self.engine!r}")
         self._check_recipe()
+        check_fit(self.recipe.fit, self.output.target, self.engine)
         if self.moves_targets:
             self._check_box_targets()
         if self.output.target == "text":
@@ -107,9 +110,9 @@ class LoaderOptions:
         if output.memory_format is not None and self.framework != "torch":
             raise OptionError(f"Output.memory_format is for framework='torch' (NCHW tensors), got framework="
                               f"{self.framework!r}: drop it")
-        if self.moves_targets and self.framework in ("tf", "keras"):
-            raise OptionError(f"Output.target={output.target!r} is not built for framework={self.framework!r} yet "
-                              "(tf.RaggedTensor boxes are to come): use framework='torch', 'numpy' or 'jax'")
+        if self.moves_targets and self.framework in ("tf", "keras") and self.batch_transform is not None:
+            raise OptionError(f"Output.target={output.target!r} with framework={self.framework!r}: batch_transform= "
+                              "takes (images, labels), not the boxes; move it into your model or tf.data map")
         if output.extras and self.framework == "tf":
             raise OptionError("Output.extras=True cannot travel through a tf.data.Dataset (any JSON per sample): "
                               "use framework='numpy' or 'torch', or leave extras out")
@@ -153,10 +156,11 @@ class LoaderOptions:
             raise OptionError(f"Output.target={target!r}: engine={self.engine!r} does not move boxes and masks with "
                               f"the pixels; use engine={either((AUTO, *ENGINES.having('targets')))}")
         for given, why in ((self.gpu_augment, "gpu_augment=True crops on the device, after the boxes are placed"),
-                           (self.transform is not None, "transform= takes and returns images only"),
                            (self.output.extras, "Output.extras=True: the boxes are the targets")):
             if given:
                 raise OptionError(f"Output.target={target!r} cannot be combined here: {why}")
+        if self.transform is not None:
+            target_kind(self.transform)  # one it knows how to hand the boxes to
 
     def _check_text_targets(self) -> None:
         """Output(target="text"): a framework that takes a list of strings, and an engine that runs
@@ -191,12 +195,19 @@ class LoaderOptions:
         return self.recipe.is_train(self.split)
 
     @property
+    def resolved_image_size(self) -> int:
+        """`image_size` as `__post_init__` resolved it (the recipe's, else 224): the side of every image."""
+        assert self.image_size is not None, "resolved in __post_init__"
+        return self.image_size
+
+    @property
     def augmentation(self) -> Augment:
         """The crop, flip and resize policy of every sample."""
         r = self.recipe
-        return Augment(size=self.image_size, train=self.train, scale=r.scale, ratio=r.ratio, flip=r.flip,
+        return Augment(size=self.resolved_image_size, train=self.train, scale=r.scale, ratio=r.ratio, flip=r.flip,
                        center_fraction=r.crop_fraction, interpolation=r.interpolation, fast_decode=r.fast_decode,
-                       region_decode=r.region_decode, letterbox=self.moves_targets and not self.train)
+                       region_decode=r.region_decode, letterbox=self.moves_targets and not self.train,
+                       fit=r.fit, scale_jitter=r.scale_jitter, fill=r.fill)
 
     @property
     def host(self) -> bool:

@@ -1,9 +1,10 @@
 """A detection sample's targets as the dataset stores them: boxes scaled to the stored image
 (float32 xyxy), labels (int64), iscrowd, and its instance masks drawn at the stored size into
 one uint8 instance-id map (object k is id k + 1; a later object covers an earlier one where they
-overlap). Members beside the image in its shard, and per split the flat side file the loader
-reads (`<split>-boxes.npz`: offsets, boxes, labels, iscrowd; `<split>-masks.npy`: each mask
-member's offset and size in the image's shard)."""
+overlap), or for a semantic segmentation sample (`label_map` in its spec: a PNG of class ids)
+that map resized nearest-neighbour, its class ids kept. Members beside the image in its shard,
+and per split the flat side file the loader reads (`<split>-boxes.npz`: offsets, boxes, labels,
+iscrowd; `<split>-masks.npy`: each mask member's offset and size in the image's shard)."""
 from __future__ import annotations
 
 import io
@@ -43,7 +44,8 @@ class StoredObjects:
 
 
 def store_objects(spec: dict[str, Any], width: int, height: int, masks: bool) -> StoredObjects:
-    """`spec` ({"size": [w, h] annotated, "objects": [...]}) at the stored `width` x `height`."""
+    """`spec` ({"size": [w, h] annotated, "objects": [...], optional "label_map": a PNG path}) at the
+    stored `width` x `height`. ValueError when the label map is not of the annotated size."""
     objects = spec["objects"]
     sx, sy = width / spec["size"][0], height / spec["size"][1]
     boxes = np.asarray([o["box"] for o in objects], np.float64).reshape(-1, 4) * [sx, sy, sx, sy]
@@ -51,7 +53,9 @@ def store_objects(spec: dict[str, Any], width: int, height: int, masks: bool) ->
     labels = np.asarray([o["label"] for o in objects], np.int64)
     crowd = np.asarray([o["iscrowd"] for o in objects], np.uint8)
     ids = None
-    if masks:
+    if "label_map" in spec:
+        ids = _label_map(spec["label_map"], spec["size"], width, height)
+    elif masks:
         ids = np.zeros((height, width), np.uint8)
         for k, obj in enumerate(objects):
             ids[_mask(obj["segmentation"], spec["size"], sx, sy, width, height)] = k + 1
@@ -65,6 +69,18 @@ def _mask(seg: Any, size: list[int], sx: float, sy: float, width: int, height: i
         scaled = [(np.asarray(p, np.float64).reshape(-1, 2) * [sx, sy]).ravel().tolist() for p in seg]
         return polygon_mask(scaled, height, width)
     full = rle_mask(seg["counts"], size[1], size[0])
+    return crop_resize_nearest(full, (0, 0, size[0], size[1]), False, (height, width))
+
+
+def _label_map(path: str, size: list[int], width: int, height: int) -> np.ndarray:
+    """A semantic label map (class ids; a palette PNG's indices) at the stored size."""
+    from PIL import Image
+
+    with Image.open(path) as opened:
+        full = np.asarray(opened if opened.mode in ("L", "P") else opened.convert("L"), np.uint8)
+    if full.shape != (size[1], size[0]):
+        raise ValueError(f"mask of another size ({path} is {full.shape[1]}x{full.shape[0]}, the image "
+                         f"{size[0]}x{size[1]})")
     return crop_resize_nearest(full, (0, 0, size[0], size[1]), False, (height, width))
 
 

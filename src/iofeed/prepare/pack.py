@@ -64,6 +64,7 @@ def pack(
     objects = {name: SplitObjects() for name in orders} if scan.objects is not None else None
     masks = scan.objects is not None and any(o.get("segmentation") for spec in scan.objects if spec
                                              for o in spec["objects"])
+    semantic = scan.objects is not None and any(spec and "label_map" in spec for spec in scan.objects)
     with run_engine(tasks) as results:
         for prepared in progress_bar(results, total=len(tasks), unit="img", desc="preprocess", disable=not progress):
             rel = scan.names[prepared.index]
@@ -122,7 +123,8 @@ def pack(
     if objects is not None:
         saved = {name: objects[name].save(staging, name) for name in orders}
         entry["boxes"] = {"files": {n: f["boxes"] for n, f in saved.items()},
-                          "masks": {n: f["masks"] for n, f in saved.items() if "masks" in f}}
+                          "masks": {n: f["masks"] for n, f in saved.items() if "masks" in f},
+                          **({"semantic": True} if semantic else {})}  # masks of class ids, no boxes
     return PackResult(splits, rejected, facts, entry)
 
 
@@ -133,4 +135,7 @@ def _stored(spec: dict[str, Any], facts: dict[str, Any], masks: bool) -> tuple[A
     if [facts["width_in"], facts["height_in"]] != annotated or facts.get("oriented"):
         return None, (f"image size differs from its annotations (file {facts['width_in']}x{facts['height_in']}"
                       f"{', EXIF-rotated' if facts.get('oriented') else ''}, annotated {annotated[0]}x{annotated[1]})")
-    return store_objects(spec, int(facts["width"]), int(facts["height"]), masks), ""
+    try:
+        return store_objects(spec, int(facts["width"]), int(facts["height"]), masks), ""
+    except ValueError as exc:  # a label map changed since the scan
+        return None, str(exc)

@@ -28,6 +28,7 @@ from .sources.kinds import scan_source
 from .sources.label_targets import Resolved
 from .sources.one_sample_classes import one_sample_note
 from .sources.webdataset import image_keys
+from .sources.webdataset_boxes import check_box_format
 from .splits import validation_mask, write_order
 from .stats import source_stats
 
@@ -52,6 +53,7 @@ class PreprocessSummary:
     several_example: str = ""  # the first of them and its classes
     duplicates: Duplicates = field(default_factory=Duplicates)  # images stored under several samples
     one_sample_classes: str = ""  # a note when most classes have one sample (captions taken as classes?)
+    notes: list[str] = field(default_factory=list)  # the source's counted cases (YOLO background images)
 
     @property
     def images_per_sec(self) -> float:
@@ -88,6 +90,7 @@ def preprocess(
     image_column: str | None = None,
     image_key: str | tuple[str, ...] | None = None,
     label_names: bool = False,
+    box_format: str | None = None,
     target: str = "class",
 ) -> PreprocessSummary:
     """Prepare `src` once into an iofeed dataset at `out` (written aside, then renamed).
@@ -119,7 +122,8 @@ def preprocess(
     with spool_dir(out) as spool:
         options = SourceOptions(labels=None if labels is None else Path(labels), label_column=label_column,
                                 image_column=image_column, image_key=image_keys(image_key), spool=Path(spool),
-                                label_names=label_names, target=target)
+                                label_names=label_names, box_format=check_box_format(box_format),
+                                target=target)
         scan = scan_source(src, options, source)
         policy = policy.for_source(scan.kind)
         return _preprocess(scan, src, out, start, policy=policy, seed=seed, val_per_class=val_per_class,
@@ -179,6 +183,7 @@ def _preprocess(scan: SourceScan, src: Path | str, out: Path, start: float, *, p
         stale_removed=stale,
         **_several_classes(scan, targets),
         one_sample_classes=one_sample_note(scan.kind, targets, scan.names, str(src), label_names),
+        notes=scan.notes,
         duplicates=find_duplicates([(f["digest"], f["name"], f["split"], f["classes"]) for f in results.facts]),
     )
 

@@ -25,6 +25,7 @@ def source_stats(scan: SourceScan, facts: list[dict], rejected: list[Rejection])
         "rejected": len(rejected),
         "rejected_by_reason": dict(Counter(reason_kind(r.reason) for r in rejected)),
         "empty_classes": scan.empty_classes,
+        "notes": scan.notes,
         "bytes_in": int(sum(f["bytes_in"] for f in facts)),
         "modes": dict(modes),
         "formats": dict(Counter(f["format_in"] for f in facts)),

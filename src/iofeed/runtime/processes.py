@@ -10,15 +10,22 @@ import types
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
-from multiprocessing.context import BaseContext
+from multiprocessing.context import SpawnContext, SpawnProcess
 from multiprocessing.pool import Pool
-from typing import Any
+from multiprocessing.process import BaseProcess
+from typing import Any, TypeAlias
 
 from ..errors import OptionError, StartError
 from .system import usable_cores
 
+if sys.platform != "win32":
+    from multiprocessing.context import ForkServerContext, ForkServerProcess
+
+    SafeContext: TypeAlias = "ForkServerContext | SpawnContext"  # what `safe_context()` returns
+else:
+    SafeContext: TypeAlias = SpawnContext
+
 _METHOD = "forkserver" if "forkserver" in mp.get_all_start_methods() else "spawn"
-_Base: Any = type(mp.get_context(_METHOD))
 _BARE_MAIN = types.ModuleType("__main__")  # no __file__, no __spec__: nothing for a child to re-import
 _SWAP = threading.Lock()
 
@@ -49,23 +56,42 @@ def _main_hidden() -> Iterator[None]:
                 sys.modules["__main__"] = main
 
 
-class MainlessProcess(_Base.Process):
-    """A forkserver (or spawn) process started without the caller's `__main__` module."""
+class _MainlessStart(BaseProcess):
+    """Mixed in before a forkserver or spawn process class: it starts without the caller's `__main__`
+    (the public `start()` is wrapped, so the class is typed: docs/decisions/0150)."""
 
-    @staticmethod
-    def _Popen(process_obj: Any) -> Any:
+    def start(self) -> None:
         with _main_hidden():
-            return _Base.Process._Popen(process_obj)
+            super().start()
 
 
-class _MainlessContext(_Base):
-    Process = MainlessProcess
+class _MainlessSpawnProcess(_MainlessStart, SpawnProcess):
+    """A spawn process started without the caller's `__main__`."""
 
 
-_CONTEXT = _MainlessContext()
+class _MainlessSpawnContext(SpawnContext):
+    Process = _MainlessSpawnProcess
 
 
-def safe_context() -> BaseContext:
+if sys.platform != "win32":
+    class _MainlessForkServerProcess(_MainlessStart, ForkServerProcess):
+        """A forkserver process started without the caller's `__main__`."""
+
+    class _MainlessForkServerContext(ForkServerContext):
+        Process = _MainlessForkServerProcess
+
+
+def _mainless_context() -> SafeContext:
+    """The context for `_METHOD`, its processes started with `__main__` hidden."""
+    if sys.platform != "win32" and _METHOD == "forkserver":  # forkserver exists only off Windows
+        return _MainlessForkServerContext()
+    return _MainlessSpawnContext()
+
+
+_CONTEXT = _mainless_context()
+
+
+def safe_context() -> SafeContext:
     """The context iofeed starts its processes with (`Process`, `Pool`, `ProcessPoolExecutor(mp_context=)`).
 
     forkserver where the platform has it, else spawn: nothing CUDA or DALI started in the caller

@@ -21,6 +21,7 @@ class BoxTable:
     labels: np.ndarray  # int64 (m,)
     iscrowd: np.ndarray  # uint8 (m,)
     sizes: np.ndarray  # int64 (n, 2): the annotated image's width, height
+    semantic: bool = False  # the masks are semantic label maps (class ids, no boxes)
 
     def gather(self, samples: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(per-sample counts, flat positions of their boxes in batch order), without a Python loop."""
@@ -41,11 +42,14 @@ def open_boxes(dataset: str | Path, split: str, data: SampleSource, masks: bool)
     where = Path(dataset) / name
     try:
         with np.load(where, allow_pickle=False) as found:
-            table = BoxTable(found["offsets"], found["boxes"], found["labels"], found["iscrowd"], found["sizes"])
+            table = BoxTable(found["offsets"], found["boxes"], found["labels"], found["iscrowd"], found["sizes"],
+                             bool(entry.get("semantic")))
     except (OSError, KeyError, ValueError) as exc:
         raise DatasetError(f"cannot read {where}: {exc} (run `iofeed preprocess` again)") from None
     if len(table.offsets) != len(data) + 1 or table.offsets[-1] != len(table.boxes):
         raise DatasetError(f"{where} does not match the split's {len(data)} samples (run `iofeed preprocess` again)")
+    if table.semantic and not masks:
+        raise OptionError(f"{dataset} holds semantic segmentation masks, not boxes: use Output(target='masks')")
     if masks:
         mask_name = entry.get("masks", {}).get(split)
         if mask_name is None:

@@ -6,6 +6,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from torch.utils.dlpack import from_dlpack
 
 from ...augment.transforms import BatchTransform
 from ...engines.base import Batch
@@ -63,8 +64,8 @@ class TorchAdapter:
     def from_options(cls, options: LoaderOptions) -> TorchAdapter:
         """The adapter for `options`: its device, dtype, image size, normalisation and batch transform."""
         output = options.output
-        return cls(options.device, output.dtype, options.image_size, options_affine(options), options.batch_transform,
-                   output.memory_format == "channels_last")
+        return cls(options.device, output.dtype, options.resolved_image_size, options_affine(options),
+                   options.batch_transform, output.memory_format == "channels_last")
 
     def wrap(self, loader: EpochLoader) -> EpochLoader:
         """The loader itself; `stats.settings["normalise_on"]` says where it normalises."""
@@ -82,7 +83,7 @@ class TorchAdapter:
             if isinstance(images, np.ndarray):
                 images, labels = self._to_device(torch.from_numpy(images), labels, batch=batch)
             else:  # a GPU engine's batch, handed over by DLPack
-                images = torch.from_dlpack(images).to(self.device)
+                images = from_dlpack(images).to(self.device)
                 (labels,) = self._to_device(labels)
             images = self.normalise(images, as_is)
         if self.device.type != "cuda":  # for CUDA the copier releases it, once its copy is done

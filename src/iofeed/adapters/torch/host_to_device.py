@@ -31,7 +31,7 @@ class HostToDevice:
 
     def __init__(self, device: Any, registration: HostRegistration | None = None) -> None:
         self.device = torch.device(device)
-        self._stream = torch.cuda.Stream(self.device)
+        self._stream = torch.cuda.Stream(self.device)  # type: ignore[no-untyped-call]  # unannotated in torch
         self._sets = [_PinnedSet(), _PinnedSet()]
         self._turn = 0
         self.registration = registration if registration is not None else HostRegistration(self.device)
@@ -87,7 +87,7 @@ class HostToDevice:
 
 def _recorded(stream: Any) -> Any:
     """An event recorded on `stream` now."""
-    event = torch.cuda.Event()
+    event = torch.cuda.Event()  # type: ignore[no-untyped-call]  # unannotated in torch
     event.record(stream)
     return event
 
@@ -97,7 +97,8 @@ class _PinnedSet:
 
     def __init__(self) -> None:
         self._buffers: list[Any] = []
-        self.done = torch.cuda.Event(blocking=True)  # waited on without spinning a core
+        # waited on without spinning a core
+        self.done = torch.cuda.Event(blocking=True)  # type: ignore[no-untyped-call]  # unannotated in torch
 
     def stage(self, k: int, tensor: Any) -> Any:
         """`tensor` copied into pinned buffer `k`, as a tensor of its dtype and shape."""

@@ -3,6 +3,8 @@
 Every feed does the same work: 224 px random-resized-crop (area 0.08–1, ratio 3/4–4/3),
 horizontal flip, ImageNet normalisation, batches of the same size, on the same device. The
 recipe pair adds torchvision's reference recipe (`augment/recipe.py`); its labels are soft (MixUp/CutMix).
+The detection pairs (`--task detection`, `detection.py`) read a COCO folder and its dataset: boxes
+(and instance masks) moved with the crop, flip and resize, each iofeed line against torchvision's.
 A line says which data form the feed reads, the settings its class is built with (for an iofeed
 feed the `iofeed.loader` keywords, for a DataLoader feed its worker count and recipe), how the data
 is given to it (`sources.py`) and what it needs; the classes (`feed_classes.py`) build from that alone.
@@ -17,16 +19,20 @@ from typing import Any, Protocol
 from ...errors import FeedUnavailable
 from ...options.groups import Output
 from ...runtime.registry import Entry, Registry
+from .options import TASKS
 
 BASELINE = "torchvision-Nw"
 RECIPE_BASELINE = "torchvision-recipe"  # what the recipe feeds are compared with: the same recipe, torchvision's way
 CEILING = "synthetic"
+DETECTION_BASELINE = "torchvision-coco-boxes"  # the detection record's headline baseline
 GPU = "gpu"  # a need: a CUDA device (any other need is a module to import)
 # why a feed lacking a need is skipped (any other module: "M is not installed")
 SAID = {"nvidia.dali": "NVIDIA DALI is not installed (pip install 'iofeed[dali]')",
         GPU: "augments on the GPU: needs a CUDA GPU",
         "ffcv": "FFCV is not installed (pip install ffcv: an sdist that compiles against OpenCV and libjpeg-turbo "
-                "found by pkg-config)"}
+                "found by pkg-config)",
+        "pycocotools": "pycocotools is not installed (pip install pycocotools, in 'iofeed[bench]'): torchvision's "
+                       "CocoDetection reads the instances JSON with it"}
 
 
 @dataclass(frozen=True)
@@ -43,6 +49,8 @@ class FeedDecl:
     recipe: str = ""  # a recipe of `augment/recipe.py` instead of crop + flip ("": none); compared with RECIPE_BASELINE
     needs: tuple[str, ...] = ()  # modules it imports and GPU: a feed lacking one is skipped, saying which
     default: bool = True  # run without `--feeds` (when its framework is torch)
+    task: str = TASKS[0]  # the `--task` (of `TASKS`) it runs under (detection: reads a COCO folder or its dataset)
+    compared_with: str = ""  # the feed its ratio is against ("": BASELINE, or RECIPE_BASELINE for a recipe feed)
 
 
 _HERE = "iofeed.cli.bench.feed_classes"
@@ -62,10 +70,31 @@ TORCH = {"engine": "workers", "output": CHANNELS_LAST}  # the torch feeds'
 
 def iofeed(reads: str, about: str, *, target: str = f"{_HERE}:IofeedFeed", framework: str = "torch",
            source: str = "", recipe: str = "", needs: tuple[str, ...] = (), default: bool = True,
-           **keywords: Any) -> Entry[FeedDecl]:
+           task: str = "classification", compared_with: str = "", **keywords: Any) -> Entry[FeedDecl]:
     """An iofeed feed: `iofeed.loader(source, framework=framework, **keywords, **the run's)`."""
     return Entry(target, FeedDecl("iofeed", reads, about, {"framework": framework, **keywords}, framework,
-                                  source=source, recipe=recipe, needs=needs, default=default))
+                                  source=source, recipe=recipe, needs=needs, default=default, task=task,
+                                  compared_with=compared_with))
+
+
+def coco_pair(what: str, target: str) -> dict[str, Entry[FeedDecl]]:
+    """The detection pair for `target` ("boxes" or "masks"): torchvision's CocoDetection + v2 recipe +
+    DataLoader on the COCO folder, and `iofeed.loader(output=Output(target=target))` on its dataset."""
+    baseline = f"torchvision-coco-{target}"
+    masks = target == "masks"
+    return {
+        baseline: Entry("iofeed.cli.bench.detection:CocoDetectionFeed", FeedDecl(
+            "torchvision", "folder", f"torchvision CocoDetection + wrap_dataset_for_transforms_v2 (pycocotools) on "
+            f"the COCO folder's JPEGs, {what}: RandomResizedCrop (scale 0.3-1, ratio 1/2-2), flip, normalise, "
+            "SanitizeBoundingBoxes, in the DataLoader, all cores", {"masks": masks}, needs=("pycocotools",),
+            task="detection", compared_with=baseline)),
+        f"iofeed-coco-{target}": iofeed(
+            "dataset", f"iofeed workers engine on the COCO folder's dataset (the JPEGs in shards at the stored size), "
+            f"Output(target={target!r}), augment='detection' (the same crop and flip): {what} moved per batch in "
+            "flat arrays" + (", per-object masks split from the id map at the end" if masks else ""),
+            task="detection", compared_with=baseline, engine="workers", output=Output(target=target),
+            augment="detection"),
+    }
 
 
 def dataloader(about: str, *, workers: int | None = None, recipe: str = "") -> Entry[FeedDecl]:
@@ -127,19 +156,32 @@ FEEDS: Registry[FeedDecl] = Registry("feed", {
                             "batch_transform= on the device", recipe="reference", **TORCH),
     "dali-folder": peer("iofeed.cli.bench.dali_peer:DaliFolderFeed", "dali-peer", "folder", "plain DALI pipeline on "
                         "the JPEG folder", needs=("nvidia.dali",), prefetch_queue_depth=2),
+    **coco_pair("boxes and labels", "boxes"),
+    **coco_pair("boxes, labels and instance masks", "masks"),
     CEILING: peer(f"{_HERE}:SyntheticFeed", "synthetic", "", "synthetic tensors already on the device (the ceiling)"),
 })
 
 
 def baseline_of(name: str) -> str:
-    """The feed a feed's ratio is against: the recipe feeds against each other (torchvision's recipe
-    feed), every other feed against the plain DataLoader."""
-    return RECIPE_BASELINE if name in FEEDS and FEEDS.caps(name).recipe else BASELINE
+    """The feed a feed's ratio is against: the one its line names (the detection pairs: torchvision's
+    feed of the same targets), the recipe feeds against each other (torchvision's recipe feed), every
+    other feed against the plain DataLoader."""
+    if name not in FEEDS:
+        return BASELINE
+    decl = FEEDS.caps(name)
+    return decl.compared_with or (RECIPE_BASELINE if decl.recipe else BASELINE)
 
 
 CATALOGUE = tuple(name for name in FEEDS.names() if name != CEILING)  # the feeds `--feeds` may name
-DEFAULT_FEEDS = tuple(name for name in CATALOGUE  # without `--feeds`
-                      if FEEDS.caps(name).framework == "torch" and FEEDS.caps(name).default)
+
+
+def default_feeds(task: str) -> tuple[str, ...]:
+    """The feeds a run of `task` measures without `--feeds`: its PyTorch feeds that are on by default."""
+    return tuple(name for name in CATALOGUE if FEEDS.caps(name).task == task
+                 and FEEDS.caps(name).framework == "torch" and FEEDS.caps(name).default)
+
+
+DEFAULT_FEEDS = default_feeds("classification")  # without `--feeds` (or `--task`)
 
 
 @dataclass(frozen=True)

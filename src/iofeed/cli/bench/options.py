@@ -9,8 +9,10 @@ from pathlib import Path
 from ...errors import OptionError, SourceError, require
 
 MODELS = ("resnet50", "resnet18", "none")
+TASKS = ("classification", "detection")  # `--task`: which pairs run (each feed belongs to one)
 DEVICES = ("cpu", "cuda")
 DEFAULT_SOURCE = Path("data/c256")
+DEFAULT_COCO = Path("data/coco-standin")  # `--task detection` without a SOURCE: the COCO stand-in
 NEEDS = ("psutil", "matplotlib", "torch", "torchvision")  # modules of the `bench` extra every run uses
 
 
@@ -46,6 +48,7 @@ class BenchOptions:
     json_path: Path | None = None
     plot_path: Path | None = None
     progress: bool = True
+    task: str = "classification"  # "detection": the COCO pairs (boxes; boxes + masks), without a model
 
     @property
     def window_seconds(self) -> float:
@@ -75,13 +78,19 @@ class BenchOptions:
                                    ("--image-size", self.image_size, 8)):
             if value < least:
                 raise OptionError(f"{flag} must be >= {least}, got {value}")
+        if self.task not in TASKS:
+            raise OptionError(f"--task {self.task!r} is not one of {', '.join(TASKS)}")
+        if self.task == "detection" and self.model not in (None, "none"):
+            raise OptionError(f"--task detection measures the loaders alone: --model {self.model} is a classifier "
+                              "(leave --model out, or pass --model none)")
         if self.workers is not None and self.workers < 1:
             raise OptionError(f"--workers must be >= 1, got {self.workers}")
 
     def outputs(self, now: datetime) -> tuple[Path, Path]:
         """(JSON path, PNG path): by default SOURCE.bench/bench-<date>.json beside the data measured
         (data/c256.bench/ without a SOURCE), and the PNG beside the JSON."""
-        json_path = self.json_path or results_dir(self.source) / f"bench-{now:%Y-%m-%d-%H%M%S}.json"
+        source = self.source if self.source is not None or self.task == "classification" else DEFAULT_COCO
+        json_path = self.json_path or results_dir(source) / f"bench-{now:%Y-%m-%d-%H%M%S}.json"
         return json_path, self.plot_path or json_path.with_suffix(".png")
 
 

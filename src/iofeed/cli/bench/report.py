@@ -172,6 +172,8 @@ def table(record: dict[str, Any]) -> str:
                  "alone, the target <= 0.1);",
                  "  other CPU %: the machine's CPU used by other processes; peak MiB: the feed's processes' memory "
                  f"({record['settings']['memory_metric']})"]
+    if record["settings"].get("task") == "detection":
+        notes += [f"  {note}" for note in record["inputs"]["notes"]]
     if disturbance(record):
         notes.append(f"  {disturbance(record)}")
     if not record["complete"]:

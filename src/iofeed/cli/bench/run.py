@@ -9,7 +9,7 @@ from typing import Any
 from ...errors import IofeedError, OptionError, require
 from ...runtime.system import usable_cores
 from ...sources.folder_scan import find_class_root
-from .feeds import BASELINE, CATALOGUE, CEILING, DEFAULT_FEEDS, FEEDS, FeedSpec, unmet
+from .feeds import BASELINE, CATALOGUE, CEILING, DETECTION_BASELINE, FEEDS, FeedSpec, default_feeds, unmet
 from .inputs import CacheState, Inputs, data_files, resolve_inputs, warm_page_cache
 from .measure import FeedRun, measure, memory_metric
 from .options import BenchOptions, check_writable
@@ -33,6 +33,15 @@ def _classes(inputs: Inputs) -> int:
     if inputs.folder is not None:
         return sum(1 for d in find_class_root(inputs.folder).iterdir() if d.is_dir() and not d.name.startswith("."))
     return 1000
+
+
+def check_task(options: BenchOptions) -> None:
+    """OptionError (one line) when `--feeds` names a feed of another task than `--task`."""
+    for name in options.feeds or ():
+        task = FEEDS.caps(name).task
+        if task != options.task:
+            raise OptionError(f"feed {name!r} is a {task} feed and this is a {options.task} run: pass --task {task} "
+                              f"(a run measures the feeds of one task)")
 
 
 def plan_feeds(names: tuple[str, ...], inputs: Inputs, options: BenchOptions, device: str,
@@ -60,15 +69,22 @@ def run_benchmark(options: BenchOptions, command: str) -> tuple[dict[str, Any], 
     """Measure, write the JSON (after every window, atomically) and the PNG; return (record, JSON
     path, PNG path). After Ctrl-C the record holds the windows measured so far, `"complete": false`."""
     options.check(tuple(CATALOGUE))
+    check_task(options)
     now = datetime.now(timezone.utc)
     json_path, png_path = options.outputs(now)
     check_writable(json_path, png_path)  # before any work: the JSON is written after every window
     print(f"iofeed bench: results will go to {json_path} and {png_path}")
-    names = options.feeds or DEFAULT_FEEDS
+    names = options.feeds or default_feeds(options.task)
     device = pick_device(options.device)
-    model = options.model or ("resnet50" if device == "cuda" else "none")
+    model = options.model or ("resnet50" if device == "cuda" and options.task == "classification" else "none")
     needed = {FEEDS.caps(n).reads for n in names if unmet(FEEDS.caps(n), device) is None}  # none for a skipped feed
-    inputs = resolve_inputs(options.source, needed, options.progress)
+    if options.task == "detection":
+        from .detection_inputs import WHAT_EACH_DOES, resolve_coco
+
+        inputs = resolve_coco(options.source, needed, options.progress)
+        inputs.notes.append(WHAT_EACH_DOES)
+    else:
+        inputs = resolve_inputs(options.source, needed, options.progress)
     specs, skipped = plan_feeds(names, inputs, options, device, model)
     specs, skipped, endpoint = _serve_streamed(specs, skipped, json_path.parent)
     try:
@@ -115,11 +131,11 @@ def _measure_and_write(options: BenchOptions, command: str, now: datetime, paths
                       "device": device, "seconds_per_feed": options.seconds, "rounds": options.rounds,
                       "window_seconds": options.window_seconds, "warmup_seconds": options.warmup,
                       "workers": options.workers or usable_cores().amount, "seed": options.seed,
-                      "memory_metric": memory_metric()},
+                      "memory_metric": memory_metric(), "task": options.task},
             inputs={"folder": _text(inputs.folder), "dataset": _text(inputs.dataset), "raw": _text(inputs.raw),
                     "missing": inputs.missing,
                     "notes": inputs.notes + (gpu.notes() if gpu is not None else [])},
-            baseline=BASELINE,
+            baseline=DETECTION_BASELINE if options.task == "detection" else BASELINE,
             feeds=feed_records(done, options.image_size, gpu),
             gpu_timeline=[asdict(s) for s in gpu.samples] if gpu is not None else [],
         )

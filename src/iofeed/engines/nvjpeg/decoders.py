@@ -49,7 +49,8 @@ def _torchvision() -> BatchDecode | None:
     def decode(data: list[Any], device: Any) -> list[Any]:
         with warnings.catch_warnings():  # its deprecation in favour of torchcodec, once per call
             warnings.simplefilter("ignore", DeprecationWarning)
-            return decode_jpeg(list(data), mode=ImageReadMode.RGB, device=device)
+            decoded: list[Any] = decode_jpeg(list(data), mode=ImageReadMode.RGB, device=device)  # untyped library
+            return decoded
 
     return decode
 

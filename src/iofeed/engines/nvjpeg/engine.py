@@ -41,11 +41,11 @@ class NvjpegEngine:
         self._source, self._on_error = source, options.skips.on_error
         self.device = torch.device(options.device)
         self.host = options.host or self.device.type == "cpu"
-        self.side = options.image_size
+        self.side = options.resolved_image_size
         self.decoder, self._decode = batch_decoder()
         bad = validate_folder(source, resolve_workers(options.workers))
         layout, found = engine_layout(source, options, layout_of=lambda slots: EncodedLayout.for_source(
-            source, slots, options.batch_size, options.image_size, bad))
+            source, slots, options.batch_size, options.resolved_image_size, bad))
         self._workers = WorkerEngine(source, options, layout, found)
         self.invalid_files = len(bad)
         self.decoded_on_cpu = 0  # JPEGs the batched decoder refused, decoded by the CPU path
@@ -85,9 +85,9 @@ class NvjpegEngine:
         self.decoded_on_cpu += done.on_cpu
         images = torch.empty((len(meta), self.side, self.side, 3), dtype=torch.uint8, device=self.device)
         finished = np.flatnonzero(meta["kind"] != JPEG)
-        for k in finished:  # the workers' own decodes: rare (not sequential JPEGs)
-            start = int(meta["offset"][k])
-            images[k] = data[start:start + self.side * self.side * 3].view(self.side, self.side, 3)
+        for row in finished:  # the workers' own decodes: rare (not sequential JPEGs)
+            start = int(meta["offset"][row])
+            images[row] = data[start:start + self.side * self.side * 3].view(self.side, self.side, 3)
         self.finished_by_workers += len(finished)
         ok = [k for k in range(len(jpeg)) if done.images[k] is not None]
         if ok:

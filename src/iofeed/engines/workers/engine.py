@@ -11,8 +11,10 @@ import numpy as np
 
 from ... import errors
 from ...augment.batch_key import BatchKey
+from ...augment.target_transforms import TargetTransform, probe_target_output
 from ...augment.tokenizer import SampleTokenizer
-from ...augment.transforms import SampleTransform, TransformedImage, probe_output
+from ...augment.transform_checks import TransformedImage
+from ...augment.transforms import SampleTransform, probe_output
 from ...errors import LoaderStateError, SampleError, WorkerError
 from ...options.loader_options import LoaderOptions
 from ...runtime.processes import resolve_workers
@@ -30,6 +32,7 @@ from .sizing import engine_layout
 from .slots import Layout, default_prefetch
 from .target_slots import TargetLayout
 from .task import Done, Task
+from .transformed_targets import TransformedTargetLayout
 from .watchdog import stall_bounds
 
 TUNE_SECONDS = 1.0
@@ -49,7 +52,8 @@ class WorkerEngine:
                  found: dict[str, Any] | None = None, output: TransformedImage | None = None) -> None:
         self._source, self._augment, self._seed = source, options.augmentation, options.seed
         self.sample_output = output  # what the sample transform returns per image (probed), None without one
-        self._transform = None if output is None else SampleTransform(options.transform, output)
+        self._transform = (None if output is None else TargetTransform(options.transform, output)
+                           if options.moves_targets else SampleTransform(options.transform, output))
         self._spares = spares_of(options.deals_once)
         self.max_workers, self.autotune = resolve_workers(options.workers), options.workers is None
         self._initial = 1 if self.autotune else self.max_workers
@@ -117,10 +121,10 @@ class WorkerEngine:
 
     def _start(self) -> None:
         self._block, self._stale = SharedBlock(self.layout.total_bytes), SharedBlock(8)
-        self._payload, self._labels = self.layout.views(self._block.buffer)
+        self._payload, self._labels = self.layout.views(self._block.mapped())
         self._pool = SlotPool(self.layout.slots)
-        self._region = (np.frombuffer(self._block.buffer, np.uint8).ctypes.data, self.layout.total_bytes)
-        self._stale_below = np.frombuffer(self._stale.buffer, np.int64, 1)
+        self._region = (np.frombuffer(self._block.mapped(), np.uint8).ctypes.data, self.layout.total_bytes)
+        self._stale_below = np.frombuffer(self._stale.mapped(), np.int64, 1)
         self._finalizer = weakref.finalize(self, shutdown, self._group.members, (self._block, self._stale))
         self._group.start(self._block, self._stale, self._initial)
 
@@ -154,7 +158,7 @@ class WorkerEngine:
                 self._group.send(Task(generation, submitted, slot, batches[submitted], key,
                                 self._spares(batches, submitted, following)))
                 submitted += 1
-            if coming is not None and submitted == len(batches):
+            if coming is not None and following is not None and submitted == len(batches):  # (both or neither)
                 self._send_next_epoch(coming, following, submitted - needed)
             asked = self.clock()
             while needed not in ready:
@@ -188,11 +192,13 @@ class WorkerEngine:
         slot_payload = self.layout.slot(self._payload, done.slot)
         images, lease = self._pool.hand_out(done.slot, lambda wrap: self.layout.images(slot_payload, n, wrap))
         geometry = self.layout.geometry(slot_payload, n) if isinstance(self.layout, TargetLayout) else None
+        targets = (self.layout.packed(slot_payload, n) if isinstance(self.layout, TransformedTargetLayout)
+                   else None)
         return Batch(images, self._labels[done.slot, :n].copy(), done.delivered, done.skipped,
                      done.transform_seconds, done.cpu_seconds, transform_wall_seconds=done.transform_wall_seconds,
                      lease=lease, copied=lease is None,
                      refilled=done.refilled, region=self._region if lease is not None else None, geometry=geometry,
-                     tokens=done.tokens)
+                     targets=targets, tokens=done.tokens)
 
     def _begin_next_epoch(self, epoch: int, rank: int) -> NextEpochStart:
         self._generation += 1
@@ -233,6 +239,9 @@ def make_worker_engine(source: SampleSource, options: LoaderOptions) -> WorkerEn
     With `gpu_augment`, packed slots carry stored pixels and crop boxes for augmenting on the
     device instead of augmented images. A sample transform is probed here, on one image, before
     any slot is made: the slots hold what it returns (OptionError naming it when that is wrong)."""
-    output = None if options.transform is None else probe_output(options.transform, options.image_size)
+    output = (None if options.transform is None
+              else probe_target_output(options.transform, options.resolved_image_size,
+                                       options.output.target == "masks")
+              if options.moves_targets else probe_output(options.transform, options.resolved_image_size))
     layout, found = engine_layout(source, options, output)
     return WorkerEngine(source, options, layout, found, output)

@@ -48,6 +48,12 @@ class SharedBlock:
             raise ValueError("the shared block was released")
         return _attach, (reduction.DupFd(self._fd), self.size)
 
+    def mapped(self) -> memoryview:
+        """The block's memory in this process, to view before `release`."""
+        if self.buffer is None:
+            raise ValueError("the shared block was released")
+        return self.buffer
+
     def release(self) -> None:
         """Give up the descriptor; the memory goes once no worker and no view maps it (idempotent)."""
         if self._fd is not None:

@@ -25,7 +25,7 @@ class WorkerProcess:
     retiring: bool = False
 
 
-LIMITS = {
+LIMITS: dict[int | None, str] = {  # keyed by OSError.errno, which may be None
     errno.EMFILE: "raise the open-file limit, e.g. `ulimit -n 4096`",
     errno.ENFILE: "the system's open-file table is full",
     errno.EAGAIN: "the process limit (`ulimit -u`, the container's pids limit) is reached: lower workers",

@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
+
 from ...augment.transform_checks import TransformedImage
 from ...errors import OptionError
 from ...options.loader_options import LoaderOptions
@@ -14,10 +16,11 @@ from ...sources.samples import SampleSource
 from .packing import PackedLayout
 from .slots import Layout, SlotLayout, default_memory_budget, default_prefetch
 from .target_slots import TargetLayout
+from .transformed_targets import TransformedTargetLayout
 
 
 def engine_layout(source: SampleSource, options: LoaderOptions, output: TransformedImage | None = None,
-                  layout_of: Callable[[int], Any] | None = None) -> tuple[Layout, dict[str, Any]]:
+                  layout_of: Callable[[int], Layout] | None = None) -> tuple[Layout, dict[str, Any]]:
     """The slots' layout (`output`: what the sample transform returns per image, if any; `layout_of`:
     another engine's layout for a number of slots), and the usable cores and memory budget found
     (and why), for `loader.stats`. OptionError when the budget holds fewer than 2 batches."""
@@ -32,11 +35,17 @@ def engine_layout(source: SampleSource, options: LoaderOptions, output: Transfor
             return layout_of(slots)
         if options.gpu_augment:
             return PackedLayout.for_source(source, slots, batch_size)
+        masks = options.output.target == "masks"
+        if options.moves_targets and output is not None:
+            assert source.boxes is not None, "handed over with transform= (`loading.build`)"
+            capacity = max(1, int(np.diff(source.boxes.offsets).max(initial=0)))
+            return TransformedTargetLayout(slots, batch_size, options.resolved_image_size, masks, output.shape,
+                                           output.dtype.str, capacity, options.recipe.min_visible)
         if options.moves_targets:
-            return TargetLayout(slots, batch_size, options.image_size, options.output.target == "masks")
+            return TargetLayout(slots, batch_size, options.resolved_image_size, masks)
         if output is None:
-            return SlotLayout(slots, batch_size, options.image_size)
-        return SlotLayout(slots, batch_size, options.image_size, output.shape, output.dtype.str)
+            return SlotLayout(slots, batch_size, options.resolved_image_size)
+        return SlotLayout(slots, batch_size, options.resolved_image_size, output.shape, output.dtype.str)
 
     slot_bytes = layout(1).total_bytes
     wanted = (default_prefetch(max_workers) if prefetch is None else prefetch) + 1

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -11,8 +12,6 @@ from ...runtime.system import RankAllowance, usable_memory
 from ...sources.sample_reader import SampleReader
 from ...sources.samples import SampleSource
 from .decode import load_augmented
-from .packing import PackedLayout
-from .target_slots import TargetLayout
 
 # Batches in flight at least, whatever the worker count: with few workers sharing the cores with
 # the consumer, a shallow queue runs dry whenever the scheduler preempts the consumer (raw pixels,
@@ -73,7 +72,27 @@ class SlotLayout:
         return wrap(slot_payload[:n])
 
 
-Layout = SlotLayout | PackedLayout | TargetLayout
+class Layout(Protocol):
+    """What the engine and its workers ask of a slot layout: `SlotLayout`, `PackedLayout`,
+    `TargetLayout` (and `TransformedTargetLayout`), the nvjpeg engine's `EncodedLayout`. A payload
+    is whatever the layout's own `views` made (an array, or a tuple of arrays) and only ever goes
+    back to that layout: it is `Any` here because this one type cannot pair each layout with its
+    own payload's type."""
+
+    @property
+    def slots(self) -> int: ...
+
+    @property
+    def total_bytes(self) -> int: ...
+
+    def views(self, buffer: memoryview) -> tuple[Any, np.ndarray]: ...
+
+    def slot(self, payload: Any, slot: int) -> Any: ...
+
+    def write(self, slot_payload: Any, k: int, reader: SampleReader, source: SampleSource, index: int,
+              augment: Augment, rng: np.random.Generator) -> None: ...
+
+    def images(self, slot_payload: Any, n: int, wrap: Callable[[np.ndarray], np.ndarray] = ...) -> Any: ...
 
 
 def default_memory_budget() -> RankAllowance:

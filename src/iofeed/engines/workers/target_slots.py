@@ -3,7 +3,8 @@ worker cut them (the boxes follow them in the main process, one vectorised step 
 with masks each image's instance-id map cropped, resized nearest-neighbour and flipped alike.
 
 Evaluation (`Augment.letterbox`) resizes the whole image to fit the side, its aspect kept, and
-pads right and bottom with zeros: the crop is then the whole image and the scale is recorded."""
+pads right and bottom with zeros: the crop is then the whole image and the scale is recorded.
+Training with `Recipe(fit=...)` places each image on the canvas (`fitted.py`) and records where."""
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -18,8 +19,9 @@ from ...image.masks import crop_resize_nearest, decode_png
 from ...sources.sample_reader import SampleReader
 from ...sources.samples import SampleSource
 from .decode import load_augmented
+from .fitted import write_fitted
 
-GEOMETRY = 5  # left, top, right, bottom (stored pixels), flip
+GEOMETRY = 9  # left, top, right, bottom (stored pixels), flip, the placed rectangle (canvas pixels, before the flip)
 
 
 @dataclass
@@ -29,6 +31,7 @@ class Geometry:
     crops: np.ndarray  # float32 (n, 4)
     flips: np.ndarray  # bool (n,)
     masks: np.ndarray | None  # uint8 (n, side, side)
+    placed: np.ndarray | None = None  # float32 (n, 4): where each crop went on the canvas, before the flip
 
 
 @dataclass(frozen=True)
@@ -76,12 +79,17 @@ class TargetLayout:
         """Sample `index` into image `k`, its crop and flip recorded, its mask cut alike. Raises SampleError."""
         images, geometry = slot_payload[0], slot_payload[1]
         out = images[k]
+        if augment.fitted:
+            mask = slot_payload[2][k] if len(slot_payload) > 2 else None
+            box, flip, placed = write_fitted(out, mask, reader, source, index, augment, rng)
+            geometry[k] = (*box, float(flip), *placed)
+            return
         if augment.letterbox:
             height, width = letterbox_shape(int(source.width[index]), int(source.height[index]), augment.size)
             out[height:], out[:height, width:] = 0, 0
             out = out[:height, :width]
         box, flip = load_augmented(reader, source, index, augment, rng, out)
-        geometry[k] = (*box, float(flip))
+        geometry[k] = (*box, float(flip), 0, 0, out.shape[1], out.shape[0])
         if len(slot_payload) > 2:
             assert source.masks is not None, "Output(target='masks') opens the dataset's mask spans"
             ids = decode_png(reader.read(index, tuple(source.masks[index])), int(source.width[index]),
@@ -103,4 +111,4 @@ class TargetLayout:
             return None
         geometry = slot_payload[1][:n]
         masks = slot_payload[2][:n].copy() if len(slot_payload) > 2 else None
-        return Geometry(geometry[:, :4].copy(), geometry[:, 4] > 0.5, masks)
+        return Geometry(geometry[:, :4].copy(), geometry[:, 4] > 0.5, masks, geometry[:, 5:9].copy())

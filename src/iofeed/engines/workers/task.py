@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from ...augment.batch_key import BatchKey
+from ...augment.target_transforms import TargetTransform
 from ...augment.tokenizer import SampleTokenizer, packed
 from ...augment.transforms import SampleTransform
 from ...errors import IofeedError, SampleError, is_out_of_memory, out_of_memory
@@ -27,6 +28,7 @@ from ..base import sample_failure
 from ..refill import fill
 from .decode import load_augmented
 from .slots import Layout
+from .transformed_targets import TransformedTargetLayout
 from .worker_status import IDLE, READING, TRANSFORMING, finish_task, mark, worker_view
 
 
@@ -115,7 +117,8 @@ def run_task(
     records which sample is under way, and in which step. With a `tokenizer`, each sample's caption
     is tokenized once its image is in (seeded by (key, position) as a transform is)."""
     rng = task.key.rng()
-    scratch = np.empty((augment.size, augment.size, 3), np.uint8) if transform is not None else None
+    # with a transform, the scratch image each sample is cropped into before it is transformed
+    transforming = None if transform is None else (transform, np.empty((augment.size, augment.size, 3), np.uint8))
     now = worker_view(None) if now is None else now
     tokens: dict[int, np.ndarray] = {}  # place in the slot -> the caption's ids
 
@@ -127,12 +130,20 @@ def run_task(
             raise stop(stale=True)
         try:
             mark(now, index, READING)
-            if transform is None:
+            if transforming is None:
                 layout.write(slot_payload, k, reader, source, index, augment, rng)
+            elif isinstance(layout, TransformedTargetLayout):
+                image, targets, dropped = layout.prepared(reader, source, index, augment, rng)
+                mark(now, index, TRANSFORMING)
+                assert isinstance(transform, TargetTransform), "made with the layout (`make_worker_engine`)"
+                path = source.path_of(index)
+                layout.put(slot_payload, k, *transform.with_targets(image, targets, task.key, position, path),
+                           len(targets.labels), dropped, path)
             else:
+                apply, scratch = transforming
                 load_augmented(reader, source, index, augment, rng, scratch)
                 mark(now, index, TRANSFORMING)
-                slot_payload[k] = transform(scratch, task.key, position, source.path_of(index))
+                slot_payload[k] = apply(scratch, task.key, position, source.path_of(index))
             if tokenizer is not None:
                 assert source.captions is not None, "Output(tokenizer=) hands the captions to the workers"
                 mark(now, index, TRANSFORMING)

@@ -21,7 +21,7 @@ class WorkerStatus:
 
     def __init__(self) -> None:
         self.block = SharedBlock(8 * SLOTS)
-        self._now = np.frombuffer(self.block.buffer, np.int64, SLOTS)  # keeps the mapping after sent()
+        self._now = np.frombuffer(self.block.mapped(), np.int64, SLOTS)  # keeps the mapping after sent()
 
     def sent(self) -> None:
         """The worker has its own descriptor: give up ours (the mapping stays)."""

@@ -22,6 +22,7 @@ class SourceOptions:
     spool: Path | None = None  # a private folder for bytes the source must copy out (cells, downloads)
     label_names: bool = False  # every label is a class name as written (`true`, `1.5`, `5000000`)
     target: str = "class"  # "text": the caption is the target (`webdataset_captions.py`), no classes
+    box_format: str | None = None  # WebDataset boxes: how to read them where the json does not say
 
 
 @dataclass
@@ -41,6 +42,7 @@ class SourceScan:
     empty_classes: list[str] = field(default_factory=list)
     objects: list[Any] | None = None  # detection sources: per sample {"size": [w, h], "objects": [...]}
     captions: list[str] | None = None  # `--target text`: each sample's caption, as written
+    notes: list[str] = field(default_factory=list)  # what the summary says about the source (counted cases)
 
     def add(self, path: str, name: str, target: Any, extra: Any = None, span: Span = WHOLE,
             where: str | None = None, objects: Any = None) -> None:

@@ -87,7 +87,7 @@ def _categories(document: dict[str, Any], path: Path) -> list[tuple[int, str]]:
     return found
 
 
-def _folder_of(root: Path, file_name: str) -> Path | None:
+def folder_of(root: Path, file_name: str) -> Path | None:
     """Where the images are: `root`, `root/images` or a folder at the top of `root` holding `file_name`."""
     candidates = [root, root / "images", *sorted(p for p in root.iterdir() if p.is_dir())]
     return next((folder for folder in candidates if (folder / file_name).is_file()), None)
@@ -121,13 +121,35 @@ def _add_images(result: SourceScan, document: dict[str, Any], categories: list[t
     folder = None
     for entry in images.values():
         image = entry["image"]
-        folder = folder if folder and (folder / image["file_name"]).is_file() else _folder_of(root, image["file_name"])
+        folder = folder if folder and (folder / image["file_name"]).is_file() else folder_of(root, image["file_name"])
         if folder is None:
             result.rejected.append(Rejection(image["file_name"], "image file missing (named by the annotations)"))
             continue
         objs = entry["objects"]
         result.add(str(folder / image["file_name"]), image["file_name"], sorted({o["label"] for o in objs}),
                    objects={"size": [int(image["width"]), int(image["height"])], "objects": objs})
+
+
+def stored_annotations(document: dict[str, Any]) -> list[Any]:
+    """The annotations of an instances `document` that `scan` stores (as given), those it rejects
+    left out: what a COCO reader other than iofeed is given to read the same objects."""
+    try:
+        categories = sorted(int(c["id"]) for c in document["categories"])
+    except (KeyError, TypeError, ValueError):
+        return []
+    index_of = {cid: k for k, cid in enumerate(categories)}
+    images = {i["id"]: i for i in document["images"]
+              if isinstance(i, dict) and isinstance(i.get("file_name"), str) and "id" in i}
+    kept: dict[Any, int] = {}
+    stored = []
+    for ann in document["annotations"]:
+        image = images.get(ann.get("image_id")) if isinstance(ann, dict) else None
+        if image is None or _object(ann, image, index_of, len(categories))[1] is not None:
+            continue
+        if kept.get(image["id"], 0) < MAX_INSTANCES:
+            kept[image["id"]] = kept.get(image["id"], 0) + 1
+            stored.append(ann)
+    return stored
 
 
 def _object(ann: dict[str, Any], image: dict[str, Any], index_of: dict[int, int], count: int

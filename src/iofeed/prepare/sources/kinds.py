@@ -12,9 +12,12 @@ from ...sources.folder_scan import none_accepted
 from ...sources.remote.urls import is_url
 from .base import SourceOptions, SourceScan
 from .coco import coco_files
+from .segmentation import segmentation_folders
 from .tables import is_hf_dataset, is_parquet
 from .tarread import is_tar
+from .webdataset_boxes import holds_boxes
 from .webdataset_captions import scan_captions
+from .yolo import yolo_folders
 
 
 @dataclass(frozen=True)
@@ -38,11 +41,23 @@ SOURCES: Registry[SourceCaps] = Registry("source", {
                 extra="hf"),
     "labels": Entry("iofeed.prepare.sources.labelfile:scan", SourceCaps(urls=False, labels_file=True)),
     "coco": Entry("iofeed.prepare.sources.coco:scan", SourceCaps(urls=False, labels_file=False, label_column=False)),
+    "yolo": Entry("iofeed.prepare.sources.yolo:scan", SourceCaps(urls=False, labels_file=False, label_column=False)),
+    "wds-boxes": Entry("iofeed.prepare.sources.webdataset_boxes:scan",
+                       SourceCaps(urls=True, labels_file=False, label_column=False)),
+    "segmentation": Entry("iofeed.prepare.sources.segmentation:scan",
+                          SourceCaps(urls=False, labels_file=False, label_column=False)),
 })
 
 
 def detect(src: str, options: SourceOptions) -> str:
     """The source kind of `src`, from its content (never from file names): see `SOURCES`."""
+    kind = _detect(src, options)
+    if kind == "webdataset" and options.label_column is None and options.target != "text" and holds_boxes(src):
+        return "wds-boxes"
+    return kind
+
+
+def _detect(src: str, options: SourceOptions) -> str:
     if options.labels is not None:
         return "labels"
     if is_url(src) or "{" in src or glob.has_magic(src):
@@ -60,6 +75,10 @@ def detect(src: str, options: SourceOptions) -> str:
         return "hf"
     if coco_files(path):
         return "coco"
+    if yolo_folders(path):
+        return "yolo"
+    if segmentation_folders(path):
+        return "segmentation"
     files = [e.path for e in os.scandir(path) if e.is_file() and not e.name.startswith(".")]
     if any(is_parquet(f) for f in files):
         if any(is_tar(f) for f in files) and options.target == "text":
@@ -89,7 +108,7 @@ def scan_source(src: str | Path, options: SourceOptions, kind: str = "auto") -> 
                           f"a {kind} source ({src}): leave --target out")
     if options.label_names and options.target == "text":
         raise OptionError("--label-names makes classes of the labels, --target text keeps captions: pass one")
-    if options.image_key and kind != "webdataset":
+    if options.image_key and kind not in ("webdataset", "wds-boxes"):
         raise SourceError(f"--image-key is for WebDataset shards, not a {kind} source (Parquet: --image-column)")
     for option, value, cap in (("--label-column", options.label_column, "label_column"),
                                ("--label-names", "" if options.label_names else None, "label_column"),
@@ -98,6 +117,8 @@ def scan_source(src: str | Path, options: SourceOptions, kind: str = "auto") -> 
             given = f"{option} {value}" if value else option
             raise OptionError(f"{given}: {src} is a {kind} source, where it does not apply ({option} is for "
                               f"{', '.join(SOURCES.having(cap))} sources)")
+    if options.box_format is not None and kind != "wds-boxes":
+        raise OptionError(f"--box-format is for WebDataset shards with boxes (wds-boxes), not a {kind} source")
     try:
         # --target text: the webdataset source's caption reading (`webdataset_captions`)
         scan = entry.load() if options.target != "text" else scan_captions

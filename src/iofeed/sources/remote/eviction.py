@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 
-from ...format.files import lock_free
+from ...format.files import lock_free, try_lock
 from .cache_dir import EVICT_LOCK, LOCK, PART, entries, is_part, is_shard
 
 
@@ -55,20 +55,10 @@ def remove_stale_parts(root: Path) -> int:
 
 def _try_evict(path: str) -> bool:
     """Delete a cached shard unless someone holds a lease on it."""
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except FileNotFoundError:
-        return True
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        os.close(fd)
-        return False
-    try:
-        os.unlink(path)
-    finally:
-        os.close(fd)  # closing drops the lock: a reader blocked on it sees the file unlinked
-    return True
+    with try_lock(path) as held:
+        if held:
+            os.unlink(path)  # under the lock: a reader blocked on it then sees the file unlinked
+        return held is not False
 
 
 def evict_for(root: Path, limit: int, size: int) -> tuple[bool, int]:
