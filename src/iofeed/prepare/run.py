@@ -39,7 +39,7 @@ REJECTED_NAME = "rejected.jsonl"
 class PreprocessSummary:
     """What a preprocess run did."""
 
-    out: Path
+    out: Path | str  # a URL once uploaded (`upload.preprocess_to_url`)
     found: int
     written: dict[str, int]
     rejected: dict[str, int]
