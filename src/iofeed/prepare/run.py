@@ -40,7 +40,7 @@ TARGETS = ("class", "text")  # what preprocess keeps as each sample's target: it
 class PreprocessSummary:
     """What a preprocess run did."""
 
-    out: Path
+    out: Path | str  # a URL once uploaded (`upload.preprocess_to_url`)
     found: int
     written: dict[str, int]
     rejected: dict[str, int]

@@ -118,7 +118,7 @@ def _not_a_folder(path: Path) -> str:
     return f"{path} is a file: pass an image folder with one subfolder per class, or an iofeed dataset folder"
 
 
-def _open_dataset(path: Path, split: str, cache_dir: Path | str | None = None,
+def _open_dataset(path: Path, split: str, cache_dir: str | os.PathLike[str] | None = None,
                   cache_limit: int | None = None) -> SampleSource:
     """A local dataset's split; shards it indexes elsewhere (`iofeed index`: a `url` per shard) are
     read there, URLs through the node cache."""

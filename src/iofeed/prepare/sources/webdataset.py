@@ -9,6 +9,7 @@ import json
 import re
 import unicodedata
 from collections import Counter
+from pathlib import Path
 from typing import Any, BinaryIO
 
 from ...errors import OptionError, SourceError
@@ -35,7 +36,10 @@ def scan(src: str, options: SourceOptions) -> SourceScan:
     result = SourceScan(root=str(src), kind="webdataset", targets=shard_targets(options.label_column))
     captions: list[tuple[str, Any]] = []
     for shard in list_shards(src):
-        local = fetch_or_reject(shard, options.spool, result.rejected) if is_url(shard) else shard
+        local: Path | str | None = shard
+        if is_url(shard):
+            assert options.spool is not None, "remote shards are fetched only where a spool folder is set"
+            local = fetch_or_reject(shard, options.spool, result.rejected)
         if local is None:
             continue
         read = read_shard(str(local), shard, options.spool)
