@@ -47,6 +47,7 @@ class SampleSource:
     validated: bool = True  # images checked by preprocess (False: shards indexed in place, images as they came)
     targets: dict[str, Any] = field(default_factory=dict)  # the manifest's `targets` entry when opened ({} for folders)
     masks: np.ndarray | None = None  # int64 (n, 2): each sample's instance-mask member (offset, size) in its shard
+    captions: tuple[np.ndarray, np.ndarray] | None = None  # (offsets, UTF-8 bytes): for a tokenizer in the workers
     boxes: Any = None  # the split's `box_targets.BoxTable` (it imports this module), when `transform=` takes them
 
     def __len__(self) -> int:

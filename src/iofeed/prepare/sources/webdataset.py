@@ -81,7 +81,8 @@ def refuse_captions(labels: list[tuple[str, Any]], src: str) -> None:
         shown = label if len(str(label)) <= 40 else f"{str(label)[:37]}..."
         raise SourceError(f"{src}: the txt members look like captions, not class names ({len(single)} of "
                           f"{len(labels)} samples have a text no other has, e.g. {name}: {shown!r}): pass "
-                          "--label-column json to keep each json as the sample's extra (img2dataset shards), "
+                          "--target text to keep each caption as the sample's target (img2dataset shards), "
+                          "--label-column json to keep each json as the sample's extra, "
                           "--label-column KEY for a label under KEY in each json, or --label-names to make each "
                           "text a class")
 
