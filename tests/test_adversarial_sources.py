@@ -42,6 +42,7 @@ LOCAL = {
     "labels-csv": ["clean", "truncated", "float_labels", "odd_labels", "plus_labels", "nan_inf", "spellings", "bom",
                    "fifo"],
     "labels-jsonl": ["clean", "odd_labels", "bom"],
+    "captions": ["clean", "other_encoding", "missing_caption", "empty_caption", "malformed_json"],
 }
 AFTER_INDEX = {"rotated": rotate_members, "relabelled": relabel_in_place, "sibling": sibling_in_place}
 CASES = (
@@ -127,6 +128,7 @@ def _run(source: Source, spec: str, op: str, out: str) -> subprocess.CompletedPr
     args += ["--label-column", source.options["label_column"]] if "label_column" in source.options else []
     args += ["--shard-mb", str(source.options["shard_mb"])] if "shard_mb" in source.options else []
     args += ["--label-names"] if source.options.get("label_names") else []
+    args += ["--target", source.options["target"]] if "target" in source.options else []
     return _cli(*args)
 
 
@@ -145,6 +147,20 @@ def _load(dataset: str, cache: Path, engine: str) -> tuple[dict[int, list[tuple[
             for image, label in zip(images, labels):
                 code, sample = decode(image)
                 delivered.setdefault(sample, []).append((code, int(label)))
+        skipped = Counter(ld.stats.skipped)
+    return delivered, skipped
+
+
+def _load_captions(dataset: str, cache: Path, engine: str) -> tuple[dict[int, list[tuple[int, str]]], Counter]:
+    """As `_load`, with each sample's caption (`Output(target="text")`) where `_load` has its label."""
+    delivered: dict[int, list[tuple[int, str]]] = {}
+    with iofeed.loader(dataset, batch_size=4, image_size=32, workers=1, augment=EVAL, drop_last=False,
+                       skips=iofeed.Skips(max_skipped=None), cache=iofeed.Cache(dir=cache), engine=engine,
+                       output=iofeed.Output(target="text")) as ld:
+        for images, texts in ld:
+            for image, text in zip(images, texts):
+                code, sample = decode(image)
+                delivered.setdefault(sample, []).append((code, text))
         skipped = Counter(ld.stats.skipped)
     return delivered, skipped
 
@@ -206,7 +222,8 @@ def _check_case(kind: str, damage: str, op: str, storage: str, tmp_path: Path, r
             if source.after is not None:
                 _check_refused_after(source, local_out, engine)
                 return
-            delivered, skipped = _load(dataset, tmp_path / "cache", engine)
+            load = _load_captions if kind == "captions" else _load
+            delivered, skipped = load(dataset, tmp_path / "cache", engine)
         finally:
             if served is not None:
                 served.close()
@@ -252,6 +269,10 @@ def _check_accounting(source: Source, manifest: dict, delivered: dict, rejected:
         item = by_sample.get(sample)
         assert item is not None, f"sample {sample} arrived, and no such sample was written"
         assert item.expect is not None, f"sample {sample} ({source.damage}) must be rejected, and arrived"
+        if source.kind == "captions":  # the caption as written, with the image of its own number
+            if label != item.expect:
+                wrong[sample] = (item.expect, label)
+            continue
         given = classes[label] if 0 <= label < len(classes) else f"label {label}"
         if given != item.expect or source.names[code] != item.expect:
             wrong[sample] = (item.expect, given)

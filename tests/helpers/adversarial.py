@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 from PIL import Image
 
+from helpers.adversarial_captions import captions
 from helpers.adversarial_targets import TARGET_BUILDERS
 from helpers.pixelcode import Item, Source, code_of, coded_jpeg, coded_pixels, int_items, jpeg_of
 
@@ -286,6 +287,7 @@ BUILDERS: dict[str, Callable[[Path, str], Source]] = {
     "folder": folder, "webdataset": webdataset, "parquet": parquet, "hf": hf,
     "labels-csv": lambda root, damage: labels_file(root, damage, "csv"),
     "labels-jsonl": lambda root, damage: labels_file(root, damage, "jsonl"),
+    "captions": captions,
     **TARGET_BUILDERS,  # type: ignore[dict-item]  # detection sources: their own checks (test_detection_sources)
 }
 

@@ -81,7 +81,8 @@ def check_output_range(loader: Any, images: Any, affine: Affine | None) -> None:
     name. `images`: a torch tensor."""
     if loader is None or loader in _warned or not normalises(affine) or not images.is_floating_point():
         return
-    scale, shift = affine  # type: ignore[misc]
+    assert affine is not None, "normalises(None) is False"
+    scale, shift = affine
     ends = [s * v + t for s, t in zip(scale, shift) for v in (0.0, 255.0)]
     low, high = min(ends), max(ends)
     width = high - low

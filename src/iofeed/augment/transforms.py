@@ -29,25 +29,26 @@ def transform_name(fn: Any) -> str:
     return type(fn).__qualname__
 
 
-def check_sample_transform(fn: Any) -> None:
-    """OptionError unless `fn` (given as `transform=`) can travel to the worker processes."""
+def check_sample_transform(fn: Any, option: str = "transform") -> None:
+    """OptionError unless `fn` (given as `option=`: `transform=`, `Output.tokenizer=`) can travel to
+    the worker processes."""
     if fn is None:
         return
-    _check_callable("transform", fn)
+    _check_callable(option, fn)
     name = transform_name(fn)
     if getattr(fn, "__name__", "") == "<lambda>":
-        raise OptionError("transform=<lambda> cannot reach the worker processes: they receive it pickled, and a "
+        raise OptionError(f"{option}=<lambda> cannot reach the worker processes: they receive it pickled, and a "
                           "lambda cannot be pickled; define a function (or a torchvision/albumentations Compose) "
                           "in a module you import")
     module = fn.__module__ if inspect.isfunction(fn) else type(fn).__module__
     if module == "__main__":
-        raise OptionError(f"transform={name} is defined in __main__: worker processes start without your script "
+        raise OptionError(f"{option}={name} is defined in __main__: worker processes start without your script "
                           "(they never re-run it), so define it in a module you import (e.g. augment.py beside it)")
     try:
         pickle.dumps(fn)
     except Exception as exc:  # noqa: BLE001 - any pickling failure is the same refusal
         detail = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise OptionError(f"transform={name} cannot be pickled for the worker processes ({detail}): define it at "
+        raise OptionError(f"{option}={name} cannot be pickled for the worker processes ({detail}): define it at "
                           "the top level of a module you import") from None
 
 

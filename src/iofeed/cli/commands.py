@@ -69,6 +69,7 @@ def cmd_preprocess(args: argparse.Namespace) -> None:
             image_column=args.image_column,
             label_names=args.label_names,
             image_key=args.image_key,
+            target=args.target,
             box_format=args.box_format,
         )
     print_preprocess_summary(summary)

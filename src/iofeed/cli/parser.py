@@ -75,6 +75,11 @@ def build_parser() -> argparse.ArgumentParser:
                       help="the label's column (labels file, Parquet), JSON key or WebDataset member (default label, "
                            "or cls/txt/json for WebDataset)")
     prep.add_argument("--label-names", action="store_true", help=LABEL_NAMES_HELP)
+    prep.add_argument("--target", choices=["class", "text"], default="class",
+                      help="what each sample's target is: its class (default), or text: its caption, kept exactly "
+                           "as written (image-text WebDataset shards as img2dataset writes them: the txt member, "
+                           "else json 'caption', or the member / json key --label-column names); read with "
+                           "iofeed.Output(target='text')")
     prep.add_argument("--image-column", default=None,
                       help="Parquet / Hugging Face: the image column (default: the first binary or {bytes, path} one)")
     _add_image_key(prep)

@@ -39,6 +39,7 @@ class Batch:
     copied: bool = False  # copied out of engine memory: the consumer held all the engine could lend
     refilled: int = 0  # skipped samples whose places spare samples took (`engines/refill.py`)
     geometry: Any = None  # target="boxes"/"masks": each image's crop, flip and mask (`workers/target_slots.py`)
+    tokens: tuple[np.ndarray, np.ndarray] | None = None  # Output(tokenizer=): (lengths, ids back to back) per sample
     targets: Any = None  # the same with `transform=`: the boxes, labels, masks it returned (`PackedTargets`)
 
     def release(self) -> None:

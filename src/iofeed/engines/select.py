@@ -37,7 +37,7 @@ def fits(caps: EngineCaps, options: LoaderOptions, source: SampleSource) -> bool
     """Whether "auto" may pick an engine of `caps` here (nothing is imported)."""
     if source.has_raw() and not caps.reads_raw or options.gpu_augment and not caps.packs:
         return False
-    if options.transform is not None and not caps.runs_transforms:
+    if (options.transform is not None or options.output.tokenizer is not None) and not caps.runs_transforms:
         return False
     if options.moves_targets and not caps.targets:
         return False

@@ -96,7 +96,8 @@ class Manifest:
             manifest = cls(**raw)
             for name, info in manifest.splits.items():
                 for file in [info.table, *(s[key] for s in info.shards for key in ("name", "index")),
-                             *manifest.targets.get("files", {}).values()]:
+                             *manifest.targets.get("files", {}).values(),
+                             *((manifest.targets.get("captions") or {}).get("files") or {}).values()]:
                     plain_name(file)
                 if sum(int(s["samples"]) for s in info.shards) != int(info.samples):
                     raise ValueError(f"split {name!r}: its shards do not add up to {info.samples} samples")
@@ -114,7 +115,8 @@ class Manifest:
 # The names preprocess gives the files it writes: only for a folder without a manifest to go by
 # (an upload that stopped before its `iofeed.json`); otherwise `written_files` says what is iofeed's.
 DATASET_NAME = re.compile(r"rejected\.jsonl|[\w.-]+-samples\.(npy|sources\.jsonl|sources\.txt)"
-                          r"|[\w.-]+-targets\.jsonl|[\w.-]+-boxes\.npz|[\w.-]+-masks\.npy|[\w.-]+-\d{6}\.(tar|idx)")
+                          r"|[\w.-]+-targets\.jsonl|[\w.-]+-boxes\.npz|[\w.-]+-captions\.npz|[\w.-]+-masks\.npy"
+                          r"|[\w.-]+-\d{6}\.(tar|idx)")
 
 
 def written_files(manifest: Manifest) -> set[str]:
@@ -124,7 +126,8 @@ def written_files(manifest: Manifest) -> set[str]:
     has a `url`) is the user's file, wherever it lies: only its index is iofeed's. `--overwrite`
     replaces these and nothing else."""
     boxes = manifest.targets.get("boxes") or {}  # detection side files: {"files": {split: name}, "masks": ...}
-    ours = {MANIFEST_NAME, "rejected.jsonl", *manifest.targets.get("files", {}).values(),
+    captions = (manifest.targets.get("captions") or {}).get("files") or {}  # kind "text": {split: name}
+    ours = {MANIFEST_NAME, "rejected.jsonl", *manifest.targets.get("files", {}).values(), *captions.values(),
             *(name for kind in ("files", "masks") for name in (boxes.get(kind) or {}).values()
               if isinstance(name, str))}
     for info in manifest.splits.values():

@@ -9,17 +9,19 @@ from typing import Any
 import numpy as np
 
 from ..errors import DatasetError
+from .captions import check_captions_entry
 
 # (multi-label?, has classes?) -> kind. "class": one index per sample (`cls` member, table label);
 # "multi_label": a list of indices (`classes.json` member); "none": no classes, only extras (`json`).
 TARGET_KINDS = {(False, True): "class", (True, True): "multi_label", (False, False): "none", (True, False): "none"}
+TEXT_KIND = "text"  # no classes, a caption per sample (`captions`: `format/captions.py`), extras as for "none"
 DEFAULT_TARGETS = {"kind": "class", "extras": False, "files": {}}  # every dataset before format version 4
 
 
 def check_targets(entry: Any) -> None:
     """ValueError naming the field when a manifest's `targets` entry is not one iofeed writes (a
     kind it does not know would otherwise be read as "not a class" and ignored)."""
-    kinds = sorted(set(TARGET_KINDS.values()))
+    kinds = sorted({*TARGET_KINDS.values(), TEXT_KIND})
     if not isinstance(entry, dict):
         raise ValueError(f'"targets" must be an object, got {json.dumps(entry)[:40]}')
     if entry.get("kind") not in kinds:
@@ -29,6 +31,8 @@ def check_targets(entry: Any) -> None:
     files = entry.get("files")
     if not isinstance(files, dict) or not all(isinstance(v, str) for v in files.values()):
         raise ValueError(f'"targets.files" must map splits to file names, got {json.dumps(files)[:40]}')
+    if entry["kind"] == TEXT_KIND or "captions" in entry:
+        check_captions_entry(entry.get("captions"))
 
 
 def save_targets(directory: Path, split: str, rows: list[list[Any]]) -> str:

@@ -15,6 +15,7 @@ from ..options.adapter_choices import ADAPTERS
 from ..options.groups import Cache, Order, Output, Placement, Resources, Skips, checked_group
 from ..options.loader_options import LoaderOptions
 from ..sources.box_targets import open_boxes
+from ..sources.captions import open_captions
 from ..sources.mix import Mix
 from ..sources.sample_targets import open_targets
 from ..sources.samples import open_source, read_from
@@ -69,7 +70,7 @@ def loader(
                                                                      streamed=data.remote is not None)
     if data.remote is not None:
         data.remote.fit_order(spec, readers=options.workers or 1)
-    targets, boxes = None, None
+    targets, boxes, captions = None, None, None
     if options.moves_targets:
         if mixture is not None or data.kind != "dataset" or data.remote is not None:
             raise OptionError(f"Output.target={options.output.target!r} reads a local iofeed dataset made from a COCO "
@@ -80,9 +81,16 @@ def loader(
                 raise OptionError(f"transform= with {path}'s semantic masks is not supported (it takes boxes and "
                                   "instance masks): use the Recipe's geometry, or a batch_transform on the masks")
             data.boxes = boxes
+    elif options.output.target == "text":
+        if mixture is not None or data.kind != "dataset":
+            raise OptionError("Output.target='text' reads an iofeed dataset preprocessed with --target text, "
+                              f"not {'a Mix' if mixture else 'a folder'}")
+        captions = open_captions(path, options.split, data, workers=options.output.tokenizer is not None)
+        targets = open_targets(path, options.split, data) if options.output.extras else None
     elif options.output.target != "class" or options.output.extras:
         targets = mixture.targets() if mixture else open_targets(path, options.split, data)
-    loaded: Loader[Any] = Loader(data, spec, make_engine(options, data), adapter, options, targets, mixture, boxes)
+    loaded: Loader[Any] = Loader(data, spec, make_engine(options, data), adapter, options, targets, mixture, boxes,
+                                 captions)
     # what "auto" decided, and what the engine chose (the workers': which JPEG decode)
     loaded.stats.fixed["decisions"] = [*choice_notes(options, engine_name(options, data), data),
                                        *getattr(loaded.engine, "notes", [])]

@@ -13,12 +13,14 @@ from numpy.typing import NDArray
 
 from ..adapters.base import Adapter
 from ..adapters.box_batches import as_numpy, as_torch, box_batch
+from ..adapters.caption_batches import caption_tokens
 from ..augment.batch_key import BatchKey
 from ..engines.base import Batch, Engine
 from ..errors import LoaderStateError
 from ..options.loader_options import LoaderOptions
 from ..options.rank_world import torch_group_started
 from ..sources.box_targets import BoxTable
+from ..sources.captions import CaptionTable
 from ..sources.order import OrderSpec, valid_rows
 from ..sources.remote.prefetch import NoPrefetch, Prefetcher, prefetcher_for
 from ..sources.sample_targets import SampleTargets
@@ -41,8 +43,9 @@ class Loader(DataLoaderAttributes, Generic[BatchT]):
 
     def __init__(self, source: SampleSource, order: OrderSpec, engine: Engine, adapter: Adapter,
                  options: LoaderOptions, targets: SampleTargets | None = None, mixture: Mixture | None = None,
-                 boxes: BoxTable | None = None) -> None:
+                 boxes: BoxTable | None = None, captions: CaptionTable | None = None) -> None:
         self.source, self.order, self.engine, self._adapter = source, order, engine, adapter
+        self._captions = captions  # target="text": the split's captions by sample index
         self._boxes = boxes  # target="boxes"/"masks": the split's stored boxes by sample index
         self._targets = targets  # multi-hot labels and extras by sample index (None: class indices only)
         self.mixture = mixture  # an iofeed.Mix opened: its sources, per-source stats and skip bounds
@@ -188,12 +191,25 @@ class Loader(DataLoaderAttributes, Generic[BatchT]):
         `Output(extras=True)` a third item, the list of the samples' extras."""
         if self._boxes is not None:
             return self._with_boxes(batch)
+        if self._captions is not None:
+            return self._with_captions(batch)
         if self._targets is None:
             return self._adapter(batch)
         if self.options.output.target == "multi_hot":
             batch = dataclasses.replace(batch, labels=self._targets.multi_hot(batch.indices))
         out = self._adapter(batch)
         return (*out, self._targets.extras_of(batch.indices)) if self.options.output.extras else out
+
+    def _with_captions(self, batch: Batch) -> Any:
+        """(images, captions) in sample order, or with a tokenizer (images, ids, lengths) from the
+        workers' token rows; with `Output(extras=True)` the extras last."""
+        assert self._captions is not None, "set with target='text'"
+        images = self._adapter(batch)[0]
+        if self.options.output.tokenizer is None:
+            out: tuple[Any, ...] = (images, self._captions.texts(batch.indices))
+        else:
+            out = (images, *caption_tokens(batch.tokens, self.options.framework, self.options.device))
+        return (*out, self._targets.extras_of(batch.indices)) if self._targets is not None else out
 
     def _with_boxes(self, batch: Batch) -> Any:
         """(images, targets): the boxes moved with the batch's recorded crops and flips, counted."""

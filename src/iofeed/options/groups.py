@@ -10,6 +10,7 @@ import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, Literal, TypedDict, TypeVar, overload
 
+from ..augment.transforms import check_sample_transform
 from ..errors import OptionError
 from ..sources.order import PADS
 from ..sources.sample_targets import TARGETS
@@ -105,6 +106,7 @@ class OutputFields(TypedDict, total=False):
     dtype: Any
     memory_format: str | None
     target: str
+    tokenizer: Any
 
 
 @dataclass(frozen=True, repr=False, kw_only=True)
@@ -128,7 +130,15 @@ class Output(OptionGroup, Generic[E]):
     target: "class" (int64 class indices), "multi_hot" (float32 (batch, classes) vectors, 1 for
         each class of a multi-label sample; a single-label dataset gives one-hot rows), or for a
         dataset made from a COCO folder "boxes" / "masks" (docs/formats.md: boxes and masks
-        follow every crop, resize and flip; torch, numpy and jax).
+        follow every crop, resize and flip; torch, numpy and jax), or for a dataset preprocessed
+        with `--target text` "text": each batch is (images, captions), `captions` a list of str
+        in sample order (docs/formats.md, "Captions"; not with framework="tf" or "keras").
+    tokenizer: with target="text", a callable taking one caption and returning its token ids (a
+        list of ints, a 1-D array or tensor, a (1, L) one, or a mapping with "input_ids"); it runs
+        in the workers, seeded per sample as `transform=` is (`rng=` taken if declared), and each
+        batch is (images, ids, lengths): ids int64 (batch, longest) padded with 0 after each
+        caption's `lengths[i]` ids (torch tensors on the device for torch; numpy arrays
+        otherwise). Defined in a module you import, as `transform=` is. Engines: workers only.
     extras: with True each batch is (images, labels, extras), `extras` the list of the samples'
         extra JSON values (None where a sample has none), as the dataset stores them (`json`
         members: WebDataset json, labels-file columns). Not with framework="tf".
@@ -138,6 +148,7 @@ class Output(OptionGroup, Generic[E]):
     dtype: Any = None
     memory_format: str | None = None
     target: str = "class"
+    tokenizer: Any = None
     extras: bool = False
 
     if TYPE_CHECKING:  # `extras=True` adds the extras to the batch type `iofeed.loader` returns
@@ -156,6 +167,11 @@ class Output(OptionGroup, Generic[E]):
             one_of("Output.memory_format", self.memory_format, MEMORY_FORMATS)
         one_of("Output.target", self.target, TARGETS)
         flag("Output.extras", self.extras)
+        if self.tokenizer is not None:
+            if self.target != "text":
+                raise OptionError(f"Output.tokenizer tokenizes captions: pass Output(target='text', tokenizer=...), "
+                                  f"got target={self.target!r}")
+            check_sample_transform(self.tokenizer, "Output.tokenizer")
 
 
 @dataclass(frozen=True, repr=False, kw_only=True)

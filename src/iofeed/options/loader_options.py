@@ -101,6 +101,8 @@ class LoaderOptions:
         check_fit(self.recipe.fit, self.output.target, self.engine)
         if self.moves_targets:
             self._check_box_targets()
+        if self.output.target == "text":
+            self._check_text_targets()
         output = self.output
         if self.placement.sharding is not None and not adapter.sharding:
             raise OptionError(f"Placement.sharding is for framework={either(ADAPTERS.having('sharding'))}, "
@@ -159,6 +161,17 @@ class LoaderOptions:
                 raise OptionError(f"Output.target={target!r} cannot be combined here: {why}")
         if self.transform is not None:
             target_kind(self.transform)  # one it knows how to hand the boxes to
+
+    def _check_text_targets(self) -> None:
+        """Output(target="text"): a framework that takes a list of strings, and an engine that runs
+        the tokenizer where one is given."""
+        if self.framework in ("tf", "keras"):
+            raise OptionError(f"Output.target='text' is not built for framework={self.framework!r} (captions are a "
+                              "list of str per batch): use framework='torch', 'numpy' or 'jax'")
+        if self.output.tokenizer is not None and self.engine != AUTO and not ENGINES.caps(self.engine).runs_transforms:
+            raise OptionError(f"Output.tokenizer runs in worker processes, not in engine={self.engine!r} (its pipeline "
+                              f"calls no Python per sample): pass engine={either(ENGINES.having('runs_transforms'))} "
+                              "or 'auto', or leave the tokenizer out and tokenize the captions in your loop")
 
     @property
     def moves_targets(self) -> bool:

@@ -131,7 +131,11 @@ def _scan(spec: str, shards: list[str], spool: Path | None, label_column: str | 
     rejected: list[Rejection] = []
     captions: list[Any] = []
     for shard in shards:
-        local = fetch_or_reject(shard, spool, rejected) if is_url(shard) else Path(shard)
+        if is_url(shard):
+            assert spool is not None, "URLs are indexed with a spool folder (`reread` reads local shards)"
+            local = fetch_or_reject(shard, spool, rejected)
+        else:
+            local = Path(shard)
         if local is None:
             continue
         indexed = _index_one(shard, local, label_column, image_key, targets, rejected, captions)

@@ -37,7 +37,7 @@ class OutputError(IofeedError):
     """The output directory cannot be written or is held by another run."""
 
 
-def check_output(src: Path | None, out: Path, overwrite: bool) -> None:
+def check_output(src: Path | str | None, out: Path, overwrite: bool) -> None:
     """Refuse an `out` that is, contains or lies inside `src` (None: nothing is scanned), is or
     contains the current directory, exists without `overwrite`, or is not an iofeed dataset to
     overwrite."""
@@ -198,7 +198,7 @@ def check_inputs(out: Path, inputs: list[str | Path], what: str) -> None:
 
 
 @contextmanager
-def written_aside(src: Path | None, out: Path, overwrite: bool) -> Iterator[tuple[Path, list[Path]]]:
+def written_aside(src: Path | str | None, out: Path, overwrite: bool) -> Iterator[tuple[Path, list[Path]]]:
     """Write the dataset at `out` aside: lock OUT, yield a fresh staging folder (and what dead runs
     left, removed), then check OUT again (it may have appeared or changed meanwhile, see
     `check_output`) and swap the staging folder in. The staging folder is removed if the block
@@ -255,13 +255,14 @@ def terminate_as_interrupt() -> Iterator[None]:
 
 def output_error(exc: OSError, out: Path) -> OutputError:
     """A one-line error for an OSError met while writing `out`, with what to do."""
-    advice = {
+    advice_by_errno: dict[int | None, str] = {  # None: an OSError raised without an errno
         errno.ENOSPC: "free some space or pick another -o",
         errno.EDQUOT: "free some space or pick another -o",
         errno.EFBIG: "the file system or a size limit (ulimit -f) refused a file: pick another -o",
         errno.EROFS: "the file system is read-only: pick another -o",
         errno.EACCES: "no permission: pick another -o",
         errno.EPERM: "no permission: pick another -o",
-    }.get(exc.errno, "pick another -o")
+    }
+    advice = advice_by_errno.get(exc.errno, "pick another -o")
     where = f" ({exc.filename})" if exc.filename else ""
     return OutputError(f"cannot write {out}: {exc.strerror or exc}{where}: {advice}")

@@ -11,11 +11,12 @@ from typing import Any
 
 import numpy as np
 
+from ..format.captions import CAPTION_MEMBER, captions_entry, save_captions
 from ..format.manifest import SplitInfo
 from ..format.policy import ImagePolicy
 from ..format.shards import ShardWriter
 from ..format.table import ENCODINGS, MEMBER_EXTENSIONS, new_table, save_table
-from ..format.targets import save_targets
+from ..format.targets import TEXT_KIND, save_targets
 from ..runtime.progress import progress as progress_bar
 from ..sources.folder_scan import Rejection, display_path
 from . import box_pack
@@ -56,6 +57,7 @@ def pack(
     sources: dict[str, list[str]] = {name: [] for name in orders}
     tasks = [(int(i), scan.paths[i], policy, scan.spans[i]) for order in orders.values() for i in order]
     side: dict[str, list[Any]] = {name: [] for name in orders}  # per split: each row's classes and extra
+    captions: dict[str, list[str]] = {name: [] for name in orders}  # per split: each row's caption (--target text)
     kind = targets.kind
     split_of = {int(i): name for name, order in orders.items() for i in order}
     rejected: list[Rejection] = []
@@ -78,6 +80,9 @@ def pack(
                 members["cls"] = str(label).encode()
             elif kind == "multi_label":
                 members[CLASSES_MEMBER] = json.dumps(classes).encode()
+            if scan.captions is not None:
+                members[CAPTION_MEMBER] = scan.captions[prepared.index].encode("utf-8")
+                captions[name].append(scan.captions[prepared.index])
             if extra is not None:
                 members[EXTRA_MEMBER] = json.dumps(extra).encode()
             stored = None
@@ -112,6 +117,10 @@ def pack(
         for name, rows in side.items():
             files[name] = save_targets(staging, name, rows)
     entry = targets.manifest_entry(files)
+    if scan.captions is not None:
+        entry["kind"] = TEXT_KIND
+        entry["captions"] = captions_entry({name: save_captions(staging, name, texts)
+                                            for name, texts in captions.items()})
     if objects is not None:
         saved = {name: objects[name].save(staging, name) for name in orders}
         entry["boxes"] = {"files": {n: f["boxes"] for n, f in saved.items()},

@@ -116,6 +116,7 @@ def ordered_map(
                     worker.conn.close()
                     pool[k] = start()
                     continue
+                assert worker.held is not None  # only busy workers are waited on
                 if report[0] == "error":
                     _, at, message, text = report
                     error = WorkerError(f"preprocess worker failed on {describe(items[worker.held[at]])}: {message}")

@@ -33,13 +33,14 @@ from .splits import validation_mask, write_order
 from .stats import source_stats
 
 REJECTED_NAME = "rejected.jsonl"
+TARGETS = ("class", "text")  # what preprocess keeps as each sample's target: its label, or its caption
 
 
 @dataclass
 class PreprocessSummary:
     """What a preprocess run did."""
 
-    out: Path
+    out: Path | str  # a URL once uploaded (`upload.preprocess_to_url`)
     found: int
     written: dict[str, int]
     rejected: dict[str, int]
@@ -90,6 +91,7 @@ def preprocess(
     image_key: str | tuple[str, ...] | None = None,
     label_names: bool = False,
     box_format: str | None = None,
+    target: str = "class",
 ) -> PreprocessSummary:
     """Prepare `src` once into an iofeed dataset at `out` (written aside, then renamed).
 
@@ -99,11 +101,14 @@ def preprocess(
     before the work is spread. `source` is the kind of input (`sources.registry.SOURCES`; "auto"
     recognises it by content); `labels`, `label_column`, `image_column` and `image_key` (WebDataset
     image member extensions, the first present wins) tell it where the targets and images are;
-    `label_names` takes every label as a class name as written. Bytes a source must copy out
+    `label_names` takes every label as a class name as written; `target="text"` keeps each WebDataset
+    sample's caption as its target (no classes: docs/formats.md, "Captions"). Bytes a source must copy out
     (Parquet cells, remote shards, decompressed tars) go to a spool folder beside OUT, removed at
     the end.
     """
     policy.check()
+    if target not in TARGETS:
+        raise OptionError(f"--target must be one of {', '.join(TARGETS)}, got {target!r}")
     run_engine = select_engine(engine, address)
     out = Path(out) if out is not None else default_output(src)
     if shard_bytes < 1 << 16:
@@ -117,7 +122,8 @@ def preprocess(
     with spool_dir(out) as spool:
         options = SourceOptions(labels=None if labels is None else Path(labels), label_column=label_column,
                                 image_column=image_column, image_key=image_keys(image_key), spool=Path(spool),
-                                label_names=label_names, box_format=check_box_format(box_format))
+                                label_names=label_names, box_format=check_box_format(box_format),
+                                target=target)
         scan = scan_source(src, options, source)
         policy = policy.for_source(scan.kind)
         return _preprocess(scan, src, out, start, policy=policy, seed=seed, val_per_class=val_per_class,

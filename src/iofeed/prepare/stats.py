@@ -12,7 +12,7 @@ from ..sources.folder_scan import Rejection, display_path, reason_kind
 from .sources.base import SourceScan
 
 
-def source_stats(scan: SourceScan, facts: list[dict], rejected: list[Rejection]) -> dict[str, Any]:
+def source_stats(scan: SourceScan, facts: list[dict[str, Any]], rejected: list[Rejection]) -> dict[str, Any]:
     """Statistics of the input a user would want to see in `iofeed inspect`."""
     modes = Counter(f["mode_in"] for f in facts)
     widths = np.array([f["width_in"] for f in facts] or [0])
@@ -39,7 +39,7 @@ def source_stats(scan: SourceScan, facts: list[dict], rejected: list[Rejection])
     }
 
 
-def storage_stats(facts: list[dict]) -> dict[str, Any]:
+def storage_stats(facts: list[dict[str, Any]]) -> dict[str, Any]:
     """Samples and bytes stored per encoding, and the estimated size of the all-JPEG form."""
     stored = {enc: [f for f in facts if f["encoding"] == enc] for enc in ENCODINGS}
     raw_bytes = sum(f["stored_bytes"] for f in stored["raw"])

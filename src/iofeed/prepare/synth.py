@@ -54,7 +54,7 @@ class ImageSpec(NamedTuple):
 
     path: str  # relative to the 256_ObjectCategories folder
     cls: int  # 0-based class index
-    index: int  # 1-based index inside the class
+    index: int  # type: ignore[assignment]  # a field that shadows tuple.index: 1-based index inside the class
     width: int
     height: int
     kind: str  # "rgb", "gray", "cmyk", "progressive" or "png" (a PNG with alpha named .jpg)

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -104,14 +105,14 @@ def upload_dataset(local: Path, url: str, *, overwrite: bool = False,
             with_retries(lambda: fs.rm_file(join(url, MANIFEST_NAME)))
         for name in old:  # only the old dataset's own objects (check_target)
             if name != MANIFEST_NAME:
-                with_retries(lambda name=name: fs.rm_file(join(url, name)))
+                with_retries(functools.partial(fs.rm_file, join(url, name)))
     except Exception as exc:  # noqa: BLE001 - as in check_target
         raise upload_failure(url, exc, " (removing the old dataset)") from None
     files = sorted(p for p in local.rglob("*") if p.is_file() and p.name != MANIFEST_NAME)
     for path in [*files, local / MANIFEST_NAME]:
         name = path.relative_to(local).as_posix()
         try:
-            with_retries(lambda path=path, name=name: fs.put_file(str(path), join(url, name)), UPLOAD_POLICY)
+            with_retries(functools.partial(fs.put_file, str(path), join(url, name)), UPLOAD_POLICY)
         except Exception as exc:  # noqa: BLE001 - as in check_target
             raise upload_failure(url, exc, f" ({name})") from None
         if on_file is not None:

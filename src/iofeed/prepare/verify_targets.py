@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -29,8 +30,9 @@ def member_targets(fd: int, entry: IndexedSample, kind: str) -> list[Any]:
         return os.pread(fd, size, offset)
 
     try:
-        classes = {"class": lambda: [int(member("cls"))],
-                   "multi_label": lambda: json.loads(member("classes.json"))}.get(kind, list)()
+        readers: dict[str, Callable[[], list[Any]]] = {"class": lambda: [int(member("cls"))],
+                                                       "multi_label": lambda: json.loads(member("classes.json"))}
+        classes = readers.get(kind, list)()
         extra = json.loads(member("json")) if "json" in entry.members else None
     except (KeyError, ValueError) as exc:
         raise ValueError(f"a label member does not parse ({type(exc).__name__}: {exc})") from None

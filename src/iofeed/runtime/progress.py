@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import io
 import sys
-from collections.abc import Iterable
+from collections.abc import Iterable, Sized
 from typing import IO, Any
 
 from tqdm import tqdm
@@ -51,8 +51,8 @@ def progress(iterable: Iterable[Any] | None = None, *, desc: str, unit: str = "i
     stream = sys.stderr if file is None else file
     if is_terminal(stream) or disable:
         return tqdm(iterable, desc=desc, unit=unit, total=total, disable=disable, file=stream, **options)
-    if total is None and iterable is not None and hasattr(iterable, "__len__"):
-        total = len(iterable)  # type: ignore[arg-type]
+    if total is None and isinstance(iterable, Sized):
+        total = len(iterable)
     log_format = LOG_FORMAT if total is not None else LOG_FORMAT_NO_TOTAL
     options = {**options, "mininterval": log_seconds, "maxinterval": max(log_seconds, 10.0), "miniters": 1,
                "bar_format": log_format if options.get("bar_format") is None else options["bar_format"],

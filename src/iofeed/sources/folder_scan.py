@@ -74,7 +74,7 @@ def display_path(path: str) -> str:
     return os.fsencode(path).decode("utf-8", "backslashreplace")
 
 
-def find_class_root(src: Path) -> Path:
+def find_class_root(src: Path | str) -> Path:
     """The folder that holds the class folders (`src/256_ObjectCategories` when present)."""
     src = Path(src)
     if not src.exists():
@@ -85,7 +85,7 @@ def find_class_root(src: Path) -> Path:
     return nested if nested.is_dir() else src
 
 
-def scan_folder(src: Path, sniff: bool = True) -> FolderScan:
+def scan_folder(src: Path | str, sniff: bool = True) -> FolderScan:
     """Scan `src` into accepted images (recognised by their bytes) and rejections with reasons.
 
     Labels follow the sorted class folder names. Files in nested folders belong to their

@@ -76,7 +76,7 @@ class _Weights(dict[str, float]):
     def _frozen(self, *args: object, **kwargs: object) -> None:
         raise TypeError("a Mix is frozen: make a new iofeed.Mix with the weights you want")
 
-    __setitem__ = __delitem__ = __ior__ = clear = pop = popitem = setdefault = update = _frozen  # type: ignore
+    __setitem__ = __delitem__ = __ior__ = clear = pop = popitem = setdefault = update = _frozen  # type: ignore[assignment]  # one refusal for every mutator
 
     def __reduce__(self) -> tuple[type[_Weights], tuple[dict[str, float]]]:
         return _Weights, (dict(self),)

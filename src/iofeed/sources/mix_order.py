@@ -6,8 +6,8 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Generic, TypeVar, cast
 
 import numpy as np
 
@@ -16,15 +16,18 @@ LEAF = 1 << 16  # positions per block of the arrangement: what one step of the o
 HYPERGEOMETRIC_MAX = 10**9 - 1  # numpy's multivariate hypergeometric takes totals below 10**9
 _NODE, _LEAF = 1, 2  # seed keys of a split of the arrangement and of a block's own shuffle
 
+_K = TypeVar("_K")
+_V = TypeVar("_V")
 
-class _Cache:
+
+class _Cache(Generic[_K, _V]):
     """A few recent results by key, safe to share between the threads that ask for batches (the
     consumer's, a tf.data or download thread); pickled empty."""
 
     def __init__(self, size: int) -> None:
-        self._size, self._items, self._lock = size, OrderedDict[Any, Any](), threading.Lock()
+        self._size, self._items, self._lock = size, OrderedDict[_K, _V](), threading.Lock()
 
-    def get(self, key: Any, make: Callable[[], Any]) -> Any:
+    def get(self, key: _K, make: Callable[[], _V]) -> _V:
         with self._lock:
             if key in self._items:
                 self._items.move_to_end(key)
@@ -36,7 +39,7 @@ class _Cache:
                 self._items.popitem(last=False)
         return value
 
-    def __reduce__(self) -> tuple[type[_Cache], tuple[int]]:
+    def __reduce__(self) -> tuple[type[_Cache[_K, _V]], tuple[int]]:
         return _Cache, (self._size,)
 
 
@@ -76,6 +79,9 @@ class MixPlan:
     counts: tuple[int, ...]
     shards: tuple[np.ndarray | None, ...] = ()  # per source: block-wise passes over these shards (None: global)
     block_shards: int = 8
+    # the caches of blocks and passes, made by __post_init__
+    _blocks: _Cache[tuple[int, int, int], np.ndarray] = field(init=False, repr=False, compare=False)
+    _passes: list[_Cache[tuple[int, int], np.ndarray]] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "_blocks", _Cache(8))  # (seed, epoch, block) -> its table indices
@@ -177,7 +183,7 @@ class MixPlan:
         _, before = self._descend(seed, epoch, block)
         head = self._block(seed, epoch, block)[:into]
         sources = np.searchsorted(np.append(self.bases, np.iinfo(np.int64).max), head, side="right") - 1
-        return (before + np.bincount(sources, minlength=len(self.counts))).tolist()
+        return cast("list[int]", (before + np.bincount(sources, minlength=len(self.counts))).tolist())  # int64s
 
     def order(self, seed: int, epoch: int) -> np.ndarray:
         """`epoch`'s whole global order (a small epoch's: tests, inspection)."""

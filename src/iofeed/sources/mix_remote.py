@@ -10,7 +10,7 @@ import numpy as np
 
 from ..errors import OptionError
 from ..format.files import open_regular
-from .remote.cache import ShardRef
+from .remote.cache import ShardCache, ShardRef
 from .remote.dataset import GLOBAL_OPEN_SHARDS, RemoteShards
 
 if TYPE_CHECKING:
@@ -45,7 +45,7 @@ class MixedRemote:
         return [p for p in self.parts if p is not None]
 
     @property
-    def cache(self):  # noqa: ANN201 - a ShardCache: the retry budget and the limit of the node cache they share
+    def cache(self) -> ShardCache:  # the retry budget and the limit of the node cache they share
         return self.streamed[0].cache
 
     @property

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -36,6 +36,7 @@ def _global(spec: OrderSpec, epoch: int) -> np.ndarray:
 def _block(spec: OrderSpec, epoch: int) -> np.ndarray:
     """Shards in a shuffled order, cut into blocks of `block_shards`; samples shuffled within each
     block. Only a block's shards (and the next block's) are live at a time."""
+    assert spec.shard_of is not None  # OrderSpec refuses "block" without it
     rng = np.random.default_rng([spec.seed, epoch])
     shards = int(spec.shard_of.max()) + 1
     position = np.empty(shards, np.int64)
@@ -192,7 +193,7 @@ class OrderSpec:
 
     def _dealt(self, epoch: int, done: int, first: int, rows: int, batch_size: int) -> EpochBatches:
         """This rank's `rows` of `epoch` past `done`, in batches of `batch_size` numbered from `first`."""
-        shuffle, done = SHUFFLES[self.shuffle], min(done, self.samples)
+        shuffle, done = SHUFFLES[cast(str, self.shuffle)], min(done, self.samples)  # __post_init__ names a bool
         remaining = self.samples - done
         if self.drop_last or self.pad == "none":  # round-robin to the end, nothing padded
             dealt, run, pad = self.share(remaining), 0, 0

@@ -15,7 +15,7 @@ from ..format.targets import multi_hot, parse_targets
 from .remote.urls import is_url
 from .samples import SampleSource
 
-TARGETS = ("class", "multi_hot", "boxes", "masks")  # the choices of `Output.target`
+TARGETS = ("class", "multi_hot", "boxes", "masks", "text")  # the choices of `Output.target`
 
 
 @dataclass

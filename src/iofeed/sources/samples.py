@@ -47,6 +47,7 @@ class SampleSource:
     validated: bool = True  # images checked by preprocess (False: shards indexed in place, images as they came)
     targets: dict[str, Any] = field(default_factory=dict)  # the manifest's `targets` entry when opened ({} for folders)
     masks: np.ndarray | None = None  # int64 (n, 2): each sample's instance-mask member (offset, size) in its shard
+    captions: tuple[np.ndarray, np.ndarray] | None = None  # (offsets, UTF-8 bytes): for a tokenizer in the workers
     boxes: Any = None  # the split's `box_targets.BoxTable` (it imports this module), when `transform=` takes them
 
     def __len__(self) -> int:
@@ -117,7 +118,7 @@ def _not_a_folder(path: Path) -> str:
     return f"{path} is a file: pass an image folder with one subfolder per class, or an iofeed dataset folder"
 
 
-def _open_dataset(path: Path, split: str, cache_dir: Path | str | None = None,
+def _open_dataset(path: Path, split: str, cache_dir: str | os.PathLike[str] | None = None,
                   cache_limit: int | None = None) -> SampleSource:
     """A local dataset's split; shards it indexes elsewhere (`iofeed index`: a `url` per shard) are
     read there, URLs through the node cache."""

@@ -2,8 +2,8 @@
 → flip + normalise, on the raw JPEG folder. CPU decode without a GPU, `mixed` (nvJPEG) with one."""
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Generator
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
@@ -12,10 +12,14 @@ from ...runtime.gpu.streams import consumer_stream
 from ...runtime.system import usable_cores
 from .feeds import FeedSpec
 
+if TYPE_CHECKING:
+    from nvidia.dali.data_node import DataNode
+
 
 def _pipeline(files: list[str], labels: list[int], spec: FeedSpec, threads: int) -> Any:
     """The DALI pipeline, built (not yet run)."""
-    from nvidia.dali import fn, pipeline_def, types
+    from nvidia.dali import fn, types
+    from nvidia.dali.pipeline import pipeline_def
 
     gpu = spec.device == "cuda"
 
@@ -23,12 +27,13 @@ def _pipeline(files: list[str], labels: list[int], spec: FeedSpec, threads: int)
     def peer() -> tuple[Any, Any]:
         jpegs, classes = fn.readers.file(files=files, labels=labels, random_shuffle=True, name="Reader")
         images = fn.decoders.image_random_crop(
-            jpegs, device="mixed" if gpu else "cpu", output_type=types.RGB,
+            jpegs, device="mixed" if gpu else "cpu", output_type=types.DALIImageType.RGB,
             random_area=[0.08, 1.0], random_aspect_ratio=[3 / 4, 4 / 3],
         )
-        images = fn.resize(images, resize_x=spec.image_size, resize_y=spec.image_size)
+        # one input, so one output node
+        images = cast("DataNode", fn.resize(images, resize_x=spec.image_size, resize_y=spec.image_size))
         images = fn.crop_mirror_normalize(
-            images, dtype=types.FLOAT, output_layout="CHW", mirror=fn.random.coin_flip(),
+            images, dtype=types.DALIDataType.FLOAT, output_layout="CHW", mirror=fn.random.coin_flip(),
             mean=[m * 255 for m in IMAGENET_MEAN], std=[s * 255 for s in IMAGENET_STD],
         )
         return images, classes
@@ -36,7 +41,7 @@ def _pipeline(files: list[str], labels: list[int], spec: FeedSpec, threads: int)
     pipe = peer(batch_size=spec.batch_size, num_threads=threads, device_id=0 if gpu else None,
                 seed=spec.seed, prefetch_queue_depth=spec.entry.keywords["prefetch_queue_depth"],
                 exec_dynamic=True)  # run(stream) binds outputs to the stream only with this executor
-    pipe.build()
+    pipe.build()  # type: ignore[no-untyped-call]  # DALI's Pipeline.build is not annotated
     return pipe
 
 
@@ -63,7 +68,7 @@ class DaliFolderFeed:
         self.settings = {"threads": threads, "prefetch_queue_depth": self.capacity,
                          "decode": "mixed" if spec.device == "cuda" else "cpu", "samples": len(files)}
 
-    def batches(self) -> Iterator[tuple[Any, Any]]:
+    def batches(self) -> Generator[tuple[Any, Any], None, None]:
         torch = self._torch
         while True:
             images, classes = self._pipe.run(consumer_stream(self._device_id))

@@ -3,7 +3,7 @@ settings alone: the DataLoader, iofeed's loader, and the synthetic ceiling."""
 from __future__ import annotations
 
 import multiprocessing
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from contextlib import ExitStack
 from typing import Any
 
@@ -33,17 +33,19 @@ class TorchvisionFeed:
         # (the baseline's warm-up: docs/benchmarks.md, "The GPU check")
         context = multiprocessing.get_context("forkserver")
         context.set_forkserver_preload(["torch", "torchvision.datasets", "torchvision.transforms", "PIL.Image"])
-        self._loader = torch.utils.data.DataLoader(
+        self._loader: torch.utils.data.DataLoader[Any] | None = torch.utils.data.DataLoader(
             dataset, batch_size=spec.batch_size, shuffle=True, drop_last=True, num_workers=spec.workers,
             multiprocessing_context=context, persistent_workers=True, prefetch_factor=PREFETCH_FACTOR,
             pin_memory=self._device.type == "cuda", collate_fn=recipe["collate_fn"],
         )
-        self._epoch = iter(self._loader)  # starts the workers now, beside the other hosts' start-ups
+        # starts the workers now, beside the other hosts' start-ups
+        self._epoch: Iterator[Any] | None = iter(self._loader)
         self.capacity = spec.workers * PREFETCH_FACTOR
         self.settings = {"workers": spec.workers, "prefetch_factor": PREFETCH_FACTOR, "samples": len(dataset)}
 
-    def batches(self) -> Iterator[tuple[Any, Any]]:
+    def batches(self) -> Generator[tuple[Any, Any], None, None]:
         while True:
+            assert self._loader is not None and self._epoch is not None, "the feed is closed"
             for images, labels in self._epoch:
                 yield images.to(self._device, non_blocking=True), labels.to(self._device, non_blocking=True)
             self._epoch = iter(self._loader)  # persistent workers: the same processes
@@ -83,7 +85,7 @@ class IofeedFeed:
         return {"split": "train", "batch_size": spec.batch_size, "image_size": spec.image_size,
                 "placement": Placement(device=spec.device), "workers": spec.workers, "seed": spec.seed}
 
-    def batches(self) -> Iterator[tuple[Any, Any]]:
+    def batches(self) -> Generator[tuple[Any, Any], None, None]:
         while True:
             yield from self.loader
 
@@ -102,12 +104,13 @@ class SyntheticFeed:
         shape = (spec.batch_size, 3, spec.image_size, spec.image_size)
         images = torch.randn(shape, generator=generator).contiguous(memory_format=torch.channels_last)
         labels = torch.randint(0, spec.classes, (spec.batch_size,), generator=generator)
-        self._batch = (images.to(spec.device), labels.to(spec.device))
+        self._batch: tuple[torch.Tensor, torch.Tensor] | None = (images.to(spec.device), labels.to(spec.device))
         self.capacity = 0
         self.settings: dict[str, Any] = {}
 
-    def batches(self) -> Iterator[tuple[Any, Any]]:
+    def batches(self) -> Generator[tuple[Any, Any], None, None]:
         while True:
+            assert self._batch is not None, "the feed is closed"
             yield self._batch
 
     def close(self) -> None:

@@ -12,7 +12,7 @@ is given to it (`sources.py`) and what it needs; the classes (`feed_classes.py`)
 from __future__ import annotations
 
 import importlib.util
-from collections.abc import Iterator, Mapping
+from collections.abc import Generator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -65,7 +65,7 @@ def _recipe(**changes: Any) -> Any:
 
 
 CHANNELS_LAST = Output(memory_format="channels_last")  # the bench's model is channels_last
-TORCH = {"engine": "workers", "output": CHANNELS_LAST}  # the torch feeds'
+TORCH: dict[str, Any] = {"engine": "workers", "output": CHANNELS_LAST}  # the torch feeds' loader keywords
 
 
 def iofeed(reads: str, about: str, *, target: str = f"{_HERE}:IofeedFeed", framework: str = "torch",
@@ -212,7 +212,7 @@ class Feed(Protocol):
     capacity: int  # batches it may hold ready before the consumer asks (its prefetch buffer)
     settings: dict[str, Any]
 
-    def batches(self) -> Iterator[tuple[Any, Any]]:
+    def batches(self) -> Generator[tuple[Any, Any], None, None]:
         """(images float NCHW, labels int64) on the feed's device, epoch after epoch."""
 
     def close(self) -> None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Generator
 from pathlib import Path
 from typing import Any
 
@@ -85,7 +85,7 @@ class FfcvFeed:
         self.settings: dict[str, Any] = {"num_workers": spec.workers, "samples": samples, "jpeg_quality": QUALITY,
                                          "max_resolution": MAX_SIDE}
 
-    def batches(self) -> Iterator[tuple[Any, Any]]:
+    def batches(self) -> Generator[tuple[Any, Any], None, None]:
         while True:
             yield from self._loader
 

@@ -4,7 +4,7 @@ there by the adapter) reach the PyTorch model through DLPack, as NCHW channels_l
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Generator
 from typing import Any
 
 from .feed_classes import IofeedFeed
@@ -30,7 +30,7 @@ class IofeedFrameworkFeed(IofeedFeed):
         del keywords["placement"]
         return keywords
 
-    def batches(self) -> Iterator[tuple[Any, Any]]:
+    def batches(self) -> Generator[tuple[Any, Any], None, None]:
         if self.made is self.loader:  # a Loader (jax)
             while True:
                 for images, labels in self.loader:
@@ -50,6 +50,6 @@ class IofeedTfEpochsFeed(IofeedFrameworkFeed):
 
 def _torch_view(images: Any, labels: Any) -> tuple[Any, Any]:
     """A JAX batch on the GPU as PyTorch tensors without a copy: NHWC is NCHW in channels_last."""
-    import torch
+    from torch.utils.dlpack import from_dlpack
 
-    return torch.from_dlpack(images).permute(0, 3, 1, 2), torch.from_dlpack(labels).long()
+    return from_dlpack(images).permute(0, 3, 1, 2), from_dlpack(labels).long()

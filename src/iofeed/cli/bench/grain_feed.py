@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import io
 import os
-from collections.abc import Iterator
+from collections.abc import Generator
 from typing import Any
 
 import grain
@@ -41,7 +41,7 @@ class GrainFeed:
         self.settings = {"worker_count": spec.workers, "worker_buffer_size": buffer, "read_threads": threads,
                          "samples": len(records)}
 
-    def batches(self) -> Iterator[tuple[Any, Any]]:
+    def batches(self) -> Generator[tuple[Any, Any], None, None]:
         for batch in self._loader:
             yield batch["image"], batch["label"]
 
@@ -72,7 +72,7 @@ class JpegRecords:
         return {**self.__dict__, "_files": {}}
 
 
-class DecodeAugment(grain.transforms.RandomMap):
+class DecodeAugment(grain.transforms.RandomMap):  # type: ignore[misc]  # grain ships no types: Any
     """Pillow decode, the loaders' random-resized crop and flip (iofeed's box sampling, Pillow's
     antialiased bilinear resize), ImageNet normalisation to float32 HWC."""
 
@@ -85,8 +85,8 @@ class DecodeAugment(grain.transforms.RandomMap):
     def random_map(self, element: dict[str, Any], rng: np.random.Generator) -> dict[str, Any]:
         image = Image.open(io.BytesIO(element["jpeg"])).convert("RGB")
         box, flip = self._augment.box(image.width, image.height, rng)
-        image = image.resize((self._size, self._size), Image.BILINEAR, box=box)
+        image = image.resize((self._size, self._size), Image.Resampling.BILINEAR, box=box)
         if flip:
-            image = image.transpose(Image.FLIP_LEFT_RIGHT)
+            image = image.transpose(Image.Transpose.FLIP_LEFT_RIGHT)
         pixels = (np.asarray(image, np.float32) - self._mean) * self._scale
         return {"image": pixels, "label": element["label"]}

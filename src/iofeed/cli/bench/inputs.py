@@ -78,6 +78,7 @@ def _add_form(inputs: Inputs, form: str, needed: bool, progress: bool) -> None:
     from ...prepare.run import preprocess
 
     folder = inputs.folder
+    assert folder is not None  # `resolve_inputs` adds forms only beside a folder
     dataset = preprocessed_path(folder, form)
     if not is_iofeed_dataset(dataset):
         if not needed:

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 from time import perf_counter
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, cast
 
 import numpy as np
 from PIL import Image
@@ -28,7 +28,7 @@ from ...sources.folder_scan import display_path, scan_folder
 from ...sources.samples import is_iofeed_dataset, open_source
 from .finding import Finding
 
-TARGET_SIDE = ImagePolicy().shorter_side  # what `iofeed preprocess` resizes to
+TARGET_SIDE = ImagePolicy().side  # what `iofeed preprocess` resizes to
 LARGE_SIDE = 2 * TARGET_SIDE  # decoding such an image touches >= 4x the pixels training needs
 PAYS_SPEEDUP = 1.3  # decode speed-up from resizing that makes preprocessing worth it
 
@@ -149,7 +149,9 @@ def _folder_items(path: Path) -> list[_Item]:
     look-alike names refused) and the same files."""
     scan = scan_folder(path, sniff=False)
     paths = [(display_path(rel), str(scan.root / rel)) for rel in scan.files]
-    return [_Item(name, partial(open, file, "rb"), _size(file), path=file) for name, file in paths]
+    # "rb": a binary file (mypy's partial does not resolve `open`'s overloads)
+    return [_Item(name, cast("Callable[[], BinaryIO]", partial(open, file, "rb")), _size(file), path=file)
+            for name, file in paths]
 
 
 def _size(path: str) -> int:

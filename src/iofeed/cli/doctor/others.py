@@ -25,7 +25,8 @@ def other_cpu(trace: Trace) -> np.ndarray:
     the two are sampled a few milliseconds apart)."""
     if not trace.cores:
         return np.zeros(len(trace.t))
-    return np.clip(trace.cpu.sum(axis=0) - command_cpu(trace), 0.0, None)
+    others: np.ndarray = np.clip(trace.cpu.sum(axis=0) - command_cpu(trace), 0.0, None)
+    return others
 
 
 def others_finding(trace: Trace) -> Finding | None:

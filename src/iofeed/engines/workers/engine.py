@@ -12,6 +12,7 @@ import numpy as np
 from ... import errors
 from ...augment.batch_key import BatchKey
 from ...augment.target_transforms import TargetTransform, probe_target_output
+from ...augment.tokenizer import SampleTokenizer
 from ...augment.transform_checks import TransformedImage
 from ...augment.transforms import SampleTransform, probe_output
 from ...errors import LoaderStateError, SampleError, WorkerError
@@ -74,8 +75,9 @@ class WorkerEngine:
         self._began = self.clock()  # when the workers started (decision times count from it)
         self._found = dict(found or {})  # the usable cores and memory budget, and why
         self._stall = stall_bounds()  # checked now, before any work: warn and raise after (watchdog)
+        tokenizer = None if options.output.tokenizer is None else SampleTokenizer(options.output.tokenizer)
         self._group = WorkerGroup(source, layout, self._augment, options.skips.on_error, self._transform,
-                                  self._stall, self.close)
+                                  self._stall, self.close, tokenizer)
 
     @property
     def workers(self) -> int:
@@ -196,7 +198,7 @@ class WorkerEngine:
                      done.transform_seconds, done.cpu_seconds, transform_wall_seconds=done.transform_wall_seconds,
                      lease=lease, copied=lease is None,
                      refilled=done.refilled, region=self._region if lease is not None else None, geometry=geometry,
-                     targets=targets)
+                     targets=targets, tokens=done.tokens)
 
     def _begin_next_epoch(self, epoch: int, rank: int) -> NextEpochStart:
         self._generation += 1

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from multiprocessing.connection import Connection, wait
 from typing import Any
 
+from ...augment.tokenizer import SampleTokenizer
 from ...augment.transforms import SampleTransform
 from ...errors import LoaderStateError, WorkerError
 from ...runtime.processes import safe_context
@@ -32,8 +33,9 @@ class WorkerGroup:
 
     def __init__(self, source: SampleSource, layout: Layout, augment: Any, on_error: str,
                  transform: SampleTransform | None, stall: tuple[float, float],
-                 stop_engine: Callable[[], None]) -> None:
+                 stop_engine: Callable[[], None], tokenizer: SampleTokenizer | None = None) -> None:
         self._source, self._layout, self._augment, self._on_error = source, layout, augment, on_error
+        self._tokenizer = tokenizer  # Output(tokenizer=), run by each worker
         self._transform, self._stop_engine = transform, weakref.WeakMethod(stop_engine)
         self._watchdog = Watchdog(source, None if transform is None else transform.name, stall)
         self._blocks: tuple[SharedBlock, SharedBlock] | None = None  # the slots, and the stale-generation mark
@@ -69,7 +71,7 @@ class WorkerGroup:
             proc = ctx.Process(
                 target=worker_main,
                 args=(*self._blocks, self._layout, self._source, self._augment, self._on_error, theirs,
-                      self._transform, progress.block),
+                      self._transform, progress.block, self._tokenizer),
                 daemon=True,
             )
             proc.start()

@@ -15,8 +15,10 @@ import numpy as np
 
 from ...augment.batch_key import BatchKey
 from ...augment.target_transforms import TargetTransform
+from ...augment.tokenizer import SampleTokenizer, packed
 from ...augment.transforms import SampleTransform
 from ...errors import IofeedError, SampleError, is_out_of_memory, out_of_memory
+from ...format.captions import caption_at
 from ...format.files import raise_open_limit
 from ...image.boxes import Augment
 from ...runtime.processes import next_message
@@ -58,11 +60,13 @@ class Done:
     refilled: int = 0  # skipped samples whose places spares took
     exhausted: bool = False  # a skipped sample's place stayed empty: all `spares` were tried
     spares: int = 0  # how many spares the task had
+    tokens: tuple[np.ndarray, np.ndarray] | None = None  # Output(tokenizer=): (lengths, ids back to back), in order
 
 
 def worker_main(
     block: mmap.mmap, stale: mmap.mmap, layout: Layout, source: SampleSource, augment: Augment, on_error: str,
     conn: Connection, transform: SampleTransform | None = None, progress: mmap.mmap | None = None,
+    tokenizer: SampleTokenizer | None = None,
 ) -> None:
     """Worker loop: take a task, decode its samples into the slot, report. Exits with its parent.
     `progress` says which sample it is on, and in which step (for the consumer if it dies), and
@@ -85,7 +89,7 @@ def worker_main(
             reader.begin_batch(task.key.epoch)
             transformed = (transform.cpu_seconds, transform.wall_seconds) if transform else (0.0, 0.0)
             done = run_task(task, layout, reader, source, augment, on_error, layout.slot(payload, task.slot),
-                            labels[task.slot], stale_below, transform, now)
+                            labels[task.slot], stale_below, transform, now, tokenizer)
             finish_task(now)
             reader.end_batch()
             try:
@@ -104,17 +108,19 @@ def worker_main(
 def run_task(
     task: Task, layout: Layout, reader: SampleReader, source: SampleSource, augment: Augment, on_error: str,
     slot_payload: Any, labels: np.ndarray, stale_below: np.ndarray, transform: SampleTransform | None = None,
-    now: np.ndarray | None = None,
+    now: np.ndarray | None = None, tokenizer: SampleTokenizer | None = None,
 ) -> Done:
     """Fill one slot, a skipped sample's place taken by a spare (`refill.fill`); failures become
     `skipped` entries or an error report, never an exception. A task of a pass the consumer left
     (generation below `stale_below[0]`) stops at its next sample. With a `transform`, each sample
     is cropped into a scratch image, transformed, then written. `now` (`progress.worker_view`)
-    records which sample is under way, and in which step."""
+    records which sample is under way, and in which step. With a `tokenizer`, each sample's caption
+    is tokenized once its image is in (seeded by (key, position) as a transform is)."""
     rng = task.key.rng()
     # with a transform, the scratch image each sample is cropped into before it is transformed
     transforming = None if transform is None else (transform, np.empty((augment.size, augment.size, 3), np.uint8))
     now = worker_view(None) if now is None else now
+    tokens: dict[int, np.ndarray] = {}  # place in the slot -> the caption's ids
 
     def stop(error: str | None = None, **more: Any) -> _Stop:
         return _Stop(Done(task.generation, task.batch_no, task.slot, np.empty(0, np.int64), [], error, **more))
@@ -138,6 +144,10 @@ def run_task(
                 load_augmented(reader, source, index, augment, rng, scratch)
                 mark(now, index, TRANSFORMING)
                 slot_payload[k] = apply(scratch, task.key, position, source.path_of(index))
+            if tokenizer is not None:
+                assert source.captions is not None, "Output(tokenizer=) hands the captions to the workers"
+                mark(now, index, TRANSFORMING)
+                tokens[k] = tokenizer(caption_at(*source.captions, index), task.key, position, source.path_of(index))
         except SampleError as exc:
             failure = None if spare else sample_failure(on_error, source.path_of(index), str(exc))
             if failure is not None:
@@ -161,7 +171,8 @@ def run_task(
     except _Stop as stopped:
         return stopped.done
     return Done(task.generation, task.batch_no, task.slot, np.asarray(filled.delivered, np.int64), filled.skipped,
-                refilled=filled.refilled, exhausted=filled.exhausted, spares=len(task.spare))
+                refilled=filled.refilled, exhausted=filled.exhausted, spares=len(task.spare),
+                tokens=packed([tokens[k] for k in range(len(filled.delivered))]) if tokenizer is not None else None)
 
 
 class _Stop(Exception):

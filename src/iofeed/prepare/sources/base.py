@@ -21,6 +21,7 @@ class SourceOptions:
     image_key: tuple[str, ...] | None = None  # WebDataset: the image member's extension(s), first present wins
     spool: Path | None = None  # a private folder for bytes the source must copy out (cells, downloads)
     label_names: bool = False  # every label is a class name as written (`true`, `1.5`, `5000000`)
+    target: str = "class"  # "text": the caption is the target (`webdataset_captions.py`), no classes
     box_format: str | None = None  # WebDataset boxes: how to read them where the json does not say
 
 
@@ -40,6 +41,7 @@ class SourceScan:
     class_dirs: list[str] | None = None  # folders of a class-folder tree (else the class names)
     empty_classes: list[str] = field(default_factory=list)
     objects: list[Any] | None = None  # detection sources: per sample {"size": [w, h], "objects": [...]}
+    captions: list[str] | None = None  # `--target text`: each sample's caption, as written
     notes: list[str] = field(default_factory=list)  # what the summary says about the source (counted cases)
 
     def add(self, path: str, name: str, target: Any, extra: Any = None, span: Span = WHOLE,
@@ -69,6 +71,8 @@ class SourceScan:
         self.names = [self.names[i] for i in keep]
         if self.objects is not None:
             self.objects = [self.objects[i] for i in keep]
+        if self.captions is not None:
+            self.captions = [self.captions[i] for i in keep]
         self.targets.keep(keep)
 
     def __len__(self) -> int:

@@ -16,6 +16,7 @@ from .segmentation import segmentation_folders
 from .tables import is_hf_dataset, is_parquet
 from .tarread import is_tar
 from .webdataset_boxes import holds_boxes
+from .webdataset_captions import scan_captions
 from .yolo import yolo_folders
 
 
@@ -51,7 +52,7 @@ SOURCES: Registry[SourceCaps] = Registry("source", {
 def detect(src: str, options: SourceOptions) -> str:
     """The source kind of `src`, from its content (never from file names): see `SOURCES`."""
     kind = _detect(src, options)
-    if kind == "webdataset" and options.label_column is None and holds_boxes(src):
+    if kind == "webdataset" and options.label_column is None and options.target != "text" and holds_boxes(src):
         return "wds-boxes"
     return kind
 
@@ -80,6 +81,8 @@ def _detect(src: str, options: SourceOptions) -> str:
         return "segmentation"
     files = [e.path for e in os.scandir(path) if e.is_file() and not e.name.startswith(".")]
     if any(is_parquet(f) for f in files):
+        if any(is_tar(f) for f in files) and options.target == "text":
+            return "webdataset"  # img2dataset's output folder: shards, and each one's metadata as Parquet
         if any(is_tar(f) for f in files):
             raise SourceError(f"{src} holds both Parquet files and tar shards: pass one kind (a Parquet file, "
                               "or the shards as a glob or brace list)")
@@ -100,6 +103,11 @@ def scan_source(src: str | Path, options: SourceOptions, kind: str = "auto") -> 
                           f"(URLs: {', '.join(SOURCES.having('urls'))})")
     if options.labels is not None and not entry.caps.labels_file:
         raise SourceError(f"--labels is for a folder of images, not a {kind} source")
+    if options.target == "text" and kind != "webdataset":
+        raise OptionError(f"--target text reads image-text WebDataset shards (img2dataset's jpg + txt/json), not "
+                          f"a {kind} source ({src}): leave --target out")
+    if options.label_names and options.target == "text":
+        raise OptionError("--label-names makes classes of the labels, --target text keeps captions: pass one")
     if options.image_key and kind not in ("webdataset", "wds-boxes"):
         raise SourceError(f"--image-key is for WebDataset shards, not a {kind} source (Parquet: --image-column)")
     for option, value, cap in (("--label-column", options.label_column, "label_column"),
@@ -112,7 +120,9 @@ def scan_source(src: str | Path, options: SourceOptions, kind: str = "auto") -> 
     if options.box_format is not None and kind != "wds-boxes":
         raise OptionError(f"--box-format is for WebDataset shards with boxes (wds-boxes), not a {kind} source")
     try:
-        scanned: SourceScan = entry.load()(src, options)
+        # --target text: the webdataset source's caption reading (`webdataset_captions`)
+        scan = entry.load() if options.target != "text" else scan_captions
+        scanned: SourceScan = scan(src, options)
     except SourceError as exc:
         raise _with_shard_hint(exc, src, kind) from None
     scanned.settle(options.label_names)

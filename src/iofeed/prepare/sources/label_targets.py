@@ -11,10 +11,10 @@ from __future__ import annotations
 import json
 import math
 import unicodedata
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
-from typing import Any
+from typing import Any, cast
 
 from ...errors import OptionError, SourceError
 from ...format.targets import TARGET_KINDS
@@ -160,7 +160,7 @@ class Targets:
         if self.names is not None:
             names = list(self.names)
         elif values and all(isinstance(v, int) for v in values):
-            names = [str(i) for i in range(max(values) + 1)]
+            names = [str(i) for i in range(max(cast("list[int]", values)) + 1)]  # all ints: checked above
         else:
             names = sorted({str(v) for v in values})
         lookup = {name: i for i, name in enumerate(names)}
@@ -168,7 +168,7 @@ class Targets:
         for t in self.raw:
             indices = []
             for v in _classes_of(t):
-                index = v if isinstance(v, int) and self.names is not None else lookup.get(str(v))
+                index = v if isinstance(v, int) and self.names is not None else lookup[str(v)]  # check(): all known
                 indices.append(index)
             classes.append(sorted(set(indices)))
         extras = [e if _names_classes(t) or t is None else (t if e is None or e == t else {"target": t, **_as_dict(e)})
@@ -212,7 +212,7 @@ def _as_name(target: Any) -> Any:
     return str(target) if isinstance(target, (int, Decimal)) else target
 
 
-def _few(values: list[Value]) -> str:
+def _few(values: Sequence[Value]) -> str:
     return ", ".join(repr(v) for v in values[:3]) + (", ..." if len(values) > 3 else "")
 
 

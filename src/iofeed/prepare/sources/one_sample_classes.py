@@ -12,7 +12,8 @@ from .label_targets import Resolved
 
 # how to take the texts as captions (no class), per source kind; --label-names takes them as names
 AS_CAPTIONS = {
-    "webdataset": "--label-column json (each json kept as the sample's extra, no classes)",
+    "webdataset": "--target text (each caption kept as the sample's target, no classes; or --label-column json: "
+                  "each json kept as the sample's extra)",
     "labels": "write them in a column other than the label (kept as each sample's extra)",
     "parquet": "--label-column naming the class column (the other columns are kept as the sample's extra)",
     "hf": "--label-column naming the class column (the other columns are kept as the sample's extra)",

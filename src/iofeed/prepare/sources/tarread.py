@@ -16,8 +16,9 @@ import zlib
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
+from io import BufferedIOBase
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 from ...sources.folder_scan import Rejection
 from .spool import copy_within, spool_room
@@ -25,7 +26,7 @@ from .spool import copy_within, spool_room
 BLOCK = 512  # a tar block: headers and data start on these
 Members = dict[str, tuple[int, int]]  # extension -> (data offset, size)
 
-COMPRESSED: dict[bytes, tuple[str, Callable[..., IO[bytes]]]] = {
+COMPRESSED: dict[bytes, tuple[str, Callable[..., BufferedIOBase]]] = {
     b"\x1f\x8b": ("gzip", gzip.open), b"BZh": ("bz2", bz2.open), b"\xfd7zXZ\x00": ("xz", lzma.open),
 }
 DECOMPRESS_ERRORS = (OSError, EOFError, lzma.LZMAError, zlib.error)
@@ -53,7 +54,7 @@ def header_ok(block: bytes) -> bool:
     if len(block) < BLOCK or not block.strip(b"\0"):
         return False
     try:
-        return tarfile.nti(block[148:156]) in tarfile.calc_chksums(block)
+        return tarfile.nti(block[148:156]) in tarfile.calc_chksums(block)  # type: ignore[attr-defined]  # not in typeshed
     except tarfile.HeaderError:
         return False
 

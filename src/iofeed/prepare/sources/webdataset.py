@@ -9,6 +9,7 @@ import json
 import re
 import unicodedata
 from collections import Counter
+from pathlib import Path
 from typing import Any, BinaryIO
 
 from ...errors import OptionError, SourceError
@@ -35,7 +36,10 @@ def scan(src: str, options: SourceOptions) -> SourceScan:
     result = SourceScan(root=str(src), kind="webdataset", targets=shard_targets(options.label_column))
     captions: list[tuple[str, Any]] = []
     for shard in list_shards(src):
-        local = fetch_or_reject(shard, options.spool, result.rejected) if is_url(shard) else shard
+        local: Path | str | None = shard
+        if is_url(shard):
+            assert options.spool is not None, "remote shards are fetched only where a spool folder is set"
+            local = fetch_or_reject(shard, options.spool, result.rejected)
         if local is None:
             continue
         read = read_shard(str(local), shard, options.spool)
@@ -77,7 +81,8 @@ def refuse_captions(labels: list[tuple[str, Any]], src: str) -> None:
         shown = label if len(str(label)) <= 40 else f"{str(label)[:37]}..."
         raise SourceError(f"{src}: the txt members look like captions, not class names ({len(single)} of "
                           f"{len(labels)} samples have a text no other has, e.g. {name}: {shown!r}): pass "
-                          "--label-column json to keep each json as the sample's extra (img2dataset shards), "
+                          "--target text to keep each caption as the sample's target (img2dataset shards), "
+                          "--label-column json to keep each json as the sample's extra, "
                           "--label-column KEY for a label under KEY in each json, or --label-names to make each "
                           "text a class")
 

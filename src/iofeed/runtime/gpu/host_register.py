@@ -72,7 +72,7 @@ class TorchRuntime:
     def __init__(self) -> None:
         import torch
 
-        self._cudart: Any = torch.cuda.cudart()  # type: ignore[no-untyped-call]
+        self._cudart: Any = torch.cuda.cudart()  # type: ignore[no-untyped-call]  # unannotated in torch
         self._get_last_error = _runtime_function("cudaGetLastError")
 
     def cudaHostRegister(self, address: int, size: int, flags: int) -> Any:  # noqa: N802
@@ -93,7 +93,7 @@ def _runtime_function(name: str) -> Callable[[], int]:
     if path is None:
         return lambda: 0
     function: Callable[[], int] = getattr(ctypes.CDLL(path), name)
-    function.restype = ctypes.c_int  # type: ignore[attr-defined]
+    function.restype = ctypes.c_int  # type: ignore[attr-defined]  # a ctypes function, typed as its call
     return function
 
 

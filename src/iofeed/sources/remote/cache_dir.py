@@ -47,12 +47,12 @@ def default_cache_dir() -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "iofeed"
 
 
-def _where(cache_dir: Path | str | None) -> str:
+def _where(cache_dir: str | os.PathLike[str] | None) -> str:
     return ("Cache.dir" if cache_dir is not None
             else "the default cache folder (from IOFEED_CACHE, XDG_CACHE_HOME or HOME)")
 
 
-def usable_cache_dir(cache_dir: Path | str | None) -> Path:
+def usable_cache_dir(cache_dir: str | os.PathLike[str] | None) -> Path:
     """`cache_dir` (default: `default_cache_dir()`; `~` expanded), created and checked writable; a one-line
     OptionError naming the folder and the fix when it is empty text, a file, read-only or cannot be made."""
     if cache_dir is not None and not str(cache_dir).strip():
@@ -93,7 +93,7 @@ def _left_by_old_iofeed(root: Path) -> bool:
     return True
 
 
-def claim_cache_dir(cache_dir: Path | str | None) -> Path:
+def claim_cache_dir(cache_dir: str | os.PathLike[str] | None) -> Path:
     """The usable cache folder (`usable_cache_dir`), marked as iofeed's: an empty folder, or one an
     older iofeed filled, gets the marker; a non-empty folder that is not an iofeed cache is refused
     in one line (the cache deletes what it evicts)."""

@@ -2,10 +2,10 @@
 from __future__ import annotations
 
 import io
+import os
 import threading
 import warnings
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -156,7 +156,7 @@ def _shard_ref(url: str, shard: dict[str, Any]) -> ShardRef:
     return ShardRef(join(url, shard["name"]), shard["bytes"], digest)
 
 
-def open_remote(url: str, split: str, cache_dir: Path | str | None = None,
+def open_remote(url: str, split: str, cache_dir: str | os.PathLike[str] | None = None,
                 cache_limit: int | None = None) -> RemoteSplit:
     """Open split `split` of the iofeed dataset at `url`; shards are fetched when first read."""
     url = url.rstrip("/")
@@ -178,8 +178,8 @@ def open_remote(url: str, split: str, cache_dir: Path | str | None = None,
     return RemoteSplit(manifest, info, table, files, where, shards)
 
 
-def remote_shards(dataset: str, refs: list[ShardRef], settings: dict[str, Any], cache_dir: Path | str | None = None,
-                  cache_limit: int | None = None) -> RemoteShards:
+def remote_shards(dataset: str, refs: list[ShardRef], settings: dict[str, Any],
+                  cache_dir: str | os.PathLike[str] | None = None, cache_limit: int | None = None) -> RemoteShards:
     """The shards `refs` read through the node cache at `cache_dir` (default: the user's), under
     the key `dataset` (its URL, or the folder of a dataset indexing shards elsewhere)."""
     root = claim_cache_dir(cache_dir)

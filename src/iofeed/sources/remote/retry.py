@@ -137,7 +137,7 @@ def describe(exc: BaseException) -> str:
 
 def with_retries(action: Callable[[], T], policy: RetryPolicy = DEFAULT_POLICY, *,
                  last_data: Callable[[], float] | None = None, clock: Callable[[], float] = time.monotonic,
-                 sleep: Callable[[float], None] = time.sleep) -> T:
+                 sleep: Callable[[float], object] = time.sleep) -> T:
     """Run `action`, retrying transient failures with jittered exponential backoff while the policy's
     attempts last and the time spent without data (failed attempts, waits) stays within its budget;
     re-raise the last failure, noting the attempts and time spent. `last_data` gives the `clock`
