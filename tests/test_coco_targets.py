@@ -16,6 +16,7 @@ import iofeed
 from helpers.images import interior
 from iofeed.augment.box_geometry import to_original
 from iofeed.errors import OptionError
+from iofeed.image.mask_rows import ROWS_MEMBER, decode_rows
 from iofeed.image.masks import polygon_mask, rle_mask
 from iofeed.prepare.run import preprocess
 from iofeed.prepare.synth_coco import ANNOTATIONS, CATEGORIES, COLOURS, IMAGES_DIR, MALFORMED, synth_coco
@@ -77,17 +78,21 @@ def _stored_samples(out: Path, split: str) -> list[dict[str, np.ndarray]]:
                          np.asarray(Image.open(io.BytesIO(data))) if ext == "mask.png" else
                          np.load(io.BytesIO(data)) if ext.endswith("npy") else data)
                 samples.setdefault(key, {})[ext] = value
+    for sample in samples.values():
+        if ROWS_MEMBER in sample:  # row runs (decision 0165): expanded at the image's size
+            height, width = sample["jpg"].shape[:2]
+            sample["mask"] = decode_rows(bytes(sample.pop(ROWS_MEMBER)), width, height).expand()
     return list(samples.values())
 
 
 def test_stored_boxes_and_masks_lie_on_their_objects(coco: tuple[Path, Path]) -> None:
     _, out = coco
     samples = _stored_samples(out, "train")
-    assert samples and all({"jpg", "mask.png", "boxes.npy", "labels.npy"} <= set(s) for s in samples)
+    assert samples and all({"jpg", "mask", "boxes.npy", "labels.npy"} <= set(s) for s in samples)
     for sample in samples:
         for k, (box, label) in enumerate(zip(sample["boxes.npy"], sample["labels.npy"])):
             assert sample["boxes.npy"].dtype == np.float32 and sample["labels.npy"].dtype == np.int64
-            ys, xs = np.nonzero(sample["mask.png"] == k + 1)
+            ys, xs = np.nonzero(sample["mask"] == k + 1)
             assert np.allclose([xs.min(), ys.min(), xs.max() + 1, ys.max() + 1], box, atol=1.0)
             assert _is_colour(sample["jpg"][ys, xs], int(label)).mean() > 0.95
 
@@ -261,3 +266,32 @@ def test_an_id_map_splits_alike_on_the_host_and_on_a_device() -> None:
     assert np.array_equal(host, device) and host[2].sum() == 0 and host[5].sum() == 0
     for k in range(6):
         assert np.array_equal(host[k] == 1, ids == k + 1)
+
+
+def test_torch_splits_by_each_kept_boxs_id_as_numpy_renumbers_after_a_drop() -> None:
+    """A batch whose crops dropped boxes: torch's per-object masks (split by each kept box's id in
+    the workers' map, no renumbering) are numpy's renumbered map, box k = id k + 1, mask for mask."""
+    import torch
+
+    from iofeed.adapters.box_batches import BoxBatch, as_numpy, as_torch, split_on_device
+    from iofeed.augment.box_geometry import MovedBoxes
+
+    rng = np.random.default_rng(7)
+    maps = rng.integers(0, 6, (3, 24, 20)).astype(np.uint8)  # ids 1..5 on each image
+    source = np.asarray([0, 2, 4, 1, 3, 4])  # image 0 keeps boxes 0, 2, 4; image 1: none; image 2: 1, 3, 4
+    offsets = np.asarray([0, 3, 3, 6])
+    kept = np.arange(6)
+    batch = BoxBatch(MovedBoxes(rng.random((6, 4)).astype(np.float32), offsets, source, kept, 4),
+                     np.arange(6, dtype=np.int64), maps.copy(), None, (24, 20), mask_ids=(source + 1).astype(np.uint8))
+    torch_targets = as_torch(batch, "cpu")
+    renumbered = as_numpy(batch)["masks"]
+    for i, target in enumerate(torch_targets):
+        split = target["masks"].numpy()
+        assert split.shape == (offsets[i + 1] - offsets[i], 24, 20)
+        for k, box in enumerate(range(offsets[i], offsets[i + 1])):
+            assert np.array_equal(split[k] == 1, maps[i] == source[box] + 1)
+            assert np.array_equal(split[k] == 1, renumbered[i] == k + 1)
+        on_device = split_on_device(torch.from_numpy(maps[i]), torch.from_numpy((source[offsets[i]:offsets[i + 1]] + 1)
+                                                                                .astype(np.uint8)))
+        assert np.array_equal(on_device.numpy(), split)  # a GPU's split, given the batch's ids as a tensor
+    assert not (renumbered[1] > 0).any() and set(np.unique(renumbered[0])) <= {0, 1, 2, 3}

@@ -1,6 +1,7 @@
 """A batch's box targets in the framework's form, built once per batch from flat arrays: the
 boxes moved through each image's recorded crop and flip (`augment.box_geometry`), labels,
-and with masks the instance-id maps renumbered to the boxes kept; with `transform=`, what it returned.
+and with masks each image's id map and every kept box's id in it (numpy / tf: the maps renumbered
+to the kept boxes; torch: split by those ids, never renumbered); with `transform=`, what it returned.
 
 torch: a list of one dict per image, `{"boxes": tv_tensors.BoundingBoxes (XYXY, output pixels),
 "labels": int64}` (+ `"masks"`: `tv_tensors.Mask` (n, H, W) uint8, split from the id map on the
@@ -33,11 +34,30 @@ class BoxBatch:
 
     moved: MovedBoxes
     labels: np.ndarray  # int64 (m,)
-    masks: np.ndarray | None  # uint8 (n, H, W), ids renumbered to the kept boxes
+    masks: np.ndarray | None  # uint8 (n, H, W) id maps as the workers cut them (`id_maps()`: renumbered)
     scale: np.ndarray | None  # float32 (n, 2) for letterboxed (evaluation) images
     canvas: tuple[int, int]  # the output images' (height, width)
     dropped_by_transform: int = 0  # boxes `transform=` did not return
     semantic: bool = False  # masks are class ids (no boxes)
+    mask_ids: np.ndarray | None = None  # uint8 (m,): each kept box's id in `masks` (None: box k is id k + 1)
+
+    def id_maps(self) -> np.ndarray | None:
+        """The id maps with box k of each image as id k + 1 (the numpy / tf form), renumbered in
+        place once: a 256-entry table per image (~10x take_along_axis's speed), skipped where no box
+        was dropped. torch splits by `mask_ids` instead and never renumbers."""
+        if self.masks is None or self.mask_ids is None:
+            return self.masks
+        offsets = self.moved.offsets
+        per = np.diff(offsets)
+        owner = np.repeat(np.arange(len(per)), per)
+        wanted = (np.arange(len(owner)) - offsets[owner] + 1).astype(np.uint8)
+        if not np.array_equal(self.mask_ids, wanted):
+            lut = np.zeros((len(per), 256), np.uint8)
+            lut[owner, self.mask_ids] = wanted
+            for i, ids in enumerate(self.masks):
+                np.take(lut[i], ids, out=ids)  # mode "raise" buffers `out`: in place is safe
+        self.mask_ids = None
+        return self.masks
 
 
 def box_batch(table: BoxTable, batch: Batch, side: int, letterbox: bool, min_visible: float = MIN_VISIBLE,
@@ -65,16 +85,10 @@ def box_batch(table: BoxTable, batch: Batch, side: int, letterbox: bool, min_vis
             pad_semantic(masks, geometry.placed, geometry.flips, IGNORE)
         return BoxBatch(moved, table.labels[positions][moved.kept], masks, out_scale, (side, side),
                         semantic=True)
-    if geometry.masks is not None:
-        lut = np.zeros((len(samples), 256), np.uint8)
-        per = np.diff(moved.offsets)
-        owner = np.repeat(np.arange(len(samples)), per)
-        lut[owner, moved.source + 1] = (np.arange(len(owner)) - moved.offsets[owner] + 1).astype(np.uint8)
-        masks = geometry.masks.copy()  # its own memory: the workers' slot is reused
-        if moved.dropped:  # else every box is kept in its order: each table is the identity
-            for i, ids in enumerate(geometry.masks):  # a 256-entry table per image: ~10x take_along_axis's speed
-                np.take(lut[i], ids, out=masks[i])
-    return BoxBatch(moved, table.labels[positions][moved.kept], masks, out_scale, (side, side))
+    mask_ids = (moved.source + 1).astype(np.uint8) if geometry.masks is not None else None
+    # geometry.masks is the batch's own copy (`TargetLayout.geometry`): renumbered there only if asked
+    return BoxBatch(moved, table.labels[positions][moved.kept], geometry.masks, out_scale, (side, side),
+                    mask_ids=mask_ids)
 
 
 def transformed_batch(packed: PackedTargets, canvas: tuple[int, int]) -> BoxBatch:
@@ -99,8 +113,9 @@ def as_numpy(boxes: BoxBatch) -> dict[str, np.ndarray]:
     labels = np.full((n, most), -1, np.int64)
     padded[row, slot], labels[row, slot] = boxes.moved.boxes, boxes.labels
     out: dict[str, np.ndarray] = {"boxes": padded, "labels": labels, "counts": counts.astype(np.int64)}
-    if boxes.masks is not None:
-        out["masks"] = boxes.masks
+    masks = boxes.id_maps()
+    if masks is not None:
+        out["masks"] = masks
     if boxes.scale is not None:
         out["scale"] = boxes.scale
     return out
@@ -121,6 +136,12 @@ def as_torch(boxes: BoxBatch, device: Any) -> list[dict[str, Any]]:
     # on the CPU numpy splits an id map ~10x faster than torch's broadcast uint8 comparison (docs/benchmarks.md)
     host = boxes.masks if ids is not None and ids.device.type == "cpu" else None
     offsets = boxes.moved.offsets.tolist()
+    numbers = (boxes.mask_ids if boxes.mask_ids is not None else
+               (np.arange(len(boxes.labels)) - np.repeat(boxes.moved.offsets[:-1], np.diff(boxes.moved.offsets))
+                + 1).astype(np.uint8))
+    on_device = None  # a device's split: the batch's ids copied there once
+    if ids is not None and host is None:
+        on_device = torch.from_numpy(numbers).to(ids.device, non_blocking=True)
     out = []
     for i in range(len(offsets) - 1):
         lo, hi = offsets[i], offsets[i + 1]
@@ -128,24 +149,30 @@ def as_torch(boxes: BoxBatch, device: Any) -> list[dict[str, Any]]:
             "boxes": tv_tensors.BoundingBoxes(flat[lo:hi], format="XYXY", canvas_size=boxes.canvas),
             "labels": labels[lo:hi]}
         if host is not None:
-            target["masks"] = tv_tensors.Mask(torch.from_numpy(split_on_host(host[i], hi - lo)))
-        elif ids is not None:
-            target["masks"] = tv_tensors.Mask(split_on_device(ids[i], hi - lo))
+            target["masks"] = tv_tensors.Mask(torch.from_numpy(split_on_host(host[i], numbers[lo:hi])))
+        elif ids is not None and on_device is not None:
+            target["masks"] = tv_tensors.Mask(split_on_device(ids[i], on_device[lo:hi]))
         if boxes.scale is not None:
             target["scale"] = torch.from_numpy(boxes.scale[i])
         out.append(target)
     return out
 
 
-def split_on_host(ids: np.ndarray, count: int) -> np.ndarray:
-    """An instance-id map (H, W) as `count` uint8 masks (count, H, W): mask k is id k + 1."""
-    split: np.ndarray = np.equal(ids[None], np.arange(1, count + 1, dtype=np.uint8)[:, None, None]).view(np.uint8)
+def _numbers(which: int | np.ndarray) -> np.ndarray:
+    return np.arange(1, which + 1, dtype=np.uint8) if isinstance(which, int) else np.asarray(which, np.uint8)
+
+
+def split_on_host(ids: np.ndarray, which: int | np.ndarray) -> np.ndarray:
+    """An instance-id map (H, W) as uint8 masks (k, H, W): mask k is the pixels of id `which[k]`
+    (an int n: ids 1..n)."""
+    split: np.ndarray = np.equal(ids[None], _numbers(which)[:, None, None]).view(np.uint8)
     return split
 
 
-def split_on_device(ids: Any, count: int) -> Any:
-    """The same on a torch tensor, on its device (a GPU's: one kernel per image)."""
+def split_on_device(ids: Any, which: Any) -> Any:
+    """The same on a torch tensor, on its device (a GPU's: one kernel per image); `which` an int,
+    a numpy array or a uint8 tensor already there (the batch's ids, copied once)."""
     import torch
 
-    numbers = torch.arange(1, count + 1, device=ids.device, dtype=ids.dtype)
+    numbers = which if isinstance(which, torch.Tensor) else torch.from_numpy(_numbers(which)).to(ids.device)
     return (ids[None] == numbers[:, None, None]).to(torch.uint8)

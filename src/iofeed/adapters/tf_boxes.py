@@ -18,8 +18,9 @@ def as_tf(boxes: BoxBatch) -> dict[str, Any]:
     ragged = tf.RaggedTensor.from_row_splits  # type: ignore[attr-defined]  # missing from types-tensorflow
     out: dict[str, Any] = {"boxes": ragged(boxes.moved.boxes.reshape(-1, 4), splits, validate=False),
                            "labels": ragged(boxes.labels, splits, validate=False)}
-    if boxes.masks is not None:
-        out["masks"] = tf.constant(boxes.masks)
+    masks = boxes.id_maps()
+    if masks is not None:
+        out["masks"] = tf.constant(masks)
     if boxes.scale is not None:
         out["scale"] = tf.constant(boxes.scale)
     return out

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..image.boxes import Box
+from ..image.mask_rows import RowRuns
 from ..image.masks import crop_resize_nearest
 
 FITS = ("crop", "letterbox", "pad", "shorter_side")
@@ -76,7 +77,7 @@ def fill_outside(canvas: np.ndarray, rect: Rect, value: int | tuple[int, ...]) -
     canvas[top:bottom, :left], canvas[top:bottom, right:] = value, value
 
 
-def render_mask(ids: np.ndarray, placement: Placement, as_cut: Box, canvas: np.ndarray, pad: int = 0) -> None:
+def render_mask(ids: np.ndarray | RowRuns, placement: Placement, as_cut: Box, canvas: np.ndarray, pad: int = 0) -> None:
     """An id map's share of `placement` into `canvas` (side, side): the cut `as_cut` box resized
     nearest-neighbour into the placed rectangle (mirrored with the flip), `pad` elsewhere."""
     rect = placement.drawn(canvas.shape[1])

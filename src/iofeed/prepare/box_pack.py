@@ -2,7 +2,8 @@
 (float32 xyxy), labels (int64), iscrowd, and its instance masks drawn at the stored size into
 one uint8 instance-id map (object k is id k + 1; a later object covers an earlier one where they
 overlap), or for a semantic segmentation sample (`label_map` in its spec: a PNG of class ids)
-that map resized nearest-neighbour, its class ids kept. Members beside the image in its shard,
+that map resized nearest-neighbour, its class ids kept; the map stored as row runs (`mask.rows`,
+`image/mask_rows.py`; datasets made before hold `mask.png`). Members beside the image in its shard,
 and per split the flat side file the loader reads (`<split>-boxes.npz`: offsets, boxes, labels,
 iscrowd; `<split>-masks.npy`: each mask member's offset and size in the image's shard)."""
 from __future__ import annotations
@@ -15,9 +16,11 @@ from typing import Any
 import numpy as np
 
 from ..format.shards import member_after
+from ..image.mask_rows import ROWS_MEMBER, encode_rows
 from ..image.masks import crop_resize_nearest, encode_png, polygon_mask, rle_mask
 
-MASK_MEMBER = "mask.png"
+MASK_FORM = "rows"  # what preprocess writes: the manifest's `mask_form` (image/masks.py MASK_FORMS; absent: "png")
+MASK_WRITERS = {"rows": (ROWS_MEMBER, encode_rows), "png": ("mask.png", encode_png)}  # member name, encoder
 
 
 def _npy(array: np.ndarray) -> bytes:
@@ -38,7 +41,8 @@ class StoredObjects:
 
     def members(self) -> dict[str, bytes]:
         """The shard members after the image (the mask first: the loader finds it by `member_after`)."""
-        out = {MASK_MEMBER: encode_png(self.ids)} if self.ids is not None else {}
+        member, encode = MASK_WRITERS[MASK_FORM]
+        out = {member: encode(self.ids)} if self.ids is not None else {}
         out.update({"boxes.npy": _npy(self.boxes), "labels.npy": _npy(self.labels)})
         return out
 

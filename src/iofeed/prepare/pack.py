@@ -19,7 +19,8 @@ from ..format.table import ENCODINGS, MEMBER_EXTENSIONS, new_table, save_table
 from ..format.targets import TEXT_KIND, save_targets
 from ..runtime.progress import progress as progress_bar
 from ..sources.folder_scan import Rejection, display_path
-from .box_pack import MASK_MEMBER, SplitObjects, store_objects
+from . import box_pack
+from .box_pack import MASK_WRITERS, SplitObjects, store_objects
 from .file import Prepared, Task
 from .sources.base import SourceScan
 from .sources.label_targets import Resolved
@@ -93,7 +94,7 @@ def pack(
                 members = {**{k: members.pop(k) for k in list(members)[:1]}, **stored.members(), **members}
             shard, offset, size = writers[name].add(f"{prepared.index:07d}", members)
             if stored is not None and objects is not None:
-                objects[name].add(stored, offset, size, len(members.get(MASK_MEMBER, b"")))
+                objects[name].add(stored, offset, size, len(members.get(MASK_WRITERS[box_pack.MASK_FORM][0], b"")))
             if targets.side_file:
                 side[name].append([classes, extra])
             row = tables[name][len(sources[name])]
@@ -124,6 +125,7 @@ def pack(
         saved = {name: objects[name].save(staging, name) for name in orders}
         entry["boxes"] = {"files": {n: f["boxes"] for n, f in saved.items()},
                           "masks": {n: f["masks"] for n, f in saved.items() if "masks" in f},
+                          **({"mask_form": box_pack.MASK_FORM} if box_pack.MASK_FORM != "png" else {}),
                           **({"semantic": True} if semantic else {})}  # masks of class ids, no boxes
     return PackResult(splits, rejected, facts, entry)
 

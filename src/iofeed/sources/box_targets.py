@@ -9,6 +9,9 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import DatasetError, OptionError
+from ..image.mask_rows import RowRuns
+from ..image.masks import MASK_FORMS, decode_mask
+from .sample_reader import SampleReader
 from .samples import SampleSource
 
 
@@ -58,5 +61,18 @@ def open_boxes(dataset: str | Path, split: str, data: SampleSource, masks: bool)
         spans = np.load(Path(dataset) / mask_name, allow_pickle=False)
         if spans.shape != (len(data), 2):
             raise DatasetError(f"{Path(dataset) / mask_name} does not match the split's {len(data)} samples")
+        form = entry.get("mask_form", "png")
+        if form not in MASK_FORMS:
+            raise DatasetError(f"{dataset} stores its masks as {form!r}, which this iofeed cannot read (one of "
+                               f"{', '.join(MASK_FORMS)}): upgrade iofeed or run `iofeed preprocess` again")
         data.masks = spans.astype(np.int64)
     return table
+
+
+def read_mask(reader: SampleReader, source: SampleSource, index: int) -> np.ndarray | RowRuns:
+    """Sample `index`'s stored id map (in a worker), in the form the manifest names (PNG before
+    decision 0165). SampleError when unreadable or not of the image's size."""
+    assert source.masks is not None, "Output(target='masks') opens the dataset's mask spans"
+    form = (source.targets.get("boxes") or {}).get("mask_form", "png")
+    return decode_mask(reader.read(index, tuple(source.masks[index])), form, int(source.width[index]),
+                       int(source.height[index]))

@@ -9,7 +9,7 @@ import numpy as np
 
 from ...augment.fitting import draw, fill_outside, render_mask
 from ...image.boxes import Augment, Box
-from ...image.masks import decode_png
+from ...sources.box_targets import read_mask
 from ...sources.sample_reader import SampleReader
 from ...sources.samples import SampleSource
 from .decode import load_augmented
@@ -32,7 +32,6 @@ def write_fitted(image: np.ndarray, mask: np.ndarray | None, reader: SampleReade
         box, flip = load_augmented(reader, source, index, cutting, rng, pixels)
         window[...] = pixels
     if mask is not None:
-        assert source.masks is not None, "Output(target='masks') opens the dataset's mask spans"
-        ids = decode_png(reader.read(index, tuple(source.masks[index])), width, height)
+        ids = read_mask(reader, source, index)
         render_mask(ids, placement, box, mask)
     return box, flip, placement.placed

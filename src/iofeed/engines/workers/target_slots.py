@@ -15,7 +15,8 @@ import numpy as np
 
 from ...augment.box_geometry import letterbox_shape
 from ...image.boxes import Augment
-from ...image.masks import crop_resize_nearest, decode_png
+from ...image.masks import crop_resize_nearest
+from ...sources.box_targets import read_mask
 from ...sources.sample_reader import SampleReader
 from ...sources.samples import SampleSource
 from .decode import load_augmented
@@ -91,9 +92,7 @@ class TargetLayout:
         box, flip = load_augmented(reader, source, index, augment, rng, out)
         geometry[k] = (*box, float(flip), 0, 0, out.shape[1], out.shape[0])
         if len(slot_payload) > 2:
-            assert source.masks is not None, "Output(target='masks') opens the dataset's mask spans"
-            ids = decode_png(reader.read(index, tuple(source.masks[index])), int(source.width[index]),
-                             int(source.height[index]))
+            ids = read_mask(reader, source, index)
             mask = slot_payload[2][k]
             mask[...] = 0
             mask[:out.shape[0], :out.shape[1]] = crop_resize_nearest(ids, box, flip, out.shape[:2])
