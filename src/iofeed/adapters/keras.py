@@ -32,7 +32,7 @@ class KerasAdapter:
         if backend not in BACKENDS:
             raise OptionError(f"framework='keras' runs on the {', '.join(BACKENDS)} backends, Keras uses {backend!r}: "
                               "set KERAS_BACKEND before importing keras")
-        self.backend = backend
+        self.keras_backend = backend  # TensorFlow, JAX or PyTorch: the targets path asks
         self._convert, self._wrap = BACKENDS[backend](options)
 
     @classmethod

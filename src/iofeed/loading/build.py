@@ -57,7 +57,7 @@ def loader(
         **{name: checked_group(name, value) for name, value in objects.items()},  # None: the default object
     )
     adapter = ADAPTERS[options.framework].load().from_options(options)  # imports the framework now, not before
-    backend = getattr(adapter, "backend", "tensorflow")  # Keras' backend
+    backend = getattr(adapter, "keras_backend", "tensorflow")  # Keras' own backend
     if options.moves_targets and backend != "tensorflow":
         raise OptionError(f"Output.target={options.output.target!r} with framework='keras' is built for Keras' "
                           f"tensorflow backend (ragged boxes), Keras uses {backend!r}: use framework='jax' or 'torch'")

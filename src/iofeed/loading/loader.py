@@ -224,7 +224,7 @@ class Loader(DataLoaderAttributes, Generic[BatchT]):
         images = self._adapter(batch)[0]
         if self.options.framework == "torch":
             return images, as_torch(moved, self.options.device)
-        if self.options.framework == "tf" or getattr(self._adapter, "backend", None) == "tensorflow":
+        if self.options.framework == "tf" or getattr(self._adapter, "keras_backend", None) == "tensorflow":
             from ..adapters.tf_boxes import as_tf  # imports TensorFlow: only here
 
             return images, as_tf(moved)
